@@ -1,0 +1,1 @@
+//! Shared nothing; the examples are the point of this crate.

@@ -1,0 +1,434 @@
+//! The Redis backend: scripts, one connection, pub/sub wake-ups, background releases.
+//!
+//! One multiplexed connection (a redis-rs `ConnectionManager`, RESP3) carries
+//! everything: script calls, pipelined renewals, and the release channels'
+//! messages, which arrive as RESP3 pushes and are handed to the waiters
+//! registry. The manager reconnects by itself and re-subscribes the channels;
+//! when it reports a disconnection every waiter is woken to retry at once,
+//! since a release message may have been lost with the connection.
+//!
+//! Scripts are loaded at start-up and called by SHA (`EVALSHA`); when the server
+//! answers `NOSCRIPT` (it restarted, or its script cache was flushed) the call
+//! falls back to `EVAL` with the source, which caches it again. Keys and
+//! values always travel as KEYS/ARGV, never spliced into script text.
+//!
+//! Two small tasks run on the runtime's worker thread: the subscription task
+//! (subscribe/unsubscribe in order) and the releaser, which sends the releases
+//! queued by dropped guards and cancelled acquires, pipelined.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{
+    Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
+    RedisResult, Script, ServerErrorKind, Value,
+};
+use tokio::sync::mpsc;
+
+use super::{Acquire, LockNames, Release};
+use crate::error::{BackendError, LockError};
+use crate::held::HeldLock;
+use crate::waiters::{SubscriptionCommand, Waiters};
+
+/// One Lua script: its source and SHA1.
+#[derive(Debug)]
+struct LuaScript {
+    source: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(source: &'static str) -> Self {
+        LuaScript {
+            source,
+            sha: Script::new(source).get_hash().to_owned(),
+        }
+    }
+
+    /// `EVALSHA sha numkeys KEYS... ARGV...` (by SHA) or `EVAL source ...`.
+    fn call(&self, by_sha: bool, keys: &[&str], args: &[&str]) -> Cmd {
+        let mut cmd = if by_sha {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.sha);
+            c
+        } else {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.source);
+            c
+        };
+        cmd.arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+}
+
+/// The three lock scripts, compiled into the crate from `scripts/*.lua`.
+#[derive(Debug)]
+struct Scripts {
+    acquire: LuaScript,
+    release: LuaScript,
+    renew: LuaScript,
+    force_unlock: LuaScript,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: LuaScript::new(include_str!("../scripts/acquire.lua")),
+            release: LuaScript::new(include_str!("../scripts/release.lua")),
+            renew: LuaScript::new(include_str!("../scripts/renew.lua")),
+            force_unlock: LuaScript::new(include_str!("../scripts/force_unlock.lua")),
+        }
+    }
+}
+
+/// A queued background release: (lock hash, holder id).
+type ReleaseJob = (String, String);
+
+/// Connection settings the builder passes in.
+#[derive(Clone, Debug)]
+pub(crate) struct RedisSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// Handle to the Redis backend of one runtime (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct RedisBackend {
+    con: ConnectionManager,
+    scripts: Arc<Scripts>,
+    releases: mpsc::UnboundedSender<ReleaseJob>,
+    endpoint: Arc<str>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `connect` gives back to the runtime.
+pub(crate) struct Connected {
+    pub(crate) backend: RedisBackend,
+    pub(crate) waiters: Arc<Waiters>,
+}
+
+/// Checks the URL's shape without echoing it (it may hold a password).
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    let shape = "expected redis://[user[:password]@]host[:port][/db] or rediss://… \
+                 (the URL is not shown: it may hold a password)";
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(LockError::InvalidConfig(format!(
+            "invalid Redis URL: {shape}"
+        )));
+    }
+    let info = url
+        .into_connection_info()
+        .map_err(|_| LockError::InvalidConfig(format!("invalid Redis URL: {shape}")))?;
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Ok(info.set_redis_settings(settings))
+}
+
+/// Connects, loads the scripts and starts the subscription and release tasks.
+/// Must run on the runtime's worker thread (the tasks are spawned there).
+pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Connected, LockError> {
+    let info = parse_url(url)?;
+    let endpoint: Arc<str> = info.addr().to_string().into();
+    let client = redis::Client::open(info)
+        .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()))?;
+
+    let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let waiters = Waiters::new(Some(sub_tx));
+    let on_push = push_handler(Arc::downgrade(&waiters));
+    let config = ConnectionManagerConfig::new()
+        .set_push_sender(on_push)
+        .set_automatic_resubscription()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_secs(1));
+
+    let unreachable = |source: RedisError| {
+        BackendError::new(format!("cannot connect to Redis at {endpoint}"), source)
+    };
+    let con = match tokio::time::timeout(
+        settings.connect_timeout * 2,
+        ConnectionManager::new_with_config(client, config),
+    )
+    .await
+    {
+        Ok(Ok(con)) => con,
+        Ok(Err(e)) => return Err(unreachable(e).into()),
+        Err(_) => {
+            return Err(BackendError::msg(format!(
+                "cannot connect to Redis at {endpoint}: no answer within {:?}",
+                settings.connect_timeout * 2
+            ))
+            .into())
+        }
+    };
+
+    let scripts = Arc::new(Scripts::new());
+    load_scripts(&mut con.clone(), &scripts)
+        .await
+        .map_err(|e| {
+            BackendError::new(
+                format!("cannot load lock scripts into Redis at {endpoint}"),
+                e,
+            )
+        })?;
+
+    let (rel_tx, rel_rx) = mpsc::unbounded_channel();
+    tokio::spawn(subscriptions(con.clone(), sub_rx));
+    tokio::spawn(releaser(con.clone(), scripts.clone(), rel_rx));
+
+    Ok(Connected {
+        backend: RedisBackend {
+            con,
+            scripts,
+            releases: rel_tx,
+            endpoint,
+        },
+        waiters,
+    })
+}
+
+/// Routes RESP3 pushes: a release message wakes one waiter of its key; a lost
+/// connection wakes everyone.
+fn push_handler(waiters: Weak<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+    move |push: PushInfo| {
+        let Some(waiters) = waiters.upgrade() else {
+            return Err(());
+        };
+        match push.kind {
+            PushKind::Message => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    if let Ok(channel) = std::str::from_utf8(channel) {
+                        waiters.wake_one(channel);
+                    }
+                }
+            }
+            PushKind::Disconnection => waiters.wake_all(),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+async fn load_scripts(con: &mut ConnectionManager, scripts: &Scripts) -> RedisResult<()> {
+    for script in [
+        &scripts.acquire,
+        &scripts.release,
+        &scripts.renew,
+        &scripts.force_unlock,
+    ] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script.source)
+            .query_async(con)
+            .await?;
+    }
+    Ok(())
+}
+
+fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Runs one script call by SHA, falling back to its source on `NOSCRIPT`.
+async fn eval<T: redis::FromRedisValue>(
+    con: &mut ConnectionManager,
+    script: &LuaScript,
+    keys: &[&str],
+    args: &[&str],
+) -> RedisResult<T> {
+    match script.call(true, keys, args).query_async(con).await {
+        Err(e) if is_noscript(&e) => script.call(false, keys, args).query_async(con).await,
+        other => other,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().max(1).to_string()
+}
+
+impl RedisBackend {
+    fn failed(&self, what: &str, source: RedisError) -> BackendError {
+        BackendError::new(format!("{what} on Redis at {}", self.endpoint), source)
+    }
+
+    /// `host:port` of the server (no credentials).
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        hash: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<Acquire, BackendError> {
+        let fence_key = LockNames::fence(hash);
+        let lease = ms(lease);
+        let mut con = self.con.clone();
+        let (held, n): (i64, i64) = eval(
+            &mut con,
+            &self.scripts.acquire,
+            &[hash, &fence_key],
+            &[holder, &lease],
+        )
+        .await
+        .map_err(|e| self.failed("acquire failed", e))?;
+        Ok(if held == 1 {
+            Acquire::Held {
+                fence: u64::try_from(n).unwrap_or(0),
+            }
+        } else {
+            Acquire::Busy {
+                ttl: u64::try_from(n).ok().map(Duration::from_millis),
+            }
+        })
+    }
+
+    pub(crate) async fn release(&self, hash: &str, holder: &str) -> Result<Release, BackendError> {
+        let channel = LockNames::channel(hash);
+        let mut con = self.con.clone();
+        let left: i64 = eval(
+            &mut con,
+            &self.scripts.release,
+            &[hash],
+            &[holder, &channel],
+        )
+        .await
+        .map_err(|e| self.failed("release failed", e))?;
+        Ok(match left {
+            0 => Release::Freed,
+            n if n > 0 => Release::StillHeld,
+            _ => Release::NotHeld,
+        })
+    }
+
+    pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
+        let channel = LockNames::channel(hash);
+        let mut con = self.con.clone();
+        let deleted: i64 = eval(&mut con, &self.scripts.force_unlock, &[hash], &[&channel])
+            .await
+            .map_err(|e| self.failed("force unlock failed", e))?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) fn release_in_background(&self, hash: String, holder: String) {
+        if self.releases.send((hash, holder)).is_err() {
+            // The runtime is shutting down; the lease frees the lock.
+            tracing::debug!("lock runtime stopped; a lock will be freed by its lease");
+        }
+    }
+
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        let mut con = self.con.clone();
+        let mut by_sha = true;
+        loop {
+            let mut pipe = redis::pipe();
+            for lock in batch {
+                let lease = ms(lock.lease);
+                pipe.add_command(self.scripts.renew.call(
+                    by_sha,
+                    &[&lock.hash],
+                    &[&lock.holder, &lease],
+                ));
+            }
+            let replies: Vec<RedisResult<i64>> = pipe
+                .ignore_errors()
+                .query_async(&mut con)
+                .await
+                .map_err(|e| self.failed("renewal failed", e))?;
+            if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+                by_sha = false;
+                continue;
+            }
+            return Ok(replies
+                .into_iter()
+                .map(|r| r.ok().map(|n| n == 1))
+                .collect());
+        }
+    }
+}
+
+/// Subscribes and unsubscribes release channels, in the order asked.
+async fn subscriptions(
+    mut con: ConnectionManager,
+    mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
+) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            SubscriptionCommand::Subscribe(channel, entry) => {
+                if let Err(error) = con.subscribe(&channel).await {
+                    tracing::debug!(%error, "subscribe failed; waiters fall back to the lease");
+                }
+                entry.set_ready();
+            }
+            SubscriptionCommand::Unsubscribe(channel) => {
+                if let Err(error) = con.unsubscribe(&channel).await {
+                    tracing::debug!(%error, "unsubscribe failed");
+                }
+            }
+        }
+    }
+}
+
+/// Most releases sent in one pipeline.
+const RELEASE_BATCH: usize = 512;
+/// Attempts per release batch before leaving the locks to their leases.
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// Sends queued releases, pipelined, retrying a failing batch a few times.
+async fn releaser(
+    mut con: ConnectionManager,
+    scripts: Arc<Scripts>,
+    mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+) {
+    let mut batch = Vec::with_capacity(RELEASE_BATCH);
+    while jobs.recv_many(&mut batch, RELEASE_BATCH).await > 0 {
+        let mut by_sha = true;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut pipe = redis::pipe();
+            for (hash, holder) in &batch {
+                let channel = LockNames::channel(hash);
+                pipe.add_command(scripts.release.call(by_sha, &[hash], &[holder, &channel]));
+            }
+            let outcome: RedisResult<Vec<RedisResult<i64>>> =
+                pipe.ignore_errors().query_async(&mut con).await;
+            match outcome {
+                Ok(replies)
+                    if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) =>
+                {
+                    by_sha = false;
+                }
+                Ok(_) => break,
+                Err(error) if attempt < RELEASE_ATTEMPTS => {
+                    tracing::debug!(%error, "background release failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        locks = batch.len(),
+                        "background release failed; the locks will be freed by their leases"
+                    );
+                    break;
+                }
+            }
+        }
+        batch.clear();
+    }
+}

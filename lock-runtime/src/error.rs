@@ -1,0 +1,141 @@
+//! The one error type of the crate.
+//!
+//! Every variant says what happened in words a caller can act on, and none of
+//! them ever carries a Redis URL or password: connection details are reduced to
+//! `host:port` before they reach an error.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// ```
+/// use lock_runtime::LockError;
+/// let err = LockError::NotInstalled;
+/// assert!(err.to_string().contains("install"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// No runtime was installed before an annotated fn or `lock_runtime::lock` was used.
+    #[error(
+        "no lock runtime is installed: call `LockRuntime::builder()...build().await?.install()` \
+         or `lock_runtime::init_from_env().await` once at startup"
+    )]
+    NotInstalled,
+
+    /// `install` was called a second time; the first runtime stays in place.
+    #[error("a lock runtime is already installed; install it once, at startup")]
+    AlreadyInstalled,
+
+    /// The lock was still held by someone else when the wait ran out.
+    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    Timeout {
+        /// The key as the caller gave it (without the runtime's prefix).
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lock stopped being ours while it was held: it expired, was deleted,
+    /// or Redis could not be reached before the lease ran out.
+    #[error(
+        "lock `{key}` was lost while held (it expired, was deleted, or Redis was unreachable \
+         for longer than the lease); another holder may have entered"
+    )]
+    Lost {
+        /// The key as the caller gave it.
+        key: String,
+    },
+
+    /// A release found the lock not held by this owner (it expired, or belongs to another).
+    #[error("lock `{key}` is not held by this owner (it expired or was taken over)")]
+    NotHeld {
+        /// The key as the caller gave it.
+        key: String,
+    },
+
+    /// The key cannot be used as a lock key.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given (shortened when very long).
+        key: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// A setting is out of range or malformed (lease, wait, URL, prefix).
+    #[error("invalid lock configuration: {0}")]
+    InvalidConfig(String),
+
+    /// The backend failed (Redis unreachable, refused, or answered something unexpected).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// A failure of the lock backend, with the cause kept as `source()`.
+///
+/// Its message names the operation and the server as `host:port`, never a
+/// password or full URL.
+pub struct BackendError {
+    context: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl BackendError {
+    pub(crate) fn new(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError {
+            context: context.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub(crate) fn msg(context: impl Into<String>) -> Self {
+        BackendError {
+            context: context.into(),
+            source: None,
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("lock backend error: ")?;
+        f.write_str(&self.context)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendError")
+            .field("context", &self.context)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl LockError {
+    pub(crate) fn invalid_key(key: &str, reason: &'static str) -> Self {
+        const SHOWN: usize = 64;
+        let mut shown: String = key.chars().take(SHOWN).collect();
+        if shown.len() < key.len() {
+            shown.push('…');
+        }
+        LockError::InvalidKey { key: shown, reason }
+    }
+}

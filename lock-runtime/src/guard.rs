@@ -1,0 +1,152 @@
+//! [`LockGuard`]: a held lock as a value.
+//!
+//! The guard is the only way to give a hold back. `release().await` sends the
+//! release and reports how it went; dropping the guard instead (early return,
+//! cancellation, panic) hands the release to the runtime's background worker,
+//! which needs no tokio context at drop time. Either way the lock leaves the
+//! watchdog before its release is sent.
+
+use std::sync::Arc;
+
+use crate::backend::Release;
+use crate::error::LockError;
+use crate::held::HeldLock;
+use crate::runtime::LockRuntime;
+
+/// A held lock. Release it with [`release`](Self::release), or drop it to
+/// release in the background.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+/// let guard = runtime.lock("job:nightly").acquire().await?;
+/// assert!(!guard.is_lost());
+/// let token = guard.fence(); // pass to storage that rejects stale writers
+/// guard.release().await?;
+/// let next = runtime.lock("job:nightly").acquire().await?;
+/// assert!(next.fence() > token);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct LockGuard {
+    runtime: LockRuntime,
+    held: Arc<HeldLock>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(runtime: LockRuntime, held: Arc<HeldLock>) -> Self {
+        LockGuard {
+            runtime,
+            held,
+            released: false,
+        }
+    }
+
+    pub(crate) fn held(&self) -> &Arc<HeldLock> {
+        &self.held
+    }
+
+    /// The key as given to the request.
+    pub fn key(&self) -> &str {
+        &self.held().key
+    }
+
+    /// The fencing token: strictly greater than every token handed out for
+    /// this key before; the same for nested holds of one owner scope.
+    pub fn fence(&self) -> u64 {
+        self.held().fence
+    }
+
+    /// Whether the lock was found lost (expired, deleted, or not renewable
+    /// before its lease ran out).
+    pub fn is_lost(&self) -> bool {
+        self.held().is_lost()
+    }
+
+    /// Resolves when the lock is lost; pending forever while it stays held.
+    /// Useful in a `select!` beside long-running work.
+    pub async fn lost(&self) {
+        self.held().lost().await;
+    }
+
+    /// Gives the hold back and waits for the backend to confirm.
+    ///
+    /// Errors: [`LockError::Lost`] when the lock was lost while held,
+    /// [`LockError::NotHeld`] when the backend no longer records it as ours
+    /// (a fixed lease ran out), [`LockError::Backend`] when the backend
+    /// cannot be reached (the lease then frees the lock).
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        let held = self.held.clone();
+        if !self.runtime.table().release(&held) {
+            // An enclosing hold of the same scope keeps the lock.
+            return if held.is_lost() {
+                Err(LockError::Lost {
+                    key: held.key.clone(),
+                })
+            } else {
+                Ok(())
+            };
+        }
+        self.runtime.watchdog().remove(held.id);
+        // If this future is dropped mid-flight, `pending` re-queues the
+        // release in the background (a second release of a unique holder id
+        // is harmless).
+        let pending = PendingRelease {
+            runtime: &self.runtime,
+            held: Some(&held),
+        };
+        let outcome = self
+            .runtime
+            .backend()
+            .release(&held.hash, &held.holder)
+            .await;
+        pending.done();
+        match outcome {
+            Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => Ok(()),
+            Ok(Release::NotHeld) if !held.is_lost() => Err(LockError::NotHeld {
+                key: held.key.clone(),
+            }),
+            Ok(_) => Err(LockError::Lost {
+                key: held.key.clone(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+struct PendingRelease<'a> {
+    runtime: &'a LockRuntime,
+    held: Option<&'a Arc<HeldLock>>,
+}
+
+impl PendingRelease<'_> {
+    fn done(mut self) {
+        self.held = None;
+    }
+}
+
+impl Drop for PendingRelease<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.runtime
+                .backend()
+                .release_in_background(held.hash.clone(), held.holder.clone());
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released || !self.runtime.table().release(&self.held) {
+            return;
+        }
+        self.runtime.watchdog().remove(self.held.id);
+        self.runtime
+            .backend()
+            .release_in_background(self.held.hash.clone(), self.held.holder.clone());
+    }
+}

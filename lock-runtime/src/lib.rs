@@ -1,0 +1,68 @@
+//! Declarative, reentrant, self-renewing distributed locks for async Rust.
+//!
+//! Annotate a handler and every call runs holding a lock that excludes every
+//! other process and task using the same key:
+//!
+//! ```
+//! use lock_runtime::{distributed_lock, LockError, LockRuntime};
+//!
+//! #[distributed_lock(key = "order:<id>", lease = "30s", wait = "5s")]
+//! async fn pay(id: u64, amount: u64) -> Result<u64, LockError> {
+//!     refund_if_needed(id).await?; // same key, same call chain: re-enters
+//!     Ok(amount)
+//! }
+//!
+//! #[distributed_lock(key = "order:<id>")]
+//! async fn refund_if_needed(id: u64) -> Result<(), LockError> {
+//!     Ok(())
+//! }
+//!
+//! # async fn demo() -> Result<(), LockError> {
+//! LockRuntime::builder().memory().build().await?.install()?; // or .redis(url)
+//! assert_eq!(pay(42, 100).await?, 100);
+//! # Ok(()) }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
+//! The lock lives in Redis (a hash per lock, changed only by Lua scripts) or,
+//! by default, in an embedded in-process store with the same semantics. While
+//! the body runs a watchdog renews the lease; if the holder crashes the lease
+//! frees the lock; if the call is cancelled or panics the guard frees it at
+//! once; waiters are woken by a release message, not by polling; and every
+//! first acquisition hands out a fencing token ([`fence`]) that storage can
+//! use to reject a stale holder.
+//!
+//! Three ways in, from most to least declarative:
+//! - `#[distributed_lock(...)]` on an `async fn` returning `Result<T, E>` with
+//!   `E: From<LockError>`, using the runtime installed with
+//!   [`LockRuntime::install`] or [`init_from_env`];
+//! - [`with_lock`]`(request, future)`, the same thing by hand;
+//! - [`LockRuntime::lock`]`(key).acquire()` returning a [`LockGuard`].
+//!
+//! Nested locked calls awaited inside a locked body share its *owner scope*
+//! and re-enter without a round trip; tasks spawned from it do not, unless
+//! wrapped in [`inherit`].
+
+mod backend;
+mod error;
+mod guard;
+mod held;
+mod owner;
+mod request;
+mod runtime;
+mod waiters;
+mod watchdog;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use error::{BackendError, LockError};
+pub use guard::LockGuard;
+pub use lock_macros::distributed_lock;
+pub use owner::{fence, inherit};
+pub use request::{with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
+pub use runtime::{
+    init_from_env, lock, LockRuntime, LockRuntimeBuilder, RuntimeStats, DEFAULT_LEASE,
+};
+pub use watchdog::WatchdogStats;

@@ -1,0 +1,53 @@
+//! What `#[distributed_lock]` expands to. Not a public API: names here may
+//! change in any release; use [`with_lock`](crate::with_lock) by hand instead.
+
+pub use core::time::Duration;
+
+use crate::error::LockError;
+pub use crate::request::OnLost;
+use crate::runtime::LockRuntime;
+
+/// The attribute's options. Build with `..Options::DEFAULT` so fields can be
+/// added without breaking expanded code.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// `lease = ...`; `None`: the runtime's default.
+    pub lease: Option<Duration>,
+    /// `wait = ...`; `None`: the runtime's default; `Some(ZERO)`: try once.
+    pub wait: Option<Duration>,
+    /// `watchdog = ...`.
+    pub watchdog: bool,
+    /// `on_lost = ...`.
+    pub on_lost: OnLost,
+}
+
+impl Options {
+    /// Everything at its default.
+    pub const DEFAULT: Options = Options {
+        lease: None,
+        wait: None,
+        watchdog: true,
+        on_lost: OnLost::Abort,
+    };
+}
+
+/// Runs `body` holding the lock `key` on the global runtime (re-entering the
+/// caller's owner scope when there is one). Lock failures come back as
+/// `Err(E::from(LockError))`.
+pub async fn locked<T, E, F>(key: String, options: Options, body: F) -> Result<T, E>
+where
+    F: core::future::Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let runtime = match LockRuntime::global() {
+        Ok(runtime) => runtime,
+        Err(error) => return Err(error.into()),
+    };
+    let request = runtime.lock(key).apply(
+        options.lease,
+        options.wait,
+        options.watchdog,
+        options.on_lost,
+    );
+    crate::request::with_lock(request, body).await
+}

@@ -1,0 +1,427 @@
+//! The runtime: configuration, the global registry, and the worker thread.
+//!
+//! A [`LockRuntime`] is a cheap handle (an `Arc`) to one backend connection,
+//! its table of held locks, its waiters and its watchdog. Its background
+//! work — the watchdog, the Redis connection driver, the subscription task,
+//! the background releaser — runs on one dedicated thread with a small tokio
+//! runtime of its own. That keeps locks working whatever runtime the caller
+//! uses and however many there are (one per `#[tokio::test]`, say), and lets a
+//! dropped guard queue its release without any tokio context. The thread stops
+//! when the last handle is dropped.
+//!
+//! The global registry is a `OnceLock`: `install` puts a runtime there once,
+//! and `#[distributed_lock]` and [`lock`] use it.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{self as redis_backend, RedisSettings};
+use crate::backend::{Backend, LockNames};
+use crate::error::{BackendError, LockError};
+use crate::guard::LockGuard;
+use crate::held::{HeldLock, HeldTable};
+use crate::request::LockRequest;
+use crate::waiters::Waiters;
+use crate::watchdog::{self, Watchdog, WatchdogStats};
+
+/// Default lease: how long a lock outlives a holder that stopped renewing it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+static GLOBAL: OnceLock<LockRuntime> = OnceLock::new();
+
+/// Which backend a builder will use.
+#[derive(Clone)]
+enum Choice {
+    Memory,
+    Redis(String),
+}
+
+/// Configures and starts a [`LockRuntime`].
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockRuntime;
+/// let runtime = LockRuntime::builder()
+///     .memory()                      // or .redis("redis://127.0.0.1:6379")
+///     .key_prefix("billing:")
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Some(Duration::from_secs(5)))
+///     .build()
+///     .await?;
+/// assert_eq!(runtime.describe(), "embedded (in-process) backend");
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+#[must_use = "a builder does nothing until `.build().await`"]
+#[derive(Clone)]
+pub struct LockRuntimeBuilder {
+    choice: Choice,
+    prefix: String,
+    default_lease: Duration,
+    default_wait: Option<Duration>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for LockRuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let backend = match &self.choice {
+            Choice::Memory => "memory",
+            Choice::Redis(_) => "redis (URL hidden)",
+        };
+        f.debug_struct("LockRuntimeBuilder")
+            .field("backend", &backend)
+            .field("prefix", &self.prefix)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for LockRuntimeBuilder {
+    fn default() -> Self {
+        LockRuntimeBuilder {
+            choice: Choice::Memory,
+            prefix: "lock:".to_owned(),
+            default_lease: DEFAULT_LEASE,
+            default_wait: None,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LockRuntimeBuilder {
+    /// Use the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`,
+    /// or `rediss://` for TLS). Needs Redis 6 or later (RESP3).
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.choice = Choice::Redis(url.into());
+        self
+    }
+
+    /// Use the embedded in-process backend (the default): same semantics,
+    /// one process. For development and for users' own tests.
+    pub fn memory(mut self) -> Self {
+        self.choice = Choice::Memory;
+        self
+    }
+
+    /// Prefix of every lock name in the backend (default `"lock:"`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks that set none (default 30 s; 10 ms to 24 h).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Wait of locks that set none: `None` (the default) waits forever.
+    pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// How long to try to reach Redis when connecting (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a single Redis command may take before it counts as failed
+    /// (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Starts the runtime: connects to Redis and loads the scripts (failing
+    /// fast when Redis is unreachable), and starts the worker thread.
+    pub async fn build(self) -> Result<LockRuntime, LockError> {
+        if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
+            return Err(LockError::InvalidConfig(format!(
+                "default lease {:?} is out of range: use 10ms to 24h",
+                self.default_lease
+            )));
+        }
+        if self.prefix.contains(['{', '}']) {
+            return Err(LockError::InvalidConfig(
+                "the key prefix may not contain `{` or `}` (the runtime adds the hash tag)"
+                    .to_owned(),
+            ));
+        }
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let choice = self.choice.clone();
+        let settings = RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        };
+        std::thread::Builder::new()
+            .name("lock-runtime".to_owned())
+            .spawn(move || worker(choice, settings, ready_tx, stop_rx))
+            .map_err(|e| BackendError::new("cannot start the lock runtime thread", e))?;
+        let parts = ready_rx
+            .await
+            .map_err(|_| BackendError::msg("the lock runtime thread stopped during start-up"))??;
+        Ok(LockRuntime {
+            inner: Arc::new(Inner {
+                describe: match &parts.backend {
+                    Backend::Redis(r) => format!("redis at {}", r.endpoint()),
+                    Backend::Memory(_) => "embedded (in-process) backend".to_owned(),
+                },
+                backend: parts.backend,
+                waiters: parts.waiters,
+                watchdog: parts.watchdog,
+                table: HeldTable::default(),
+                prefix: self.prefix,
+                default_lease: self.default_lease,
+                default_wait: self.default_wait,
+                _stop: stop_tx,
+            }),
+        })
+    }
+}
+
+/// What the worker thread hands back once started.
+struct Parts {
+    backend: Backend,
+    waiters: Arc<Waiters>,
+    watchdog: Arc<Watchdog>,
+}
+
+/// Body of the runtime's thread: start everything, then idle until stopped.
+fn worker(
+    choice: Choice,
+    settings: RedisSettings,
+    ready: oneshot::Sender<Result<Parts, LockError>>,
+    stop: oneshot::Receiver<()>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(
+                BackendError::new("cannot start the lock runtime", e).into()
+            ));
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let (backend, waiters) = match choice {
+            Choice::Memory => {
+                let waiters = Waiters::new(None);
+                let memory = Arc::new(MemoryBackend::new(waiters.clone()));
+                (Backend::Memory(memory), waiters)
+            }
+            Choice::Redis(url) => match redis_backend::connect(&url, &settings).await {
+                Ok(connected) => (Backend::Redis(connected.backend), connected.waiters),
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            },
+        };
+        let watchdog = Arc::new(Watchdog::default());
+        let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
+        tokio::spawn(watchdog::run(watchdog.clone(), backend.clone(), wd_stop_rx));
+        let parts = Parts {
+            backend,
+            waiters,
+            watchdog,
+        };
+        if ready.send(Ok(parts)).is_err() {
+            return;
+        }
+        let _ = stop.await;
+        let _ = wd_stop_tx.send(());
+    });
+}
+
+struct Inner {
+    backend: Backend,
+    waiters: Arc<Waiters>,
+    watchdog: Arc<Watchdog>,
+    table: HeldTable,
+    prefix: String,
+    default_lease: Duration,
+    default_wait: Option<Duration>,
+    describe: String,
+    /// Dropped with the last handle: stops the worker thread.
+    _stop: oneshot::Sender<()>,
+}
+
+/// A handle to a running lock runtime; clones share it.
+///
+/// Build one with [`LockRuntime::builder`], then either use it directly
+/// ([`lock`](Self::lock)) or [`install`](Self::install) it as the global
+/// runtime that `#[distributed_lock]` uses.
+#[derive(Clone)]
+pub struct LockRuntime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LockRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockRuntime")
+            .field("backend", &self.inner.describe)
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot of a runtime's bookkeeping (tests, health checks, benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RuntimeStats {
+    /// Backend holds this runtime has now (nested holds count once).
+    pub held: usize,
+    /// Keys with at least one local waiter (each is one subscription on Redis).
+    pub waiting_keys: usize,
+    /// The watchdog's counters.
+    pub watchdog: WatchdogStats,
+}
+
+impl LockRuntime {
+    /// A builder with the defaults: embedded backend, prefix `"lock:"`, 30 s
+    /// lease, unbounded wait.
+    pub fn builder() -> LockRuntimeBuilder {
+        LockRuntimeBuilder::default()
+    }
+
+    /// Makes this the global runtime used by `#[distributed_lock]` and
+    /// [`lock`]. Once per process: a second call returns
+    /// [`LockError::AlreadyInstalled`] and leaves the first in place.
+    pub fn install(self) -> Result<(), LockError> {
+        GLOBAL.set(self).map_err(|_| LockError::AlreadyInstalled)
+    }
+
+    /// The installed global runtime, or [`LockError::NotInstalled`].
+    pub fn global() -> Result<LockRuntime, LockError> {
+        GLOBAL.get().cloned().ok_or(LockError::NotInstalled)
+    }
+
+    /// A request for the lock `key` on this runtime.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into())
+    }
+
+    /// Deletes the lock `key` whoever holds it, and wakes its waiters; `true`
+    /// when there was a lock. An administrative tool: the holder finds out at
+    /// its next renewal (`Lost`).
+    pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
+        let hash = LockNames::hash(&self.inner.prefix, key);
+        Ok(self.inner.backend.force_unlock(&hash).await?)
+    }
+
+    /// Which backend this runtime uses, for logs: `"redis at host:port"` (no
+    /// credentials) or `"embedded (in-process) backend"`.
+    pub fn describe(&self) -> &str {
+        &self.inner.describe
+    }
+
+    /// Counters of held locks, waiters and renewals.
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            held: self.inner.table.len(),
+            waiting_keys: self.inner.waiters.waiting_keys(),
+            watchdog: self.inner.watchdog.stats(),
+        }
+    }
+
+    /// Backend name of `key` (prefix and hash tag applied), e.g. `lock:{order:1}`.
+    pub fn backend_key(&self, key: &str) -> String {
+        LockNames::hash(&self.inner.prefix, key)
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    pub(crate) fn table(&self) -> &HeldTable {
+        &self.inner.table
+    }
+
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.inner.waiters
+    }
+
+    pub(crate) fn watchdog(&self) -> &Watchdog {
+        &self.inner.watchdog
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    pub(crate) fn default_lease(&self) -> Duration {
+        self.inner.default_lease
+    }
+
+    pub(crate) fn default_wait(&self) -> Option<Duration> {
+        self.inner.default_wait
+    }
+
+    /// Takes a fresh backend hold into the table and the watchdog.
+    pub(crate) fn adopt(&self, held: Arc<HeldLock>, sent_at: Instant) -> LockGuard {
+        let channel_waiting = self.inner.waiters.waiting_keys() > 0;
+        self.inner.table.insert(held.clone());
+        self.inner.watchdog.add(held.clone(), sent_at);
+        if channel_waiting {
+            // Waiters of the same scope may re-enter now instead of waiting
+            // for a release that their own scope would have to make.
+            self.inner.waiters.wake_key(&LockNames::channel(&held.hash));
+        }
+        LockGuard::new(self.clone(), held)
+    }
+}
+
+/// A request for the lock `key` on the global runtime; acquiring it fails
+/// with [`LockError::NotInstalled`] when none is installed.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+/// let guard = lock_runtime::lock("daily-report").acquire().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub fn lock(key: impl Into<String>) -> LockRequest {
+    LockRequest::new(GLOBAL.get().cloned(), key.into())
+}
+
+/// Installs the global runtime from the environment: Redis at `LOCK_REDIS_URL`
+/// or else `REDIS_URL`, or the embedded backend when neither is set. Logs (info)
+/// and returns which; the returned handle is the installed runtime.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// # std::env::remove_var("LOCK_REDIS_URL"); std::env::remove_var("REDIS_URL");
+/// let runtime = lock_runtime::init_from_env().await?;
+/// println!("locks on {}", runtime.describe());
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub async fn init_from_env() -> Result<LockRuntime, LockError> {
+    let url = ["LOCK_REDIS_URL", "REDIS_URL"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()));
+    let builder = match url {
+        Some(url) => LockRuntime::builder().redis(url),
+        None => LockRuntime::builder().memory(),
+    };
+    let runtime = builder.build().await?;
+    runtime.clone().install()?;
+    tracing::info!(backend = %runtime.describe(), "lock runtime installed");
+    Ok(runtime)
+}

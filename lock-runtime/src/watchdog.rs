@@ -1,0 +1,215 @@
+//! The watchdog: one task per runtime that keeps held leases alive.
+//!
+//! Every held lock is registered here. A renewable lock is renewed every
+//! `lease / 3`; locks that fall due close together (within `lease / 6`) are
+//! renewed together, in pipelined batches of up to [`BATCH`] (one round trip
+//! per batch), so ten thousand held locks cost a handful of round trips per
+//! tick. A lock whose renewal finds it gone, or that could not be renewed
+//! before its lease ran out (Redis unreachable), is marked lost, which wakes
+//! its holder. A fixed-lease lock (`watchdog(false)`) is never renewed and is
+//! marked lost when its lease runs out.
+//!
+//! A lock leaves the watchdog before its release is sent. A renewal already in
+//! flight cannot resurrect it either: the renew script only touches a lock
+//! whose hash still records our holder id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::held::HeldLock;
+
+/// Most renewals sent in one pipelined round trip.
+pub(crate) const BATCH: usize = 1000;
+
+/// Pause between renewal attempts while the backend fails.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+struct Entry {
+    lock: Arc<HeldLock>,
+    /// When to renew (or, fixed lease: when to declare it lost).
+    due: Instant,
+    /// Until when the backend surely still has it: the send time of the last
+    /// successful renewal (or the acquire) plus the lease.
+    valid_until: Instant,
+    in_flight: bool,
+}
+
+/// The shared state between lock holders and the watchdog task.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    entries: Mutex<HashMap<u64, Entry>>,
+    changed: Notify,
+    ticks: std::sync::atomic::AtomicU64,
+    round_trips: std::sync::atomic::AtomicU64,
+}
+
+/// Renewal counters, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchdogStats {
+    /// Locks the watchdog watches now.
+    pub tracked: usize,
+    /// Ticks that renewed at least one lock.
+    pub ticks: u64,
+    /// Renewal round trips (pipelined batches) sent so far.
+    pub round_trips: u64,
+}
+
+impl Watchdog {
+    /// Starts watching `lock`, acquired by a request sent at `sent_at`.
+    pub(crate) fn add(&self, lock: Arc<HeldLock>, sent_at: Instant) {
+        let valid_until = sent_at + lock.lease;
+        let due = if lock.renew {
+            sent_at + lock.lease / 3
+        } else {
+            valid_until
+        };
+        let entry = Entry {
+            lock,
+            due,
+            valid_until,
+            in_flight: false,
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.insert(entry.lock.id, entry);
+        drop(entries);
+        self.changed.notify_one();
+    }
+
+    /// Stops watching the lock `id` (it is about to be released).
+    pub(crate) fn remove(&self, id: u64) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.remove(&id);
+    }
+
+    /// Current counters.
+    pub(crate) fn stats(&self) -> WatchdogStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        WatchdogStats {
+            tracked: self
+                .entries
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len(),
+            ticks: self.ticks.load(Relaxed),
+            round_trips: self.round_trips.load(Relaxed),
+        }
+    }
+
+    /// Marks lost what can no longer be valid, and takes out what to renew now.
+    fn collect_due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut due = Vec::new();
+        let mut lost = Vec::new();
+        for (id, entry) in entries.iter_mut() {
+            if entry.in_flight {
+                continue;
+            }
+            if now >= entry.valid_until {
+                lost.push(*id);
+            } else if entry.lock.renew && entry.due <= now + entry.lock.lease / 6 {
+                entry.in_flight = true;
+                due.push(entry.lock.clone());
+            }
+        }
+        for id in lost {
+            if let Some(entry) = entries.remove(&id) {
+                entry.lock.mark_lost();
+            }
+        }
+        let next = entries
+            .values()
+            .filter(|e| !e.in_flight)
+            .map(|e| e.due.min(e.valid_until))
+            .min();
+        (due, next)
+    }
+
+    /// Applies the outcome of one batch sent at `sent_at`.
+    fn settle(&self, batch: &[Arc<HeldLock>], outcome: &[Option<bool>], sent_at: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        for (lock, result) in batch.iter().zip(outcome) {
+            let Some(entry) = entries.get_mut(&lock.id) else {
+                continue; // released meanwhile
+            };
+            entry.in_flight = false;
+            match result {
+                Some(true) => {
+                    entry.valid_until = sent_at + lock.lease;
+                    entry.due = sent_at + lock.lease / 3;
+                }
+                Some(false) => {
+                    entries.remove(&lock.id);
+                    lock.mark_lost();
+                }
+                None => {
+                    // Unknown: retry soon, and give up at valid_until.
+                    let retry = (lock.lease / 10).clamp(RETRY_MIN, RETRY_MAX);
+                    entry.due = (now + retry).min(entry.valid_until);
+                    if now >= entry.valid_until {
+                        entries.remove(&lock.id);
+                        lock.mark_lost();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Earliest `valid_until` among `batch`: a renewal must answer by then.
+    fn deadline_of(&self, batch: &[Arc<HeldLock>]) -> Option<Instant> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        batch
+            .iter()
+            .filter_map(|l| entries.get(&l.id).map(|e| e.valid_until))
+            .min()
+    }
+}
+
+/// The watchdog task; ends when `stop` fires.
+pub(crate) async fn run(
+    watchdog: Arc<Watchdog>,
+    backend: Backend,
+    mut stop: oneshot::Receiver<()>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    loop {
+        let changed = watchdog.changed.notified();
+        let (due, next) = watchdog.collect_due(Instant::now());
+        if due.is_empty() {
+            let sleep_until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                _ = &mut stop => return,
+                () = changed => {}
+                () = tokio::time::sleep_until(sleep_until) => {}
+            }
+            continue;
+        }
+        watchdog.ticks.fetch_add(1, Relaxed);
+        for batch in due.chunks(BATCH) {
+            let sent_at = Instant::now();
+            let deadline = watchdog
+                .deadline_of(batch)
+                .unwrap_or(sent_at + Duration::from_secs(1));
+            watchdog.round_trips.fetch_add(1, Relaxed);
+            let outcome = tokio::select! {
+                _ = &mut stop => return,
+                r = tokio::time::timeout_at(deadline, backend.renew_many(batch)) => match r {
+                    Ok(Ok(results)) => results,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "lock renewal failed; retrying");
+                        vec![None; batch.len()]
+                    }
+                    Err(_) => vec![None; batch.len()],
+                },
+            };
+            watchdog.settle(batch, &outcome, sent_at);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Compile-time tests live in tests/ui.rs.
