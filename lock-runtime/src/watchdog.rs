@@ -48,6 +48,7 @@ pub(crate) struct Watchdog {
     changed: Notify,
     ticks: std::sync::atomic::AtomicU64,
     round_trips: std::sync::atomic::AtomicU64,
+    lost: std::sync::atomic::AtomicU64,
 }
 
 /// Renewal counters, for tests and benchmarks.
@@ -59,6 +60,8 @@ pub struct WatchdogStats {
     pub ticks: u64,
     /// Renewal round trips (pipelined batches) sent so far.
     pub round_trips: u64,
+    /// Locks found lost so far.
+    pub lost: u64,
 }
 
 impl Watchdog {
@@ -99,6 +102,7 @@ impl Watchdog {
                 .len(),
             ticks: self.ticks.load(Relaxed),
             round_trips: self.round_trips.load(Relaxed),
+            lost: self.lost.load(Relaxed),
         }
     }
 
@@ -120,7 +124,7 @@ impl Watchdog {
         }
         for id in lost {
             if let Some(entry) = entries.remove(&id) {
-                entry.lock.mark_lost();
+                self.declare_lost(&entry.lock);
             }
         }
         let next = entries
@@ -147,7 +151,7 @@ impl Watchdog {
                 }
                 Some(false) => {
                     entries.remove(&lock.id);
-                    lock.mark_lost();
+                    self.declare_lost(lock);
                 }
                 None => {
                     // Unknown: retry soon, and give up at valid_until.
@@ -155,11 +159,16 @@ impl Watchdog {
                     entry.due = (now + retry).min(entry.valid_until);
                     if now >= entry.valid_until {
                         entries.remove(&lock.id);
-                        lock.mark_lost();
+                        self.declare_lost(lock);
                     }
                 }
             }
         }
+    }
+
+    fn declare_lost(&self, lock: &HeldLock) {
+        self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock.mark_lost();
     }
 
     /// Earliest `valid_until` among `batch`: a renewal must answer by then.
