@@ -29,7 +29,7 @@ pub enum LockError {
     AlreadyInstalled,
 
     /// The lock was still held by someone else when the wait ran out.
-    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    #[error("timed out after {} ms waiting for lock `{key}`", waited.as_millis())]
     Timeout {
         /// The key as the caller gave it (without the runtime's prefix).
         key: String,

@@ -402,3 +402,35 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// The locked future is `Send` whenever the body is, so annotated
+    /// handlers stay usable with `tokio::spawn` and multi-threaded servers.
+    #[test]
+    fn locked_future_is_send_when_the_body_is() {
+        let request = LockRequest::new(None, "k".to_owned());
+        let fut = with_lock(request, async { Ok::<_, LockError>(1) });
+        assert_send(&fut);
+        let fut = crate::__private::locked(
+            "k".to_owned(),
+            crate::__private::Options::DEFAULT,
+            async { Ok::<_, LockError>(()) },
+        );
+        assert_send(&fut);
+    }
+
+    #[test]
+    fn keys_and_leases_are_checked() {
+        assert!(validate_key("").is_err());
+        assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(validate_key("order:{42}\nnewline").is_ok());
+        assert!(validate_lease(Duration::from_millis(9)).is_err());
+        assert!(validate_lease(Duration::from_secs(24 * 3600 + 1)).is_err());
+        assert!(validate_lease(Duration::from_secs(30)).is_ok());
+    }
+}
