@@ -323,6 +323,24 @@ impl LockRuntime {
         Ok(self.inner.backend.force_unlock(&hash).await?)
     }
 
+    /// One round trip to the backend on the runtime's own connection (a Redis
+    /// `PING`); returns how long it took. For readiness probes, and as the
+    /// unit the benchmarks measure lock costs in.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let rtt = runtime.ping().await?;
+    /// assert!(rtt < std::time::Duration::from_secs(1));
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn ping(&self) -> Result<Duration, LockError> {
+        let start = Instant::now();
+        self.inner.backend.ping().await?;
+        Ok(start.elapsed())
+    }
+
     /// Which backend this runtime uses, for logs: `"redis at host:port"` (no
     /// credentials) or `"embedded (in-process) backend"`.
     pub fn describe(&self) -> &str {

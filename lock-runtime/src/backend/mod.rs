@@ -101,6 +101,14 @@ impl Backend {
         }
     }
 
+    /// One round trip (Redis `PING`; nothing for the embedded store).
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(r) => r.ping().await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// Deletes the lock whoever holds it; `true` when there was one.
     pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
         match self {

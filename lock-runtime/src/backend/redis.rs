@@ -313,6 +313,15 @@ impl RedisBackend {
         })
     }
 
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let mut con = self.con.clone();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed("PING failed", e))?;
+        Ok(())
+    }
+
     pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
         let channel = LockNames::channel(hash);
         let mut con = self.con.clone();
