@@ -416,11 +416,10 @@ mod tests {
         let request = LockRequest::new(None, "k".to_owned());
         let fut = with_lock(request, async { Ok::<_, LockError>(1) });
         assert_send(&fut);
-        let fut = crate::__private::locked(
-            "k".to_owned(),
-            crate::__private::Options::DEFAULT,
-            async { Ok::<_, LockError>(()) },
-        );
+        let fut =
+            crate::__private::locked("k".to_owned(), crate::__private::Options::DEFAULT, async {
+                Ok::<_, LockError>(())
+            });
         assert_send(&fut);
     }
 

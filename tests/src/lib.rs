@@ -212,7 +212,9 @@ impl Kind {
     /// A fresh runtime on this backend. Redis runtimes of one test share the
     /// server and the prefix, like processes sharing a Redis would.
     pub async fn runtime(self, prefix: &str) -> LockRuntime {
-        self.try_runtime(prefix).await.expect("build the lock runtime")
+        self.try_runtime(prefix)
+            .await
+            .expect("build the lock runtime")
     }
 
     /// Like [`runtime`](Self::runtime), returning the error.
@@ -225,7 +227,13 @@ impl Kind {
                     .build()
                     .await
             }
-            Kind::Memory => LockRuntime::builder().memory().key_prefix(prefix).build().await,
+            Kind::Memory => {
+                LockRuntime::builder()
+                    .memory()
+                    .key_prefix(prefix)
+                    .build()
+                    .await
+            }
         }
     }
 

@@ -8,11 +8,18 @@ use lock_tests::{redis, unique, RedisServer};
 
 #[tokio::test]
 async fn malformed_url_is_invalid_config_without_echoing_it() {
-    for url in ["http://user:hunter2@127.0.0.1:6379", "redis://user:hunter2@[::1", "hunter2"] {
+    for url in [
+        "http://user:hunter2@127.0.0.1:6379",
+        "redis://user:hunter2@[::1",
+        "hunter2",
+    ] {
         let err = LockRuntime::builder().redis(url).build().await.unwrap_err();
         assert!(matches!(err, LockError::InvalidConfig(_)), "{url}: {err:?}");
         let shown = format!("{err} {err:?}");
-        assert!(shown.contains("redis://"), "message should show the expected shape: {shown}");
+        assert!(
+            shown.contains("redis://"),
+            "message should show the expected shape: {shown}"
+        );
         assert!(!shown.contains("hunter2"), "secret leaked: {shown}");
     }
 }
@@ -32,7 +39,11 @@ async fn unreachable_redis_fails_fast_and_names_the_address_not_the_password() {
         .build()
         .await
         .unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
     let shown = format!("{err} {err:?}");
     assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
@@ -56,8 +67,15 @@ async fn wrong_password_is_a_backend_error_without_the_password() {
 async fn runtime_debug_and_describe_hide_credentials() {
     let builder = LockRuntime::builder().redis("redis://app:hunter2@127.0.0.1:6379");
     assert!(!format!("{builder:?}").contains("hunter2"));
-    let runtime = LockRuntime::builder().redis(redis().url()).build().await.unwrap();
-    assert_eq!(runtime.describe(), format!("redis at 127.0.0.1:{}", redis().port()));
+    let runtime = LockRuntime::builder()
+        .redis(redis().url())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.describe(),
+        format!("redis at 127.0.0.1:{}", redis().port())
+    );
 }
 
 #[tokio::test]
@@ -80,6 +98,11 @@ async fn bad_keys_and_leases_are_refused_before_any_round_trip() {
         .await
         .unwrap_err();
     assert!(matches!(lease, LockError::InvalidConfig(_)), "{lease}");
-    let prefix = LockRuntime::builder().memory().key_prefix("a{b").build().await.unwrap_err();
+    let prefix = LockRuntime::builder()
+        .memory()
+        .key_prefix("a{b")
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(prefix, LockError::InvalidConfig(_)), "{prefix}");
 }

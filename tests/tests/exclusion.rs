@@ -70,7 +70,10 @@ async fn join_of_two_top_level_calls_excludes(kind: Kind) {
     a.unwrap();
     b.unwrap();
     assert_eq!(occupancy.max(), 1);
-    assert!(start.elapsed() >= Duration::from_millis(200), "the arms overlapped");
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "the arms overlapped"
+    );
 }
 
 /// Three OS processes each add 100 to a Redis counter with GET then SET under
@@ -84,7 +87,14 @@ async fn counter_is_exact_across_three_processes() {
     for _ in 0..3 {
         children.push(
             tokio::process::Command::new(contender_bin!())
-                .args([&server.url(), &prefix, "count", "shared", &counter_key, "100"])
+                .args([
+                    &server.url(),
+                    &prefix,
+                    "count",
+                    "shared",
+                    &counter_key,
+                    "100",
+                ])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()

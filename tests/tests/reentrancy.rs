@@ -105,7 +105,10 @@ async fn spawned_task_with_inherit_reenters(kind: Kind) {
     .unwrap();
     // The parent is done; the child still holds the key.
     let stranger = peer.lock("job").try_acquire().await.unwrap();
-    assert!(stranger.is_none(), "lock freed while the inheriting child held it");
+    assert!(
+        stranger.is_none(),
+        "lock freed while the inheriting child held it"
+    );
     release_child.send(()).unwrap();
     let child_token = child.await.unwrap().unwrap();
     assert_eq!(child_token, parent_token);
@@ -128,8 +131,10 @@ async fn fencing_tokens_increase_across_holders_and_match_in_nests(kind: Kind) {
         let rt = if round % 2 == 0 { &first } else { &second };
         let (outer, inner) = with_lock(rt.lock("ledger"), async {
             let outer = fence().unwrap();
-            let inner = with_lock(rt.lock("ledger"), async { Ok::<_, LockError>(fence().unwrap()) })
-                .await?;
+            let inner = with_lock(rt.lock("ledger"), async {
+                Ok::<_, LockError>(fence().unwrap())
+            })
+            .await?;
             Ok::<_, LockError>((outer, inner))
         })
         .await

@@ -32,7 +32,11 @@ async fn wait_timeout_returns_timeout_within_ten_percent(kind: Kind) {
     }
     assert!(took >= wait, "gave up early: {took:?}");
     assert!(took <= wait + wait / 10, "gave up late: {took:?}");
-    assert_eq!(waiter.stats().waiting_keys, 0, "the waiter left its registration behind");
+    assert_eq!(
+        waiter.stats().waiting_keys,
+        0,
+        "the waiter left its registration behind"
+    );
 }
 
 /// `wait(ZERO)` tries once: a held lock gives `Timeout` at once.
@@ -87,7 +91,10 @@ async fn release_wakes_waiter_without_waiting_for_the_lease(kind: Kind) {
     let (acquired, new_token) = task.await.unwrap();
     let handoff = acquired - released;
     println!("{kind:?}: handoff after release took {handoff:?}");
-    assert!(handoff < Duration::from_millis(200), "woken late: {handoff:?}");
+    assert!(
+        handoff < Duration::from_millis(200),
+        "woken late: {handoff:?}"
+    );
     assert!(new_token > token);
 }
 
@@ -100,7 +107,11 @@ async fn many_waiters_each_get_the_lock_once(kind: Kind) {
     let first = runtime.lock("q").acquire().await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..20 {
-        let rt = if i % 2 == 0 { runtime.clone() } else { peer.clone() };
+        let rt = if i % 2 == 0 {
+            runtime.clone()
+        } else {
+            peer.clone()
+        };
         tasks.push(tokio::spawn(async move {
             let g = rt.lock("q").wait(Duration::from_secs(20)).acquire().await?;
             tokio::task::yield_now().await;

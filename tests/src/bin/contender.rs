@@ -43,7 +43,10 @@ async fn main() -> Result<(), Error> {
             for _ in 0..n {
                 let mut con = con.clone();
                 with_lock(runtime.lock(key.as_str()), async {
-                    let value: u64 = con.get::<_, Option<u64>>(counter.as_str()).await?.unwrap_or(0);
+                    let value: u64 = con
+                        .get::<_, Option<u64>>(counter.as_str())
+                        .await?
+                        .unwrap_or(0);
                     tokio::task::yield_now().await;
                     let () = con.set(counter.as_str(), value + 1).await?;
                     Ok::<_, Error>(())
