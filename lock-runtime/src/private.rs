@@ -31,13 +31,24 @@ impl Options {
     };
 }
 
+/// `E: From<LockError>`, with an error message that says what to do when a
+/// `#[distributed_lock]` fn's error type lacks it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold a `LockError`, so a #[distributed_lock] fn cannot return it as its error type",
+    label = "this error type has no `From<LockError>`",
+    note = "use an error type with `impl From<LockError>` (thiserror: `#[from] LockError`), `anyhow::Error`, or `LockError`"
+)]
+pub trait FromLockError: From<LockError> {}
+
+impl<E: From<LockError>> FromLockError for E {}
+
 /// Runs `body` holding the lock `key` on the global runtime (re-entering the
 /// caller's owner scope when there is one). Lock failures come back as
 /// `Err(E::from(LockError))`.
 pub async fn locked<T, E, F>(key: String, options: Options, body: F) -> Result<T, E>
 where
     F: core::future::Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    E: FromLockError,
 {
     let runtime = match LockRuntime::global() {
         Ok(runtime) => runtime,

@@ -66,6 +66,8 @@ pub struct LockRuntimeBuilder {
     default_wait: Option<Duration>,
     connect_timeout: Duration,
     response_timeout: Duration,
+    tls_root_ca: Option<Vec<u8>>,
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for LockRuntimeBuilder {
@@ -92,6 +94,8 @@ impl Default for LockRuntimeBuilder {
             default_wait: None,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            tls_root_ca: None,
+            tls_client: None,
         }
     }
 }
@@ -142,6 +146,26 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// Trusts this CA (PEM) for `rediss://` instead of the system's roots:
+    /// for servers with certificates from a private CA. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate chain and private key (both PEM) for
+    /// mutual TLS. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Starts the runtime: connects to Redis and loads the scripts (failing
     /// fast when Redis is unreachable), and starts the worker thread.
     pub async fn build(self) -> Result<LockRuntime, LockError> {
@@ -163,6 +187,8 @@ impl LockRuntimeBuilder {
         let settings = RedisSettings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            tls_root_ca: self.tls_root_ca.clone(),
+            tls_client: self.tls_client.clone(),
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())

@@ -50,11 +50,19 @@ pub(crate) enum Backend {
     Memory(Arc<memory::MemoryBackend>),
 }
 
-/// Backend names of one lock. The user's key goes inside a `{hash tag}` so that
-/// the hash, the fence counter and the channel of one lock land on one
-/// Redis Cluster slot; the suffixes of the fence key and the channel can never
-/// end in `}`, while a lock name always does, so no user key can name another
-/// lock's fence or channel.
+/// Backend names of one lock.
+///
+/// The user's key goes inside a `{hash tag}`: `<prefix>{<key>}`, with
+/// `:fence` and `:released` appended for the fence counter and the channel.
+/// - No collisions: a lock name always ends in `}` and the other two never do,
+///   and the prefix may not contain braces, so every name maps back to exactly
+///   one key and role.
+/// - One cluster slot: Redis hashes the text between the first `{` and the
+///   next `}`, which lies inside the common start `<prefix>{<key>}` of all
+///   three names. Only a key starting with `}` would make that text empty (and
+///   Redis then hashes whole names, splitting the lock across slots), so a key
+///   starting with `}` or with the escape `\` gets one `\` in front:
+///   `}x` → `{\}x}`, `\x` → `{\\x}`. That keeps the mapping one-to-one.
 pub(crate) struct LockNames;
 
 impl LockNames {
@@ -63,6 +71,9 @@ impl LockNames {
         let mut name = String::with_capacity(prefix.len() + key.len() + 2);
         name.push_str(prefix);
         name.push('{');
+        if key.starts_with(['}', '\\']) {
+            name.push('\\');
+        }
         name.push_str(key);
         name.push('}');
         name
@@ -140,6 +151,36 @@ impl Backend {
                 .iter()
                 .map(|l| Some(m.renew(&l.hash, &l.holder, l.lease)))
                 .collect()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::LockNames;
+
+    #[test]
+    fn names_share_a_nonempty_hash_tag_and_never_collide() {
+        let keys = [
+            "a", "a}:fence", "}", "}x", "\\}x", "\\x", "x{y}z", "{", "a:fence", "\n",
+        ];
+        let mut names = std::collections::HashSet::new();
+        for key in keys {
+            let hash = LockNames::hash("lock:", key);
+            let fence = LockNames::fence(&hash);
+            let channel = LockNames::channel(&hash);
+            for name in [&hash, &fence, &channel] {
+                assert!(names.insert(name.clone()), "{name} named twice");
+                let open = name.find('{').unwrap();
+                let close = open + 1 + name[open + 1..].find('}').unwrap();
+                assert!(close > open + 1, "empty hash tag in {name}");
+                assert_eq!(
+                    &name[..=close],
+                    &hash[..=close],
+                    "{name}: other slot than {hash}"
+                );
+            }
         }
     }
 }

@@ -86,10 +86,75 @@ impl Scripts {
 type ReleaseJob = (String, String);
 
 /// Connection settings the builder passes in.
-#[derive(Clone, Debug)]
+#[derive(Clone, Default)]
 pub(crate) struct RedisSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM of a private CA to trust instead of the system roots (`rediss://`).
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM certificate chain and key for mutual TLS.
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Makes the client, with TLS settings when the URL asks for TLS.
+fn client_for(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    let tls = url_is_tls(&info);
+    if !tls {
+        return redis::Client::open(info)
+            .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()));
+    }
+    tls_client(info, settings)
+}
+
+fn url_is_tls(info: &redis::ConnectionInfo) -> bool {
+    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    // rustls needs a process-wide crypto provider; another part of the
+    // program may have installed one already, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if settings.tls_root_ca.is_none() && settings.tls_client.is_none() {
+        return redis::Client::open(info)
+            .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()));
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: settings
+            .tls_client
+            .clone()
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: settings.tls_root_ca.clone(),
+    };
+    redis::Client::build_with_tls(info, certificates).map_err(|e| {
+        LockError::InvalidConfig(format!(
+            "unusable TLS certificates (PEM expected): {}",
+            e.detail().unwrap_or("could not parse them")
+        ))
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(
+    _info: redis::ConnectionInfo,
+    _settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    Err(LockError::InvalidConfig(
+        "rediss:// (TLS) needs the `tls` feature of lock-runtime: \
+         lock-runtime = { version = \"…\", features = [\"tls\"] }"
+            .to_owned(),
+    ))
 }
 
 /// Handle to the Redis backend of one runtime (cheap to clone).
@@ -139,8 +204,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
 pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Connected, LockError> {
     let info = parse_url(url)?;
     let endpoint: Arc<str> = info.addr().to_string().into();
-    let client = redis::Client::open(info)
-        .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()))?;
+    let client = client_for(info, settings)?;
 
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
     let waiters = Waiters::new(Some(sub_tx));

@@ -1,0 +1,453 @@
+//! The attribute's arguments: `key = "order:<id>", lease = "30s", …` → [`Args`].
+//!
+//! Parsing happens in two passes so that one mistake does not hide the next: the list is
+//! first split into `name = value` pairs (only a broken list stops here), then every pair is
+//! checked on its own and all the errors are combined. The key template is kept as a string
+//! literal here; it is checked against the fn's parameters later, in `template.rs`, once the
+//! fn has been parsed.
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+
+use crate::duration;
+use crate::suggest;
+
+/// Every argument name, in the order the docs present them.
+const NAMES: [&str; 6] = ["key", "lease", "wait", "watchdog", "on_lost", "crate"];
+
+/// Names users reach for that mean one of ours.
+const SYNONYMS: [(&str, &str); 8] = [
+    ("name", "key"),
+    ("lock", "key"),
+    ("ttl", "lease"),
+    ("expire", "lease"),
+    ("timeout", "wait"),
+    ("wait_timeout", "wait"),
+    ("renew", "watchdog"),
+    ("krate", "crate"),
+];
+
+/// The longest lease accepted: a lock held for more than a day is almost surely a unit mistake.
+/// Same bound as the runtime's `MAX_LEASE`.
+const MAX_LEASE_MILLIS: u64 = 24 * 3_600_000;
+
+/// The shortest lease accepted, as the runtime's `MIN_LEASE`: the watchdog renews every
+/// third of the lease, and a shorter period would only spin.
+const MIN_LEASE_MILLIS: u64 = 10;
+
+/// The checked arguments of one `#[distributed_lock(...)]`.
+#[derive(Default)]
+pub(crate) struct Args {
+    /// `key = "…"`: the template text, spanned at the literal (`None` only after an error).
+    pub key: Option<LitStr>,
+    /// `lease = …`; `None` leaves the runtime default.
+    pub lease: Option<DurationArg>,
+    /// `wait = …`; `None` leaves the runtime default.
+    pub wait: Option<DurationArg>,
+    /// `watchdog = false`; `None` leaves the runtime default (on).
+    pub watchdog: Option<bool>,
+    /// `on_lost = "…"`; `None` leaves the runtime default (abort).
+    pub on_lost: Option<OnLost>,
+    /// `crate = "path"`; `None` means `::lock_runtime`.
+    pub krate: Option<Path>,
+}
+
+/// A duration argument.
+pub(crate) enum DurationArg {
+    /// A string literal checked at compile time, in milliseconds.
+    Millis(u64, Span),
+    /// Any other expression, which must have type `Duration` (`lease = LEASE`).
+    Expr(Box<Expr>),
+}
+
+/// `on_lost = "abort" | "continue"`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OnLost {
+    /// Drop the body at its next await and return `Err(LockError::Lost)`.
+    Abort,
+    /// Let the body finish; the loss is logged.
+    Continue,
+}
+
+/// One `name = value` pair, before its value is checked.
+struct Pair {
+    name: Ident,
+    value: Expr,
+}
+
+impl Parse for Pair {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Pair> {
+        // `parse_any` so that `crate` is accepted as a name.
+        let name = Ident::parse_any(input)?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!(
+                    "expected `{name} = …`: every argument of #[distributed_lock] takes a value"
+                ),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let value = input.parse()?;
+        Ok(Pair { name, value })
+    }
+}
+
+/// The pairs of an attribute, as written.
+struct Pairs(Punctuated<Pair, Token![,]>);
+
+impl Parse for Pairs {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Pairs> {
+        Punctuated::parse_terminated(input).map(Pairs)
+    }
+}
+
+/// Adds `error` to `errors`.
+pub(crate) fn push(errors: &mut Option<syn::Error>, error: syn::Error) {
+    match errors {
+        Some(errors) => errors.combine(error),
+        None => *errors = Some(error),
+    }
+}
+
+impl Args {
+    /// Parses and checks the tokens inside `#[distributed_lock(...)]`. Every bad argument is
+    /// added to `errors` and the good ones are still returned, so the key can be checked
+    /// against the fn even when, say, `lease` is wrong. `attr_span` is where to point when
+    /// `key` is missing.
+    pub(crate) fn parse(
+        tokens: proc_macro2::TokenStream,
+        attr_span: Span,
+        errors: &mut Option<syn::Error>,
+    ) -> Args {
+        let mut args = Args::default();
+        let pairs = match syn::parse2::<Pairs>(tokens) {
+            Ok(Pairs(pairs)) => pairs,
+            Err(error) => {
+                push(errors, error);
+                return args;
+            }
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for Pair { name, value } in pairs {
+            let text = name.to_string();
+            if seen.contains(&text) {
+                push(
+                    errors,
+                    syn::Error::new(
+                        name.span(),
+                        format!("duplicate argument `{text}`: give it once"),
+                    ),
+                );
+                continue;
+            }
+            seen.push(text.clone());
+            let checked = match text.as_str() {
+                "key" => string(&value, "key", "\"order:<id>\"").map(|lit| args.key = Some(lit)),
+                "lease" => lease_arg(value).map(|arg| args.lease = Some(arg)),
+                "wait" => duration_arg(value, "wait").map(|arg| args.wait = Some(arg)),
+                "watchdog" => bool_arg(&value, "watchdog").map(|b| args.watchdog = Some(b)),
+                "on_lost" => on_lost_arg(&value).map(|o| args.on_lost = Some(o)),
+                "crate" => crate_arg(value).map(|p| args.krate = Some(p)),
+                _ => Err(unknown(&name)),
+            };
+            if let Err(error) = checked {
+                push(errors, error);
+            }
+        }
+        if !seen.iter().any(|name| name == "key") {
+            push(
+                errors,
+                syn::Error::new(
+                    attr_span,
+                    "missing `key`: #[distributed_lock] needs the lock's name, \
+                     as in #[distributed_lock(key = \"order:<id>\")]",
+                ),
+            );
+        }
+        args
+    }
+}
+
+/// The error for an argument name we do not know, with the closest one when there is one.
+fn unknown(name: &Ident) -> syn::Error {
+    let text = name.to_string();
+    let near = SYNONYMS
+        .iter()
+        .find(|(synonym, _)| *synonym == text)
+        .map(|(_, ours)| *ours)
+        .or_else(|| suggest::closest(&text, NAMES));
+    let mut message = format!("unknown argument `{text}`");
+    match near {
+        Some(near) => message.push_str(&format!("; did you mean `{near}`?")),
+        None => {
+            let all: Vec<String> = NAMES.iter().map(|n| format!("`{n}`")).collect();
+            message.push_str(&format!("; the arguments are {}", all.join(", ")));
+        }
+    }
+    syn::Error::new(name.span(), message)
+}
+
+/// The string literal `value`, or an error showing `example`.
+fn string(value: &Expr, name: &str, example: &str) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit.clone()),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{name}` takes a string literal, as in `{name} = {example}`"),
+        )),
+    }
+}
+
+/// `lease = …`: a duration that is neither zero nor longer than a day.
+fn lease_arg(value: Expr) -> syn::Result<DurationArg> {
+    let arg = duration_arg(value, "lease")?;
+    if let DurationArg::Millis(millis, span) = arg {
+        if millis == 0 {
+            return Err(syn::Error::new(
+                span,
+                "`lease` must be longer than zero: it is how long the lock outlives a crashed holder",
+            ));
+        }
+        if millis < MIN_LEASE_MILLIS {
+            return Err(syn::Error::new(
+                span,
+                format!(
+                    "`lease` of {} is shorter than the 10ms minimum: the watchdog renews the lease \
+                     every third of it",
+                    duration::display_millis(millis)
+                ),
+            ));
+        }
+        if millis > MAX_LEASE_MILLIS {
+            return Err(syn::Error::new(
+                span,
+                format!(
+                    "`lease` of {} is longer than the 24h limit; the watchdog keeps a short lease \
+                     alive for as long as the body runs, so a few seconds is usual",
+                    duration::display_millis(millis)
+                ),
+            ));
+        }
+    }
+    Ok(arg)
+}
+
+/// A duration argument: a string literal parsed now, or an expression of type `Duration`.
+fn duration_arg(value: Expr, name: &str) -> syn::Result<DurationArg> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => duration::parse_millis(&lit.value())
+            .map(|millis| DurationArg::Millis(millis, lit.span()))
+            .map_err(|message| syn::Error::new(lit.span(), format!("`{name}`: {message}"))),
+        Expr::Lit(ExprLit { lit, .. }) => {
+            let hint = match &lit {
+                Lit::Int(int) => format!(
+                    "; a bare number has no unit: write `{name} = \"{}s\"` or `\"{}ms\"`",
+                    int.base10_digits(),
+                    int.base10_digits()
+                ),
+                _ => String::new(),
+            };
+            Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{name}` takes a duration: a string such as `{name} = \"5s\"` ({}), \
+                     or an expression of type `Duration`{hint}",
+                    duration::ACCEPTED
+                ),
+            ))
+        }
+        expr => Ok(DurationArg::Expr(Box::new(expr))),
+    }
+}
+
+/// `watchdog = true | false`.
+fn bool_arg(value: &Expr, name: &str) -> syn::Result<bool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(lit),
+            ..
+        }) => Ok(lit.value),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{name}` takes `true` or `false`"),
+        )),
+    }
+}
+
+/// `on_lost = "abort" | "continue"`.
+fn on_lost_arg(value: &Expr) -> syn::Result<OnLost> {
+    let expected =
+        "`on_lost` takes \"abort\" (drop the body and return `Err(LockError::Lost)`, the default) \
+                    or \"continue\" (let the body finish and log the loss)";
+    let lit = string(value, "on_lost", "\"abort\"")
+        .map_err(|error| syn::Error::new(error.span(), expected))?;
+    match lit.value().as_str() {
+        "abort" => Ok(OnLost::Abort),
+        "continue" => Ok(OnLost::Continue),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!("unknown `on_lost` value \"{other}\": {expected}"),
+        )),
+    }
+}
+
+/// `crate = "path"` (also accepted unquoted: `crate = my_locks`).
+fn crate_arg(value: Expr) -> syn::Result<Path> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => lit.parse::<Path>().map_err(|_| {
+            syn::Error::new(
+                lit.span(),
+                "`crate` takes the path of the lock_runtime crate, as in `crate = \"my_locks\"`",
+            )
+        }),
+        Expr::Path(path) if path.qself.is_none() && path.attrs.is_empty() => Ok(path.path),
+        other => Err(syn::Error::new(
+            other.span(),
+            "`crate` takes the path of the lock_runtime crate, as in `crate = \"my_locks\"`",
+        )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
+        let mut errors = None;
+        let args = Args::parse(tokens, Span::call_site(), &mut errors);
+        errors.map_or(Ok(args), Err)
+    }
+
+    fn errors(tokens: proc_macro2::TokenStream) -> Vec<String> {
+        match parse(tokens) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_argument_is_read() {
+        let args = parse(quote!(
+            key = "order:<id>",
+            lease = "1m30s",
+            wait = "0s",
+            watchdog = false,
+            on_lost = "continue",
+            crate = "::my_locks",
+        ))
+        .unwrap();
+        assert_eq!(args.key.unwrap().value(), "order:<id>");
+        assert!(matches!(args.lease, Some(DurationArg::Millis(90_000, _))));
+        assert!(matches!(args.wait, Some(DurationArg::Millis(0, _))));
+        assert_eq!(args.watchdog, Some(false));
+        assert_eq!(args.on_lost, Some(OnLost::Continue));
+        let krate = args.krate.unwrap();
+        assert_eq!(quote!(#krate).to_string(), quote!(::my_locks).to_string());
+    }
+
+    #[test]
+    fn only_key_is_required() {
+        let args = parse(quote!(key = "k")).unwrap();
+        assert!(args.lease.is_none() && args.wait.is_none() && args.krate.is_none());
+        assert!(args.watchdog.is_none() && args.on_lost.is_none());
+    }
+
+    #[test]
+    fn durations_may_be_expressions() {
+        let args = parse(quote!(
+            key = "k",
+            lease = LEASE,
+            wait = Duration::from_secs(1)
+        ))
+        .unwrap();
+        assert!(matches!(args.lease, Some(DurationArg::Expr(_))));
+        assert!(matches!(args.wait, Some(DurationArg::Expr(_))));
+    }
+
+    #[test]
+    fn crate_may_be_unquoted() {
+        let args = parse(quote!(key = "k", crate = my::locks)).unwrap();
+        let krate = args.krate.unwrap();
+        assert_eq!(quote!(#krate).to_string(), quote!(my::locks).to_string());
+    }
+
+    #[test]
+    fn missing_key_is_an_error() {
+        assert!(errors(quote!(lease = "1s"))[0].contains("missing `key`"));
+        assert!(errors(quote!())[0].contains("missing `key`"));
+    }
+
+    #[test]
+    fn all_mistakes_are_reported_together() {
+        let found = errors(quote!(
+            key = "k",
+            lease = "0s",
+            wait = 5,
+            watchdog = "no",
+            on_lost = "retry",
+            leese = "1s",
+            key = "j"
+        ));
+        assert_eq!(found.len(), 6, "{found:?}");
+        assert!(found[0].contains("longer than zero"));
+        assert!(found[1].contains("a bare number has no unit: write `wait = \"5s\"`"));
+        assert!(found[2].contains("`true` or `false`"));
+        assert!(found[3].contains("unknown `on_lost` value \"retry\""));
+        assert!(found[4].contains("unknown argument `leese`; did you mean `lease`?"));
+        assert!(found[5].contains("duplicate argument `key`"));
+    }
+
+    #[test]
+    fn absurd_leases_are_refused() {
+        assert!(errors(quote!(key = "k", lease = "25h"))[0]
+            .contains("25h is longer than the 24h limit"));
+        assert!(errors(quote!(key = "k", lease = "24h")).is_empty());
+        assert!(
+            errors(quote!(key = "k", lease = "9ms"))[0].contains("shorter than the 10ms minimum")
+        );
+        assert!(errors(quote!(key = "k", lease = "10ms")).is_empty());
+    }
+
+    #[test]
+    fn bad_duration_strings_name_the_units() {
+        let found = errors(quote!(key = "k", wait = "5 sec"));
+        assert!(
+            found[0].starts_with("`wait`: invalid duration \"5 sec\""),
+            "{found:?}"
+        );
+        assert!(found[0].contains("accepted units are"), "{found:?}");
+    }
+
+    #[test]
+    fn unknown_names_suggest_or_list() {
+        assert!(errors(quote!(key = "k", timeout = "1s"))[0].contains("did you mean `wait`?"));
+        let found = errors(quote!(key = "k", colour = "red"));
+        assert!(
+            found[0].contains("the arguments are `key`, `lease`"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_name_without_value_is_a_syntax_error() {
+        assert!(errors(quote!(key))[0].contains("expected `key = …`"));
+    }
+
+    #[test]
+    fn key_must_be_a_string() {
+        assert!(errors(quote!(key = 42))[0].contains("`key` takes a string literal"));
+    }
+}

@@ -1,0 +1,317 @@
+//! The `#[distributed_lock]` attribute. Use it through `lock_runtime`, which re-exports it
+//! and provides everything the expanded code calls.
+//!
+//! The attribute turns an `async fn` into one that runs its body holding a distributed lock.
+//! Its arguments are checked at compile time: the key template against the fn's parameters,
+//! durations against their syntax, the fn against the shapes that can hold a lock (`async`,
+//! returning a `Result` whose error can carry a `LockError`). Each mistake is a compile error
+//! at the offending token, and all of them are reported at once.
+//!
+//! # What it expands to
+//!
+//! Only the body changes. This:
+//!
+//! ```
+//! # use lock_runtime::distributed_lock;
+//! # struct Receipt; #[derive(Debug)] struct AppError;
+//! # impl From<lock_runtime::LockError> for AppError { fn from(_: lock_runtime::LockError) -> Self { AppError } }
+//! #[distributed_lock(key = "order:<id>", lease = "30s")]
+//! pub async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> {
+//!     // body
+//! #   let _ = amount;
+//!     Ok(Receipt)
+//! }
+//! ```
+//!
+//! expands to (generated bindings are hygienic; the names here are for reading):
+//!
+//! ```
+//! # struct Receipt; #[derive(Debug)] struct AppError;
+//! # impl From<lock_runtime::LockError> for AppError { fn from(_: lock_runtime::LockError) -> Self { AppError } }
+//! pub async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> {
+//!     ::lock_runtime::__private::locked(
+//!         // The key borrows the arguments: nothing is cloned or moved yet.
+//!         ::std::format!("order:{}", id),
+//!         ::lock_runtime::__private::Options {
+//!             lease: ::core::option::Option::Some(
+//!                 ::lock_runtime::__private::Duration::from_millis(30000u64),
+//!             ),
+//!             ..::lock_runtime::__private::Options::DEFAULT
+//!         },
+//!         async move {
+//!             // Never taken: fixes the block's output type before the body is checked,
+//!             // so `?` converts errors into `AppError` with no annotation.
+//!             if let ::core::option::Option::Some(__lock_ret) =
+//!                 ::core::option::Option::None::<Result<Receipt, AppError>>
+//!             {
+//!                 return __lock_ret;
+//!             }
+//!             // Take every argument, as a native `async fn` does: they drop at the end of
+//!             // the body, in reverse order, while the lock is still held.
+//!             let id = id;
+//!             let amount = amount;
+//!             {
+//!                 // body
+//! #               let _ = (id, amount);
+//!                 Ok(Receipt)
+//!             }
+//!         },
+//!     )
+//!     .await
+//! }
+//! ```
+//!
+//! Attributes, doc comments, visibility, generics, `where` clauses and the signature are kept
+//! (only `mut` on a by-value parameter moves to its rebinding in the body). The body's
+//! `return` and `?` return from the `async move` block, which is the body future, so they
+//! work as in the original fn. Nothing is allocated besides the key string: the body future
+//! is not boxed, and it is `Send` exactly when the original fn's future was.
+//!
+//! Inside an `#[async_trait]` impl, async-trait expands first and hands the attribute a
+//! method whose body is `Box::pin(async move { … })`; the attribute then runs that inner
+//! future under the lock (`Box::pin(async move { locked(key, options, inner).await })`).
+//!
+//! On any error, the original item is emitted unchanged next to the `compile_error!`s, so
+//! code that calls the fn does not add "cannot find function" errors to the real ones.
+//!
+//! # Layout
+//!
+//! `args.rs` parses the arguments into `Args`; `item.rs` parses the fn (signature only; the
+//! body stays raw tokens, so a typo in it is reported by rustc at the typo) and checks its
+//! shape; `template.rs` parses the key and checks it against the parameters; `duration.rs`
+//! parses `"1m30s"`; `expand.rs` writes the new fn; `suggest.rs` finds "did you mean" names.
+
+use proc_macro::TokenStream;
+use quote::ToTokens;
+
+mod args;
+mod duration;
+mod expand;
+mod item;
+mod suggest;
+mod template;
+
+/// Runs an `async fn`'s body holding a distributed lock named by its arguments.
+///
+/// Each call waits for the lock `key`, runs the body while a watchdog keeps the lease alive,
+/// then releases it (also when the call is cancelled or panics). A nested call awaited inside
+/// the body that asks for a key this call already holds re-enters it instead of waiting.
+/// When the lock cannot be taken or is lost, the fn returns `Err(E::from(LockError))`, so
+/// the fn must return a `Result<T, E>` with `E: From<LockError>`: `LockError` itself,
+/// `anyhow::Error`, or your error type with a `#[from] LockError` variant. The runtime must
+/// be installed first (`LockRuntime::builder()…build().await?.install()?`).
+///
+/// # Arguments
+///
+/// | argument | value | default |
+/// |---|---|---|
+/// | `key` | template: text with `<param>` / `<param.field>` placeholders (required) | — |
+/// | `lease` | `"30s"`, `"1m30s"`, `"500ms"`; or an expression of type `Duration` | runtime's (30 s) |
+/// | `wait` | same; `"0s"` tries once | runtime's (unbounded) |
+/// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
+/// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it | `"abort"` |
+/// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
+///
+/// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
+/// `<pair.0>` and `<self.tenant>` follow fields. The key is built from references before the
+/// body runs, so no argument is cloned or moved. `<<` is a literal `<`; `{`, `}` and `>` are
+/// literal text. A placeholder must start at a named parameter (not a binding inside a
+/// destructuring pattern).
+///
+/// **Durations** are checked at compile time: units `ms`, `s`, `m`, `h`, combined from the
+/// largest (`"1h30m"`, `"1s500ms"`). A lease is between 10ms and 24h.
+///
+/// # Examples
+///
+/// A key from a parameter, a lease and a bounded wait; a nested call on the same key
+/// re-enters:
+///
+/// ```
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[distributed_lock(key = "order:<id>", lease = "30s", wait = "5s")]
+/// async fn pay(id: u64, amount: u64) -> Result<u64, LockError> {
+///     let refunded = refund(id).await?; // same key, inside the body: re-enters
+///     Ok(amount - refunded)
+/// }
+///
+/// #[distributed_lock(key = "order:<id>")]
+/// async fn refund(id: u64) -> Result<u64, LockError> {
+///     Ok(id % 10)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     assert_eq!(pay(42, 100).await?, 98);
+///     Ok(())
+/// }
+/// ```
+///
+/// Fields of arguments and of `self`, your own error type, and `?` inside the body:
+///
+/// ```
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     Parse(std::num::ParseIntError),
+/// }
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self { AppError::Lock(e) }
+/// }
+/// impl From<std::num::ParseIntError> for AppError {
+///     fn from(e: std::num::ParseIntError) -> Self { AppError::Parse(e) }
+/// }
+///
+/// struct Request { order_id: u64, quantity: String }
+/// struct Shop { tenant: String }
+///
+/// impl Shop {
+///     #[distributed_lock(key = "<self.tenant>:order:<req.order_id>")]
+///     async fn reserve(&self, req: &Request) -> Result<u64, AppError> {
+///         let quantity: u64 = req.quantity.parse()?; // ParseIntError -> AppError
+///         Ok(quantity)
+///     }
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), AppError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     let shop = Shop { tenant: "acme".into() };
+///     let req = Request { order_id: 7, quantity: "3".into() };
+///     assert_eq!(shop.reserve(&req).await?, 3);
+///     assert!(matches!(
+///         shop.reserve(&Request { order_id: 7, quantity: "x".into() }).await,
+///         Err(AppError::Parse(_))
+///     ));
+///     Ok(())
+/// }
+/// ```
+///
+/// `wait = "0s"` tries once; a busy lock is `Err(LockError::Timeout)`. `watchdog = false`
+/// keeps a fixed lease, and `on_lost = "continue"` lets the body finish if the lock is lost:
+///
+/// ```
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[distributed_lock(key = "report", wait = "0s")]
+/// async fn try_report() -> Result<&'static str, LockError> {
+///     Ok("done")
+/// }
+///
+/// #[distributed_lock(key = "report", lease = "2s", watchdog = false, on_lost = "continue")]
+/// async fn report() -> Result<bool, LockError> {
+///     // Another task is another owner: it finds the lock busy.
+///     let other = tokio::spawn(try_report()).await.expect("task");
+///     Ok(matches!(other, Err(LockError::Timeout { .. })))
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     assert!(report().await?);
+///     assert_eq!(try_report().await?, "done"); // free again
+///     Ok(())
+/// }
+/// ```
+///
+/// Durations as expressions, and `crate` for a re-exported runtime:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// mod deps {
+///     pub use lock_runtime as locks;
+/// }
+/// use deps::locks::{distributed_lock, LockError, LockRuntime};
+///
+/// const LEASE: Duration = Duration::from_secs(10);
+///
+/// #[distributed_lock(key = "job:<name>", lease = LEASE, wait = Duration::from_millis(500), crate = "deps::locks")]
+/// async fn job(name: &str) -> anyhow::Result<usize> {
+///     Ok(name.len())
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> anyhow::Result<()> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     assert_eq!(job("nightly").await?, 7);
+///     Ok(())
+/// }
+/// ```
+///
+/// Methods of an `#[async_trait]` impl: keep `#[async_trait]` on the impl and put the
+/// attribute on the method (async-trait expands first; the attribute locks its future).
+/// (Not compiled here: `async-trait` is not a dependency of this crate; the same code runs in
+/// the workspace's `ui-tests`.)
+///
+/// ```ignore
+/// use async_trait::async_trait;
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[async_trait]
+/// trait Store: Send + Sync {
+///     async fn load(&self, id: u64) -> Result<u64, LockError>;
+/// }
+///
+/// struct Memory;
+///
+/// #[async_trait]
+/// impl Store for Memory {
+///     #[distributed_lock(key = "load:<id>")]
+///     async fn load(&self, id: u64) -> Result<u64, LockError> {
+///         Ok(id)
+///     }
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     let store: Box<dyn Store> = Box::new(Memory);
+///     assert_eq!(store.load(3).await?, 3);
+///     Ok(())
+/// }
+/// ```
+///
+/// # Compile errors
+///
+/// A missing `key`; an unknown or repeated argument; a placeholder that names no parameter,
+/// is empty or unclosed, or starts inside a destructured parameter; a malformed duration, a
+/// lease out of range; a bad `watchdog` or `on_lost` value; a fn that is not `async`, has no
+/// body, or returns something that is not a `Result`; the attribute on anything but a fn.
+/// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
+/// return type.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    match expand::expand(args.into(), item.clone()) {
+        Ok(expanded) => expanded.into(),
+        Err(errors) => {
+            // Keep the item, so that its users compile and only the attribute's errors show.
+            let errors = errors.to_compile_error();
+            quote::quote!(#item #errors).into()
+        }
+    }
+}
+
+/// Tokens as a person writes them, for messages: `Option<u8>`, not `Option < u8 >`.
+pub(crate) fn written(tokens: &impl ToTokens) -> String {
+    let mut text = tokens.to_token_stream().to_string();
+    for (from, to) in [
+        (" < ", "<"),
+        ("< ", "<"),
+        (" <", "<"),
+        (" >", ">"),
+        (" ,", ","),
+        (" :: ", "::"),
+        (":: ", "::"),
+        ("& ", "&"),
+        ("( ", "("),
+        (" )", ")"),
+    ] {
+        text = text.replace(from, to);
+    }
+    text
+}

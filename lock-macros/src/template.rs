@@ -1,0 +1,447 @@
+//! The key template: `"order:<id>"` → literal text and placeholders, checked against the fn.
+//!
+//! A template is parsed once into [`Segment`]s. Placeholders are then checked against the fn's
+//! parameters ([`Params`]), and finally turned into one `format!` call whose arguments are
+//! place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
+//! key is built without cloning or moving any argument, before the body takes them.
+//!
+//! Syntax: `<name>` or `<name.field.0>` formats a parameter (or a field of it) with `Display`;
+//! `<<` is a literal `<`; everything else, `{`, `}` and `>` included, is literal text.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+use syn::{FnArg, Ident, Member, Pat, Signature};
+
+use crate::suggest;
+
+/// One piece of a key template.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Segment {
+    /// Text copied into the key as is.
+    Text(String),
+    /// A value formatted into the key.
+    Value(Placeholder),
+}
+
+/// `<root.field.field>`: a parameter and the fields to follow from it.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Placeholder {
+    /// The parameter name, `self` included.
+    pub root: String,
+    /// Field names or tuple indices, in order.
+    pub fields: Vec<String>,
+}
+
+impl Placeholder {
+    /// The placeholder as the user wrote it, `<` and `>` included.
+    fn written(&self) -> String {
+        let mut out = format!("<{}", self.root);
+        for field in &self.fields {
+            out.push('.');
+            out.push_str(field);
+        }
+        out.push('>');
+        out
+    }
+}
+
+/// Splits a template into segments, or says what is wrong with its syntax.
+pub(crate) fn parse(text: &str) -> Result<Vec<Segment>, String> {
+    let mut segments = Vec::new();
+    let mut literal = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        literal.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        if let Some(after_escape) = after.strip_prefix('<') {
+            literal.push('<');
+            rest = after_escape;
+            continue;
+        }
+        let Some(close) = after.find('>') else {
+            return Err(format!(
+                "unclosed placeholder `<{after}` in key \"{text}\": end it with `>`, or write `<<` for a literal `<`"
+            ));
+        };
+        let placeholder = parse_placeholder(&after[..close], text)?;
+        if !literal.is_empty() {
+            segments.push(Segment::Text(std::mem::take(&mut literal)));
+        }
+        segments.push(Segment::Value(placeholder));
+        rest = &after[close + 1..];
+    }
+    literal.push_str(rest);
+    if !literal.is_empty() {
+        segments.push(Segment::Text(literal));
+    }
+    Ok(segments)
+}
+
+/// Parses what stands between `<` and `>`.
+fn parse_placeholder(inner: &str, text: &str) -> Result<Placeholder, String> {
+    if inner.is_empty() {
+        return Err(format!(
+            "empty placeholder `<>` in key \"{text}\": name a parameter, as in `<id>`, or write `<<` for a literal `<`"
+        ));
+    }
+    let invalid = || {
+        format!(
+            "placeholder `<{inner}>` in key \"{text}\" is not a parameter name or a field path \
+             like `<id>`, `<req.order_id>`, `<self.tenant>`; write `<<` for a literal `<`"
+        )
+    };
+    let mut parts = inner.split('.');
+    let root = parts.next().unwrap_or_default();
+    if root != "self" && syn::parse_str::<Ident>(root).is_err() {
+        return Err(invalid());
+    }
+    let mut fields = Vec::new();
+    for field in parts {
+        if syn::parse_str::<Member>(field).is_err() {
+            return Err(invalid());
+        }
+        fields.push(field.to_owned());
+    }
+    Ok(Placeholder {
+        root: root.to_owned(),
+        fields,
+    })
+}
+
+/// The names a key placeholder may start from, read from the fn signature.
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    /// Parameters bound to one name (`id: u64`, `mut req: Req`, `self`), in order.
+    whole: Vec<String>,
+    /// Names bound inside a destructuring pattern, with that pattern as written.
+    destructured: Vec<(String, String)>,
+}
+
+impl Params {
+    /// Collects the parameter names of `sig`.
+    pub(crate) fn of(sig: &Signature) -> Params {
+        let mut params = Params::default();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(_) => params.whole.push("self".to_owned()),
+                FnArg::Typed(typed) => match &*typed.pat {
+                    Pat::Ident(ident) => params.whole.push(ident.ident.to_string()),
+                    Pat::Wild(_) => {}
+                    pattern => {
+                        let written = crate::written(pattern);
+                        let mut names = Vec::new();
+                        bindings(pattern, &mut names);
+                        for name in names {
+                            params.destructured.push((name, written.clone()));
+                        }
+                    }
+                },
+            }
+        }
+        params
+    }
+
+    /// Checks that `placeholder` starts at a whole parameter.
+    fn check(&self, placeholder: &Placeholder, fn_name: &Ident) -> Result<(), String> {
+        let root = &placeholder.root;
+        if self.whole.contains(root) {
+            return Ok(());
+        }
+        let written = placeholder.written();
+        if let Some((_, pattern)) = self.destructured.iter().find(|(name, _)| name == root) {
+            return Err(format!(
+                "placeholder `{written}` names `{root}`, which is bound inside the destructured \
+                 parameter `{pattern}`; a placeholder must start at a named parameter: bind the \
+                 whole parameter to a name and use a field path such as `<name.field>` or `<name.0>`"
+            ));
+        }
+        let mut message = format!("placeholder `{written}` names no parameter of `{fn_name}`");
+        if self.whole.is_empty() {
+            message.push_str(&format!(
+                "; `{fn_name}` has no named parameters, so its key can only be literal text"
+            ));
+        } else {
+            let list: Vec<String> = self.whole.iter().map(|name| format!("`{name}`")).collect();
+            message.push_str(&format!("; its parameters are {}", list.join(", ")));
+            if let Some(near) = suggest::closest(root, self.whole.iter().map(String::as_str)) {
+                message.push_str(&format!(" (did you mean `<{near}>`?)"));
+            }
+        }
+        Err(message)
+    }
+}
+
+/// Every name bound by `pattern`.
+fn bindings(pattern: &Pat, names: &mut Vec<String>) {
+    match pattern {
+        Pat::Ident(ident) => {
+            names.push(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                bindings(sub, names);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Struct(fields) => fields.fields.iter().for_each(|f| bindings(&f.pat, names)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Reference(reference) => bindings(&reference.pat, names),
+        Pat::Type(typed) => bindings(&typed.pat, names),
+        Pat::Paren(paren) => bindings(&paren.pat, names),
+        Pat::Or(or) => or.cases.iter().for_each(|p| bindings(p, names)),
+        _ => {}
+    }
+}
+
+/// A parsed and checked key template, ready to expand.
+#[derive(Debug)]
+pub(crate) struct Template {
+    segments: Vec<Segment>,
+    /// The key literal: every generated token takes its span, so errors about a value
+    /// (a field that does not exist, a type that is not `Display`) point at the key.
+    span: Span,
+}
+
+impl Template {
+    /// Parses `text` (the value of `key = "…"`, spanned at `span`) and checks its placeholders
+    /// against `params`, reporting every bad placeholder, not only the first.
+    pub(crate) fn new(
+        text: &str,
+        span: Span,
+        params: &Params,
+        fn_name: &Ident,
+    ) -> syn::Result<Template> {
+        if text.is_empty() {
+            return Err(syn::Error::new(
+                span,
+                "the key is empty: name the lock, as in `key = \"order:<id>\"`",
+            ));
+        }
+        let segments = parse(text).map_err(|message| syn::Error::new(span, message))?;
+        let mut errors: Option<syn::Error> = None;
+        for segment in &segments {
+            if let Segment::Value(placeholder) = segment {
+                if let Err(message) = params.check(placeholder, fn_name) {
+                    let error = syn::Error::new(span, message);
+                    match &mut errors {
+                        Some(errors) => errors.combine(error),
+                        None => errors = Some(error),
+                    }
+                }
+            }
+        }
+        match errors {
+            Some(errors) => Err(errors),
+            None => Ok(Template { segments, span }),
+        }
+    }
+
+    /// The parameters the key reads (`id` for `<id>`, `req` for `<req.order_id>`).
+    pub(crate) fn roots(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|segment| match segment {
+            Segment::Value(placeholder) => Some(placeholder.root.as_str()),
+            Segment::Text(_) => None,
+        })
+    }
+
+    /// The `format!` string: text with `{`/`}` doubled, `{}` for each value.
+    fn format_string(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Segment::Value(_) => out.push_str("{}"),
+            }
+        }
+        out
+    }
+
+    /// The expression that builds the key: `::std::format!("order:{}", id)`, or
+    /// `String::from("jobs")` for a key without placeholders.
+    pub(crate) fn to_key_expr(&self) -> TokenStream {
+        if let [Segment::Text(text)] = self.segments.as_slice() {
+            let text = syn::LitStr::new(text, self.span);
+            return quote!(::std::string::String::from(#text));
+        }
+        let format = syn::LitStr::new(&self.format_string(), self.span);
+        let values = self.segments.iter().filter_map(|segment| match segment {
+            Segment::Value(placeholder) => Some(self.value_expr(placeholder)),
+            Segment::Text(_) => None,
+        });
+        quote!(::std::format!(#format #(, #values)*))
+    }
+
+    /// `root.field.0`, every token at the key's span (call-site hygiene, so `root` resolves
+    /// to the user's parameter).
+    fn value_expr(&self, placeholder: &Placeholder) -> TokenStream {
+        let span = self.span;
+        let mut tokens = if placeholder.root == "self" {
+            quote::quote_spanned!(span=> self)
+        } else {
+            match syn::parse_str::<Ident>(&placeholder.root) {
+                Ok(mut ident) => {
+                    ident.set_span(span);
+                    ident.into_token_stream()
+                }
+                // Unreachable: `parse` accepted only identifiers.
+                Err(error) => error.to_compile_error(),
+            }
+        };
+        for field in &placeholder.fields {
+            let member = match syn::parse_str::<Member>(field) {
+                Ok(Member::Named(mut ident)) => {
+                    ident.set_span(span);
+                    Member::Named(ident)
+                }
+                Ok(Member::Unnamed(index)) => Member::Unnamed(syn::Index {
+                    index: index.index,
+                    span,
+                }),
+                // Unreachable: `parse` accepted only members.
+                Err(error) => return error.to_compile_error(),
+            };
+            tokens.extend(quote::quote_spanned!(span=> . #member));
+        }
+        tokens
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Segment {
+        Segment::Text(s.to_owned())
+    }
+
+    fn value(root: &str, fields: &[&str]) -> Segment {
+        Segment::Value(Placeholder {
+            root: root.to_owned(),
+            fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+        })
+    }
+
+    fn sig(tokens: &str) -> Signature {
+        syn::parse_str(tokens).unwrap()
+    }
+
+    fn template(key: &str, signature: &str) -> syn::Result<Template> {
+        let sig = sig(signature);
+        Template::new(key, Span::call_site(), &Params::of(&sig), &sig.ident)
+    }
+
+    #[test]
+    fn text_and_placeholders_split() {
+        assert_eq!(
+            parse("order:<id>").unwrap(),
+            vec![text("order:"), value("id", &[])]
+        );
+        assert_eq!(
+            parse("<a>-<req.order_id>:<pair.0>").unwrap(),
+            vec![
+                value("a", &[]),
+                text("-"),
+                value("req", &["order_id"]),
+                text(":"),
+                value("pair", &["0"])
+            ]
+        );
+        assert_eq!(
+            parse("t:<self.tenant>").unwrap(),
+            vec![text("t:"), value("self", &["tenant"])]
+        );
+        assert_eq!(parse("plain").unwrap(), vec![text("plain")]);
+        assert_eq!(parse("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn double_open_angle_is_a_literal() {
+        assert_eq!(parse("a<<b>c").unwrap(), vec![text("a<b>c")]);
+        assert_eq!(parse("<<<id>").unwrap(), vec![text("<"), value("id", &[])]);
+        assert_eq!(parse("x>y").unwrap(), vec![text("x>y")]);
+    }
+
+    #[test]
+    fn syntax_mistakes_are_explained() {
+        assert!(parse("order:<>").unwrap_err().contains("empty placeholder"));
+        assert!(parse("order:<id")
+            .unwrap_err()
+            .contains("unclosed placeholder `<id`"));
+        assert!(parse("<a b>").unwrap_err().contains("not a parameter name"));
+        assert!(parse("<a.>").unwrap_err().contains("not a parameter name"));
+        assert!(parse("<.a>").unwrap_err().contains("not a parameter name"));
+        assert!(parse("<1>").unwrap_err().contains("not a parameter name"));
+        assert!(parse("<a-b>").unwrap_err().contains("not a parameter name"));
+    }
+
+    #[test]
+    fn braces_are_escaped_in_the_format_string() {
+        let t = template("{x}:<id>}", "fn f(id: u64)").unwrap();
+        assert_eq!(t.format_string(), "{{x}}:{}}}");
+    }
+
+    #[test]
+    fn key_expression_borrows_places() {
+        let t = template(
+            "o:<id>:<self.tenant>:<p.0>",
+            "fn f(&self, id: u64, p: (u8, u8))",
+        )
+        .unwrap();
+        let expr = t.to_key_expr().to_string();
+        assert_eq!(
+            expr,
+            ":: std :: format ! (\"o:{}:{}:{}\" , id , self . tenant , p . 0)"
+        );
+    }
+
+    #[test]
+    fn literal_keys_skip_format() {
+        let t = template("jobs<<{x}", "fn f()").unwrap();
+        assert_eq!(
+            t.to_key_expr().to_string(),
+            ":: std :: string :: String :: from (\"jobs<{x}\")"
+        );
+    }
+
+    #[test]
+    fn empty_key_is_refused() {
+        let error = template("", "fn f()").unwrap_err().to_string();
+        assert!(error.contains("the key is empty"), "{error}");
+    }
+
+    #[test]
+    fn unknown_placeholders_list_the_parameters() {
+        let error = template("<ide>", "fn pay(id: u64, mut amount: u64)")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("names no parameter of `pay`"), "{error}");
+        assert!(
+            error.contains("its parameters are `id`, `amount`"),
+            "{error}"
+        );
+        assert!(error.contains("did you mean `<id>`?"), "{error}");
+        let error = template("<self.x>", "fn f()").unwrap_err().to_string();
+        assert!(error.contains("no named parameters"), "{error}");
+    }
+
+    #[test]
+    fn every_bad_placeholder_is_reported() {
+        let errors = template("<a>:<b>", "fn f(c: u8)").unwrap_err();
+        assert_eq!(errors.into_iter().count(), 2);
+    }
+
+    #[test]
+    fn destructured_parameters_are_refused() {
+        let error = template("<a>", "fn f((a, b): (u8, u8))")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("bound inside the destructured parameter `(a, b)`"),
+            "{error}"
+        );
+        let error = template("<x>", "fn f(P { x, .. }: P)")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("destructured"), "{error}");
+    }
+}
