@@ -276,6 +276,14 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// An empty counter (usable in a `static`).
+    pub const fn new() -> Self {
+        Occupancy {
+            now: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+
     /// Marks entry; the returned token marks exit when dropped.
     pub fn enter(&self) -> OccupancyToken<'_> {
         let inside = self.now.fetch_add(1, Ordering::SeqCst) + 1;

@@ -1,0 +1,223 @@
+//! `#[distributed_lock]` on real Redis: nested annotated calls re-enter,
+//! methods, generics and trait impls lock by their key, strangers wait.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{distributed_lock, fence, LockError, LockRuntime};
+use lock_tests::{redis, Occupancy};
+
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("insufficient funds")]
+    Funds,
+}
+
+/// Installs the global runtime on the test Redis once per test binary.
+async fn install() -> LockRuntime {
+    if let Ok(runtime) = LockRuntime::global() {
+        return runtime;
+    }
+    let runtime = LockRuntime::builder()
+        .redis(redis().url())
+        .key_prefix(format!("attr-{}:", std::process::id()))
+        .build()
+        .await
+        .unwrap();
+    match runtime.clone().install() {
+        Ok(()) => runtime,
+        Err(LockError::AlreadyInstalled) => LockRuntime::global().unwrap(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// True when a stranger (a fresh owner on another task) cannot take `key` now.
+async fn held_by_someone(key: &str) -> bool {
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        lock_runtime::lock(key)
+            .try_acquire()
+            .await
+            .map(|g| g.is_none())
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+#[distributed_lock(key = "order:<id>", lease = "5s", wait = "2s")]
+async fn pay(id: u64, amount: u64) -> Result<(u64, u64, u64), AppError> {
+    assert!(held_by_someone(&format!("order:{id}")).await);
+    let outer = fence().unwrap();
+    let (middle, inner) = refund_if_needed(id).await?;
+    if amount == 0 {
+        return Err(AppError::Funds);
+    }
+    Ok((outer, middle, inner))
+}
+
+#[distributed_lock(key = "order:<id>", wait = "1s")]
+async fn refund_if_needed(id: u64) -> Result<(u64, u64), AppError> {
+    let middle = fence().unwrap();
+    let inner = audit(id).await?;
+    Ok((middle, inner))
+}
+
+#[distributed_lock(key = "order:<id>", wait = "1s")]
+async fn audit(id: u64) -> Result<u64, LockError> {
+    Ok(fence().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_annotated_calls_reenter_three_deep() {
+    install().await;
+    let (outer, middle, inner) = pay(1001, 10).await.unwrap();
+    assert_eq!(outer, middle);
+    assert_eq!(middle, inner);
+    assert!(
+        !held_by_someone("order:1001").await,
+        "key still held after the call"
+    );
+    // An early `return Err(..)` from the body frees the key too.
+    assert!(matches!(pay(1002, 0).await, Err(AppError::Funds)));
+    assert!(!held_by_someone("order:1002").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_annotated_calls_exclude_each_other() {
+    install().await;
+    static OCCUPANCY: Occupancy = Occupancy::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+    #[distributed_lock(key = "counter:<name>", wait = "20s")]
+    async fn bump(name: &str) -> Result<(), LockError> {
+        let _inside = OCCUPANCY.enter();
+        let v = COUNTER.load(Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        COUNTER.store(v + 1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async {
+                for _ in 0..25 {
+                    bump("shared").await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(COUNTER.load(Ordering::SeqCst), 200);
+    assert_eq!(OCCUPANCY.max(), 1);
+}
+
+struct Account {
+    tenant: String,
+    balance: u64,
+}
+
+impl Account {
+    #[distributed_lock(key = "account:<self.tenant>", wait = "1s")]
+    async fn read(&self) -> Result<u64, LockError> {
+        assert!(held_by_someone(&format!("account:{}", self.tenant)).await);
+        Ok(self.balance)
+    }
+
+    #[distributed_lock(key = "account:<self.tenant>", wait = "1s")]
+    async fn deposit(&mut self, amount: u64) -> Result<u64, LockError> {
+        // Re-enters through a `&self` method on the same key.
+        let before = self.read().await?;
+        self.balance = before + amount;
+        Ok(self.balance)
+    }
+
+    #[distributed_lock(key = "account:<self.tenant>", wait = "1s")]
+    async fn shared(self: Arc<Self>) -> Result<u64, LockError> {
+        Ok(self.balance)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_lock_by_their_receiver_fields() {
+    install().await;
+    let mut account = Account {
+        tenant: "acme".to_owned(),
+        balance: 5,
+    };
+    assert_eq!(account.deposit(7).await.unwrap(), 12);
+    assert_eq!(Arc::new(account).shared().await.unwrap(), 12);
+    assert!(!held_by_someone("account:acme").await);
+}
+
+#[distributed_lock(key = "job:<name>", lease = "300ms")]
+async fn run_job<T>(name: impl std::fmt::Display, work: T) -> anyhow::Result<u64>
+where
+    T: std::future::Future<Output = u64> + Send,
+{
+    Ok(work.await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_fn_with_short_lease_outlives_it_through_the_watchdog() {
+    install().await;
+    let waited = tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held_by_someone("job:nightly").await
+    });
+    let value = run_job("nightly", async {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        3
+    })
+    .await
+    .unwrap();
+    assert_eq!(value, 3);
+    assert!(waited.await.unwrap(), "the key was free while the job ran");
+}
+
+trait Ledger {
+    async fn post(&self, entry: u64) -> Result<u64, AppError>;
+}
+
+struct Books {
+    id: u32,
+}
+
+impl Ledger for Books {
+    #[distributed_lock(key = "books:<self.id>", wait = "1s")]
+    async fn post(&self, entry: u64) -> Result<u64, AppError> {
+        assert!(held_by_someone(&format!("books:{}", self.id)).await);
+        Ok(entry * 2)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trait_impl_method_locks() {
+    install().await;
+    assert_eq!(Books { id: 9 }.post(21).await.unwrap(), 42);
+    assert!(!held_by_someone("books:9").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_key_gives_timeout_through_the_user_error() {
+    install().await;
+    let _guard = lock_runtime::lock("order:77").acquire().await.unwrap();
+    let start = std::time::Instant::now();
+    // `pay` waits 2 s at most.
+    let err = tokio::spawn(pay(77, 1)).await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, AppError::Lock(LockError::Timeout { .. })),
+        "{err:?}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_millis(2300),
+        "{took:?}"
+    );
+}
