@@ -71,15 +71,18 @@ pub(crate) fn process_id() -> &'static str {
 ///
 /// ```
 /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-/// use lock_runtime::{inherit, lock};
+/// use lock_runtime::{fence, inherit, lock, with_lock, LockError};
 /// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
-/// let guard = lock("report").acquire().await?;
-/// let child = tokio::spawn(inherit(async {
-///     // Same owner as the caller: this re-enters at once.
-///     lock("report").acquire().await.map(|g| g.fence())
-/// }));
-/// let inner = child.await.expect("child task")?;
-/// assert_eq!(inner, guard.fence());
+/// with_lock(lock("report"), async {
+///     let child = tokio::spawn(inherit(async {
+///         // Same owner scope as the caller: this re-enters at once.
+///         lock("report").acquire().await.map(|g| g.fence())
+///     }));
+///     let inner = child.await.expect("child task")?;
+///     assert_eq!(Some(inner), fence());
+///     Ok::<_, LockError>(())
+/// })
+/// .await?;
 /// # Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```

@@ -248,9 +248,23 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     };
     let mut ticket = None;
     let mut backoff = ERROR_BACKOFF_MIN;
+    let mut first = true;
     loop {
         if let Some(held) = runtime.table().reenter(&want.hash, want.owner) {
             return Ok(LockGuard::new(runtime, held));
+        }
+        // Past the deadline only the very first attempt (`wait(ZERO)`) is sent.
+        if !first && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(timeout(&want));
+        }
+        if std::mem::take(&mut first) && want.wait != Some(Duration::ZERO) {
+            // Fairness: when callers of this process already wait for the key,
+            // queue behind them (the release wakes the longest waiter first)
+            // instead of racing them to the backend.
+            if let Some(queued) = queue_behind_local_waiters(&runtime, &want, deadline).await {
+                ticket = Some(queued);
+                continue;
+            }
         }
         // Listen before trying, so a release between the try and the sleep
         // is not missed.
@@ -284,6 +298,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         let ttl = match outcome {
             Ok(Acquire::Held { fence }) => {
                 let holder = in_flight.disarm();
+                // Leave the waiters first: `adopt` wakes the waiters of this
+                // scope (to re-enter), and we are no longer one of them.
+                drop(ticket.take());
                 let held = HeldLock::new(
                     want.key, want.hash, holder, want.owner, fence, want.lease, want.renew,
                 );
@@ -296,16 +313,18 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             }
             Err(error) => {
                 drop(in_flight);
-                let now = Instant::now();
-                match deadline {
-                    Some(d) if now + backoff < d => {
-                        tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
-                        continue;
-                    }
-                    _ => return Err(error.into()),
+                // A bounded wait rides out backend trouble until its deadline
+                // (then `Timeout`); an unbounded one reports it at once.
+                let Some(d) = deadline else {
+                    return Err(error.into());
+                };
+                if Instant::now() >= d {
+                    return Err(error.into());
                 }
+                tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
+                tokio::time::sleep_until((Instant::now() + backoff).min(d)).await;
+                backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
+                continue;
             }
         };
 
@@ -315,7 +334,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         }
         let Some(registered) = &ticket else {
             // First miss: become a waiter of this key, then try again at once.
-            let new_ticket = runtime.waiters().register(LockNames::channel(&want.hash));
+            let new_ticket = runtime
+                .waiters()
+                .register(LockNames::channel(&want.hash), want.owner);
             let ready = new_ticket.ready();
             match deadline {
                 Some(d) => {
@@ -335,6 +356,31 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             () = tokio::time::sleep_until(wake_at) => {}
         }
     }
+}
+
+/// Registers as a waiter and sleeps until woken (or the lease or deadline
+/// passes) if other local callers are already waiting for the key.
+async fn queue_behind_local_waiters(
+    runtime: &LockRuntime,
+    want: &Want,
+    deadline: Option<Instant>,
+) -> Option<crate::waiters::WaitTicket> {
+    let waiters = runtime.waiters();
+    if waiters.waiting_keys() == 0 {
+        return None;
+    }
+    let channel = LockNames::channel(&want.hash);
+    if !waiters.is_waiting(&channel) {
+        return None;
+    }
+    let ticket = waiters.register(channel, want.owner);
+    let lease_end = Instant::now() + want.lease;
+    let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
+    tokio::select! {
+        () = ticket.entry().wake.notified() => {}
+        () = tokio::time::sleep_until(wake_at) => {}
+    }
+    Some(ticket)
 }
 
 /// Runs `body` while holding the lock of `request`, and releases it after.

@@ -423,7 +423,9 @@ impl LockRuntime {
         if channel_waiting {
             // Waiters of the same scope may re-enter now instead of waiting
             // for a release that their own scope would have to make.
-            self.inner.waiters.wake_key(&LockNames::channel(&held.hash));
+            self.inner
+                .waiters
+                .wake_owner(&LockNames::channel(&held.hash), held.owner);
         }
         LockGuard::new(self.clone(), held)
     }

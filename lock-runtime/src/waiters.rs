@@ -55,10 +55,17 @@ impl KeyWaiters {
     }
 }
 
+/// The waiters of one key: the shared entry and the owner scope of each.
+#[derive(Debug)]
+struct Registered {
+    entry: Arc<KeyWaiters>,
+    owners: Vec<u64>,
+}
+
 /// Registry of waiting keys for one runtime.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    keys: Mutex<HashMap<String, (Arc<KeyWaiters>, usize)>>,
+    keys: Mutex<HashMap<String, Registered>>,
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
 }
 
@@ -74,17 +81,24 @@ impl Waiters {
         })
     }
 
-    /// Registers one waiter on `channel`; the first one subscribes.
-    pub(crate) fn register(self: &Arc<Self>, channel: String) -> WaitTicket {
+    /// Registers one waiter of owner scope `owner` on `channel`; the first
+    /// one subscribes.
+    pub(crate) fn register(self: &Arc<Self>, channel: String, owner: u64) -> WaitTicket {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = match keys.get_mut(&channel) {
-            Some((entry, count)) => {
-                *count += 1;
-                entry.clone()
+            Some(registered) => {
+                registered.owners.push(owner);
+                registered.entry.clone()
             }
             None => {
                 let entry = Arc::new(KeyWaiters::default());
-                keys.insert(channel.clone(), (entry.clone(), 1));
+                keys.insert(
+                    channel.clone(),
+                    Registered {
+                        entry: entry.clone(),
+                        owners: vec![owner],
+                    },
+                );
                 let queued = self.subscriptions.as_ref().is_some_and(|tx| {
                     tx.send(SubscriptionCommand::Subscribe(
                         channel.clone(),
@@ -102,22 +116,27 @@ impl Waiters {
             waiters: self.clone(),
             channel,
             entry,
+            owner,
         }
     }
 
     /// Wakes the longest-waiting local waiter of `channel`, if any.
     pub(crate) fn wake_one(&self, channel: &str) {
         let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((entry, _)) = keys.get(channel) {
-            entry.wake.notify_one();
+        if let Some(registered) = keys.get(channel) {
+            registered.entry.wake.notify_one();
         }
     }
 
-    /// Wakes every waiter of `channel` (the table changed under them).
-    pub(crate) fn wake_key(&self, channel: &str) {
+    /// Wakes the waiters of `channel` when one of them belongs to `owner`,
+    /// which has just taken the key and can be re-entered now. Waiters of
+    /// other owners are woken too (one `Notify`), but only in that rare case.
+    pub(crate) fn wake_owner(&self, channel: &str, owner: u64) {
         let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((entry, _)) = keys.get(channel) {
-            entry.wake.notify_waiters();
+        if let Some(registered) = keys.get(channel) {
+            if registered.owners.contains(&owner) {
+                registered.entry.wake.notify_waiters();
+            }
         }
     }
 
@@ -125,10 +144,18 @@ impl Waiters {
     /// connection dropped), so everybody retries once.
     pub(crate) fn wake_all(&self) {
         let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        for (entry, _) in keys.values() {
-            entry.wake.notify_waiters();
-            entry.wake.notify_one();
+        for registered in keys.values() {
+            registered.entry.wake.notify_waiters();
+            registered.entry.wake.notify_one();
         }
+    }
+
+    /// Whether anybody waits on `channel` now.
+    pub(crate) fn is_waiting(&self, channel: &str) -> bool {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(channel)
     }
 
     /// Number of keys with at least one local waiter.
@@ -139,16 +166,15 @@ impl Waiters {
             .len()
     }
 
-    fn unregister(&self, channel: &str) {
+    fn unregister(&self, channel: &str, owner: u64) {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        let remaining = match keys.get_mut(channel) {
-            Some((_, count)) => {
-                *count -= 1;
-                *count
-            }
-            None => return,
+        let Some(registered) = keys.get_mut(channel) else {
+            return;
         };
-        if remaining > 0 {
+        if let Some(at) = registered.owners.iter().position(|o| *o == owner) {
+            registered.owners.swap_remove(at);
+        }
+        if !registered.owners.is_empty() {
             return;
         }
         if let Some((channel, _)) = keys.remove_entry(channel) {
@@ -166,6 +192,7 @@ pub(crate) struct WaitTicket {
     waiters: Arc<Waiters>,
     channel: String,
     entry: Arc<KeyWaiters>,
+    owner: u64,
 }
 
 impl WaitTicket {
@@ -182,6 +209,6 @@ impl WaitTicket {
 
 impl Drop for WaitTicket {
     fn drop(&mut self) {
-        self.waiters.unregister(&self.channel);
+        self.waiters.unregister(&self.channel, self.owner);
     }
 }

@@ -41,10 +41,32 @@ struct Entry {
     in_flight: bool,
 }
 
+/// The watched locks, and when the task plans to wake next (`None`: not
+/// planned). Under one mutex, so a lock added while the task plans its sleep
+/// is either seen by the plan or sees the plan and wakes the task.
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<u64, Entry>,
+    planned: Option<Instant>,
+}
+
+impl std::ops::Deref for Entries {
+    type Target = HashMap<u64, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Entries {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
 /// The shared state between lock holders and the watchdog task.
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
-    entries: Mutex<HashMap<u64, Entry>>,
+    entries: Mutex<Entries>,
     changed: Notify,
     ticks: std::sync::atomic::AtomicU64,
     round_trips: std::sync::atomic::AtomicU64,
@@ -79,10 +101,14 @@ impl Watchdog {
             valid_until,
             in_flight: false,
         };
+        let wake = entry.due.min(entry.valid_until);
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.insert(entry.lock.id, entry);
+        let planned = entries.planned;
         drop(entries);
-        self.changed.notify_one();
+        if planned.is_none_or(|p| wake < p) {
+            self.changed.notify_one();
+        }
     }
 
     /// Stops watching the lock `id` (it is about to be released).
@@ -132,6 +158,9 @@ impl Watchdog {
             .filter(|e| !e.in_flight)
             .map(|e| e.due.min(e.valid_until))
             .min();
+        // While a batch is out the task comes back right after it.
+        let planned = if due.is_empty() { next } else { Some(now) };
+        entries.planned = planned;
         (due, next)
     }
 

@@ -1,0 +1,207 @@
+//! What to run and how big: scenario selection, `--quick`, runs, output.
+//!
+//! All counts and durations of every scenario live in [`Scale`], so the full
+//! and the quick variant differ in one place, and every loop of the harness
+//! has a bound taken from here.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+/// One scenario of the issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scenario {
+    /// Uncontended lock + unlock against 2 PINGs (and rslock).
+    S1,
+    /// Nested re-entry of a held key.
+    S2,
+    /// Contended handoff, 8 workers in 2 processes (and rslock).
+    S3,
+    /// Redis commands per acquisition under S3's contention.
+    S4,
+    /// 64 tasks over 10,000 keys against raw scripts.
+    S5,
+    /// Watchdog with 10,000 held locks.
+    S6,
+    /// Memory per held lock and per waiting task.
+    S7,
+}
+
+impl Scenario {
+    /// All of them, in order.
+    pub const ALL: [Scenario; 7] = [
+        Scenario::S1,
+        Scenario::S2,
+        Scenario::S3,
+        Scenario::S4,
+        Scenario::S5,
+        Scenario::S6,
+        Scenario::S7,
+    ];
+
+    fn parse(name: &str) -> Option<Scenario> {
+        let n = name.trim_start_matches(['s', 'S']);
+        Scenario::ALL
+            .into_iter()
+            .find(|s| format!("{s:?}").trim_start_matches('S') == n)
+    }
+}
+
+/// Counts and durations of one variant.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale {
+    /// S1: measured operations per kind per run.
+    pub s1_ops: usize,
+    /// S2: nested pairs per run.
+    pub s2_pairs: usize,
+    /// PINGs measured for a PING p50 baseline.
+    pub pings: usize,
+    /// S3: how long the workers contend per run.
+    pub s3_duration: Duration,
+    /// S5: how long each side runs per run.
+    pub s5_duration: Duration,
+    /// S6: locks held.
+    pub s6_locks: usize,
+    /// S6: their lease.
+    pub s6_lease: Duration,
+    /// S7: locks held / waiters parked.
+    pub s7_items: usize,
+}
+
+impl Scale {
+    /// The full benchmark (about 2.5 minutes with 3 runs).
+    pub const FULL: Scale = Scale {
+        s1_ops: 4000,
+        s2_pairs: 20_000,
+        pings: 2000,
+        s3_duration: Duration::from_secs(10),
+        s5_duration: Duration::from_secs(2),
+        s6_locks: 10_000,
+        s6_lease: Duration::from_secs(3),
+        s7_items: 10_000,
+    };
+
+    /// The quick variant (`--quick`, and the `cargo test` smoke test).
+    pub const QUICK: Scale = Scale {
+        s1_ops: 200,
+        s2_pairs: 1000,
+        pings: 200,
+        s3_duration: Duration::from_secs(1),
+        s5_duration: Duration::from_millis(500),
+        s6_locks: 1000,
+        s6_lease: Duration::from_secs(1),
+        s7_items: 1000,
+    };
+}
+
+/// A benchmark invocation.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Scenarios to run, in order.
+    pub scenarios: Vec<Scenario>,
+    /// `--quick`.
+    pub quick: bool,
+    /// Repetitions of each scenario; figures are medians over them.
+    pub runs: usize,
+    /// Where results.json and handoff.svg go.
+    pub out_dir: PathBuf,
+    /// This binary, re-executed as the worker processes.
+    pub worker_exe: PathBuf,
+}
+
+/// Usage text.
+pub const USAGE: &str =
+    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 ...] [--quick] [--runs N] [--out DIR]\n\
+    \n  no scenario named: run all of them (s3 and s4 share their runs)\
+    \n  --quick   small counts, one run (seconds instead of minutes)\
+    \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
+    \n  --out DIR results.json and handoff.svg (default <workspace>/target/bench)";
+
+impl Config {
+    /// Defaults for `quick`: all scenarios, this executable as the worker.
+    pub fn new(quick: bool) -> Result<Self> {
+        Ok(Config {
+            scenarios: Scenario::ALL.to_vec(),
+            quick,
+            runs: if quick { 1 } else { 3 },
+            out_dir: default_out_dir(),
+            worker_exe: std::env::current_exe().context("find the lock-bench executable")?,
+        })
+    }
+
+    /// Parses the command line (without the program name).
+    pub fn from_args(args: &[String]) -> Result<Self> {
+        let quick = args.iter().any(|a| a == "--quick");
+        let mut config = Config::new(quick)?;
+        let mut chosen = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--quick" => {}
+                "--runs" => {
+                    let n = it.next().context("--runs needs a number")?;
+                    config.runs = n.parse().context("--runs needs a number")?;
+                    if !(1..=20).contains(&config.runs) {
+                        bail!("--runs must be 1..=20");
+                    }
+                }
+                "--out" => {
+                    config.out_dir = PathBuf::from(it.next().context("--out needs a directory")?);
+                }
+                "-h" | "--help" => bail!("{USAGE}"),
+                "all" => chosen.extend(Scenario::ALL),
+                name => match Scenario::parse(name) {
+                    Some(s) => chosen.push(s),
+                    None => bail!("unknown argument {name:?}\n{USAGE}"),
+                },
+            }
+        }
+        if !chosen.is_empty() {
+            chosen.sort();
+            chosen.dedup();
+            config.scenarios = chosen;
+        }
+        Ok(config)
+    }
+
+    /// The counts of this variant.
+    pub fn scale(&self) -> Scale {
+        if self.quick {
+            Scale::QUICK
+        } else {
+            Scale::FULL
+        }
+    }
+
+    /// Whether `s` was asked for.
+    pub fn wants(&self, s: Scenario) -> bool {
+        self.scenarios.contains(&s)
+    }
+}
+
+fn default_out_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("bench")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_scenarios_and_flags() {
+        let args: Vec<String> = ["s3", "S1", "--quick", "--runs", "2"]
+            .map(String::from)
+            .to_vec();
+        let c = Config::from_args(&args).unwrap();
+        assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
+        assert!(c.quick);
+        assert_eq!(c.runs, 2);
+        assert!(Config::from_args(&["s9".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 7);
+    }
+}

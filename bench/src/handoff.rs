@@ -1,0 +1,228 @@
+//! Acquisition records of the contention scenario, and what they show.
+//!
+//! Each acquisition is recorded by the worker as three system-clock
+//! timestamps (µs): when it asked, when its body started (lock acquired),
+//! when its body ended (release about to be sent). All processes run on one
+//! machine, so the timestamps share a clock and the holds of all workers can
+//! be put in one order. From that order:
+//!
+//! - **handoff** = next body start − previous body end, counted only when the
+//!   next holder was already waiting at that moment (otherwise the lock was
+//!   simply idle). It covers the release reaching Redis, the wake-up reaching
+//!   the waiter and the waiter's acquire: about 2 round trips at the limit.
+//! - **wait** = body start − request, for every acquisition.
+//! - **overlaps** = next body start < previous body end: two holders at once,
+//!   which must never happen.
+//! - **barged** = the next holder asked only after the release although
+//!   another worker was already waiting then: the lock went to a newcomer
+//!   (typically the releaser re-grabbing it) instead of a waiter.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+
+use crate::stats::Samples;
+
+/// One acquisition, as a worker reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Worker (task) number, unique across processes.
+    pub worker: u32,
+    /// When it asked for the lock.
+    pub requested: u64,
+    /// When its body started.
+    pub acquired: u64,
+    /// When its body ended.
+    pub released: u64,
+}
+
+impl Record {
+    /// `rec <worker> <requested> <acquired> <released>`.
+    pub fn to_line(&self) -> String {
+        format!(
+            "rec {} {} {} {}",
+            self.worker, self.requested, self.acquired, self.released
+        )
+    }
+
+    /// Parses [`to_line`](Self::to_line)'s format; `None` for other lines.
+    pub fn parse(line: &str) -> Option<Result<Record>> {
+        let rest = line.strip_prefix("rec ")?;
+        let parse = || -> Result<Record> {
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("bad record {line:?}"))?;
+            let [worker, requested, acquired, released] = f[..] else {
+                anyhow::bail!("bad record {line:?}");
+            };
+            Ok(Record {
+                worker: u32::try_from(worker)?,
+                requested,
+                acquired,
+                released,
+            })
+        };
+        Some(parse())
+    }
+}
+
+/// What the records of one contention run show.
+#[derive(Clone, Debug, Default)]
+pub struct Analysis {
+    /// Acquisitions.
+    pub total: usize,
+    /// Handoff latencies, µs.
+    pub handoffs: Samples,
+    /// Waits to acquire, µs.
+    pub waits: Samples,
+    /// Acquisitions per worker.
+    pub per_worker: BTreeMap<u32, usize>,
+    /// Holds that overlapped the previous one.
+    pub overlaps: usize,
+    /// Holds taken past a worker that was already waiting.
+    pub barged: usize,
+    /// Acquisitions per second over the span of the run.
+    pub per_second: f64,
+}
+
+impl Analysis {
+    /// Analyses the records of all workers of one run; `workers` lists every
+    /// worker that took part (one with no acquisition has a share of 0).
+    pub fn of(mut records: Vec<Record>, workers: impl IntoIterator<Item = u32>) -> Self {
+        records.sort_by_key(|r| (r.acquired, r.released));
+        let mut per_worker: BTreeMap<u32, usize> = workers.into_iter().map(|w| (w, 0)).collect();
+        for r in &records {
+            *per_worker.entry(r.worker).or_default() += 1;
+        }
+        let mut handoffs = Vec::new();
+        let mut overlaps = 0;
+        for pair in records.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            if next.acquired < prev.released {
+                overlaps += 1;
+            } else if next.requested <= prev.released {
+                handoffs.push((next.acquired - prev.released) as f64);
+            }
+        }
+        let barged = count_barged(&records);
+        let waits = records
+            .iter()
+            .map(|r| r.acquired.saturating_sub(r.requested) as f64)
+            .collect();
+        let span_us = match (
+            records.iter().map(|r| r.requested).min(),
+            records.iter().map(|r| r.released).max(),
+        ) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64,
+            _ => f64::NAN,
+        };
+        Analysis {
+            total: records.len(),
+            handoffs: Samples::new(handoffs),
+            waits: Samples::new(waits),
+            per_worker,
+            overlaps,
+            barged,
+            per_second: records.len() as f64 / (span_us / 1e6),
+        }
+    }
+
+    /// Share of acquisitions that were handoffs to a waiting worker.
+    pub fn handoff_share(&self) -> f64 {
+        self.handoffs.len() as f64 / self.total.saturating_sub(1).max(1) as f64
+    }
+
+    /// Largest share over smallest share (infinite when a worker got none).
+    pub fn share_spread(&self) -> f64 {
+        let max = self.per_worker.values().copied().max().unwrap_or(0);
+        let min = self.per_worker.values().copied().min().unwrap_or(0);
+        if min == 0 {
+            f64::INFINITY
+        } else {
+            max as f64 / min as f64
+        }
+    }
+}
+
+/// Consecutive holds (sorted by start) where the next holder asked after the
+/// release while some other worker was waiting at that moment.
+fn count_barged(records: &[Record]) -> usize {
+    // Waiting intervals [requested, acquired), swept against the release
+    // times, which ascend because holds do not overlap.
+    let mut events: Vec<(u64, i64)> = records
+        .iter()
+        .flat_map(|r| [(r.requested, 1), (r.acquired, -1)])
+        .collect();
+    events.sort_unstable();
+    let (mut next_event, mut waiting, mut barged) = (0, 0i64, 0);
+    for pair in records.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        let t = prev.released;
+        while next_event < events.len() && events[next_event].0 <= t {
+            waiting += events[next_event].1;
+            next_event += 1;
+        }
+        if next.requested > t && waiting > 0 {
+            barged += 1;
+        }
+    }
+    barged
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn rec(worker: u32, requested: u64, acquired: u64, released: u64) -> Record {
+        Record {
+            worker,
+            requested,
+            acquired,
+            released,
+        }
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        let r = rec(3, 10, 20, 30);
+        assert_eq!(Record::parse(&r.to_line()).unwrap().unwrap(), r);
+        assert!(Record::parse("done").is_none());
+        assert!(Record::parse("rec 1 2").unwrap().is_err());
+    }
+
+    #[test]
+    fn handoffs_waits_and_overlaps() {
+        let a = Analysis::of(
+            vec![
+                rec(1, 0, 10, 20),
+                rec(2, 5, 25, 40),     // waited since 5: handoff 5
+                rec(1, 100, 100, 110), // lock idle before: no handoff
+                rec(2, 105, 108, 120), // overlaps the previous hold
+            ],
+            [1, 2, 3],
+        );
+        assert_eq!(a.total, 4);
+        assert_eq!(a.handoffs.sorted(), [5.0]);
+        assert_eq!(a.overlaps, 1);
+        assert_eq!(a.waits.max(), 20.0);
+        assert!(a.share_spread().is_infinite()); // worker 3 got none
+        assert_eq!(a.barged, 0);
+    }
+
+    #[test]
+    fn barging_is_counted() {
+        let a = Analysis::of(
+            vec![
+                rec(1, 0, 0, 10),
+                rec(2, 5, 30, 40),  // waited from 5 ...
+                rec(1, 12, 12, 20), // ... but 1 re-grabbed at 12
+            ],
+            [1, 2],
+        );
+        assert_eq!(a.barged, 1);
+        assert_eq!(a.handoffs.len(), 1); // 20 -> 30
+    }
+}

@@ -1,0 +1,120 @@
+//! Benchmark harness for `lock-runtime`: each figure against its physical
+//! limit (Redis round trips) and against a polling peer (rslock), measured
+//! side by side in one run on a private `redis-server`.
+//!
+//! `cargo run --release -p lock-bench -- [s1 .. s7] [--quick]` runs the
+//! scenarios of BENCHMARKS.md, prints one table, and writes
+//! `target/bench/results.json` and the charts `target/bench/handoff.svg` and
+//! `target/bench/waits.svg`. The test in
+//! `tests/quick.rs` runs the quick variant so the harness cannot rot.
+
+pub mod charts;
+pub mod commandstats;
+pub mod config;
+pub mod handoff;
+pub mod report;
+pub mod scenarios;
+pub mod server;
+pub mod spawn;
+pub mod stats;
+pub mod svg;
+pub mod sys;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+
+pub use config::{Config, Scale, Scenario};
+use report::Row;
+use scenarios::{Ctx, Output};
+
+/// What a benchmark run produced.
+#[derive(Debug)]
+pub struct Summary {
+    /// Every row, in scenario order.
+    pub rows: Vec<Row>,
+    /// The printed table.
+    pub table: String,
+    /// Where the JSON results went.
+    pub json_path: PathBuf,
+    /// Where the charts went (`handoff.svg`, `waits.svg`; when S3 ran).
+    pub svg_paths: Vec<PathBuf>,
+    /// Wall time of the whole run, seconds.
+    pub seconds: f64,
+}
+
+/// Runs the configured scenarios, prints progress to stderr, writes the
+/// results files, and returns the summary.
+pub async fn run(config: Config) -> Result<Summary> {
+    let started = Instant::now();
+    let ctx = Ctx::start(config.clone()).await?;
+    let mut rows = Vec::new();
+    let mut details = Map::new();
+    let mut chart = None;
+    let mut contention_done = false;
+    for scenario in &config.scenarios {
+        let name = format!("{scenario:?}").to_lowercase();
+        let t = Instant::now();
+        eprintln!("lock-bench: running {name} ...");
+        let output: Output = match scenario {
+            Scenario::S1 => scenarios::s1_uncontended::run(&ctx).await,
+            Scenario::S2 => scenarios::s2_reentry::run(&ctx).await,
+            Scenario::S3 | Scenario::S4 if contention_done => continue,
+            Scenario::S3 | Scenario::S4 => {
+                contention_done = true;
+                let (s3, s4) = (config.wants(Scenario::S3), config.wants(Scenario::S4));
+                scenarios::s3_handoff::run(&ctx, s3, s4).await
+            }
+            Scenario::S5 => scenarios::s5_many_keys::run(&ctx).await,
+            Scenario::S6 => scenarios::s6_watchdog::run(&ctx).await,
+            Scenario::S7 => scenarios::s7_memory::run(&ctx).await,
+        }
+        .with_context(|| format!("scenario {name}"))?;
+        eprintln!(
+            "lock-bench: {name} done in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        rows.extend(output.rows);
+        details.insert(name, output.detail);
+        if let (Some(handoffs), Some(waits)) = (output.handoffs, output.waits) {
+            chart = Some(charts::S3Charts {
+                handoffs,
+                waits,
+                ping_p50: output.ping_p50,
+            });
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let table = report::table(&rows);
+
+    std::fs::create_dir_all(&config.out_dir)
+        .with_context(|| format!("create {}", config.out_dir.display()))?;
+    let svg_paths = match &chart {
+        Some(c) => charts::write(&config.out_dir, c, config.quick)?,
+        None => Vec::new(),
+    };
+    let json_path = config.out_dir.join("results.json");
+    let results = json!({
+        "machine": {
+            "cores": sys::cores(),
+            "redis_version": ctx.lock_server.version(),
+        },
+        "quick": config.quick,
+        "runs": config.runs,
+        "seconds": seconds,
+        "rows": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+        "scenarios": Value::Object(details),
+    });
+    std::fs::write(&json_path, serde_json::to_string_pretty(&results)?)
+        .with_context(|| format!("write {}", json_path.display()))?;
+    Ok(Summary {
+        rows,
+        table,
+        json_path,
+        svg_paths,
+        seconds,
+    })
+}

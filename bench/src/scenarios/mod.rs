@@ -1,0 +1,101 @@
+//! The scenarios of the issue, and what they share.
+//!
+//! Every scenario runs `config.runs` times against the same private servers
+//! and reports medians over the runs. [`Ctx`] holds what they share: the lock
+//! server and a second *data* server (S3's workers keep their counter there,
+//! so the lock server's `INFO commandstats` counts lock traffic only), our
+//! runtime, a plain redis-rs connection, and the peer's lock manager.
+
+pub mod baseline;
+pub mod contention;
+pub mod s1_uncontended;
+pub mod s2_reentry;
+pub mod s3_handoff;
+pub mod s4_commands;
+pub mod s5_many_keys;
+pub mod s6_watchdog;
+pub mod s7_memory;
+
+use anyhow::{Context, Result};
+use lock_runtime::LockRuntime;
+use redis::aio::MultiplexedConnection;
+use serde_json::Value;
+
+use crate::config::{Config, Scale};
+use crate::report::Row;
+use crate::server::RedisServer;
+use crate::stats::Samples;
+
+/// Key prefix of the bench process's own runtime.
+pub const PREFIX: &str = "bench:";
+
+/// What all scenarios share.
+pub struct Ctx {
+    /// The invocation.
+    pub config: Config,
+    /// The server all locks live on.
+    pub lock_server: RedisServer,
+    /// The server S3's bodies write their counter to.
+    pub data_server: RedisServer,
+    /// Our runtime, on the lock server.
+    pub runtime: LockRuntime,
+    /// A plain multiplexed connection to the lock server.
+    pub plain: MultiplexedConnection,
+    /// The peer's lock manager, on the lock server.
+    pub peer: rslock::LockManager,
+}
+
+impl Ctx {
+    /// Starts both servers and connects everything.
+    pub async fn start(config: Config) -> Result<Ctx> {
+        let lock_server = RedisServer::start().context("start the lock redis-server")?;
+        let data_server = RedisServer::start().context("start the data redis-server")?;
+        let runtime = LockRuntime::builder()
+            .redis(lock_server.url())
+            .key_prefix(PREFIX)
+            .build()
+            .await?;
+        let plain = redis::Client::open(lock_server.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let peer = rslock::LockManager::new(vec![lock_server.url()]);
+        Ok(Ctx {
+            config,
+            lock_server,
+            data_server,
+            runtime,
+            plain,
+            peer,
+        })
+    }
+
+    /// Counts of this variant.
+    pub fn scale(&self) -> Scale {
+        self.config.scale()
+    }
+
+    /// Runs per scenario.
+    pub fn runs(&self) -> usize {
+        self.config.runs
+    }
+}
+
+/// What one scenario hands to the report.
+#[derive(Default)]
+pub struct Output {
+    /// Table rows.
+    pub rows: Vec<Row>,
+    /// Per-run figures and anything else worth keeping, for results.json.
+    pub detail: Value,
+    /// Handoff latencies of all runs (ours, peer), for the chart.
+    pub handoffs: Option<(Samples, Samples)>,
+    /// Waits to acquire of all runs (ours, peer), for the second chart.
+    pub waits: Option<(Samples, Samples)>,
+    /// PING p50 measured alongside, µs (a marker on the chart).
+    pub ping_p50: Option<f64>,
+}
+
+/// Microseconds in a `Duration`.
+pub fn us(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

@@ -1,0 +1,134 @@
+//! S1: one task, uncontended lock + empty body + unlock.
+//!
+//! The limit is two round trips (acquire script, release script), so the
+//! figure is compared with two sequential PINGs on the runtime's own
+//! connection. rslock does the same (SET NX, then its unlock script) on a
+//! plain connection, compared with two PINGs on one of those. The four kinds
+//! are measured in interleaved blocks so that drift in the machine's load
+//! hits all of them alike.
+
+use anyhow::Result;
+use lock_runtime::{with_lock, LockError};
+use serde_json::json;
+
+use super::baseline::{plain_pings, runtime_pings, timed};
+use super::{Ctx, Output};
+use crate::commandstats::{CommandStats, Delta};
+use crate::report::{Row, Target};
+use crate::stats::median_of;
+
+/// Operations per kind in one block.
+const BLOCK: usize = 100;
+/// Unmeasured operations per kind before each run.
+const WARMUP: usize = 50;
+/// rslock's lease for these locks.
+const PEER_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// p50s of one run, and Redis's own time per operation, µs.
+struct Run {
+    ours: f64,
+    ping2: f64,
+    peer: f64,
+    plain_ping2: f64,
+    server_ours: f64,
+    server_ping2: f64,
+    /// Commands (with server time) of `BLOCK` lock+unlock operations.
+    server_detail: Delta,
+}
+
+/// Server time (µs, from `INFO commandstats`) per operation of `op`,
+/// counting the commands named in `names`; and every command's counters.
+async fn server_time<F, Fut>(ctx: &Ctx, names: &[&str], op: F) -> Result<(f64, Delta)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut info = ctx.plain.clone();
+    let before = CommandStats::read(&mut info).await?;
+    timed(BLOCK, op).await?;
+    let delta = CommandStats::read(&mut info).await?.since(&before);
+    let usec: u64 = names.iter().map(|n| delta.usec(n)).sum();
+    Ok((usec as f64 / BLOCK as f64, delta))
+}
+
+/// Runs S1.
+pub async fn run(ctx: &Ctx) -> Result<Output> {
+    let blocks = ctx.scale().s1_ops.div_ceil(BLOCK).max(1);
+    let mut runs = Vec::new();
+    for run in 0..ctx.runs() {
+        let key = format!("s1:{run}");
+        let peer_key = format!("peer:s1:{run}");
+        let (key, peer_key) = (key.as_str(), peer_key.as_bytes());
+        let ours_op = move || async move {
+            with_lock(ctx.runtime.lock(key), async { Ok::<_, LockError>(()) }).await?;
+            anyhow::Ok(())
+        };
+        let peer_op = move || async move {
+            let lock = ctx.peer.lock(peer_key, PEER_TTL).await?;
+            ctx.peer.unlock(&lock).await;
+            anyhow::Ok(())
+        };
+        timed(WARMUP, ours_op).await?;
+        timed(WARMUP, peer_op).await?;
+        runtime_pings(&ctx.runtime, WARMUP, 2).await?;
+        plain_pings(&ctx.plain, WARMUP, 2).await?;
+
+        let (mut ours, mut ping2, mut peer, mut plain2) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..blocks {
+            ours.extend_from_slice(timed(BLOCK, ours_op).await?.sorted());
+            ping2.extend_from_slice(runtime_pings(&ctx.runtime, BLOCK, 2).await?.sorted());
+            peer.extend_from_slice(timed(BLOCK, peer_op).await?.sorted());
+            plain2.extend_from_slice(plain_pings(&ctx.plain, BLOCK, 2).await?.sorted());
+        }
+        let runtime = &ctx.runtime;
+        let (server_ours, server_detail) = server_time(ctx, &["evalsha", "eval"], ours_op).await?;
+        let (server_ping2, _) = server_time(ctx, &["ping"], move || async move {
+            runtime.ping().await?;
+            runtime.ping().await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        let p50 = |v: Vec<f64>| crate::stats::Samples::new(v).p50();
+        runs.push(Run {
+            ours: p50(ours),
+            ping2: p50(ping2),
+            peer: p50(peer),
+            plain_ping2: p50(plain2),
+            server_ours,
+            server_ping2,
+            server_detail,
+        });
+    }
+    let ours = median_of(&runs, |r| r.ours);
+    let ping2 = median_of(&runs, |r| r.ping2);
+    let peer = median_of(&runs, |r| r.peer);
+    let plain2 = median_of(&runs, |r| r.plain_ping2);
+    let rows = vec![
+        Row::new("S1", "lock+unlock p50 (us)", ours)
+            .vs("2 PINGs, runtime conn", ping2)
+            .target(Target::RatioAtMost(1.15)),
+        Row::new(
+            "S1",
+            "Redis server time per lock+unlock (us)",
+            median_of(&runs, |r| r.server_ours),
+        )
+        .vs("2 PINGs", median_of(&runs, |r| r.server_ping2)),
+        Row::new("S1 peer", "rslock lock+unlock p50 (us)", peer).vs("2 PINGs, plain conn", plain2),
+        Row::new("S1 vs peer", "ours / rslock, p50", ours).vs("rslock", peer),
+    ];
+    let detail = json!({
+        "ops_per_kind_per_run": blocks * BLOCK,
+        "server_block_ops": BLOCK,
+        "runs_p50_us": runs.iter().map(|r| json!({
+            "ours": r.ours, "two_pings_runtime": r.ping2,
+            "rslock": r.peer, "two_pings_plain": r.plain_ping2,
+            "server_us_lock_unlock": r.server_ours, "server_us_two_pings": r.server_ping2,
+            "server_commands_per_block": r.server_detail.to_json(),
+        })).collect::<Vec<_>>(),
+    });
+    Ok(Output {
+        rows,
+        detail,
+        ..Output::default()
+    })
+}

@@ -1,0 +1,200 @@
+//! S5: 64 tasks over 10,000 keys — throughput against the raw scripts.
+//!
+//! Our side: 64 tasks, each taking a pseudo-random key of 10,000 with
+//! `with_lock` and an empty body, for a fixed time. The baseline sends the
+//! very same acquire and release scripts (`include_str!` of the runtime's
+//! `.lua` files) by `EVALSHA` from a plain redis-rs multiplexed connection at
+//! the same concurrency: what the scripts cost with no library around them.
+//! The figure is lock operations (acquire + release pairs) per second.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use lock_runtime::with_lock;
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Ctx, Output};
+use crate::report::{Row, Target};
+use crate::stats::median_of;
+
+/// Concurrent tasks.
+const TASKS: u64 = 64;
+/// Distinct keys.
+const KEYS: u64 = 10_000;
+/// Upper bound on operations per task, whatever the duration.
+const MAX_PER_TASK: u64 = 10_000_000;
+/// The runtime's acquire script.
+const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lua");
+/// The runtime's release script.
+const RELEASE: &str = include_str!("../../../lock-runtime/src/scripts/release.lua");
+
+/// A small xorshift generator: spreads the tasks over the keys without a
+/// dependency, and repeatably.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Operations per second of one run: (ours, raw).
+struct Run {
+    ours: f64,
+    raw: f64,
+    raw_busy: u64,
+}
+
+/// Our side: operations per second.
+async fn ours(ctx: &Ctx, run: usize) -> Result<f64> {
+    let duration = ctx.scale().s5_duration;
+    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("s5:{run}:{k}")).collect());
+    let start = Instant::now();
+    let end = start + duration;
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let runtime = ctx.runtime.clone();
+        let keys = keys.clone();
+        tasks.spawn(async move {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+            let mut ops = 0u64;
+            while ops < MAX_PER_TASK && Instant::now() < end {
+                let key = &keys[(rng.next() % KEYS) as usize];
+                with_lock(runtime.lock(key.as_str()), async { anyhow::Ok(()) }).await?;
+                ops += 1;
+            }
+            anyhow::Ok(ops)
+        });
+    }
+    let mut total = 0;
+    while let Some(ops) = tasks.join_next().await {
+        total += ops??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The baseline: the same scripts by EVALSHA on a plain connection.
+/// Returns (operations per second, acquires that found the key busy).
+async fn raw(ctx: &Ctx, run: usize) -> Result<(f64, u64)> {
+    let duration = ctx.scale().s5_duration;
+    let acquire = Script::new(ACQUIRE).get_hash().to_owned();
+    let release = Script::new(RELEASE).get_hash().to_owned();
+    let mut con = ctx.plain.clone();
+    for source in [ACQUIRE, RELEASE] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query_async(&mut con)
+            .await?;
+    }
+    let names: Arc<Vec<[String; 3]>> = Arc::new(
+        (0..KEYS)
+            .map(|k| {
+                let hash = format!("raw:{{s5:{run}:{k}}}");
+                [format!("{hash}:fence"), format!("{hash}:released"), hash]
+            })
+            .collect(),
+    );
+    let start = Instant::now();
+    let end = start + duration;
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let (mut con, names) = (con.clone(), names.clone());
+        let (acquire, release) = (acquire.clone(), release.clone());
+        tasks.spawn(async move {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (t + 1));
+            let (mut ops, mut busy) = (0u64, 0u64);
+            let mut n = 0u64;
+            while ops < MAX_PER_TASK && Instant::now() < end {
+                let [fence, channel, hash] = &names[(rng.next() % KEYS) as usize];
+                n += 1;
+                let holder = format!("raw-{}:{t}:{n}", std::process::id());
+                let scripts = [acquire.as_str(), release.as_str()];
+                let keys = [hash.as_str(), fence.as_str(), channel.as_str()];
+                if raw_pair(&mut con, scripts, keys, &holder).await? {
+                    ops += 1;
+                } else {
+                    busy += 1;
+                }
+            }
+            anyhow::Ok((ops, busy))
+        });
+    }
+    let (mut total, mut busy) = (0, 0);
+    while let Some(done) = tasks.join_next().await {
+        let (ops, b) = done??;
+        total += ops;
+        busy += b;
+    }
+    Ok((total as f64 / start.elapsed().as_secs_f64(), busy))
+}
+
+/// One acquire + release by EVALSHA; `false` when the key was busy.
+async fn raw_pair(
+    con: &mut MultiplexedConnection,
+    [acquire, release]: [&str; 2],
+    [hash, fence, channel]: [&str; 3],
+    holder: &str,
+) -> Result<bool> {
+    let (held, _): (i64, i64) = redis::cmd("EVALSHA")
+        .arg(acquire)
+        .arg(2)
+        .arg(hash)
+        .arg(fence)
+        .arg(holder)
+        .arg(30_000)
+        .query_async(con)
+        .await?;
+    if held != 1 {
+        return Ok(false);
+    }
+    let _: i64 = redis::cmd("EVALSHA")
+        .arg(release)
+        .arg(1)
+        .arg(hash)
+        .arg(holder)
+        .arg(channel)
+        .query_async(con)
+        .await?;
+    Ok(true)
+}
+
+/// Runs S5.
+pub async fn run(ctx: &Ctx) -> Result<Output> {
+    let mut runs = Vec::new();
+    for run in 0..ctx.runs() {
+        let ours = ours(ctx, run).await?;
+        let (raw, raw_busy) = raw(ctx, run).await?;
+        runs.push(Run {
+            ours,
+            raw,
+            raw_busy,
+        });
+    }
+    let rows = vec![Row::new(
+        "S5",
+        "lock ops/s, 64 tasks x 10k keys",
+        median_of(&runs, |r| r.ours),
+    )
+    .vs("raw EVALSHA, plain conn", median_of(&runs, |r| r.raw))
+    .target(Target::RatioAtLeast(0.6))];
+    let detail = json!({
+        "tasks": TASKS, "keys": KEYS,
+        "seconds_per_side": ctx.scale().s5_duration.as_secs_f64(),
+        "runs": runs.iter().map(|r| json!({
+            "ours_ops_per_s": r.ours, "raw_ops_per_s": r.raw, "raw_busy": r.raw_busy,
+        })).collect::<Vec<_>>(),
+    });
+    Ok(Output {
+        rows,
+        detail,
+        ..Output::default()
+    })
+}

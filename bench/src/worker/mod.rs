@@ -1,0 +1,57 @@
+//! The child side: what `lock-bench --worker ...` does.
+//!
+//! ```text
+//! --worker contend <ours|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>
+//!     S3: <tasks> workers take one lock over and over for <millis> after `go`
+//!     (body: GET + SET of a counter on the data server); prints `rec` lines.
+//! --worker memory <held|waiting> <lock-url> <prefix> <n>
+//!     S7: resident bytes before/after holding n locks or parking n waiters.
+//! ```
+//!
+//! Both print `ready` once set up (contend then waits for `go` on stdin),
+//! and `done` at the end; see `spawn.rs` for the parent's side.
+
+mod contend;
+mod memory;
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+
+pub use contend::{Library, COUNTER, WAIT_LIMIT};
+
+/// Runs the worker described by `args` (what follows `--worker`).
+pub async fn main(args: &[String]) -> Result<()> {
+    match args {
+        [mode, rest @ ..] if mode == "contend" => contend::run(contend::Args::parse(rest)?).await,
+        [mode, rest @ ..] if mode == "memory" => memory::run(memory::Args::parse(rest)?).await,
+        _ => bail!("usage: lock-bench --worker (contend|memory) ..."),
+    }
+}
+
+/// Prints lines and flushes (the parent reads them through a pipe).
+fn emit(lines: impl IntoIterator<Item = String>) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    out.flush().context("write to the parent")
+}
+
+/// Blocks (off the async threads) until the parent sends a line.
+async fn wait_for_go() -> Result<()> {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    if line.trim() != "go" {
+        bail!("expected `go` from the parent, got {line:?}");
+    }
+    Ok(())
+}
+
+fn parse<T: std::str::FromStr>(what: &str, s: &str) -> Result<T> {
+    s.parse().map_err(|_| anyhow::anyhow!("bad {what}: {s:?}"))
+}

@@ -1,0 +1,86 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+//! The quick variant of every scenario, so `cargo test --workspace` keeps the
+//! harness working. It checks that each scenario completes and that its
+//! figures are sane — counter exact, nothing lost, no overlap, finite
+//! numbers — not the performance targets, which mean nothing in a debug build.
+
+use std::path::PathBuf;
+
+use lock_bench::report::{Row, Target};
+use lock_bench::{Config, Scenario};
+
+fn find<'a>(rows: &'a [Row], scenario: &str, metric: &str) -> &'a Row {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.metric.contains(metric))
+        .unwrap_or_else(|| panic!("no row {scenario} / {metric}"))
+}
+
+#[test]
+fn every_scenario_runs_in_its_quick_form() {
+    let mut config = Config::new(true).unwrap();
+    config.worker_exe = PathBuf::from(env!("CARGO_BIN_EXE_lock-bench"));
+    config.out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-quick");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let summary = runtime.block_on(lock_bench::run(config)).unwrap();
+    let rows = &summary.rows;
+    println!("{}", summary.table);
+
+    for scenario in Scenario::ALL {
+        let name = format!("{scenario:?}");
+        assert!(
+            rows.iter().any(|r| r.scenario == name),
+            "{name} produced no row"
+        );
+    }
+    // Correctness figures must hold in any build.
+    for row in rows.iter().filter(|r| r.target == Target::Exactly(0.0)) {
+        assert_eq!(
+            row.met(),
+            Some(true),
+            "{} {}: {}",
+            row.scenario,
+            row.metric,
+            row.value
+        );
+    }
+    assert_eq!(find(rows, "S2", "commands per nested pair").value, 0.0);
+    // Our figures are finite and positive where they measure something.
+    for row in rows.iter().filter(|r| !r.scenario.contains("peer")) {
+        assert!(
+            row.value.is_finite(),
+            "{} {} = {}",
+            row.scenario,
+            row.metric,
+            row.value
+        );
+    }
+    for (scenario, metric) in [
+        ("S1", "lock+unlock p50"),
+        ("S3", "handoff p50"),
+        ("S3", "acquisitions/s"),
+        ("S4", "commands per acquisition"),
+        ("S5", "lock ops/s"),
+        ("S6", "round trips per tick"),
+        ("S7", "per held lock"),
+        ("S7", "per waiting task"),
+    ] {
+        let row = find(rows, scenario, metric);
+        assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);
+    }
+    assert!(find(rows, "S4", "commands per acquisition").value >= 2.0);
+    assert!(summary.json_path.exists());
+    assert_eq!(summary.svg_paths.len(), 2, "S3 ran: two charts");
+    for path in &summary.svg_paths {
+        let svg = std::fs::read_to_string(path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    }
+    assert!(
+        summary.seconds < 120.0,
+        "quick run took {} s",
+        summary.seconds
+    );
+}

@@ -1,0 +1,119 @@
+//! A holder process dies (SIGKILL): its lock frees when its lease runs out,
+//! never before.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use lock_tests::{unique, RedisServer};
+use tokio::time::Instant;
+
+use crate::{ms, next_line, quick_runtime, serial, spawn_contender};
+
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A contender holding a 2 s lease is SIGKILLed after its watchdog renewed
+/// the lease. Until the TTL Redis had at the kill runs out, every
+/// `try_acquire` of a peer fails; a waiter started at the kill gets the lock
+/// no earlier than that TTL and within lease + 500 ms of the kill, with a
+/// greater fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
+    let _turn = serial().await;
+    let server = RedisServer::start();
+    let prefix = unique("crash");
+    let key = unique("crash-key");
+    let timeouts = Duration::from_millis(500);
+    let runtime = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let prober = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let hash = runtime.backend_key(&key);
+    let mut con = server.connection().await;
+
+    let lease_ms = LEASE.as_millis().to_string();
+    let (mut child, mut lines) =
+        spawn_contender(&[&server.url(), &prefix, "hold", &key, &lease_ms]);
+    let line = next_line(&mut lines, Duration::from_secs(10)).await;
+    let old_fence: u64 = line
+        .strip_prefix("held ")
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected contender output {line:?}"));
+
+    // Let the contender's watchdog renew at least once (every lease / 3).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        prober.lock(&key).try_acquire().await.unwrap().is_none(),
+        "the live contender's lock was free"
+    );
+
+    child.start_kill().expect("SIGKILL the contender");
+    let killed_at = Instant::now();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&hash)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    child.wait().await.expect("reap the contender");
+    assert!(
+        pttl > 0 && pttl <= LEASE.as_millis() as i64,
+        "PTTL of the killed holder's lock: {pttl}"
+    );
+    // Redis keeps the key at least this long after `killed_at`.
+    let frees_at = killed_at + Duration::from_millis(pttl as u64);
+
+    let waiter = {
+        let runtime = runtime.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let guard = runtime
+                .lock(key)
+                .lease(LEASE)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await;
+            (Instant::now(), guard)
+        })
+    };
+
+    // During the lease: every try fails.
+    let mut probes = 0;
+    while Instant::now() + Duration::from_millis(100) < frees_at && probes < 200 {
+        let got = prober.lock(&key).try_acquire().await.unwrap();
+        assert!(
+            got.is_none(),
+            "a peer got the killed holder's lock {:?} after the kill, {:?} before its TTL ran out",
+            killed_at.elapsed(),
+            frees_at - Instant::now()
+        );
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(12), waiter)
+        .await
+        .expect("the waiter ended within 12 s")
+        .expect("waiter task");
+    let guard = guard.expect("the lock freed after the lease");
+    let after_kill = acquired_at - killed_at;
+    println!(
+        "SIGKILL: lease {} ms, TTL left at the kill {pttl} ms; {probes} try_acquire during it all failed; \
+         waiter acquired {} ms after the kill ({} ms after the TTL ran out)",
+        ms(LEASE),
+        ms(after_kill),
+        after_kill.as_millis() as i64 - pttl
+    );
+    assert!(
+        acquired_at + Duration::from_millis(20) >= frees_at,
+        "acquired {after_kill:?} after the kill, before the TTL of {pttl} ms ran out"
+    );
+    assert!(
+        after_kill <= LEASE + Duration::from_millis(500),
+        "acquired {after_kill:?} after the kill: the lease should have freed it sooner"
+    );
+    assert!(
+        guard.fence() > old_fence,
+        "fence {} not above the killed holder's {old_fence}",
+        guard.fence()
+    );
+    guard.release().await.unwrap();
+    assert_eq!(runtime.stats().held, 0);
+    assert_eq!(runtime.stats().watchdog.tracked, 0);
+}
