@@ -52,10 +52,13 @@ impl MemoryBackend {
         }
         match locks.get_mut(hash) {
             None => {
-                let fence_key = LockNames::fence(hash);
-                let last = fences.get(&fence_key).copied().unwrap_or(0);
-                let fence = (last + 1).max(micros_since_epoch());
-                fences.insert(fence_key, fence);
+                // As acquire.lua: count up; a fresh counter starts at the clock.
+                let counter = fences.entry(LockNames::fence(hash)).or_insert(0);
+                *counter += 1;
+                if *counter == 1 {
+                    *counter = micros_since_epoch().max(1);
+                }
+                let fence = *counter;
                 locks.insert(
                     hash.to_owned(),
                     Entry {

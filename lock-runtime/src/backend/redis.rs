@@ -340,12 +340,14 @@ impl RedisBackend {
         let fence_key = LockNames::fence(hash);
         let lease = ms(lease);
         let mut con = self.con.clone();
-        let (held, n): (i64, i64) = eval(
+        // Boxed: the redis-rs request future is large, and it would otherwise
+        // sit inside every waiting acquire's state machine.
+        let (held, n): (i64, i64) = Box::pin(eval(
             &mut con,
             &self.scripts.acquire,
             &[hash, &fence_key],
             &[holder, &lease],
-        )
+        ))
         .await
         .map_err(|e| self.failed("acquire failed", e))?;
         Ok(if held == 1 {

@@ -8,15 +8,18 @@
 -- returns  {1, fence}  held: the lock is ours (first acquisition or re-entry)
 --          {0, pttl}   busy: another holder has it for pttl more milliseconds
 --
--- The fencing token is max(last token + 1, server time in microseconds), so it
--- keeps increasing even when the counter is lost with the data (Redis restarted
--- empty, no persistence): the clock carries the order across the restart.
+-- Fencing tokens: the counter is incremented on every first acquisition. When
+-- it starts over (a new key, or Redis restarted without its data) it is moved
+-- to the server time in microseconds, which is larger than any token handed
+-- out before: tokens of one key are serialised by the lock itself, at least a
+-- round trip apart, so a counter never runs ahead of the clock.
 if redis.call('exists', KEYS[1]) == 0 then
-  local now = redis.call('time')
-  local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('get', KEYS[2]) or '0')
-  local fence = math.max(last + 1, micros)
-  redis.call('set', KEYS[2], string.format('%.0f', fence))
+  local fence = redis.call('incr', KEYS[2])
+  if fence == 1 then
+    local now = redis.call('time')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('set', KEYS[2], string.format('%.0f', fence))
+  end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, fence}

@@ -7,12 +7,12 @@
 -- returns  -1  not held: the lock is gone or belongs to someone else (nothing changed)
 --           0  freed: the hash is deleted and one message went to the channel
 --          >0  still held by us with this many holds left (TTL unchanged)
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then
   return -1
 end
-local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if left > 0 then
-  return left
+if holds > 1 then
+  return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '1')
