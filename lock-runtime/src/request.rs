@@ -241,7 +241,8 @@ const ERROR_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockError> {
     let start = Instant::now();
-    let deadline = want.wait.map(|w| start + w);
+    // A wait too long to represent (`Duration::MAX`) is a wait forever.
+    let deadline = want.wait.and_then(|w| start.checked_add(w));
     let timeout = |want: &Want| LockError::Timeout {
         key: want.key.clone(),
         waited: start.elapsed(),
@@ -349,7 +350,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         };
         let _ = registered;
         // Sleep until a release message, the holder's lease, or our deadline.
-        let lease_end = now + ttl.unwrap_or(want.lease);
+        let lease_end = now
+            .checked_add(ttl.unwrap_or(want.lease))
+            .unwrap_or(now + want.lease);
         let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
         tokio::select! {
             _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}

@@ -106,3 +106,70 @@ async fn bad_keys_and_leases_are_refused_before_any_round_trip() {
         .unwrap_err();
     assert!(matches!(prefix, LockError::InvalidConfig(_)), "{prefix}");
 }
+
+/// A runtime whose Redis is gone for good keeps answering with errors (never
+/// a panic, never a hang): bounded waits end in `Timeout` at their deadline,
+/// single tries and releases report the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_after_redis_is_gone_for_good_returns_errors() {
+    let server = RedisServer::start();
+    let runtime = LockRuntime::builder()
+        .redis(server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let guard = runtime.lock("k").acquire().await.unwrap();
+    drop(server);
+
+    let start = Instant::now();
+    let once = runtime.lock("other").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(once, Err(LockError::Backend(_))), "{once:?}");
+    let bounded = runtime
+        .lock("other")
+        .wait(Duration::from_millis(500))
+        .acquire()
+        .await;
+    assert!(
+        matches!(bounded, Err(LockError::Timeout { .. })),
+        "{bounded:?}"
+    );
+    assert!(runtime.ping().await.is_err());
+    assert!(runtime.force_unlock("k").await.is_err());
+    let released = guard.release().await;
+    assert!(
+        matches!(
+            released,
+            Err(LockError::Backend(_) | LockError::Lost { .. })
+        ),
+        "{released:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(runtime.stats().held, 0);
+}
+
+/// `wait(Duration::MAX)` means forever, not an overflow.
+#[tokio::test]
+async fn enormous_wait_is_a_wait_forever() {
+    let runtime = LockRuntime::builder().memory().build().await.unwrap();
+    let guard = runtime
+        .lock("k")
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let guard = runtime
+        .lock("k")
+        .lease(Duration::from_secs(24 * 3600))
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+}
