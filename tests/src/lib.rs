@@ -23,12 +23,116 @@ pub const INSTALL_HINT: &str =
     "redis-server not found: install it with `apt-get update && apt-get install -y redis-server` \
      (scripts/test does this for you)";
 
-/// A `redis-server` owned by the test process.
-pub struct RedisServer {
-    port: u16,
+/// One `redis-server` process, started through a shell wrapper that kills it
+/// when the test process's end of the wrapper's stdin closes.
+pub struct ServerProcess {
     pid: u32,
     wrapper: Child,
     _stdin: ChildStdin,
+}
+
+impl ServerProcess {
+    /// Starts `redis-server` on `port` (loopback, no persistence) with `extra`
+    /// arguments; returns at once, before the server answers.
+    pub fn spawn(port: u16, extra: &[&str]) -> ServerProcess {
+        let binary = redis_server_binary();
+        let mut args = vec![
+            binary,
+            "--port".to_owned(),
+            port.to_string(),
+            "--bind".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--save".to_owned(),
+            String::new(),
+            "--appendonly".to_owned(),
+            "no".to_owned(),
+            "--daemonize".to_owned(),
+            "no".to_owned(),
+            "--loglevel".to_owned(),
+            "warning".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let quoted: Vec<String> = args
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+            .collect();
+        // The wrapper starts the server, prints its pid, and kills it when
+        // stdin closes (the test process is gone).
+        let script = format!(
+            "{} >/dev/null 2>&1 & pid=$!; echo $pid; read _; kill -9 $pid 2>/dev/null; kill -CONT $pid 2>/dev/null",
+            quoted.join(" ")
+        );
+        let mut wrapper = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start sh for redis-server");
+        let stdin = wrapper.stdin.take().expect("wrapper stdin");
+        let stdout = wrapper.stdout.take().expect("wrapper stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read redis-server pid");
+        ServerProcess {
+            pid: line.trim().parse().expect("redis-server pid"),
+            wrapper,
+            _stdin: stdin,
+        }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Alive and not a zombie (a killed server may stay a zombie for a while
+    /// when nothing reaps orphans).
+    pub fn is_running(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    /// SIGKILLs the server and waits (at most 2 s) until it is gone.
+    pub fn kill(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        for signal in ["-KILL", "-CONT"] {
+            let _ = Command::new("kill")
+                .args([signal, &self.pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = self.wrapper.kill();
+        let _ = self.wrapper.wait();
+        for _ in 0..400 {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if self.is_running() {
+            self.stop();
+        }
+    }
+}
+
+/// A `redis-server` owned by the test process.
+pub struct RedisServer {
+    port: u16,
+    process: ServerProcess,
 }
 
 fn redis_server_binary() -> String {
@@ -61,60 +165,21 @@ impl RedisServer {
 
     /// Like [`start`](Self::start), with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let binary = redis_server_binary();
         for _attempt in 0..5 {
             let port = free_port();
-            let mut args = vec![
-                "--port".to_owned(),
-                port.to_string(),
-                "--bind".to_owned(),
-                "127.0.0.1".to_owned(),
-                "--save".to_owned(),
-                String::new(),
-                "--appendonly".to_owned(),
-                "no".to_owned(),
-                "--daemonize".to_owned(),
-                "no".to_owned(),
-                "--loglevel".to_owned(),
-                "warning".to_owned(),
-            ];
-            args.extend(extra.iter().map(|s| (*s).to_owned()));
-            let quoted: Vec<String> = std::iter::once(binary.clone())
-                .chain(args)
-                .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
-                .collect();
-            // The wrapper starts the server, prints its pid, and kills it when
-            // stdin closes (the test process is gone).
-            let script = format!(
-                "{} >/dev/null 2>&1 & pid=$!; echo $pid; read _; kill -9 $pid 2>/dev/null; kill -CONT $pid 2>/dev/null",
-                quoted.join(" ")
-            );
-            let mut wrapper = Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start sh for redis-server");
-            let stdin = wrapper.stdin.take().expect("wrapper stdin");
-            let stdout = wrapper.stdout.take().expect("wrapper stdout");
-            let mut line = String::new();
-            BufReader::new(stdout)
-                .read_line(&mut line)
-                .expect("read redis-server pid");
-            let pid: u32 = line.trim().parse().expect("redis-server pid");
             let server = RedisServer {
                 port,
-                pid,
-                wrapper,
-                _stdin: stdin,
+                process: ServerProcess::spawn(port, extra),
             };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
             }
             // Port taken between our probe and the server's bind: try another.
         }
-        panic!("redis-server did not start (is {binary} working?)");
+        panic!(
+            "redis-server did not start (is {} working?)",
+            redis_server_binary()
+        );
     }
 
     fn wait_ready(&self, limit: Duration) -> bool {
@@ -129,20 +194,12 @@ impl RedisServer {
                     Err(_) => {}
                 }
             }
-            if !self.is_running() {
+            if !self.process.is_running() {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         false
-    }
-
-    fn is_running(&self) -> bool {
-        Command::new("kill")
-            .args(["-0", &self.pid.to_string()])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -157,7 +214,7 @@ impl RedisServer {
 
     /// The server's process id (for SIGSTOP/SIGKILL in fault tests).
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.process.pid()
     }
 
     /// A plain redis-rs client for the test's own commands.
@@ -171,16 +228,6 @@ impl RedisServer {
             .get_multiplexed_async_connection()
             .await
             .expect("connect to the test redis-server")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-9", &self.pid.to_string()])
-            .status();
-        let _ = self.wrapper.kill();
-        let _ = self.wrapper.wait();
     }
 }
 
