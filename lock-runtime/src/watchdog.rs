@@ -26,6 +26,9 @@ use crate::held::HeldLock;
 /// Most renewals sent in one pipelined round trip.
 pub(crate) const BATCH: usize = 1000;
 
+/// Longest sleep of the watchdog task, busy or idle.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+
 /// Pause between renewal attempts while the backend fails.
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -158,9 +161,11 @@ impl Watchdog {
             .filter(|e| !e.in_flight)
             .map(|e| e.due.min(e.valid_until))
             .min();
-        // While a batch is out the task comes back right after it.
-        let planned = if due.is_empty() { next } else { Some(now) };
-        entries.planned = planned;
+        // The task never sleeps longer than IDLE_TICK, so a lock falling due
+        // later than that needs no wake-up (no extra work per acquire); while
+        // a batch is out the task comes back right after it.
+        let next = Some(next.map_or(now + IDLE_TICK, |n| n.min(now + IDLE_TICK)));
+        entries.planned = if due.is_empty() { next } else { Some(now) };
         (due, next)
     }
 
@@ -221,7 +226,7 @@ pub(crate) async fn run(
         let changed = watchdog.changed.notified();
         let (due, next) = watchdog.collect_due(Instant::now());
         if due.is_empty() {
-            let sleep_until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let sleep_until = next.unwrap_or_else(|| Instant::now() + IDLE_TICK);
             tokio::select! {
                 _ = &mut stop => return,
                 () = changed => {}
