@@ -250,9 +250,6 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     let mut ticket = None;
     let mut backoff = ERROR_BACKOFF_MIN;
     let mut first = true;
-    // A release wakes one waiter; if that waiter leaves without trying (its
-    // deadline passed, or it was cancelled), the wake-up goes to the next one.
-    let mut pass_on = PassOn(None);
     loop {
         if let Some(held) = runtime.table().reenter(&want.hash, want.owner) {
             return Ok(LockGuard::new(runtime, held));
@@ -266,17 +263,16 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             // queue behind them (the release wakes the longest waiter first)
             // instead of racing them to the backend.
             if let Some(queued) = queue_behind_local_waiters(&runtime, &want, deadline).await {
-                pass_on.0 = Some(queued.entry().clone());
                 ticket = Some(queued);
                 continue;
             }
         }
         // Listen before trying, so a release between the try and the sleep
         // is not missed.
-        let entry = ticket
+        let slot = ticket
             .as_ref()
-            .map(|t: &crate::waiters::WaitTicket| t.entry().clone());
-        let mut woken = pin!(entry.as_ref().map(|e| e.wake.notified()));
+            .map(|t: &crate::waiters::WaitTicket| t.slot().clone());
+        let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
         if let Some(woken) = woken.as_mut().as_pin_mut() {
             woken.enable();
         }
@@ -288,9 +284,6 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             holder: Some(holder),
         };
         let sent_at = Instant::now();
-        // This attempt answers any wake-up we got: a busy reply means a holder
-        // that will publish its own release.
-        pass_on.0 = None;
         let attempt = runtime.backend().acquire(
             &want.hash,
             in_flight.holder.as_deref().unwrap_or_default(),
@@ -306,9 +299,11 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         let ttl = match outcome {
             Ok(Acquire::Held { fence }) => {
                 let holder = in_flight.disarm();
-                // Leave the waiters first: `adopt` wakes the waiters of this
+                // Leave the queue first: `adopt` wakes the waiters of this
                 // scope (to re-enter), and we are no longer one of them.
-                drop(ticket.take());
+                if let Some(ticket) = ticket.take() {
+                    ticket.leave_with_lock();
+                }
                 let held = HeldLock::new(
                     want.key, want.hash, holder, want.owner, fence, want.lease, want.renew,
                 );
@@ -362,21 +357,8 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             .unwrap_or(now + want.lease);
         let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
         tokio::select! {
-            _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {
-                pass_on.0 = entry.clone();
-            }
+            _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
             () = tokio::time::sleep_until(wake_at) => {}
-        }
-    }
-}
-
-/// Hands an unused release wake-up on to the next waiter when dropped armed.
-struct PassOn(Option<Arc<crate::waiters::KeyWaiters>>);
-
-impl Drop for PassOn {
-    fn drop(&mut self) {
-        if let Some(entry) = self.0.take() {
-            entry.wake.notify_one();
         }
     }
 }
@@ -400,11 +382,9 @@ async fn queue_behind_local_waiters(
     let lease_end = Instant::now() + want.lease;
     let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
     tokio::select! {
-        () = ticket.entry().wake.notified() => {}
+        () = ticket.slot().wake.notified() => {}
         () = tokio::time::sleep_until(wake_at) => {}
     }
-    // (Woken or not, the caller treats this like a wake-up it must use or
-    // pass on: a spurious extra wake-up costs one busy attempt at most.)
     Some(ticket)
 }
 

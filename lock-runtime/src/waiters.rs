@@ -1,18 +1,21 @@
-//! Who is waiting for which lock, and how they are woken.
+//! Who is waiting for which lock, in what order, and how they are woken.
 //!
-//! A contended acquire registers here (one entry per key, shared by all local
-//! waiters of that key) before it retries, then sleeps on the entry's `Notify`.
+//! A contended acquire registers here before it retries, and then sleeps on
+//! its own slot. The waiters of one key form a FIFO queue in this process: a
+//! release wakes only the *head*, so one release sends one local contender to
+//! the backend instead of all of them. The head keeps its place until it takes
+//! the lock or gives up, also when another process wins the race for a release
+//! (then it simply waits for the next one); newcomers queue behind it. A head
+//! that gives up without taking the lock hands the wake-up on to the next.
+//!
 //! Wake-ups come from one place per backend: the Redis push handler when a
 //! release message arrives on the key's channel, or the embedded backend when
-//! it frees a lock. `notify_one` wakes the longest waiter only, so one release
-//! sends one local contender to the backend instead of all of them.
-//!
-//! With Redis, the first local waiter of a key subscribes to the key's release
-//! channel and the last one to leave unsubscribes. Both go through one ordered
-//! queue (the subscription task in `backend/redis.rs`), so a subscribe and an
-//! unsubscribe of the same channel can never overtake each other.
+//! it frees a lock. With Redis, the first local waiter of a key subscribes to
+//! the key's release channel and the last one to leave unsubscribes; both go
+//! through one ordered queue (the subscription task in `backend/redis.rs`), so
+//! a subscribe and an unsubscribe of one channel never overtake each other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -27,11 +30,19 @@ pub(crate) enum SubscriptionCommand {
     Unsubscribe(String),
 }
 
+/// One waiter's place in its key's queue.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Notified when it is this waiter's turn to try (a permit is kept if it
+    /// is not listening at that moment, so no wake-up is lost).
+    pub(crate) wake: Notify,
+    owner: u64,
+}
+
 /// The waiters of one key.
 #[derive(Debug, Default)]
 pub(crate) struct KeyWaiters {
-    /// Woken once per release (and for everyone when the connection drops).
-    pub(crate) wake: Notify,
+    queue: Mutex<VecDeque<Arc<Slot>>>,
     ready: AtomicBool,
     ready_changed: Notify,
 }
@@ -53,19 +64,22 @@ impl KeyWaiters {
             changed.await;
         }
     }
-}
 
-/// The waiters of one key: the shared entry and the owner scope of each.
-#[derive(Debug)]
-struct Registered {
-    entry: Arc<KeyWaiters>,
-    owners: Vec<u64>,
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Slot>>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake_head(&self) {
+        if let Some(head) = self.queue().front() {
+            head.wake.notify_one();
+        }
+    }
 }
 
 /// Registry of waiting keys for one runtime.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    keys: Mutex<HashMap<String, Registered>>,
+    keys: Mutex<HashMap<String, Arc<KeyWaiters>>>,
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
 }
 
@@ -81,24 +95,23 @@ impl Waiters {
         })
     }
 
-    /// Registers one waiter of owner scope `owner` on `channel`; the first
-    /// one subscribes.
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<KeyWaiters>>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues one waiter of owner scope `owner` on `channel`; the first one
+    /// subscribes.
     pub(crate) fn register(self: &Arc<Self>, channel: String, owner: u64) -> WaitTicket {
-        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = match keys.get_mut(&channel) {
-            Some(registered) => {
-                registered.owners.push(owner);
-                registered.entry.clone()
-            }
+        let slot = Arc::new(Slot {
+            wake: Notify::new(),
+            owner,
+        });
+        let mut keys = self.keys();
+        let entry = match keys.get(&channel) {
+            Some(entry) => entry.clone(),
             None => {
                 let entry = Arc::new(KeyWaiters::default());
-                keys.insert(
-                    channel.clone(),
-                    Registered {
-                        entry: entry.clone(),
-                        owners: vec![owner],
-                    },
-                );
+                keys.insert(channel.clone(), entry.clone());
                 let queued = self.subscriptions.as_ref().is_some_and(|tx| {
                     tx.send(SubscriptionCommand::Subscribe(
                         channel.clone(),
@@ -112,30 +125,33 @@ impl Waiters {
                 entry
             }
         };
+        entry.queue().push_back(slot.clone());
+        drop(keys);
         WaitTicket {
             waiters: self.clone(),
             channel,
             entry,
-            owner,
+            slot,
+            took_lock: false,
         }
     }
 
-    /// Wakes the longest-waiting local waiter of `channel`, if any.
+    /// A release: wakes the head waiter of `channel`, if any.
     pub(crate) fn wake_one(&self, channel: &str) {
-        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(registered) = keys.get(channel) {
-            registered.entry.wake.notify_one();
+        let entry = self.keys().get(channel).cloned();
+        if let Some(entry) = entry {
+            entry.wake_head();
         }
     }
 
-    /// Wakes the waiters of `channel` when one of them belongs to `owner`,
-    /// which has just taken the key and can be re-entered now. Waiters of
-    /// other owners are woken too (one `Notify`), but only in that rare case.
+    /// Wakes the waiters of `channel` that belong to `owner`, which has just
+    /// taken the key: they can re-enter now instead of waiting for a release
+    /// their own scope would have to make.
     pub(crate) fn wake_owner(&self, channel: &str, owner: u64) {
-        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(registered) = keys.get(channel) {
-            if registered.owners.contains(&owner) {
-                registered.entry.wake.notify_waiters();
+        let entry = self.keys().get(channel).cloned();
+        if let Some(entry) = entry {
+            for slot in entry.queue().iter().filter(|s| s.owner == owner) {
+                slot.wake.notify_one();
             }
         }
     }
@@ -143,72 +159,79 @@ impl Waiters {
     /// Wakes every waiter of every key: messages may have been missed (the
     /// connection dropped), so everybody retries once.
     pub(crate) fn wake_all(&self) {
-        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        for registered in keys.values() {
-            registered.entry.wake.notify_waiters();
-            registered.entry.wake.notify_one();
+        let entries: Vec<Arc<KeyWaiters>> = self.keys().values().cloned().collect();
+        for entry in entries {
+            for slot in entry.queue().iter() {
+                slot.wake.notify_one();
+            }
         }
     }
 
     /// Whether anybody waits on `channel` now.
     pub(crate) fn is_waiting(&self, channel: &str) -> bool {
-        self.keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(channel)
+        self.keys().contains_key(channel)
     }
 
     /// Number of keys with at least one local waiter.
     pub(crate) fn waiting_keys(&self) -> usize {
-        self.keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.keys().len()
     }
 
-    fn unregister(&self, channel: &str, owner: u64) {
-        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(registered) = keys.get_mut(channel) else {
-            return;
-        };
-        if let Some(at) = registered.owners.iter().position(|o| *o == owner) {
-            registered.owners.swap_remove(at);
-        }
-        if !registered.owners.is_empty() {
-            return;
-        }
-        if let Some((channel, _)) = keys.remove_entry(channel) {
-            if let Some(tx) = &self.subscriptions {
-                let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
+    fn unregister(&self, ticket: &WaitTicket) {
+        let mut keys = self.keys();
+        let (was_head, now_empty) = {
+            let mut queue = ticket.entry.queue();
+            let at = queue.iter().position(|s| Arc::ptr_eq(s, &ticket.slot));
+            if let Some(at) = at {
+                queue.remove(at);
             }
+            (at == Some(0), queue.is_empty())
+        };
+        if now_empty {
+            if let Some((channel, _)) = keys.remove_entry(&ticket.channel) {
+                if let Some(tx) = &self.subscriptions {
+                    let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
+                }
+            }
+        } else if was_head && !ticket.took_lock {
+            // The head leaves without the lock (deadline, cancellation,
+            // error): a release it was woken for must not be lost, so the
+            // next waiter tries instead. At worst one needless attempt.
+            ticket.entry.wake_head();
         }
     }
 }
 
-/// One waiter's registration; unregisters on drop (also when the waiting
+/// One waiter's registration; leaves the queue on drop (also when the waiting
 /// future is cancelled).
 #[derive(Debug)]
 pub(crate) struct WaitTicket {
     waiters: Arc<Waiters>,
     channel: String,
     entry: Arc<KeyWaiters>,
-    owner: u64,
+    slot: Arc<Slot>,
+    took_lock: bool,
 }
 
 impl WaitTicket {
-    /// The shared entry of this key.
-    pub(crate) fn entry(&self) -> &Arc<KeyWaiters> {
-        &self.entry
+    /// This waiter's slot.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
     }
 
     /// Resolves once the key's release channel is subscribed.
     pub(crate) async fn ready(&self) {
         self.entry.ready().await;
     }
+
+    /// Leaves the queue after taking the lock (no wake-up to hand on).
+    pub(crate) fn leave_with_lock(mut self) {
+        self.took_lock = true;
+    }
 }
 
 impl Drop for WaitTicket {
     fn drop(&mut self) {
-        self.waiters.unregister(&self.channel, self.owner);
+        self.waiters.unregister(self);
     }
 }
