@@ -17,10 +17,12 @@ use crate::duration;
 use crate::suggest;
 
 /// Every argument name, in the order the docs present them.
-const NAMES: [&str; 6] = ["key", "lease", "wait", "watchdog", "on_lost", "crate"];
+const NAMES: [&str; 7] = [
+    "key", "lease", "wait", "watchdog", "on_lost", "fair", "crate",
+];
 
 /// Names users reach for that mean one of ours.
-const SYNONYMS: [(&str, &str); 8] = [
+const SYNONYMS: [(&str, &str); 10] = [
     ("name", "key"),
     ("lock", "key"),
     ("ttl", "lease"),
@@ -28,6 +30,8 @@ const SYNONYMS: [(&str, &str); 8] = [
     ("timeout", "wait"),
     ("wait_timeout", "wait"),
     ("renew", "watchdog"),
+    ("fifo", "fair"),
+    ("fairness", "fair"),
     ("krate", "crate"),
 ];
 
@@ -52,6 +56,8 @@ pub(crate) struct Args {
     pub watchdog: Option<bool>,
     /// `on_lost = "…"`; `None` leaves the runtime default (abort).
     pub on_lost: Option<OnLost>,
+    /// `fair = true | false`; `None` leaves the runtime default.
+    pub fair: Option<bool>,
     /// `crate = "path"`; `None` means `::lock_runtime`.
     pub krate: Option<Path>,
 }
@@ -152,6 +158,7 @@ impl Args {
                 "wait" => duration_arg(value, "wait").map(|arg| args.wait = Some(arg)),
                 "watchdog" => bool_arg(&value, "watchdog").map(|b| args.watchdog = Some(b)),
                 "on_lost" => on_lost_arg(&value).map(|o| args.on_lost = Some(o)),
+                "fair" => bool_arg(&value, "fair").map(|b| args.fair = Some(b)),
                 "crate" => crate_arg(value).map(|p| args.krate = Some(p)),
                 _ => Err(unknown(&name)),
             };
@@ -269,7 +276,7 @@ fn duration_arg(value: Expr, name: &str) -> syn::Result<DurationArg> {
     }
 }
 
-/// `watchdog = true | false`.
+/// `watchdog = true | false`, `fair = true | false`.
 fn bool_arg(value: &Expr, name: &str) -> syn::Result<bool> {
     match value {
         Expr::Lit(ExprLit {
@@ -346,6 +353,7 @@ mod tests {
             wait = "0s",
             watchdog = false,
             on_lost = "continue",
+            fair = true,
             crate = "::my_locks",
         ))
         .unwrap();
@@ -354,6 +362,7 @@ mod tests {
         assert!(matches!(args.wait, Some(DurationArg::Millis(0, _))));
         assert_eq!(args.watchdog, Some(false));
         assert_eq!(args.on_lost, Some(OnLost::Continue));
+        assert_eq!(args.fair, Some(true));
         let krate = args.krate.unwrap();
         assert_eq!(quote!(#krate).to_string(), quote!(::my_locks).to_string());
     }
@@ -362,7 +371,7 @@ mod tests {
     fn only_key_is_required() {
         let args = parse(quote!(key = "k")).unwrap();
         assert!(args.lease.is_none() && args.wait.is_none() && args.krate.is_none());
-        assert!(args.watchdog.is_none() && args.on_lost.is_none());
+        assert!(args.watchdog.is_none() && args.on_lost.is_none() && args.fair.is_none());
     }
 
     #[test]
@@ -398,16 +407,18 @@ mod tests {
             wait = 5,
             watchdog = "no",
             on_lost = "retry",
+            fair = "yes",
             leese = "1s",
             key = "j"
         ));
-        assert_eq!(found.len(), 6, "{found:?}");
+        assert_eq!(found.len(), 7, "{found:?}");
         assert!(found[0].contains("longer than zero"));
         assert!(found[1].contains("a bare number has no unit: write `wait = \"5s\"`"));
         assert!(found[2].contains("`true` or `false`"));
         assert!(found[3].contains("unknown `on_lost` value \"retry\""));
-        assert!(found[4].contains("unknown argument `leese`; did you mean `lease`?"));
-        assert!(found[5].contains("duplicate argument `key`"));
+        assert!(found[4].contains("`fair` takes `true` or `false`"));
+        assert!(found[5].contains("unknown argument `leese`; did you mean `lease`?"));
+        assert!(found[6].contains("duplicate argument `key`"));
     }
 
     #[test]
@@ -439,6 +450,20 @@ mod tests {
             found[0].contains("the arguments are `key`, `lease`"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn fair_takes_a_bool() {
+        assert_eq!(
+            parse(quote!(key = "k", fair = false)).unwrap().fair,
+            Some(false)
+        );
+        for bad in [quote!("yes"), quote!(1), quote!(FAIR), quote!(!true)] {
+            let found = errors(quote!(key = "k", fair = #bad));
+            assert_eq!(found, ["`fair` takes `true` or `false`"], "{bad}");
+        }
+        assert!(errors(quote!(key = "k", fifo = true))[0].contains("did you mean `fair`?"));
+        assert!(errors(quote!(key = "k", fiar = true))[0].contains("did you mean `fair`?"));
     }
 
     #[test]

@@ -157,7 +157,7 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 }
 
 /// How many fields `__private::Options` has today.
-const OPTION_FIELDS: usize = 4;
+const OPTION_FIELDS: usize = 5;
 
 /// `Options { lease: …, ..Options::DEFAULT }` with only the fields the user gave.
 fn options(args: &Args, krate: &TokenStream) -> TokenStream {
@@ -197,6 +197,9 @@ fn options(args: &Args, krate: &TokenStream) -> TokenStream {
             OnLost::Continue => quote!(Continue),
         };
         fields.push(quote!(on_lost: #private::OnLost::#variant));
+    }
+    if let Some(fair) = args.fair {
+        fields.push(quote!(fair: ::core::option::Option::Some(#fair)));
     }
     if fields.is_empty() {
         return quote!(#private::Options::DEFAULT);
@@ -333,6 +336,7 @@ mod tests {
                 crate = "my::locks",
                 watchdog = false,
                 on_lost = "continue",
+                fair = false,
                 wait = W
             ),
             quote!(
@@ -356,6 +360,10 @@ mod tests {
             out.contains("on_lost : my :: locks :: __private :: OnLost :: Continue"),
             "{out}"
         );
+        assert!(
+            out.contains("fair : :: core :: option :: Option :: Some (false)"),
+            "{out}"
+        );
         let out = expanded(
             quote!(key = "k"),
             quote!(
@@ -368,6 +376,27 @@ mod tests {
             out.contains(":: lock_runtime :: __private :: Options :: DEFAULT , async move"),
             "{out}"
         );
+        assert!(!out.contains("fair"), "{out}");
+    }
+
+    #[test]
+    fn fair_alone_is_one_field_over_the_default() {
+        let out = expanded(
+            quote!(key = "k", fair = true),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let options = quote! {
+            ::lock_runtime::__private::Options {
+                fair: ::core::option::Option::Some(true),
+                ..::lock_runtime::__private::Options::DEFAULT
+            }
+        };
+        assert!(out.contains(&options.to_string()), "{out}");
+        assert!(!out.contains("needless_update"), "{out}");
     }
 
     #[test]
@@ -391,7 +420,8 @@ mod tests {
                 lease = "1s",
                 wait = "1s",
                 watchdog = true,
-                on_lost = "abort"
+                on_lost = "abort",
+                fair = true
             ),
             quote!(
                 async fn f() -> Result<(), E> {

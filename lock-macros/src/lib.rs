@@ -110,6 +110,7 @@ mod template;
 /// | `wait` | same; `"0s"` tries once | runtime's (unbounded) |
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
 /// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it | `"abort"` |
+/// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`false`) |
 /// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
@@ -120,6 +121,16 @@ mod template;
 ///
 /// **Durations** are checked at compile time: units `ms`, `s`, `m`, `h`, combined from the
 /// largest (`"1h30m"`, `"1s500ms"`). A lease is between 10ms and 24h.
+///
+/// **Fair** (`fair = true`) is first come, first served across processes. With Redis, a
+/// waiter that finds the lock busy joins a queue in Redis, and a release hands the lock
+/// straight to the first live waiter (no acquire round trip after a release). The price: a
+/// waiting process refreshes its place once a second, and a waiter that dies while queued may
+/// be handed the lock in the 3 s before its place runs out; the lock then stays taken for that
+/// waiter's lease. Use the same mode for every caller of a key. Without the argument the
+/// runtime's default applies (`LockRuntimeBuilder::fair`, off unless set); by hand, the same
+/// is `LockRequest::fair`. The embedded backend always serves waiters in order: there `fair`
+/// is accepted and changes nothing.
 ///
 /// # Examples
 ///
@@ -217,6 +228,26 @@ mod template;
 /// }
 /// ```
 ///
+/// `fair = true` serves the waiters for a key in arrival order; give it on every fn that
+/// locks the same keys:
+///
+/// ```
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[distributed_lock(key = "seat:<seat>", wait = "10s", fair = true)]
+/// async fn book(seat: u32, who: &'static str) -> Result<&'static str, LockError> {
+///     Ok(who)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     let (ann, bob) = tokio::join!(book(1, "ann"), book(1, "bob"));
+///     assert_eq!((ann?, bob?), ("ann", "bob"));
+///     Ok(())
+/// }
+/// ```
+///
 /// Durations as expressions, and `crate` for a re-exported runtime:
 ///
 /// ```
@@ -279,7 +310,7 @@ mod template;
 ///
 /// A missing `key`; an unknown or repeated argument; a placeholder that names no parameter,
 /// is empty or unclosed, or starts inside a destructured parameter; a malformed duration, a
-/// lease out of range; a bad `watchdog` or `on_lost` value; a fn that is not `async`, has no
+/// lease out of range; a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async`, has no
 /// body, or returns something that is not a `Result`; the attribute on anything but a fn.
 /// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
 /// return type.

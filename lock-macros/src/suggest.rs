@@ -49,7 +49,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    const ARGS: [&str; 6] = ["key", "lease", "wait", "watchdog", "on_lost", "crate"];
+    const ARGS: [&str; 7] = [
+        "key", "lease", "wait", "watchdog", "on_lost", "fair", "crate",
+    ];
 
     #[test]
     fn typos_find_the_intended_name() {
@@ -58,6 +60,8 @@ mod tests {
         assert_eq!(closest("wiat", ARGS), Some("wait"));
         assert_eq!(closest("onlost", ARGS), Some("on_lost"));
         assert_eq!(closest("watchdgo", ARGS), Some("watchdog"));
+        assert_eq!(closest("fiar", ARGS), Some("fair"));
+        assert_eq!(closest("far", ARGS), Some("fair"));
     }
 
     #[test]

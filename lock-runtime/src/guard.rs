@@ -102,7 +102,7 @@ impl LockGuard {
         let outcome = self
             .runtime
             .backend()
-            .release(&held.hash, &held.holder)
+            .release(&held.hash, &held.holder, held.fair)
             .await;
         pending.done();
         match outcome {
@@ -132,9 +132,11 @@ impl PendingRelease<'_> {
 impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
-            self.runtime
-                .backend()
-                .release_in_background(held.hash.clone(), held.holder.clone());
+            self.runtime.backend().release_in_background(
+                held.hash.clone(),
+                held.holder.clone(),
+                held.fair,
+            );
         }
     }
 }
@@ -145,8 +147,10 @@ impl Drop for LockGuard {
             return;
         }
         self.runtime.watchdog().remove(self.held.id);
-        self.runtime
-            .backend()
-            .release_in_background(self.held.hash.clone(), self.held.holder.clone());
+        self.runtime.backend().release_in_background(
+            self.held.hash.clone(),
+            self.held.holder.clone(),
+            self.held.fair,
+        );
     }
 }

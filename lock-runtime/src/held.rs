@@ -34,32 +34,39 @@ pub(crate) struct HeldLock {
     pub(crate) lease: Duration,
     /// Whether the watchdog renews it.
     pub(crate) renew: bool,
+    /// Whether it was taken in fair mode (its release hands it on).
+    pub(crate) fair: bool,
     holds: AtomicUsize,
     lost: AtomicBool,
     lost_changed: Notify,
 }
 
+/// What a new [`HeldLock`] is made of (the fields of the same names).
+pub(crate) struct Hold {
+    pub(crate) key: String,
+    pub(crate) hash: String,
+    pub(crate) holder: String,
+    pub(crate) owner: u64,
+    pub(crate) fence: u64,
+    pub(crate) lease: Duration,
+    pub(crate) renew: bool,
+    pub(crate) fair: bool,
+}
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl HeldLock {
-    pub(crate) fn new(
-        key: String,
-        hash: String,
-        holder: String,
-        owner: u64,
-        fence: u64,
-        lease: Duration,
-        renew: bool,
-    ) -> Arc<Self> {
+    pub(crate) fn new(hold: Hold) -> Arc<Self> {
         Arc::new(HeldLock {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            key,
-            hash,
-            holder,
-            owner,
-            fence,
-            lease,
-            renew,
+            key: hold.key,
+            hash: hold.hash,
+            holder: hold.holder,
+            owner: hold.owner,
+            fence: hold.fence,
+            lease: hold.lease,
+            renew: hold.renew,
+            fair: hold.fair,
             holds: AtomicUsize::new(1),
             lost: AtomicBool::new(false),
             lost_changed: Notify::new(),

@@ -19,6 +19,8 @@ pub struct Options {
     pub watchdog: bool,
     /// `on_lost = ...`.
     pub on_lost: OnLost,
+    /// `fair = ...`; `None`: the runtime's default.
+    pub fair: Option<bool>,
 }
 
 impl Options {
@@ -28,6 +30,7 @@ impl Options {
         wait: None,
         watchdog: true,
         on_lost: OnLost::Abort,
+        fair: None,
     };
 }
 
@@ -59,6 +62,7 @@ where
         options.wait,
         options.watchdog,
         options.on_lost,
+        options.fair,
     );
     crate::request::with_lock(request, body).await
 }

@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, LockNames};
+use crate::backend::{Acquire, Backend, LockNames, Queue, QUEUE_ENTRY_LIFE};
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::held::HeldLock;
+use crate::held::{HeldLock, Hold};
 use crate::owner::{self, Scope};
 use crate::runtime::LockRuntime;
+use crate::waiters::{Handoff, WaitTicket};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
@@ -69,6 +70,7 @@ pub struct LockRequest {
     wait: Option<Option<Duration>>,
     watchdog: bool,
     on_lost: OnLost,
+    fair: Option<bool>,
 }
 
 impl LockRequest {
@@ -80,6 +82,7 @@ impl LockRequest {
             wait: None,
             watchdog: true,
             on_lost: OnLost::Abort,
+            fair: None,
         }
     }
 
@@ -116,6 +119,24 @@ impl LockRequest {
         self
     }
 
+    /// First come, first served across processes (default: the runtime's,
+    /// off unless [`LockRuntimeBuilder::fair`](crate::LockRuntimeBuilder::fair)).
+    ///
+    /// With Redis, a waiter that finds the lock busy joins a queue in Redis,
+    /// and a release hands the lock straight to the first live waiter in it:
+    /// strict arrival order between processes (within a process waiters are
+    /// always served in order), and a handoff costs no acquire round trip.
+    /// The price: a waiting process refreshes its place once a second, and a
+    /// waiter that dies while queued may be handed the lock in the 3 s before
+    /// its place runs out, which then stays taken for that waiter's lease as
+    /// if it had died holding it. Use the same mode for every caller of a key:
+    /// plain acquires do not queue and may take a lock freed by expiry before
+    /// queued waiters do. The embedded backend is always in order.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = Some(fair);
+        self
+    }
+
     /// The key as given.
     pub fn key(&self) -> &str {
         &self.key
@@ -148,9 +169,13 @@ impl LockRequest {
         wait: Option<Duration>,
         watchdog: bool,
         on_lost: OnLost,
+        fair: Option<bool>,
     ) -> Self {
         if lease.is_some() {
             self.lease = lease;
+        }
+        if fair.is_some() {
+            self.fair = fair;
         }
         if let Some(wait) = wait {
             self.wait = Some(Some(wait));
@@ -167,6 +192,8 @@ impl LockRequest {
         validate_lease(lease)?;
         let wait = self.wait.unwrap_or(runtime.default_wait());
         let hash = LockNames::hash(runtime.prefix(), &self.key);
+        let fair = self.fair.unwrap_or(runtime.default_fair())
+            && matches!(runtime.backend(), Backend::Redis(_));
         let want = Want {
             key: self.key,
             hash,
@@ -174,6 +201,7 @@ impl LockRequest {
             lease,
             wait,
             renew: self.watchdog,
+            fair,
         };
         wait_loop(runtime, want).await
     }
@@ -209,31 +237,58 @@ struct Want {
     lease: Duration,
     wait: Option<Duration>,
     renew: bool,
+    /// Fair mode (Redis only).
+    fair: bool,
 }
 
-/// Queues a release of `holder` if dropped before disarmed: an acquire
-/// script may have taken the lock after its caller gave up.
+impl Want {
+    fn hold(self, holder: String, fence: u64) -> Hold {
+        Hold {
+            key: self.key,
+            hash: self.hash,
+            holder,
+            owner: self.owner,
+            fence,
+            lease: self.lease,
+            renew: self.renew,
+            fair: self.fair,
+        }
+    }
+}
+
+/// The holder id of one attempt. A fresh id is released in the background if
+/// this is dropped while still armed: an acquire script may have taken the
+/// lock (or, in fair mode, queued the id) after its caller gave up. A fair
+/// place's id is not: it belongs to the key's waiters, who give it back.
 struct InFlight<'a> {
     runtime: &'a LockRuntime,
     hash: &'a str,
-    holder: Option<String>,
+    holder: String,
+    armed: bool,
+    fair: bool,
 }
 
 impl InFlight<'_> {
-    fn disarm(mut self) -> String {
-        self.holder.take().unwrap_or_default()
+    fn disarm(&mut self) -> String {
+        self.armed = false;
+        std::mem::take(&mut self.holder)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if let Some(holder) = self.holder.take() {
-            self.runtime
-                .backend()
-                .release_in_background(self.hash.to_owned(), holder);
+        if self.armed {
+            self.runtime.backend().release_in_background(
+                self.hash.to_owned(),
+                std::mem::take(&mut self.holder),
+                self.fair,
+            );
         }
     }
 }
+
+/// How often a fair-mode waiter refreshes its place (a third of its life).
+const QUEUE_REFRESH: Duration = Duration::from_millis(QUEUE_ENTRY_LIFE.as_millis() as u64 / 3);
 
 /// Backoff between attempts while the backend fails (bounded waits only).
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(20);
@@ -253,6 +308,13 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     loop {
         if let Some(held) = runtime.table().reenter(&want.hash, want.owner) {
             return Ok(LockGuard::new(runtime, held));
+        }
+        // Fair mode: a release may have handed the lock to our place.
+        if let Some(handoff) = ticket.as_ref().and_then(WaitTicket::take_handoff) {
+            if let Some(ticket) = ticket.take() {
+                ticket.leave_with_lock(true);
+            }
+            return Ok(adopt_handoff(&runtime, want, handoff));
         }
         // Past the deadline only the very first attempt (`wait(ZERO)`) is sent.
         if !first && deadline.is_some_and(|d| Instant::now() >= d) {
@@ -277,18 +339,28 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             woken.enable();
         }
 
-        let holder = owner::new_holder_id();
-        let in_flight = InFlight {
+        // Fair mode queues this process under one place per key; a first
+        // attempt (no ticket yet) uses a fresh id, which may become the place.
+        let place = match &ticket {
+            Some(ticket) if want.fair => Some(ticket.place_id(want.lease)),
+            _ => None,
+        };
+        let mut in_flight = InFlight {
             runtime: &runtime,
             hash: &want.hash,
-            holder: Some(holder),
+            armed: place.is_none(),
+            holder: place.unwrap_or_else(owner::new_holder_id),
+            fair: want.fair,
+        };
+        let queue = match (want.fair, want.wait) {
+            (false, _) => Queue::No,
+            (true, Some(Duration::ZERO)) => Queue::Peek,
+            (true, _) => Queue::Join,
         };
         let sent_at = Instant::now();
-        let attempt = runtime.backend().acquire(
-            &want.hash,
-            in_flight.holder.as_deref().unwrap_or_default(),
-            want.lease,
-        );
+        let attempt = runtime
+            .backend()
+            .acquire(&want.hash, &in_flight.holder, want.lease, queue);
         let outcome = match deadline {
             Some(d) if d > sent_at => match tokio::time::timeout_at(d, attempt).await {
                 Ok(outcome) => outcome,
@@ -297,20 +369,38 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             _ => attempt.await,
         };
         let ttl = match outcome {
+            Ok(Acquire::Held { .. })
+                if !in_flight.armed
+                    && !ticket
+                        .as_ref()
+                        .is_some_and(|t| t.claim_place(&in_flight.holder)) =>
+            {
+                // Our place's lock, already taken by another local waiter
+                // (through the handoff message, or its own attempt's reply):
+                // it is theirs, so keep waiting.
+                in_flight.disarm();
+                None
+            }
             Ok(Acquire::Held { fence }) => {
                 let holder = in_flight.disarm();
+                drop(in_flight);
                 // Leave the queue first: `adopt` wakes the waiters of this
                 // scope (to re-enter), and we are no longer one of them.
                 if let Some(ticket) = ticket.take() {
-                    ticket.leave_with_lock();
+                    ticket.leave_with_lock(want.fair);
                 }
-                let held = HeldLock::new(
-                    want.key, want.hash, holder, want.owner, fence, want.lease, want.renew,
-                );
+                let held = HeldLock::new(want.hold(holder, fence));
                 return Ok(runtime.adopt(held, sent_at));
             }
             Ok(Acquire::Busy { ttl }) => {
-                in_flight.disarm();
+                if let (Some(ticket), true) = (&ticket, want.fair) {
+                    ticket.confirm_place(&in_flight.holder, sent_at);
+                }
+                // A fair first attempt stays armed: its id is queued in Redis
+                // and must be given back unless it becomes the place below.
+                if !(want.fair && queue == Queue::Join && in_flight.armed) {
+                    in_flight.disarm();
+                }
                 backoff = ERROR_BACKOFF_MIN;
                 ttl
             }
@@ -340,6 +430,15 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             let new_ticket = runtime
                 .waiters()
                 .register(LockNames::channel(&want.hash), want.owner);
+            if in_flight.armed {
+                // Fair mode: our first attempt queued its id in Redis.
+                let queued = in_flight.disarm();
+                if let Some(extra) = new_ticket.adopt_place(queued, sent_at, want.lease) {
+                    runtime
+                        .backend()
+                        .release_in_background(want.hash.clone(), extra, true);
+                }
+            }
             let ready = new_ticket.ready();
             match deadline {
                 Some(d) => {
@@ -350,17 +449,35 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             ticket = Some(new_ticket);
             continue;
         };
-        let _ = registered;
-        // Sleep until a release message, the holder's lease, or our deadline.
+        // Sleep until a release message, the holder's lease, or our deadline
+        // (in fair mode the head also wakes to refresh the process's place).
         let lease_end = now
             .checked_add(ttl.unwrap_or(want.lease))
             .unwrap_or(now + want.lease);
-        let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
+        let mut wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
+        if want.fair && registered.is_head() {
+            wake_at = wake_at.min(now + QUEUE_REFRESH);
+        }
         tokio::select! {
             _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
             () = tokio::time::sleep_until(wake_at) => {}
         }
     }
+}
+
+/// Holds a lock that a fair release handed to this process's place.
+fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGuard {
+    // The backend's lease ends after `since` + the lease the place asked for;
+    // if this waiter asks a longer one, count it from earlier, so that the
+    // local view of the lease never outlives the backend's.
+    let since = match want.lease.checked_sub(handoff.lease) {
+        Some(longer) if !longer.is_zero() => {
+            handoff.since.checked_sub(longer).unwrap_or(handoff.since)
+        }
+        _ => handoff.since,
+    };
+    let held = HeldLock::new(want.hold(handoff.holder, handoff.fence));
+    runtime.adopt(held, since)
 }
 
 /// Registers as a waiter and sleeps until woken (or the lease or deadline

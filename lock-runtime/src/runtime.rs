@@ -64,6 +64,7 @@ pub struct LockRuntimeBuilder {
     prefix: String,
     default_lease: Duration,
     default_wait: Option<Duration>,
+    fair: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
     tls_root_ca: Option<Vec<u8>>,
@@ -81,6 +82,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
             .field("prefix", &self.prefix)
             .field("default_lease", &self.default_lease)
             .field("default_wait", &self.default_wait)
+            .field("fair", &self.fair)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +94,7 @@ impl Default for LockRuntimeBuilder {
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: None,
+            fair: false,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             tls_root_ca: None,
@@ -130,6 +133,15 @@ impl LockRuntimeBuilder {
     /// Wait of locks that set none: `None` (the default) waits forever.
     pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
         self.default_wait = wait;
+        self
+    }
+
+    /// Whether locks that set nothing else are fair: first come, first
+    /// served across processes, with direct handoff (default `false`; see
+    /// [`LockRequest::fair`] for what it costs). Every process that uses a
+    /// key should agree.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
         self
     }
 
@@ -210,6 +222,7 @@ impl LockRuntimeBuilder {
                 prefix: self.prefix,
                 default_lease: self.default_lease,
                 default_wait: self.default_wait,
+                default_fair: self.fair,
                 _stop: stop_tx,
             }),
         })
@@ -245,7 +258,7 @@ fn worker(
     rt.block_on(async move {
         let (backend, waiters) = match choice {
             Choice::Memory => {
-                let waiters = Waiters::new(None);
+                let waiters = Waiters::new(None, None);
                 let memory = Arc::new(MemoryBackend::new(waiters.clone()));
                 (Backend::Memory(memory), waiters)
             }
@@ -281,6 +294,7 @@ struct Inner {
     prefix: String,
     default_lease: Duration,
     default_wait: Option<Duration>,
+    default_fair: bool,
     describe: String,
     /// Dropped with the last handle: stops the worker thread.
     _stop: oneshot::Sender<()>,
@@ -409,6 +423,10 @@ impl LockRuntime {
 
     pub(crate) fn default_lease(&self) -> Duration {
         self.inner.default_lease
+    }
+
+    pub(crate) fn default_fair(&self) -> bool {
+        self.inner.default_fair
     }
 
     pub(crate) fn default_wait(&self) -> Option<Duration> {

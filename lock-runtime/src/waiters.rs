@@ -14,12 +14,27 @@
 //! the key's release channel and the last one to leave unsubscribes; both go
 //! through one ordered queue (the subscription task in `backend/redis.rs`), so
 //! a subscribe and an unsubscribe of one channel never overtake each other.
+//!
+//! In fair mode (Redis only) the process also keeps one *place* per key in the
+//! key's Redis queue: a holder id that the local head uses for its attempts,
+//! and that outlives any one waiter, so a head that gives up leaves the place
+//! to the next local waiter. A release hands the lock straight to the first
+//! place in the Redis queue and names it in its message; the push handler
+//! records the handoff here and wakes the head, which then holds the lock
+//! without another round trip. When the last local waiter of a key leaves, an
+//! unused place is given back (a fair release of its id: it leaves the queue,
+//! or frees the lock if it was handed over meanwhile).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use crate::backend::redis::ReleaseJob;
+use crate::backend::LockNames;
 
 /// What the subscription task is asked to do, in order.
 #[derive(Debug)]
@@ -45,6 +60,34 @@ pub(crate) struct KeyWaiters {
     queue: Mutex<VecDeque<Arc<Slot>>>,
     ready: AtomicBool,
     ready_changed: Notify,
+    place: Mutex<Place>,
+}
+
+/// This process's place in a key's fair queue in Redis.
+#[derive(Debug, Default)]
+struct Place {
+    /// Holder id queued in Redis (None: not queued).
+    id: Option<String>,
+    /// A moment before the id was last seen queued and not yet handed the
+    /// lock: a handoff happened later, so its lease ends after this + lease.
+    confirmed: Option<Instant>,
+    /// Shortest lease asked with this id (the one a handoff may have used).
+    lease: Option<Duration>,
+    /// The fence of a handoff to `id` not yet taken by a local waiter.
+    handed: Option<u64>,
+}
+
+/// A lock handed to this process's place, ready to be taken.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    /// Holder id the lock is held under.
+    pub(crate) holder: String,
+    /// Its fencing token.
+    pub(crate) fence: u64,
+    /// Its lease in the backend ends after `since` + `lease`.
+    pub(crate) since: Instant,
+    /// The lease it was handed over with (at least this long).
+    pub(crate) lease: Duration,
 }
 
 impl KeyWaiters {
@@ -69,6 +112,10 @@ impl KeyWaiters {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn place(&self) -> std::sync::MutexGuard<'_, Place> {
+        self.place.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn wake_head(&self) {
         if let Some(head) = self.queue().front() {
             head.wake.notify_one();
@@ -81,17 +128,21 @@ impl KeyWaiters {
 pub(crate) struct Waiters {
     keys: Mutex<HashMap<String, Arc<KeyWaiters>>>,
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
+    releases: Option<mpsc::UnboundedSender<ReleaseJob>>,
 }
 
 impl Waiters {
-    /// A registry; `subscriptions` is the queue of the Redis subscription task,
-    /// or `None` for the embedded backend, which wakes waiters directly.
+    /// A registry; `subscriptions` is the queue of the Redis subscription task
+    /// and `releases` the Redis background releaser (for unused fair places),
+    /// both `None` for the embedded backend, which wakes waiters directly.
     pub(crate) fn new(
         subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
+        releases: Option<mpsc::UnboundedSender<ReleaseJob>>,
     ) -> Arc<Self> {
         Arc::new(Waiters {
             keys: Mutex::new(HashMap::new()),
             subscriptions,
+            releases,
         })
     }
 
@@ -144,6 +195,20 @@ impl Waiters {
         }
     }
 
+    /// A fair release handed the lock of `channel` to `holder`: if that is
+    /// this process's place, records the handoff and wakes the head.
+    pub(crate) fn hand_over(&self, channel: &str, holder: &str, fence: u64) {
+        let entry = self.keys().get(channel).cloned();
+        if let Some(entry) = entry {
+            let mut place = entry.place();
+            if place.id.as_deref() == Some(holder) {
+                place.handed = Some(fence);
+                drop(place);
+                entry.wake_head();
+            }
+        }
+    }
+
     /// Wakes the waiters of `channel` that belong to `owner`, which has just
     /// taken the key: they can re-enter now instead of waiting for a release
     /// their own scope would have to make.
@@ -189,6 +254,12 @@ impl Waiters {
         };
         if now_empty {
             if let Some((channel, _)) = keys.remove_entry(&ticket.channel) {
+                // Give back an unused fair place: it leaves the Redis queue,
+                // or, if the lock was handed to it meanwhile, frees the lock.
+                if let (Some(id), Some(tx)) = (ticket.entry.place().id.take(), &self.releases) {
+                    let hash = LockNames::hash_of_channel(&channel).to_owned();
+                    let _ = tx.send((hash, id, true));
+                }
                 if let Some(tx) = &self.subscriptions {
                     let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
                 }
@@ -224,9 +295,95 @@ impl WaitTicket {
         self.entry.ready().await;
     }
 
-    /// Leaves the queue after taking the lock (no wake-up to hand on).
-    pub(crate) fn leave_with_lock(mut self) {
-        self.took_lock = true;
+    /// Leaves the queue after taking the lock. There is no wake-up to hand
+    /// on, except in fair mode (`wake_next`): the next head must queue the
+    /// process in Redis again, since the place was used up.
+    pub(crate) fn leave_with_lock(mut self, wake_next: bool) {
+        self.took_lock = !wake_next;
+    }
+
+    /// Whether this waiter is first in its key's local queue.
+    pub(crate) fn is_head(&self) -> bool {
+        self.entry
+            .queue()
+            .front()
+            .is_some_and(|head| Arc::ptr_eq(head, &self.slot))
+    }
+
+    /// Fair mode: the holder id of this process's place in the key's Redis
+    /// queue (made now if there is none), for an attempt asking `lease`.
+    pub(crate) fn place_id(&self, lease: Duration) -> String {
+        let mut place = self.entry.place();
+        if place.id.is_none() {
+            place.id = Some(crate::owner::new_holder_id());
+            place.confirmed = Some(Instant::now());
+            place.lease = None;
+            place.handed = None;
+        }
+        place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
+        place.id.clone().unwrap_or_default()
+    }
+
+    /// Fair mode: a first attempt, made before this waiter registered, queued
+    /// `holder` in Redis (sent at `sent_at`, asking `lease`). It becomes the
+    /// place if the process has none; otherwise it is `Some(holder)`, a
+    /// second place that the caller must give back.
+    pub(crate) fn adopt_place(
+        &self,
+        holder: String,
+        sent_at: Instant,
+        lease: Duration,
+    ) -> Option<String> {
+        let mut place = self.entry.place();
+        if place.id.is_some() {
+            return Some(holder);
+        }
+        *place = Place {
+            id: Some(holder),
+            confirmed: Some(sent_at),
+            lease: Some(lease),
+            handed: None,
+        };
+        None
+    }
+
+    /// Fair mode: an attempt with `holder` sent at `sent_at` found the lock
+    /// busy, so no handoff to it had happened by then.
+    pub(crate) fn confirm_place(&self, holder: &str, sent_at: Instant) {
+        let mut place = self.entry.place();
+        if place.id.as_deref() == Some(holder) {
+            place.confirmed = place.confirmed.max(Some(sent_at));
+        }
+    }
+
+    /// Fair mode: an attempt with the place id `holder` says the lock is held
+    /// under it. Only the first local waiter to say so takes it (`true`; the
+    /// next one gets a new place); `false` when another local waiter already
+    /// took it, by this call or by [`take_handoff`](Self::take_handoff).
+    pub(crate) fn claim_place(&self, holder: &str) -> bool {
+        let mut place = self.entry.place();
+        if place.id.as_deref() != Some(holder) {
+            return false;
+        }
+        *place = Place::default();
+        true
+    }
+
+    /// Fair mode: takes a lock handed to this process's place, if there is one.
+    pub(crate) fn take_handoff(&self) -> Option<Handoff> {
+        let mut place = self.entry.place();
+        let (Some(fence), Some(_), Some(since), Some(lease)) =
+            (place.handed, &place.id, place.confirmed, place.lease)
+        else {
+            return None;
+        };
+        let holder = std::mem::take(&mut *place).id?;
+        Some(Handoff {
+            holder,
+            fence,
+            since,
+            lease,
+        })
     }
 }
 

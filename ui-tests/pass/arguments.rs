@@ -15,6 +15,7 @@ const LEASE: Duration = Duration::from_secs(10);
     wait = "250ms",
     watchdog = false,
     on_lost = "continue",
+    fair = true,
     crate = "crate::reexport::locks"
 )]
 async fn all(id: u64) -> Result<u64, LockError> {
@@ -26,7 +27,7 @@ async fn expressions(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
-#[distributed_lock(key = "try-once", wait = "0s", watchdog = true, crate = ::lock_runtime)]
+#[distributed_lock(key = "try-once", wait = "0s", watchdog = true, fair = false, crate = ::lock_runtime)]
 async fn try_once() -> Result<(), LockError> {
     Ok(())
 }

@@ -102,6 +102,7 @@ const LEASE: Duration = Duration::from_secs(5);
     wait = Duration::from_secs(1),
     watchdog = false,
     on_lost = "continue",
+    fair = true,
     crate = "crate::reexport::locks",
 )]
 async fn every_option(id: u64) -> Result<u64, LockError> {

@@ -30,6 +30,22 @@ pub(crate) enum Acquire {
     },
 }
 
+/// How long a fair-mode queue entry stays valid without a refresh. A waiting
+/// process refreshes its entries three times as often; an entry of a waiter
+/// that died is skipped once it has run out.
+pub(crate) const QUEUE_ENTRY_LIFE: Duration = Duration::from_secs(3);
+
+/// How an acquire attempt treats the key's fair queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// Plain mode: no queue.
+    No,
+    /// Fair mode, trying once: take the lock if free and nobody is queued.
+    Peek,
+    /// Fair mode, waiting: join the queue (or refresh the entry) when busy.
+    Join,
+}
+
 /// Reply of a release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -53,7 +69,8 @@ pub(crate) enum Backend {
 /// Backend names of one lock.
 ///
 /// The user's key goes inside a `{hash tag}`: `<prefix>{<key>}`, with
-/// `:fence` and `:released` appended for the fence counter and the channel.
+/// `:fence`, `:released`, `:queue` and `:queued` appended for the fence
+/// counter, the release channel and the fair mode's queue and queue entries.
 /// - No collisions: a lock name always ends in `}` and the other two never do,
 ///   and the prefix may not contain braces, so every name maps back to exactly
 ///   one key and role.
@@ -88,26 +105,51 @@ impl LockNames {
     pub(crate) fn channel(hash: &str) -> String {
         format!("{hash}:released")
     }
+
+    /// The lock named by a release channel (inverse of [`channel`](Self::channel)).
+    pub(crate) fn hash_of_channel(channel: &str) -> &str {
+        channel.strip_suffix(":released").unwrap_or(channel)
+    }
+
+    /// The fair mode's queue (a list of holder ids) of the lock named `hash`.
+    pub(crate) fn queue(hash: &str) -> String {
+        format!("{hash}:queue")
+    }
+
+    /// The fair mode's queue entries (holder id -> expiry and lease).
+    pub(crate) fn queued(hash: &str) -> String {
+        format!("{hash}:queued")
+    }
 }
 
 impl Backend {
-    /// One acquire attempt for `holder`.
+    /// One acquire attempt for `holder`. `queue` asks for the fair mode: when
+    /// the lock is busy the holder id joins (or stays in) the key's queue.
+    /// The embedded backend, where this process is the only contender and the
+    /// local waiter queue is already first come first served, ignores it.
     pub(crate) async fn acquire(
         &self,
         hash: &str,
         holder: &str,
         lease: Duration,
+        queue: Queue,
     ) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(r) => r.acquire(hash, holder, lease).await,
+            Backend::Redis(r) => r.acquire(hash, holder, lease, queue).await,
             Backend::Memory(m) => Ok(m.acquire(hash, holder, lease)),
         }
     }
 
-    /// Gives back one hold of `holder`.
-    pub(crate) async fn release(&self, hash: &str, holder: &str) -> Result<Release, BackendError> {
+    /// Gives back one hold of `holder` (`fair`: hand the lock to the first in
+    /// the key's queue; for a queued holder id, leave the queue).
+    pub(crate) async fn release(
+        &self,
+        hash: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(r) => r.release(hash, holder).await,
+            Backend::Redis(r) => r.release(hash, holder, fair).await,
             Backend::Memory(m) => Ok(m.release(hash, holder)),
         }
     }
@@ -130,9 +172,9 @@ impl Backend {
 
     /// Releases without waiting for the outcome; callable from `Drop`, with
     /// or without a tokio context.
-    pub(crate) fn release_in_background(&self, hash: String, holder: String) {
+    pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
         match self {
-            Backend::Redis(r) => r.release_in_background(hash, holder),
+            Backend::Redis(r) => r.release_in_background(hash, holder, fair),
             Backend::Memory(m) => {
                 m.release(&hash, &holder);
             }
@@ -170,7 +212,10 @@ mod tests {
             let hash = LockNames::hash("lock:", key);
             let fence = LockNames::fence(&hash);
             let channel = LockNames::channel(&hash);
-            for name in [&hash, &fence, &channel] {
+            assert_eq!(LockNames::hash_of_channel(&channel), hash);
+            let queue = LockNames::queue(&hash);
+            let queued = LockNames::queued(&hash);
+            for name in [&hash, &fence, &channel, &queue, &queued] {
                 assert!(names.insert(name.clone()), "{name} named twice");
                 let open = name.find('{').unwrap();
                 let close = open + 1 + name[open + 1..].find('}').unwrap();

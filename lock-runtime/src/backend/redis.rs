@@ -26,7 +26,7 @@ use redis::{
 };
 use tokio::sync::mpsc;
 
-use super::{Acquire, LockNames, Release};
+use super::{Acquire, LockNames, Queue, Release, QUEUE_ENTRY_LIFE};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 use crate::waiters::{SubscriptionCommand, Waiters};
@@ -62,13 +62,15 @@ impl LuaScript {
     }
 }
 
-/// The three lock scripts, compiled into the crate from `scripts/*.lua`.
+/// The lock scripts, compiled into the crate from `scripts/*.lua`.
 #[derive(Debug)]
 struct Scripts {
     acquire: LuaScript,
     release: LuaScript,
     renew: LuaScript,
     force_unlock: LuaScript,
+    /// Fair mode: acquire and release through the key's queue.
+    fair: LuaScript,
 }
 
 impl Scripts {
@@ -78,12 +80,30 @@ impl Scripts {
             release: LuaScript::new(include_str!("../scripts/release.lua")),
             renew: LuaScript::new(include_str!("../scripts/renew.lua")),
             force_unlock: LuaScript::new(include_str!("../scripts/force_unlock.lua")),
+            fair: LuaScript::new(include_str!("../scripts/fair.lua")),
+        }
+    }
+
+    /// The release of one hold, plain or fair, as a command.
+    fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool) -> Cmd {
+        let channel = LockNames::channel(hash);
+        if fair {
+            let keys = [
+                hash,
+                &LockNames::fence(hash),
+                &LockNames::queue(hash),
+                &LockNames::queued(hash),
+            ];
+            self.fair
+                .call(by_sha, &keys, &["release", holder, &channel])
+        } else {
+            self.release.call(by_sha, &[hash], &[holder, &channel])
         }
     }
 }
 
-/// A queued background release: (lock hash, holder id).
-type ReleaseJob = (String, String);
+/// A queued background release: (lock hash, holder id, fair mode).
+pub(crate) type ReleaseJob = (String, String, bool);
 
 /// Connection settings the builder passes in.
 #[derive(Clone, Default)]
@@ -207,7 +227,8 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
     let client = client_for(info, settings)?;
 
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
-    let waiters = Waiters::new(Some(sub_tx));
+    let (rel_tx, rel_rx) = mpsc::unbounded_channel();
+    let waiters = Waiters::new(Some(sub_tx), Some(rel_tx.clone()));
     let on_push = push_handler(Arc::downgrade(&waiters));
     let config = ConnectionManagerConfig::new()
         .set_push_sender(on_push)
@@ -247,7 +268,6 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             )
         })?;
 
-    let (rel_tx, rel_rx) = mpsc::unbounded_channel();
     tokio::spawn(subscriptions(con.clone(), sub_rx));
     tokio::spawn(releaser(con.clone(), scripts.clone(), rel_rx));
 
@@ -262,8 +282,9 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
     })
 }
 
-/// Routes RESP3 pushes: a release message wakes one waiter of its key; a lost
-/// connection wakes everyone.
+/// Routes RESP3 pushes: a release message wakes one waiter of its key, a
+/// handoff message ("g <holder> <fence>", fair mode) is delivered to the
+/// process it names; a lost connection wakes everyone.
 fn push_handler(waiters: Weak<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
     move |push: PushInfo| {
         let Some(waiters) = waiters.upgrade() else {
@@ -271,9 +292,10 @@ fn push_handler(waiters: Weak<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> +
         };
         match push.kind {
             PushKind::Message => {
-                if let Some(Value::BulkString(channel)) = push.data.first() {
-                    if let Ok(channel) = std::str::from_utf8(channel) {
-                        waiters.wake_one(channel);
+                if let Some(channel) = text(push.data.first()) {
+                    match text(push.data.get(1)).and_then(parse_handoff) {
+                        Some((holder, fence)) => waiters.hand_over(channel, holder, fence),
+                        None => waiters.wake_one(channel),
                     }
                 }
             }
@@ -284,12 +306,28 @@ fn push_handler(waiters: Weak<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> +
     }
 }
 
+/// The text of a bulk string in a push.
+fn text(value: Option<&Value>) -> Option<&str> {
+    match value {
+        Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
+/// Parses a fair-mode handoff message: `g <holder id> <fence>`.
+fn parse_handoff(message: &str) -> Option<(&str, u64)> {
+    let rest = message.strip_prefix("g ")?;
+    let (holder, fence) = rest.rsplit_once(' ')?;
+    Some((holder, fence.parse().ok()?))
+}
+
 async fn load_scripts(con: &mut ConnectionManager, scripts: &Scripts) -> RedisResult<()> {
     for script in [
         &scripts.acquire,
         &scripts.release,
         &scripts.renew,
         &scripts.force_unlock,
+        &scripts.fair,
     ] {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
@@ -336,20 +374,40 @@ impl RedisBackend {
         hash: &str,
         holder: &str,
         lease: Duration,
+        queue: Queue,
     ) -> Result<Acquire, BackendError> {
         let fence_key = LockNames::fence(hash);
         let lease = ms(lease);
         let mut con = self.con.clone();
         // Boxed: the redis-rs request future is large, and it would otherwise
         // sit inside every waiting acquire's state machine.
-        let (held, n): (i64, i64) = Box::pin(eval(
-            &mut con,
-            &self.scripts.acquire,
-            &[hash, &fence_key],
-            &[holder, &lease],
-        ))
-        .await
-        .map_err(|e| self.failed("acquire failed", e))?;
+        let reply: RedisResult<(i64, i64)> = if queue == Queue::No {
+            Box::pin(eval(
+                &mut con,
+                &self.scripts.acquire,
+                &[hash, &fence_key],
+                &[holder, &lease],
+            ))
+            .await
+        } else {
+            let join = if queue == Queue::Join { "1" } else { "0" };
+            let keys = [
+                hash,
+                &fence_key,
+                &LockNames::queue(hash),
+                &LockNames::queued(hash),
+            ];
+            let args = [
+                "acquire",
+                holder,
+                &lease,
+                join,
+                &ms(QUEUE_ENTRY_LIFE),
+                &LockNames::channel(hash),
+            ];
+            Box::pin(eval(&mut con, &self.scripts.fair, &keys, &args)).await
+        };
+        let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
         Ok(if held == 1 {
             Acquire::Held {
                 fence: u64::try_from(n).unwrap_or(0),
@@ -361,17 +419,28 @@ impl RedisBackend {
         })
     }
 
-    pub(crate) async fn release(&self, hash: &str, holder: &str) -> Result<Release, BackendError> {
-        let channel = LockNames::channel(hash);
+    pub(crate) async fn release(
+        &self,
+        hash: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
         let mut con = self.con.clone();
-        let left: i64 = eval(
-            &mut con,
-            &self.scripts.release,
-            &[hash],
-            &[holder, &channel],
-        )
-        .await
-        .map_err(|e| self.failed("release failed", e))?;
+        let reply: RedisResult<i64> = match self
+            .scripts
+            .release(true, hash, holder, fair)
+            .query_async(&mut con)
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                self.scripts
+                    .release(false, hash, holder, fair)
+                    .query_async(&mut con)
+                    .await
+            }
+            other => other,
+        };
+        let left = reply.map_err(|e| self.failed("release failed", e))?;
         Ok(match left {
             0 => Release::Freed,
             n if n > 0 => Release::StillHeld,
@@ -397,8 +466,8 @@ impl RedisBackend {
         Ok(deleted == 1)
     }
 
-    pub(crate) fn release_in_background(&self, hash: String, holder: String) {
-        if self.releases.send((hash, holder)).is_err() {
+    pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
+        if self.releases.send((hash, holder, fair)).is_err() {
             // The runtime is shutting down; the lease frees the lock.
             tracing::debug!("lock runtime stopped; a lock will be freed by its lease");
         }
@@ -477,9 +546,8 @@ async fn releaser(
         loop {
             attempt += 1;
             let mut pipe = redis::pipe();
-            for (hash, holder) in &batch {
-                let channel = LockNames::channel(hash);
-                pipe.add_command(scripts.release.call(by_sha, &[hash], &[holder, &channel]));
+            for (hash, holder, fair) in &batch {
+                pipe.add_command(scripts.release(by_sha, hash, holder, *fair));
             }
             let outcome: RedisResult<Vec<RedisResult<i64>>> =
                 pipe.ignore_errors().query_async(&mut con).await;

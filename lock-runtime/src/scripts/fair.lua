@@ -1,0 +1,132 @@
+-- fair: first come, first served acquire and release, with direct handoff.
+--
+-- KEYS[1]  the lock hash          (field = holder id, value = hold count)
+-- KEYS[2]  the fence counter      (as in acquire.lua)
+-- KEYS[3]  the queue              (list of holder ids, oldest first)
+-- KEYS[4]  the queue entries      (hash: holder id -> "<expiry ms>:<lease ms>")
+--
+-- ARGV[1] = 'acquire': ARGV[2] holder id, ARGV[3] lease ms, ARGV[4] '1' to
+--           queue up when busy ('0': try once), ARGV[5] entry lifetime ms,
+--           ARGV[6] release channel
+--   returns {1, fence}  held: free and nobody alive queued ahead, or handed
+--                       to this holder id by a release
+--           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
+-- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel
+--   returns -1  not held (a queued holder id leaves the queue instead)
+--            0  freed: handed to the first live queued holder ("g <holder> <fence>"
+--               on the channel), or, with nobody queued, "1" on the channel
+--           >0  holds left
+--
+-- A queue entry lives until its expiry; a waiting process refreshes it by
+-- calling 'acquire' again well before that. Entries of waiters that died or
+-- gave up without a word are skipped when they reach the head. The lock is
+-- handed over with the lease the waiter asked for.
+local lock, fences, queue, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function take(holder, lease)
+  local fence = redis.call('incr', fences)
+  if fence == 1 then
+    local t = redis.call('time')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('set', fences, string.format('%.0f', fence))
+  end
+  redis.call('hset', lock, holder, 1)
+  redis.call('pexpire', lock, lease)
+  return fence
+end
+
+-- The first queued holder whose entry is alive, and its lease; dead heads are
+-- dropped on the way.
+local function live_head()
+  local now = nil
+  while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+      return nil
+    end
+    local entry = redis.call('hget', entries, head)
+    if entry then
+      local expiry, lease = string.match(entry, '^(%d+):(%d+)$')
+      now = now or now_ms()
+      if expiry and tonumber(expiry) > now then
+        return head, lease
+      end
+    end
+    redis.call('lpop', queue)
+    redis.call('hdel', entries, head)
+  end
+end
+
+local function dequeue_head(head)
+  redis.call('lpop', queue)
+  redis.call('hdel', entries, head)
+end
+
+-- Hands the free lock to the first live queued holder; false when none.
+local function hand_over(channel)
+  local head, lease = live_head()
+  if not head then
+    return false
+  end
+  dequeue_head(head)
+  local fence = take(head, lease)
+  redis.call('publish', channel, 'g ' .. head .. ' ' .. string.format('%.0f', fence))
+  return true
+end
+
+if ARGV[1] == 'acquire' then
+  local holder, lease = ARGV[2], ARGV[3]
+  if redis.call('hexists', lock, holder) == 1 then
+    -- Handed to us by a release whose message has not reached us (yet).
+    redis.call('pexpire', lock, lease)
+    return {1, tonumber(redis.call('get', fences) or '0')}
+  end
+  if redis.call('exists', lock) == 0 then
+    local head = live_head()
+    if not head or head == holder then
+      if head then
+        dequeue_head(head)
+      end
+      return {1, take(holder, lease)}
+    end
+    -- Free (its holder's lease ran out, or a plain release): the first in
+    -- line gets it, and we stay queued.
+    hand_over(ARGV[6])
+  end
+  if ARGV[4] == '1' then
+    local life = tonumber(ARGV[5])
+    local entry = string.format('%.0f', now_ms() + life) .. ':' .. lease
+    if redis.call('hset', entries, holder, entry) == 1 then
+      redis.call('rpush', queue, holder)
+    end
+    redis.call('pexpire', queue, life)
+    redis.call('pexpire', entries, life)
+  end
+  return {0, redis.call('pttl', lock)}
+end
+
+if ARGV[1] == 'release' then
+  local holder = ARGV[2]
+  local holds = tonumber(redis.call('hget', lock, holder))
+  if not holds then
+    if redis.call('hdel', entries, holder) == 1 then
+      redis.call('lrem', queue, 1, holder)
+    end
+    return -1
+  end
+  if holds > 1 then
+    return redis.call('hincrby', lock, holder, -1)
+  end
+  redis.call('del', lock)
+  if not hand_over(ARGV[3]) then
+    redis.call('publish', ARGV[3], '1')
+  end
+  return 0
+end
+
+return redis.error_reply('fair.lua: unknown operation')

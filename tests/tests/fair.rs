@@ -1,0 +1,340 @@
+//! Fair mode: first come, first served across processes, with direct handoff.
+//!
+//! Each runtime stands for a process (its own connection, waiters and place
+//! in the key's Redis queue). The queue is inspected with a raw client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockError, LockRuntime};
+use lock_tests::{on_both_backends, redis, unique, Kind, RedisServer};
+use redis::AsyncCommands;
+
+on_both_backends!(fair_waiters_each_get_the_lock_once_and_exclude);
+
+async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
+    LockRuntime::builder()
+        .redis(url)
+        .key_prefix(prefix)
+        .fair(true)
+        .build()
+        .await
+        .expect("build the lock runtime")
+}
+
+/// Length of the key's Redis queue and number of its entries.
+async fn queue_len(con: &mut redis::aio::MultiplexedConnection, hash: &str) -> (usize, usize) {
+    let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
+    let entries: usize = con.hlen(format!("{hash}:queued")).await.unwrap();
+    (list, entries)
+}
+
+/// Polls (bounded: 2 s) until the key's Redis queue holds `want` places.
+async fn until_queued(con: &mut redis::aio::MultiplexedConnection, hash: &str, want: usize) {
+    for _ in 0..400 {
+        if queue_len(con, hash).await == (want, want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "queue of {hash} never reached {want}: {:?}",
+        queue_len(con, hash).await
+    );
+}
+
+/// Four waiters in four processes, queued one after the other, get the lock
+/// in exactly that order: the plain mode's release races cannot reorder them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_different_processes_get_the_lock_in_arrival_order() {
+    let prefix = unique("fair-order");
+    let url = redis().url();
+    let holder = fair_runtime(&url, &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let runtime = fair_runtime(&url, &prefix).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = runtime
+                .lock("k")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            order.lock().unwrap().push(i);
+            // Hold a little, so a late waiter would have every chance to barge.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await?;
+            Ok::<_, LockError>(())
+        }));
+        until_queued(&mut con, &hash, i + 1).await;
+    }
+    guard.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(
+        queue_len(&mut con, &hash).await,
+        (0, 0),
+        "queue left behind"
+    );
+}
+
+/// Scripts the server has run since its stats were reset, and the stats.
+async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> (u64, String) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await
+        .unwrap();
+    let calls = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    (calls("evalsha") + calls("eval"), info)
+}
+
+/// A release hands the lock over by itself: between the release and the
+/// waiter holding the lock, Redis runs exactly one script (the release), not
+/// the release plus an acquire. Own server, so no other test's traffic counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_costs_no_acquire_round_trip() {
+    let server = RedisServer::start();
+    let prefix = unique("fair-rt");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&server.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder
+        .lock("k")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let first_fence = guard.fence();
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock("k")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        (g, at, waiter)
+    });
+    // The waiter's scripts so far: its first attempt, which queued it, and
+    // the retry right after it subscribed. Then count from zero.
+    for _ in 0..400 {
+        if scripts_run(&mut con).await.0 >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(scripts_run(&mut con).await.0, 3, "holder 1 + waiter 2");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (g, acquired, _waiter) = task.await.unwrap();
+    let (scripts, info) = scripts_run(&mut con).await;
+    println!(
+        "handoff took {:?}; scripts run: {scripts}",
+        acquired - released
+    );
+    assert_eq!(scripts, 1, "more than the release ran:\n{info}");
+    assert!(g.fence() > first_fence);
+    assert_eq!(queue_len(&mut con, &hash).await, (0, 0));
+    g.release().await.unwrap();
+}
+
+/// A waiter that queued and then died without a word: while its place is
+/// alive a release hands it the lock, which then lasts that waiter's lease
+/// (here 300 ms) and no more; a place that ran out is skipped at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_costs_at_most_its_lease() {
+    let prefix = unique("fair-dead");
+    let url = redis().url();
+    let holder = fair_runtime(&url, &prefix).await;
+    let waiter = fair_runtime(&url, &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    // Two ghosts ahead of the real waiter: one whose place ran out long ago,
+    // one still alive with a 300 ms lease.
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let _: () = redis::pipe()
+        .rpush(format!("{hash}:queue"), "ghost-expired")
+        .hset(
+            format!("{hash}:queued"),
+            "ghost-expired",
+            format!("{}:30000", now_ms - 1),
+        )
+        .rpush(format!("{hash}:queue"), "ghost-alive")
+        .hset(
+            format!("{hash}:queued"),
+            "ghost-alive",
+            format!("{}:300", now_ms + 60_000),
+        )
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock("k")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), g)
+    });
+    until_queued(&mut con, &hash, 3).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let owner: Option<String> = con.hget(&hash, "ghost-alive").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("1"), "the live ghost was skipped");
+    let (acquired, g) = task.await.unwrap();
+    let waited = acquired - released;
+    println!("waited {waited:?} behind a dead waiter with a 300 ms lease");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "took it early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(2000),
+        "took too long: {waited:?}"
+    );
+    g.release().await.unwrap();
+    assert_eq!(queue_len(&mut con, &hash).await, (0, 0));
+}
+
+/// Waiters that give up (deadline, cancellation) leave the Redis queue, and
+/// a try-once never joins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_give_up_leave_the_queue() {
+    let prefix = unique("fair-leave");
+    let url = redis().url();
+    let holder = fair_runtime(&url, &prefix).await;
+    let waiter = fair_runtime(&url, &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+
+    let busy = waiter.lock("k").try_acquire().await.unwrap();
+    assert!(busy.is_none());
+    assert_eq!(queue_len(&mut con, &hash).await, (0, 0), "try-once queued");
+
+    let err = waiter
+        .lock("k")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    until_queued(&mut con, &hash, 0).await;
+
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        waiter.lock("k").wait(Duration::from_secs(10)).acquire(),
+    )
+    .await;
+    assert!(cancelled.is_err());
+    until_queued(&mut con, &hash, 0).await;
+    assert_eq!(waiter.stats().waiting_keys, 0);
+
+    // The lock still works normally for the next waiter.
+    let w = waiter.clone();
+    let task = tokio::spawn(async move { w.lock("k").acquire().await.map(|g| g.fence()) });
+    until_queued(&mut con, &hash, 1).await;
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    assert!(task.await.unwrap().unwrap() > fence);
+}
+
+/// A waiter queued longer than its place's life (3 s) keeps its place: the
+/// head refreshes it while waiting, and gets the lock by handoff at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_keeps_its_place() {
+    let prefix = unique("fair-long");
+    let url = redis().url();
+    let holder = fair_runtime(&url, &prefix).await;
+    let waiter = fair_runtime(&url, &prefix).await;
+    let late = fair_runtime(&url, &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let first = tokio::spawn(async move {
+        let g = waiter.lock("k").acquire().await.unwrap();
+        (Instant::now(), g)
+    });
+    until_queued(&mut con, &hash, 1).await;
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert_eq!(queue_len(&mut con, &hash).await, (1, 1), "place ran out");
+    let second = tokio::spawn(async move {
+        let g = late.lock("k").acquire().await.unwrap();
+        (Instant::now(), g)
+    });
+    until_queued(&mut con, &hash, 2).await;
+    guard.release().await.unwrap();
+    let (first_at, g1) = first.await.unwrap();
+    let fence1 = g1.fence();
+    g1.release().await.unwrap();
+    let (second_at, g2) = second.await.unwrap();
+    assert!(first_at < second_at, "the later waiter went first");
+    assert!(g2.fence() > fence1);
+    g2.release().await.unwrap();
+}
+
+/// Many fair waiters on two runtimes, with a non-atomic counter: exact total,
+/// never two holders at once, everybody leaves the queue.
+async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
+    let prefix = unique("fair-many");
+    let a = kind.runtime(&prefix).await;
+    let b = kind.peer(&a, &prefix).await;
+    let counter = Arc::new(Mutex::new(0u64));
+    let occupancy = Arc::new(lock_tests::Occupancy::default());
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let rt = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let counter = counter.clone();
+        let occupancy = occupancy.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = rt
+                .lock("k")
+                .fair(true)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await?;
+            let inside = occupancy.enter();
+            let read = *counter.lock().unwrap();
+            tokio::task::yield_now().await;
+            *counter.lock().unwrap() = read + 1;
+            drop(inside);
+            g.release().await?;
+            Ok::<_, LockError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(*counter.lock().unwrap(), 40);
+    assert_eq!(occupancy.max(), 1, "two holders at once");
+    assert_eq!(a.stats().waiting_keys, 0);
+    assert_eq!(b.stats().waiting_keys, 0);
+    if kind == Kind::Redis {
+        let mut con = redis().connection().await;
+        until_queued(&mut con, &a.backend_key("k"), 0).await;
+    }
+}
