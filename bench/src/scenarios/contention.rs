@@ -99,7 +99,7 @@ fn pings_during(
         while tokio::time::Instant::now() < end && samples.len() < 100_000 {
             let start = tokio::time::Instant::now();
             match library {
-                Library::Ours => {
+                Library::Ours | Library::OursFair => {
                     runtime.ping().await?;
                 }
                 Library::Rslock => {

@@ -27,13 +27,14 @@ fn waits_of(a: &Analysis) -> &Samples {
 
 /// Runs S3 and S4 (the same runs), keeping the rows asked for.
 pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
-    let (mut ours, mut peer) = (Vec::new(), Vec::new());
+    let (mut ours, mut fair, mut peer) = (Vec::new(), Vec::new(), Vec::new());
     // The idle round trip is measured right before every run (it moves with
     // the machine's state), and its median taken like every other figure.
     let (mut pings, mut plain_pings) = (Vec::new(), Vec::new());
     for run in 0..ctx.runs() {
         pings.push(runtime_ping_p50(&ctx.runtime, ctx.scale().pings).await?);
         ours.push(contention::contend(ctx, Library::Ours, run).await?);
+        fair.push(contention::contend(ctx, Library::OursFair, run).await?);
         plain_pings.push(plain_ping_p50(&ctx.plain, ctx.scale().pings).await?);
         peer.push(contention::contend(ctx, Library::Rslock, run).await?);
     }
@@ -90,6 +91,50 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
                 worst(&ours, Run::failures),
             )
             .target(Target::Exactly(0.0)),
+            Row::new("S3 fair", "handoff p50 (us)", m(&fair, handoff))
+                .vs("1 PING, runtime conn", ping)
+                .target(Target::RatioAtMost(3.0)),
+            Row::new(
+                "S3 fair",
+                "handoff p99 (us)",
+                m(&fair, |a| a.handoffs.p99()),
+            )
+            .vs("1 PING, runtime conn", ping),
+            Row::new(
+                "S3 fair",
+                "handoff p50 vs PING p50 under load (us)",
+                m(&fair, handoff),
+            )
+            .vs("PING during run", median_of(&fair, |r| r.loaded_ping)),
+            Row::new("S3 fair", "acquisitions/s", m(&fair, rate)).vs("rslock", m(&peer, rate)),
+            Row::new("S3 fair", "wait to acquire p99 (ms)", m(&fair, wait_p99))
+                .target(Target::AtMost(5.0)),
+            Row::new("S3 fair", "wait to acquire max (ms)", m(&fair, wait_max))
+                .target(Target::AtMost(50.0)),
+            Row::new("S3 fair", "busiest / idlest worker", m(&fair, spread))
+                .target(Target::AtMost(2.0)),
+            Row::new(
+                "S3 fair",
+                "acquisitions handed to a waiter (%)",
+                m(&fair, handed),
+            ),
+            Row::new(
+                "S3 fair",
+                "acquisitions barging past a waiter (%)",
+                m(&fair, barged),
+            ),
+            Row::new(
+                "S3 fair",
+                "|counter - acquisitions|, worst run",
+                worst(&fair, Run::counter_error),
+            )
+            .target(Target::Exactly(0.0)),
+            Row::new(
+                "S3 fair",
+                "overlaps+timeouts+errors, worst run",
+                worst(&fair, Run::failures),
+            )
+            .target(Target::Exactly(0.0)),
             Row::new("S3 peer", "rslock handoff p50 (us)", m(&peer, handoff))
                 .vs("1 PING, plain conn", plain_ping),
             Row::new("S3 peer", "rslock wait p99 (ms)", m(&peer, wait_p99)),
@@ -118,7 +163,7 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         ]);
     }
     if show_s4 {
-        rows.extend(s4_commands::rows(&ours, &peer));
+        rows.extend(s4_commands::rows(&ours, &fair, &peer));
     }
     let pool = |runs: &[Run], pick: fn(&Analysis) -> &Samples| {
         Samples::new(
@@ -134,6 +179,7 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         "ping_p50_us_runtime_conn": pings,
         "ping_p50_us_plain_conn": plain_pings,
         "ours": ours.iter().map(Run::to_json).collect::<Vec<_>>(),
+        "ours_fair": fair.iter().map(Run::to_json).collect::<Vec<_>>(),
         "rslock": peer.iter().map(Run::to_json).collect::<Vec<_>>(),
     });
     Ok(Output {

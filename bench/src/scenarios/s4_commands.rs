@@ -19,6 +19,7 @@ fn our_script_commands() -> Vec<String> {
         include_str!("../../../lock-runtime/src/scripts/release.lua"),
         include_str!("../../../lock-runtime/src/scripts/renew.lua"),
         include_str!("../../../lock-runtime/src/scripts/force_unlock.lua"),
+        include_str!("../../../lock-runtime/src/scripts/fair.lua"),
     ]
     .iter()
     .flat_map(|s| commands_in_script(s))
@@ -35,7 +36,7 @@ fn rslock_script_commands() -> Vec<String> {
 /// the `harness_pings` the parent sent meanwhile.
 pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
     let inside = match library {
-        Library::Ours => our_script_commands(),
+        Library::Ours | Library::OursFair => our_script_commands(),
         Library::Rslock => rslock_script_commands(),
     };
     let publishes = if inside.iter().any(|c| c == "publish") {
@@ -46,17 +47,18 @@ pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
     (delta.sent(&inside) + publishes).saturating_sub(harness_pings)
 }
 
-/// Acquire attempts that found the lock taken: our acquire script calls
-/// PTTL only then; rslock sends one SET NX per attempt.
+/// Acquire attempts that found the lock taken: our acquire scripts call
+/// PTTL only then (in fair mode such an attempt also queues the process);
+/// rslock sends one SET NX per attempt.
 pub fn failed_attempts(library: Library, delta: &Delta, acquisitions: usize) -> u64 {
     match library {
-        Library::Ours => delta.get("pttl"),
+        Library::Ours | Library::OursFair => delta.get("pttl"),
         Library::Rslock => delta.get("set").saturating_sub(acquisitions as u64),
     }
 }
 
-/// The S4 rows from the runs of both libraries.
-pub fn rows(ours: &[Run], peer: &[Run]) -> Vec<Row> {
+/// The S4 rows from the runs of the three libraries.
+pub fn rows(ours: &[Run], fair: &[Run], peer: &[Run]) -> Vec<Row> {
     let cmds = |r: &Run| r.commands_per_acquisition;
     let failed = |r: &Run| r.failed_attempts;
     vec![
@@ -66,6 +68,13 @@ pub fn rows(ours: &[Run], peer: &[Run]) -> Vec<Row> {
             "S4",
             "of which failed acquire attempts",
             median_of(ours, failed),
+        ),
+        Row::new("S4 fair", "commands per acquisition", median_of(fair, cmds))
+            .target(Target::AtMost(4.0)),
+        Row::new(
+            "S4 fair",
+            "of which failed (queueing) attempts",
+            median_of(fair, failed),
         ),
         Row::new(
             "S4 peer",

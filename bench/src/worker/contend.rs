@@ -35,6 +35,8 @@ pub const COUNTER: &str = "counter";
 pub enum Library {
     /// lock-runtime.
     Ours,
+    /// lock-runtime in fair mode (Redis-side queue, direct handoff).
+    OursFair,
     /// rslock (Redlock, one instance).
     Rslock,
 }
@@ -44,6 +46,7 @@ impl Library {
     pub fn name(self) -> &'static str {
         match self {
             Library::Ours => "ours",
+            Library::OursFair => "ours-fair",
             Library::Rslock => "rslock",
         }
     }
@@ -63,10 +66,11 @@ pub struct Args {
 impl Args {
     pub(super) fn parse(args: &[String]) -> Result<Self> {
         let [library, lock_url, data_url, prefix, tasks, first_id, millis] = args else {
-            bail!("usage: --worker contend <ours|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>");
+            bail!("usage: --worker contend <ours|ours-fair|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>");
         };
         let library = match library.as_str() {
             "ours" => Library::Ours,
+            "ours-fair" => Library::OursFair,
             "rslock" => Library::Rslock,
             other => bail!("unknown library {other:?}"),
         };
@@ -103,10 +107,11 @@ pub(super) async fn run(args: Args) -> Result<()> {
         .get_multiplexed_async_connection()
         .await?;
     let client = match args.library {
-        Library::Ours => Client::Ours(
+        Library::Ours | Library::OursFair => Client::Ours(
             LockRuntime::builder()
                 .redis(args.lock_url.as_str())
                 .key_prefix(args.prefix.as_str())
+                .fair(args.library == Library::OursFair)
                 .build()
                 .await?,
         ),
