@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use crate::{channels, ms, next_line, numsub, script_calls, serial, spawn_contender};
+use crate::{channels, ms, next_line, numsub, script_calls, serial, spawn_contender_env};
 
 const PROCESSES: usize = 4;
 const PER_PROCESS: usize = 250;
@@ -25,24 +25,39 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// subscribed to the key's channel any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_waiters_in_four_processes_each_acquire_once_one_at_a_time() {
+    herd(false).await;
+}
+
+/// The same herd in fair mode (the four processes queue in Redis and each
+/// release hands the lock on); afterwards the key's Redis queue is gone too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_herd_of_a_thousand_waiters_each_acquire_once_one_at_a_time() {
+    herd(true).await;
+}
+
+async fn herd(fair: bool) {
     let _turn = serial().await;
+    let mode = if fair { "fair herd" } else { "herd" };
     let server = RedisServer::start();
     let prefix = unique("herd");
     let key = unique("herd-key");
     let runtime = crate::quick_runtime(&server.url(), &prefix, Duration::from_secs(2)).await;
+    let env = [("LOCK_FAIR", if fair { "1" } else { "0" })];
     let channel = format!("{}:released", runtime.backend_key(&key));
     let occ_key = format!("{prefix}occ:{key}");
     let mut con = server.connection().await;
 
-    let first = runtime.lock(&key).acquire().await.unwrap();
+    let first = runtime.lock(&key).fair(fair).acquire().await.unwrap();
     let first_fence = first.fence();
 
     let n = PER_PROCESS.to_string();
     let wait = WAIT.as_millis().to_string();
     let mut children = Vec::new();
     for _ in 0..PROCESSES {
-        let (child, mut lines) =
-            spawn_contender(&[&server.url(), &prefix, "herd", &key, &n, &wait, "0"]);
+        let (child, mut lines) = spawn_contender_env(
+            &[&server.url(), &prefix, "herd", &key, &n, &wait, "0"],
+            &env,
+        );
         let ready = next_line(&mut lines, Duration::from_secs(30)).await;
         assert_eq!(ready, "ready", "unexpected herd output");
         children.push((child, lines));
@@ -114,7 +129,7 @@ async fn thousand_waiters_in_four_processes_each_acquire_once_one_at_a_time() {
     let scripts = script_calls(&mut con).await - scripts_before;
     let distinct: HashSet<u64> = fences.iter().copied().collect();
     println!(
-        "herd: {} waiters in {PROCESSES} processes: {} acquired, {timeouts} timed out, all through \
+        "{mode}: {} waiters in {PROCESSES} processes: {} acquired, {timeouts} timed out, all through \
          {} ms after the first release ({:.0} acquisitions/s); {scripts} lock scripts ran meanwhile \
          ({:.1} per acquisition)",
         PROCESSES * PER_PROCESS,
@@ -137,10 +152,17 @@ async fn thousand_waiters_in_four_processes_each_acquire_once_one_at_a_time() {
     // While the processes still run: nobody listens on our channels.
     let subscribers = numsub(&mut con, &channel).await;
     let ours = channels(&mut con, &format!("{prefix}*")).await;
-    println!("herd: afterwards NUMSUB {subscribers}, our channels {ours:?}");
+    println!("{mode}: afterwards NUMSUB {subscribers}, our channels {ours:?}");
     assert_eq!(subscribers, 0, "subscriptions left on {channel}");
     assert!(ours.is_empty(), "channels left: {ours:?}");
     assert!(took <= LIMIT, "the herd took {took:?} (limit {LIMIT:?})");
+    let queue = format!("{}:queue", runtime.backend_key(&key));
+    let queued = format!("{}:queued", runtime.backend_key(&key));
+    let left: (usize, usize) = (
+        con.llen(&queue).await.unwrap(),
+        con.hlen(&queued).await.unwrap(),
+    );
+    assert_eq!(left, (0, 0), "places left in the fair queue");
 
     for (mut stdin, mut child) in stdins {
         let _ = stdin.shutdown().await;

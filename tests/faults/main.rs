@@ -52,8 +52,17 @@ pub fn ms(d: Duration) -> u128 {
 
 /// A contender process with piped stdin/stdout; killed when dropped.
 pub fn spawn_contender(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    spawn_contender_env(args, &[])
+}
+
+/// [`spawn_contender`] with extra environment variables (`LOCK_FAIR=1`).
+pub fn spawn_contender_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, Lines<BufReader<ChildStdout>>) {
     let mut child = tokio::process::Command::new(lock_tests::contender_bin!())
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)

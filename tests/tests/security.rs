@@ -213,6 +213,12 @@ async fn acl_user_with_password_can_lock_and_wait() {
             "+pttl",
             "+del",
             "+publish",
+            // fair mode
+            "+lindex",
+            "+lpop",
+            "+rpush",
+            "+lrem",
+            "+hdel",
         ])
         .query_async(&mut admin)
         .await
@@ -239,6 +245,42 @@ async fn acl_user_with_password_can_lock_and_wait() {
             .map(|g| g.fence())
     });
     tokio::task::yield_now().await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second > first);
+
+    // Fair mode runs with the extra commands the README lists: a queued
+    // waiter is handed the lock by the release.
+    let held = a.lock("f").fair(true).acquire().await.unwrap();
+    let c = LockRuntime::builder()
+        .redis(&url)
+        .key_prefix(prefix)
+        .fair(true)
+        .build()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        c.lock("f")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .map(|g| g.fence())
+    });
+    let queue = format!("{}:queue", a.backend_key("f"));
+    let mut queued = 0;
+    for _ in 0..400 {
+        queued = redis::cmd("LLEN")
+            .arg(&queue)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if queued == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(queued, 1, "the fair waiter did not queue");
     let first = held.fence();
     held.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();

@@ -390,22 +390,9 @@ impl RedisBackend {
             ))
             .await
         } else {
-            let join = if queue == Queue::Join { "1" } else { "0" };
-            let keys = [
-                hash,
-                &fence_key,
-                &LockNames::queue(hash),
-                &LockNames::queued(hash),
-            ];
-            let args = [
-                "acquire",
-                holder,
-                &lease,
-                join,
-                &ms(QUEUE_ENTRY_LIFE),
-                &LockNames::channel(hash),
-            ];
-            Box::pin(eval(&mut con, &self.scripts.fair, &keys, &args)).await
+            // Boxed whole: its names and arguments stay out of the state of
+            // every acquire future, fair or not.
+            Box::pin(self.acquire_fair(&mut con, hash, &fence_key, holder, &lease, queue)).await
         };
         let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
         Ok(if held == 1 {
@@ -417,6 +404,34 @@ impl RedisBackend {
                 ttl: u64::try_from(n).ok().map(Duration::from_millis),
             }
         })
+    }
+
+    /// The fair mode's acquire script (see `scripts/fair.lua`).
+    async fn acquire_fair(
+        &self,
+        con: &mut ConnectionManager,
+        hash: &str,
+        fence_key: &str,
+        holder: &str,
+        lease: &str,
+        queue: Queue,
+    ) -> RedisResult<(i64, i64)> {
+        let join = if queue == Queue::Join { "1" } else { "0" };
+        let keys = [
+            hash,
+            fence_key,
+            &LockNames::queue(hash),
+            &LockNames::queued(hash),
+        ];
+        let args = [
+            "acquire",
+            holder,
+            lease,
+            join,
+            &ms(QUEUE_ENTRY_LIFE),
+            &LockNames::channel(hash),
+        ];
+        eval(con, &self.scripts.fair, &keys, &args).await
     }
 
     pub(crate) async fn release(

@@ -15,6 +15,8 @@
 //!       DECRs, releases and prints `ok <fence>` (or `timeout`, `error <e>`).
 //!       Then prints `done held=<n> waiting=<n> tracked=<n>` and waits for its
 //!       stdin to close before exiting (so the test can inspect Redis first).
+//!   With `LOCK_FAIR=1` in the environment, every lock is taken in fair mode.
+//!
 //!   contender <redis-url> <prefix> soak <n-tasks> <n-keys> <secs>
 //!       n tasks loop for <secs>, each time locking a random key `soak-<i>`
 //!       (i < n-keys): `INCR <prefix>occ:soak-<i>` must be 1, then a
@@ -50,6 +52,7 @@ async fn main() -> Result<(), Error> {
     let runtime = LockRuntime::builder()
         .redis(url.as_str())
         .key_prefix(prefix.as_str())
+        .fair(std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"))
         .build()
         .await?;
     match (mode.as_str(), rest) {
