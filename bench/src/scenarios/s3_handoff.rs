@@ -49,92 +49,56 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
     let handed = |a: &Analysis| a.handoff_share() * 100.0;
     let barged = |a: &Analysis| a.barged as f64 * 100.0 / a.total.max(1) as f64;
 
-    let mut rows = Vec::new();
-    if show_s3 {
-        rows.extend([
-            Row::new("S3", "handoff p50 (us)", m(&ours, handoff))
+    // The rows with targets, for each of our two modes.
+    let ours_rows = |group: &'static str, runs: &[Run]| {
+        vec![
+            Row::new(group, "handoff p50 (us)", m(runs, handoff))
                 .vs("1 PING, runtime conn", ping)
                 .target(Target::RatioAtMost(3.0)),
-            Row::new("S3", "handoff p99 (us)", m(&ours, |a| a.handoffs.p99()))
+            Row::new(group, "handoff p99 (us)", m(runs, |a| a.handoffs.p99()))
                 .vs("1 PING, runtime conn", ping),
             Row::new(
-                "S3",
+                group,
                 "handoff p50 vs PING p50 under load (us)",
-                m(&ours, handoff),
+                m(runs, handoff),
             )
-            .vs("PING during run", median_of(&ours, |r| r.loaded_ping)),
-            Row::new("S3", "acquisitions/s", m(&ours, rate)).vs("rslock", m(&peer, rate)),
-            Row::new("S3", "wait to acquire p99 (ms)", m(&ours, wait_p99))
+            .vs("PING during run", median_of(runs, |r| r.loaded_ping)),
+            Row::new(group, "acquisitions/s", m(runs, rate)).vs("rslock", m(&peer, rate)),
+            Row::new(group, "wait to acquire p99 (ms)", m(runs, wait_p99))
                 .target(Target::AtMost(5.0)),
-            Row::new("S3", "wait to acquire max (ms)", m(&ours, wait_max))
+            Row::new(group, "wait to acquire max (ms)", m(runs, wait_max))
                 .target(Target::AtMost(50.0)),
-            Row::new("S3", "busiest / idlest worker", m(&ours, spread)).target(Target::AtMost(2.0)),
+            Row::new(group, "busiest / idlest worker", m(runs, spread)).target(Target::AtMost(2.0)),
             Row::new(
-                "S3",
+                group,
                 "acquisitions handed to a waiter (%)",
-                m(&ours, handed),
+                m(runs, handed),
             ),
             Row::new(
-                "S3",
+                group,
                 "acquisitions barging past a waiter (%)",
-                m(&ours, barged),
+                m(runs, barged),
             ),
             Row::new(
-                "S3",
+                group,
                 "|counter - acquisitions|, worst run",
-                worst(&ours, Run::counter_error),
+                worst(runs, Run::counter_error),
             )
             .target(Target::Exactly(0.0)),
             Row::new(
-                "S3",
+                group,
                 "overlaps+timeouts+errors, worst run",
-                worst(&ours, Run::failures),
+                worst(runs, Run::failures),
             )
             .target(Target::Exactly(0.0)),
-            Row::new("S3 fair", "handoff p50 (us)", m(&fair, handoff))
-                .vs("1 PING, runtime conn", ping)
-                .target(Target::RatioAtMost(3.0)),
-            Row::new(
-                "S3 fair",
-                "handoff p99 (us)",
-                m(&fair, |a| a.handoffs.p99()),
-            )
-            .vs("1 PING, runtime conn", ping),
-            Row::new(
-                "S3 fair",
-                "handoff p50 vs PING p50 under load (us)",
-                m(&fair, handoff),
-            )
-            .vs("PING during run", median_of(&fair, |r| r.loaded_ping)),
-            Row::new("S3 fair", "acquisitions/s", m(&fair, rate)).vs("rslock", m(&peer, rate)),
-            Row::new("S3 fair", "wait to acquire p99 (ms)", m(&fair, wait_p99))
-                .target(Target::AtMost(5.0)),
-            Row::new("S3 fair", "wait to acquire max (ms)", m(&fair, wait_max))
-                .target(Target::AtMost(50.0)),
-            Row::new("S3 fair", "busiest / idlest worker", m(&fair, spread))
-                .target(Target::AtMost(2.0)),
-            Row::new(
-                "S3 fair",
-                "acquisitions handed to a waiter (%)",
-                m(&fair, handed),
-            ),
-            Row::new(
-                "S3 fair",
-                "acquisitions barging past a waiter (%)",
-                m(&fair, barged),
-            ),
-            Row::new(
-                "S3 fair",
-                "|counter - acquisitions|, worst run",
-                worst(&fair, Run::counter_error),
-            )
-            .target(Target::Exactly(0.0)),
-            Row::new(
-                "S3 fair",
-                "overlaps+timeouts+errors, worst run",
-                worst(&fair, Run::failures),
-            )
-            .target(Target::Exactly(0.0)),
+        ]
+    };
+
+    let mut rows = Vec::new();
+    if show_s3 {
+        rows.extend(ours_rows("S3", &ours));
+        rows.extend(ours_rows("S3 fair", &fair));
+        rows.extend([
             Row::new("S3 peer", "rslock handoff p50 (us)", m(&peer, handoff))
                 .vs("1 PING, plain conn", plain_ping),
             Row::new("S3 peer", "rslock wait p99 (ms)", m(&peer, wait_p99)),
