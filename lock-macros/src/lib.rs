@@ -126,8 +126,9 @@ mod template;
 /// waiter that finds the lock busy joins a queue in Redis, and a release hands the lock
 /// straight to the first live waiter (no acquire round trip after a release). The price: a
 /// waiting process refreshes its place once a second, and a waiter that dies while queued may
-/// be handed the lock in the 3 s before its place runs out; the lock then stays taken for that
-/// waiter's lease. Use the same mode for every caller of a key. Without the argument the
+/// be handed the lock in the 3 s before its place runs out; the key then stays taken for the
+/// handoff's claim (at most 3 s; the whole lease with `watchdog = false`). Use the same mode
+/// for every caller of a key. Without the argument the
 /// runtime's default applies (`LockRuntimeBuilder::fair`, off unless set); by hand, the same
 /// is `LockRequest::fair`. The embedded backend always serves waiters in order: there `fair`
 /// is accepted and changes nothing.

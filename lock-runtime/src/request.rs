@@ -126,10 +126,12 @@ impl LockRequest {
     /// and a release hands the lock straight to the first live waiter in it:
     /// strict arrival order between processes (within a process waiters are
     /// always served in order), and a handoff costs no acquire round trip.
-    /// The price: a waiting process refreshes its place once a second, and a
-    /// waiter that dies while queued may be handed the lock in the 3 s before
-    /// its place runs out, which then stays taken for that waiter's lease as
-    /// if it had died holding it. Use the same mode for every caller of a key:
+    /// The lock is handed over with a claim of at most 3 s, which the new
+    /// holder's watchdog extends to its lease (with `watchdog(false)`, with
+    /// the whole fixed lease). The price: a waiting process refreshes its
+    /// place once a second, and a waiter that dies while queued may be handed
+    /// the lock in the 3 s before its place runs out, which then stays taken
+    /// until the claim runs out. Use the same mode for every caller of a key:
     /// plain acquires do not queue and may take a lock freed by expiry before
     /// queued waiters do. The embedded backend is always in order.
     pub fn fair(mut self, fair: bool) -> Self {
@@ -242,6 +244,18 @@ struct Want {
 }
 
 impl Want {
+    /// The lease a fair release hands the lock over with: for a renewed lock
+    /// a claim of at most the queue entry's life, which the watchdog extends
+    /// to the full lease soon after (so a waiter that died just before its
+    /// turn costs the key seconds, not a whole lease); a fixed lease as is.
+    fn handoff_lease(&self) -> Duration {
+        if self.renew {
+            self.lease.min(QUEUE_ENTRY_LIFE)
+        } else {
+            self.lease
+        }
+    }
+
     fn hold(self, holder: String, fence: u64) -> Hold {
         Hold {
             key: self.key,
@@ -342,7 +356,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         // Fair mode queues this process under one place per key; a first
         // attempt (no ticket yet) uses a fresh id, which may become the place.
         let place = match &ticket {
-            Some(ticket) if want.fair => Some(ticket.place_id(want.lease)),
+            Some(ticket) if want.fair => Some(ticket.place_id(want.handoff_lease())),
             _ => None,
         };
         let mut in_flight = InFlight {
@@ -355,7 +369,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         let queue = match (want.fair, want.wait) {
             (false, _) => Queue::No,
             (true, Some(Duration::ZERO)) => Queue::Peek,
-            (true, _) => Queue::Join,
+            (true, _) => Queue::Join(want.handoff_lease()),
         };
         let sent_at = Instant::now();
         let attempt = runtime
@@ -398,7 +412,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 }
                 // A fair first attempt stays armed: its id is queued in Redis
                 // and must be given back unless it becomes the place below.
-                if !(want.fair && queue == Queue::Join && in_flight.armed) {
+                if !(want.fair && matches!(queue, Queue::Join(_)) && in_flight.armed) {
                     in_flight.disarm();
                 }
                 backoff = ERROR_BACKOFF_MIN;
@@ -433,7 +447,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             if in_flight.armed {
                 // Fair mode: our first attempt queued its id in Redis.
                 let queued = in_flight.disarm();
-                if let Some(extra) = new_ticket.adopt_place(queued, sent_at, want.lease) {
+                if let Some(extra) = new_ticket.adopt_place(queued, sent_at, want.handoff_lease()) {
                     runtime
                         .backend()
                         .release_in_background(want.hash.clone(), extra, true);
@@ -465,19 +479,12 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     }
 }
 
-/// Holds a lock that a fair release handed to this process's place.
+/// Holds a lock that a fair release handed to this process's place. Its
+/// backend lease ends after `since` + the handoff lease (the shortest that
+/// the place's entry carried); the watchdog counts from there.
 fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGuard {
-    // The backend's lease ends after `since` + the lease the place asked for;
-    // if this waiter asks a longer one, count it from earlier, so that the
-    // local view of the lease never outlives the backend's.
-    let since = match want.lease.checked_sub(handoff.lease) {
-        Some(longer) if !longer.is_zero() => {
-            handoff.since.checked_sub(longer).unwrap_or(handoff.since)
-        }
-        _ => handoff.since,
-    };
     let held = HeldLock::new(want.hold(handoff.holder, handoff.fence));
-    runtime.adopt(held, since)
+    runtime.adopt_for(held, handoff.since, handoff.lease)
 }
 
 /// Registers as a waiter and sleeps until woken (or the lease or deadline

@@ -435,9 +435,21 @@ impl LockRuntime {
 
     /// Takes a fresh backend hold into the table and the watchdog.
     pub(crate) fn adopt(&self, held: Arc<HeldLock>, sent_at: Instant) -> LockGuard {
+        let lease = held.lease;
+        self.adopt_for(held, sent_at, lease)
+    }
+
+    /// [`adopt`](Self::adopt) a lock whose backend lease is `in_force` (a
+    /// fair handoff's claim, until the watchdog's first renewal).
+    pub(crate) fn adopt_for(
+        &self,
+        held: Arc<HeldLock>,
+        sent_at: Instant,
+        in_force: Duration,
+    ) -> LockGuard {
         let channel_waiting = self.inner.waiters.waiting_keys() > 0;
         self.inner.table.insert(held.clone());
-        self.inner.watchdog.add(held.clone(), sent_at);
+        self.inner.watchdog.add(held.clone(), sent_at, in_force);
         if channel_waiting {
             // Waiters of the same scope may re-enter now instead of waiting
             // for a release that their own scope would have to make.

@@ -90,11 +90,13 @@ pub struct WatchdogStats {
 }
 
 impl Watchdog {
-    /// Starts watching `lock`, acquired by a request sent at `sent_at`.
-    pub(crate) fn add(&self, lock: Arc<HeldLock>, sent_at: Instant) {
-        let valid_until = sent_at + lock.lease;
+    /// Starts watching `lock`, whose backend lease is at least `in_force`
+    /// from `sent_at` (its own lease, or a handoff's shorter claim: the first
+    /// renewal then sets the full lease).
+    pub(crate) fn add(&self, lock: Arc<HeldLock>, sent_at: Instant, in_force: Duration) {
+        let valid_until = sent_at + in_force;
         let due = if lock.renew {
-            sent_at + lock.lease / 3
+            sent_at + in_force / 3
         } else {
             valid_until
         };

@@ -102,6 +102,19 @@ async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> (u64, Strin
     (calls("evalsha") + calls("eval"), info)
 }
 
+/// On a private server where a holder took the lock (one script) and one
+/// waiter queued: waits until the waiter has run both of its scripts, the
+/// first attempt (which queued it) and the retry right after it subscribed.
+async fn until_waiter_settled(con: &mut redis::aio::MultiplexedConnection) {
+    for _ in 0..400 {
+        if scripts_run(con).await.0 >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(scripts_run(con).await.0, 3, "holder 1 + waiter 2");
+}
+
 /// A release hands the lock over by itself: between the release and the
 /// waiter holding the lock, Redis runs exactly one script (the release), not
 /// the release plus an acquire. Own server, so no other test's traffic counts.
@@ -130,15 +143,7 @@ async fn handoff_costs_no_acquire_round_trip() {
         let at = Instant::now();
         (g, at, waiter)
     });
-    // The waiter's scripts so far: its first attempt, which queued it, and
-    // the retry right after it subscribed. Then count from zero.
-    for _ in 0..400 {
-        if scripts_run(&mut con).await.0 >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(scripts_run(&mut con).await.0, 3, "holder 1 + waiter 2");
+    until_waiter_settled(&mut con).await;
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(&mut con)
@@ -218,6 +223,53 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
     );
     g.release().await.unwrap();
     assert_eq!(queue_len(&mut con, &hash).await, (0, 0));
+}
+
+/// A handoff gives the lock with a short claim (at most the 3 s life of a
+/// queue place), so a waiter that died just before its turn blocks the key
+/// for seconds, not a whole lease; the new holder's watchdog then extends the
+/// claim to its full lease (30 s here) well before the claim runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_claim_is_extended_to_the_full_lease() {
+    let server = RedisServer::start();
+    let prefix = unique("fair-claim");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&server.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock("k")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        (g, waiter)
+    });
+    until_queued(&mut con, &hash, 1).await;
+    until_waiter_settled(&mut con).await;
+    guard.release().await.unwrap();
+    let (g, waiter) = task.await.unwrap();
+    let claim: i64 = con.pttl(&hash).await.unwrap();
+    assert!(
+        (1..=3000).contains(&claim),
+        "handed over with a {claim} ms TTL, expected a claim of at most 3 s"
+    );
+    let start = Instant::now();
+    let mut ttl = claim;
+    while ttl <= 3000 && start.elapsed() < Duration::from_millis(2500) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        ttl = con.pttl(&hash).await.unwrap();
+    }
+    println!(
+        "claim {claim} ms extended to {ttl} ms after {:?}",
+        start.elapsed()
+    );
+    assert!(ttl > 20_000, "the claim was not extended: TTL {ttl} ms");
+    assert!(!g.is_lost());
+    assert_eq!(waiter.stats().watchdog.lost, 0);
+    g.release().await.unwrap();
 }
 
 /// Waiters that give up (deadline, cancellation) leave the Redis queue, and

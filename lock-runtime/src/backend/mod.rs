@@ -42,8 +42,9 @@ pub(crate) enum Queue {
     No,
     /// Fair mode, trying once: take the lock if free and nobody is queued.
     Peek,
-    /// Fair mode, waiting: join the queue (or refresh the entry) when busy.
-    Join,
+    /// Fair mode, waiting: join the queue (or refresh the entry) when busy;
+    /// a release hands the lock over with this lease.
+    Join(Duration),
 }
 
 /// Reply of a release.

@@ -416,7 +416,10 @@ impl RedisBackend {
         lease: &str,
         queue: Queue,
     ) -> RedisResult<(i64, i64)> {
-        let join = if queue == Queue::Join { "1" } else { "0" };
+        let (join, handoff_lease) = match queue {
+            Queue::Join(lease) => ("1", ms(lease)),
+            _ => ("0", "0".to_owned()),
+        };
         let keys = [
             hash,
             fence_key,
@@ -430,6 +433,7 @@ impl RedisBackend {
             join,
             &ms(QUEUE_ENTRY_LIFE),
             &LockNames::channel(hash),
+            &handoff_lease,
         ];
         eval(con, &self.scripts.fair, &keys, &args).await
     }

@@ -7,7 +7,9 @@
 --
 -- ARGV[1] = 'acquire': ARGV[2] holder id, ARGV[3] lease ms, ARGV[4] '1' to
 --           queue up when busy ('0': try once), ARGV[5] entry lifetime ms,
---           ARGV[6] release channel
+--           ARGV[6] release channel, ARGV[7] lease ms of a handoff (a short
+--           claim that the new holder's watchdog extends: a waiter that died
+--           just before its turn then blocks the key only that long)
 --   returns {1, fence}  held: free and nobody alive queued ahead, or handed
 --                       to this holder id by a release
 --           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
@@ -20,7 +22,7 @@
 -- A queue entry lives until its expiry; a waiting process refreshes it by
 -- calling 'acquire' again well before that. Entries of waiters that died or
 -- gave up without a word are skipped when they reach the head. The lock is
--- handed over with the lease the waiter asked for.
+-- handed over with the handoff lease of the waiter's entry.
 local lock, fences, queue, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local function now_ms()
@@ -100,7 +102,7 @@ if ARGV[1] == 'acquire' then
   end
   if ARGV[4] == '1' then
     local life = tonumber(ARGV[5])
-    local entry = string.format('%.0f', now_ms() + life) .. ':' .. lease
+    local entry = string.format('%.0f', now_ms() + life) .. ':' .. ARGV[7]
     if redis.call('hset', entries, holder, entry) == 1 then
       redis.call('rpush', queue, holder)
     end
