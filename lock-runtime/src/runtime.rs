@@ -94,7 +94,7 @@ impl Default for LockRuntimeBuilder {
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: None,
-            fair: false,
+            fair: std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             tls_root_ca: None,
@@ -137,9 +137,11 @@ impl LockRuntimeBuilder {
     }
 
     /// Whether locks that set nothing else are fair: first come, first
-    /// served across processes, with direct handoff (default `false`; see
+    /// served across processes, with direct handoff (see
     /// [`LockRequest::fair`] for what it costs). Every process that uses a
-    /// key should agree.
+    /// key should agree. Default: `false`, or `true` when the environment
+    /// variable `LOCK_FAIR` is `1` (to switch a deployment, or a test run,
+    /// without code changes).
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = fair;
         self

@@ -15,7 +15,8 @@
 //!       DECRs, releases and prints `ok <fence>` (or `timeout`, `error <e>`).
 //!       Then prints `done held=<n> waiting=<n> tracked=<n>` and waits for its
 //!       stdin to close before exiting (so the test can inspect Redis first).
-//!   With `LOCK_FAIR=1` in the environment, every lock is taken in fair mode.
+//!   With `LOCK_FAIR=1` in the environment (the builder's default reads it),
+//!   every lock is taken in fair mode.
 //!
 //!   contender <redis-url> <prefix> soak <n-tasks> <n-keys> <secs>
 //!       n tasks loop for <secs>, each time locking a random key `soak-<i>`
@@ -52,7 +53,6 @@ async fn main() -> Result<(), Error> {
     let runtime = LockRuntime::builder()
         .redis(url.as_str())
         .key_prefix(prefix.as_str())
-        .fair(std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"))
         .build()
         .await?;
     match (mode.as_str(), rest) {
