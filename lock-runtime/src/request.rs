@@ -256,6 +256,16 @@ impl Want {
         }
     }
 
+    /// The shortest handoff claim this waiter may take without a round trip:
+    /// the watchdog extends a renewed lock, but nothing extends a fixed one.
+    fn minimum_claim(&self) -> Duration {
+        if self.renew {
+            Duration::ZERO
+        } else {
+            self.lease
+        }
+    }
+
     fn hold(self, holder: String, fence: u64) -> Hold {
         Hold {
             key: self.key,
@@ -316,15 +326,21 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         key: want.key.clone(),
         waited: start.elapsed(),
     };
-    let mut ticket = None;
+    let mut ticket: Option<WaitTicket> = None;
     let mut backoff = ERROR_BACKOFF_MIN;
     let mut first = true;
     loop {
         if let Some(held) = runtime.table().reenter(&want.hash, want.owner) {
             return Ok(LockGuard::new(runtime, held));
         }
-        // Fair mode: a release may have handed the lock to our place.
-        if let Some(handoff) = ticket.as_ref().and_then(WaitTicket::take_handoff) {
+        // Fair mode: a release may have handed the lock to our place. (A
+        // fixed lease longer than the handoff's claim is not taken from the
+        // message: the attempt below claims it and sets the full lease.)
+        let handoff = match &ticket {
+            Some(ticket) if want.fair => ticket.take_handoff(want.minimum_claim()),
+            _ => None,
+        };
+        if let Some(handoff) = handoff {
             if let Some(ticket) = ticket.take() {
                 ticket.leave_with_lock(true);
             }
@@ -355,9 +371,23 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
 
         // Fair mode queues this process under one place per key; a first
         // attempt (no ticket yet) uses a fresh id, which may become the place.
-        let place = match &ticket {
-            Some(ticket) if want.fair => Some(ticket.place_id(want.handoff_lease())),
-            _ => None,
+        let (place, place_attempt) = match &ticket {
+            Some(ticket) if want.fair => match ticket.begin_attempt(want.handoff_lease()) {
+                Some((id, attempt)) => (Some(id), Some(attempt)),
+                None => {
+                    // A sibling's attempt with our place is out: its outcome
+                    // (or a handoff) wakes the head.
+                    let now = Instant::now();
+                    let cap = now + QUEUE_REFRESH;
+                    let wake_at = deadline.map_or(cap, |d| d.min(cap));
+                    tokio::select! {
+                        _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
+                        () = tokio::time::sleep_until(wake_at) => {}
+                    }
+                    continue;
+                }
+            },
+            _ => (None, None),
         };
         let mut in_flight = InFlight {
             runtime: &runtime,
@@ -389,13 +419,13 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                         .as_ref()
                         .is_some_and(|t| t.claim_place(&in_flight.holder)) =>
             {
-                // Our place's lock, already taken by another local waiter
-                // (through the handoff message, or its own attempt's reply):
-                // it is theirs, so keep waiting.
+                // Cannot happen with one attempt per place at a time (see
+                // `WaitTicket::begin_attempt`); if it did, the place's lock
+                // would be a sibling's: keep waiting.
                 in_flight.disarm();
                 None
             }
-            Ok(Acquire::Held { fence }) => {
+            Ok(Acquire::Held { fence, .. }) => {
                 let holder = in_flight.disarm();
                 drop(in_flight);
                 // Leave the queue first: `adopt` wakes the waiters of this
@@ -434,6 +464,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 continue;
             }
         };
+        // The reply is handled: siblings may use the place (and take a
+        // handoff that came meanwhile) again.
+        drop(place_attempt);
 
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -470,7 +503,11 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             .unwrap_or(now + want.lease);
         let mut wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
         if want.fair && registered.is_head() {
-            wake_at = wake_at.min(now + QUEUE_REFRESH);
+            // Often enough that the place stays alive, and that most of a
+            // handoff's claim is still ahead when it is taken (its lease is
+            // counted from the last refresh before it).
+            let refresh = QUEUE_REFRESH.min(want.handoff_lease() / 3);
+            wake_at = wake_at.min(now + refresh);
         }
         tokio::select! {
             _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}

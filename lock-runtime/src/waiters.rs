@@ -75,6 +75,26 @@ struct Place {
     lease: Option<Duration>,
     /// The fence of a handoff to `id` not yet taken by a local waiter.
     handed: Option<u64>,
+    /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
+    attempting: bool,
+}
+
+/// An attempt with a key's fair place; ends it when dropped (reply handled,
+/// or the attempt cancelled), and then hands a handoff that arrived
+/// meanwhile to the head.
+#[derive(Debug)]
+pub(crate) struct Attempt(Arc<KeyWaiters>);
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let mut place = self.0.place();
+        place.attempting = false;
+        let handed = place.handed.is_some();
+        drop(place);
+        if handed {
+            self.0.wake_head();
+        }
+    }
 }
 
 /// A lock handed to this process's place, ready to be taken.
@@ -184,6 +204,7 @@ impl Waiters {
             entry,
             slot,
             took_lock: false,
+            wake_head_on_leave: false,
         }
     }
 
@@ -264,7 +285,7 @@ impl Waiters {
                     let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
                 }
             }
-        } else if was_head && !ticket.took_lock {
+        } else if (was_head && !ticket.took_lock) || ticket.wake_head_on_leave {
             // The head leaves without the lock (deadline, cancellation,
             // error): a release it was woken for must not be lost, so the
             // next waiter tries instead. At worst one needless attempt.
@@ -282,6 +303,8 @@ pub(crate) struct WaitTicket {
     entry: Arc<KeyWaiters>,
     slot: Arc<Slot>,
     took_lock: bool,
+    /// Wake the (new) head on leaving even when this waiter was not the head.
+    wake_head_on_leave: bool,
 }
 
 impl WaitTicket {
@@ -300,6 +323,7 @@ impl WaitTicket {
     /// process in Redis again, since the place was used up.
     pub(crate) fn leave_with_lock(mut self, wake_next: bool) {
         self.took_lock = !wake_next;
+        self.wake_head_on_leave = wake_next;
     }
 
     /// Whether this waiter is first in its key's local queue.
@@ -310,18 +334,31 @@ impl WaitTicket {
             .is_some_and(|head| Arc::ptr_eq(head, &self.slot))
     }
 
-    /// Fair mode: the holder id of this process's place in the key's Redis
-    /// queue (made now if there is none), for an attempt asking `lease`.
-    pub(crate) fn place_id(&self, lease: Duration) -> String {
+    /// Fair mode: starts an attempt with this process's place in the key's
+    /// Redis queue (made now if there is none), asking a handoff `lease`:
+    /// its holder id, and a guard that ends the attempt when dropped. `None`
+    /// while another local waiter's attempt with the place is out.
+    ///
+    /// One attempt at a time per place, and no handoff taken while one is
+    /// out: so the place is used up exactly once, by the reply of the one
+    /// attempt or by [`take_handoff`](Self::take_handoff), and no attempt is
+    /// ever still on its way with a place that was used up.
+    pub(crate) fn begin_attempt(&self, lease: Duration) -> Option<(String, Attempt)> {
         let mut place = self.entry.place();
+        if place.attempting {
+            return None;
+        }
         if place.id.is_none() {
-            place.id = Some(crate::owner::new_holder_id());
-            place.confirmed = Some(Instant::now());
-            place.lease = None;
-            place.handed = None;
+            *place = Place {
+                id: Some(crate::owner::new_holder_id()),
+                confirmed: Some(Instant::now()),
+                ..Place::default()
+            };
         }
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
-        place.id.clone().unwrap_or_default()
+        place.attempting = true;
+        let id = place.id.clone()?;
+        Some((id, Attempt(self.entry.clone())))
     }
 
     /// Fair mode: a first attempt, made before this waiter registered, queued
@@ -342,7 +379,7 @@ impl WaitTicket {
             id: Some(holder),
             confirmed: Some(sent_at),
             lease: Some(lease),
-            handed: None,
+            ..Place::default()
         };
         None
     }
@@ -351,7 +388,10 @@ impl WaitTicket {
     /// busy, so no handoff to it had happened by then.
     pub(crate) fn confirm_place(&self, holder: &str, sent_at: Instant) {
         let mut place = self.entry.place();
-        if place.id.as_deref() == Some(holder) {
+        // Once handed over, a later "busy" is older news than the handoff
+        // (replies and messages share one ordered connection): keep the
+        // moment the claim is counted from.
+        if place.id.as_deref() == Some(holder) && place.handed.is_none() {
             place.confirmed = place.confirmed.max(Some(sent_at));
         }
     }
@@ -369,14 +409,18 @@ impl WaitTicket {
         true
     }
 
-    /// Fair mode: takes a lock handed to this process's place, if there is one.
-    pub(crate) fn take_handoff(&self) -> Option<Handoff> {
+    /// Fair mode: takes a lock handed to this process's place, if there is
+    /// one and its claim is at least `minimum` long.
+    pub(crate) fn take_handoff(&self, minimum: Duration) -> Option<Handoff> {
         let mut place = self.entry.place();
         let (Some(fence), Some(_), Some(since), Some(lease)) =
             (place.handed, &place.id, place.confirmed, place.lease)
         else {
             return None;
         };
+        if lease < minimum || place.attempting {
+            return None;
+        }
         let holder = std::mem::take(&mut *place).id?;
         Some(Handoff {
             holder,

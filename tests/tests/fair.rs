@@ -272,6 +272,65 @@ async fn a_handoff_claim_is_extended_to_the_full_lease() {
     g.release().await.unwrap();
 }
 
+/// A waiter with a short lease (300 ms, renewed) that waited for a long time
+/// is handed the lock with a claim it can still use: the lock is not
+/// declared lost on arrival, and the watchdog keeps it through 3 leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_handed_over_after_a_long_wait_is_kept() {
+    let prefix = unique("fair-short");
+    let url = redis().url();
+    let holder = fair_runtime(&url, &prefix).await;
+    let waiter = fair_runtime(&url, &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        lock_runtime::with_lock(waiter.lock("k").lease(Duration::from_millis(300)), async {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            Ok::<_, LockError>(())
+        })
+        .await
+    });
+    until_queued(&mut con, &hash, 1).await;
+    // Long enough for several refreshes of the waiter's place.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    guard.release().await.unwrap();
+    task.await.unwrap().expect("the handed-over lock was lost");
+}
+
+/// The fair script only ever extends the TTL of a lock handed to a holder id
+/// when that id claims it: a sibling's claim with a shorter lease must not
+/// cut short the lease of the waiter that already took the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_never_shortens_the_lease() {
+    let prefix = unique("fair-extend");
+    let hash = format!("{prefix}{{k}}");
+    let mut con = redis().connection().await;
+    let _: () = redis::pipe()
+        .hset(&hash, "place-1", 1)
+        .pexpire(&hash, 10_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let keys = [
+        hash.clone(),
+        format!("{hash}:fence"),
+        format!("{hash}:queue"),
+        format!("{hash}:queued"),
+    ];
+    let reply: (i64, i64) = redis::cmd("EVAL")
+        .arg(include_str!("../../lock-runtime/src/scripts/fair.lua"))
+        .arg(4)
+        .arg(&keys)
+        .arg(&["acquire", "place-1", "50", "1", "3000", "ch", "50"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(reply.0, 2, "a claim of a handed-over lock");
+    let ttl: i64 = con.pttl(&hash).await.unwrap();
+    assert!(ttl > 9_000, "the claim shortened the TTL to {ttl} ms");
+}
+
 /// Waiters that give up (deadline, cancellation) leave the Redis queue, and
 /// a try-once never joins it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

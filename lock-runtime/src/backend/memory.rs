@@ -67,13 +67,19 @@ impl MemoryBackend {
                         expires_at: now + lease,
                     },
                 );
-                Acquire::Held { fence }
+                Acquire::Held {
+                    fence,
+                    handed: false,
+                }
             }
             Some(entry) if entry.holder == holder => {
                 entry.holds += 1;
                 entry.expires_at = now + lease;
                 let fence = fences.get(&LockNames::fence(hash)).copied().unwrap_or(0);
-                Acquire::Held { fence }
+                Acquire::Held {
+                    fence,
+                    handed: false,
+                }
             }
             Some(entry) => Acquire::Busy {
                 ttl: Some(entry.expires_at - now),

@@ -22,6 +22,9 @@ pub(crate) enum Acquire {
     Held {
         /// Fencing token.
         fence: u64,
+        /// Fair mode: it was already held under this holder id (handed over
+        /// by a release), rather than taken just now.
+        handed: bool,
     },
     /// Someone else holds it for about `ttl` more (None: no expiry known).
     Busy {

@@ -395,9 +395,10 @@ impl RedisBackend {
             Box::pin(self.acquire_fair(&mut con, hash, &fence_key, holder, &lease, queue)).await
         };
         let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
-        Ok(if held == 1 {
+        Ok(if held == 1 || held == 2 {
             Acquire::Held {
                 fence: u64::try_from(n).unwrap_or(0),
+                handed: held == 2,
             }
         } else {
             Acquire::Busy {

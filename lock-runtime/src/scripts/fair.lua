@@ -10,8 +10,9 @@
 --           ARGV[6] release channel, ARGV[7] lease ms of a handoff (a short
 --           claim that the new holder's watchdog extends: a waiter that died
 --           just before its turn then blocks the key only that long)
---   returns {1, fence}  held: free and nobody alive queued ahead, or handed
---                       to this holder id by a release
+--   returns {1, fence}  held: it was free and nobody alive was queued ahead
+--           {2, fence}  held: a release had handed it to this holder id (its
+--                       TTL is extended to the lease, never shortened)
 --           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
 -- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel
 --   returns -1  not held (a queued holder id leaves the queue instead)
@@ -84,9 +85,12 @@ end
 if ARGV[1] == 'acquire' then
   local holder, lease = ARGV[2], ARGV[3]
   if redis.call('hexists', lock, holder) == 1 then
-    -- Handed to us by a release whose message has not reached us (yet).
-    redis.call('pexpire', lock, lease)
-    return {1, tonumber(redis.call('get', fences) or '0')}
+    -- Handed to us by a release whose message has not reached us (yet), or
+    -- already taken by a sibling waiter of our process: only extend.
+    if redis.call('pttl', lock) < tonumber(lease) then
+      redis.call('pexpire', lock, lease)
+    end
+    return {2, tonumber(redis.call('get', fences) or '0')}
   end
   if redis.call('exists', lock) == 0 then
     local head = live_head()
