@@ -402,9 +402,14 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             (true, _) => Queue::Join(want.handoff_lease()),
         };
         let sent_at = Instant::now();
-        let attempt = runtime
-            .backend()
-            .acquire(&want.hash, &in_flight.holder, want.lease, queue);
+        // Boxed: the backend's request future is large, and it would otherwise
+        // sit inside every waiting acquire's state, also while it sleeps.
+        let attempt = Box::pin(runtime.backend().acquire(
+            &want.hash,
+            &in_flight.holder,
+            want.lease,
+            queue,
+        ));
         let outcome = match deadline {
             Some(d) if d > sent_at => match tokio::time::timeout_at(d, attempt).await {
                 Ok(outcome) => outcome,

@@ -379,20 +379,19 @@ impl RedisBackend {
         let fence_key = LockNames::fence(hash);
         let lease = ms(lease);
         let mut con = self.con.clone();
-        // Boxed: the redis-rs request future is large, and it would otherwise
-        // sit inside every waiting acquire's state machine.
+        // (The caller boxes this whole future, so it stays out of the state of
+        // every waiting acquire.)
         let reply: RedisResult<(i64, i64)> = if queue == Queue::No {
-            Box::pin(eval(
+            eval(
                 &mut con,
                 &self.scripts.acquire,
                 &[hash, &fence_key],
                 &[holder, &lease],
-            ))
+            )
             .await
         } else {
-            // Boxed whole: its names and arguments stay out of the state of
-            // every acquire future, fair or not.
-            Box::pin(self.acquire_fair(&mut con, hash, &fence_key, holder, &lease, queue)).await
+            self.acquire_fair(&mut con, hash, &fence_key, holder, &lease, queue)
+                .await
         };
         let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
         Ok(if held == 1 || held == 2 {
