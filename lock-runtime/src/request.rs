@@ -5,7 +5,11 @@
 //! the lock is busy it registers as a waiter of the key (subscribing to the
 //! key's release channel), retries once, and then sleeps until a release
 //! message, the holder's remaining lease, or its own deadline — whichever
-//! comes first. There is no fixed-interval polling anywhere.
+//! comes first. There is no polling for the lock. (In fair mode the first
+//! waiter of a key in each process also refreshes the process's place in the
+//! key's Redis queue, once a second or a third of the handoff claim, at least
+//! 50 ms apart: a heartbeat, not a retry loop; the handoff itself arrives by
+//! message.)
 //!
 //! Cancellation is safe at every await: an acquire dropped while its script
 //! is in flight queues a release of its (unique) holder id, which frees the
@@ -311,6 +315,11 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The shortest refresh of a fair-mode place (for very short leases, whose
+/// handoff claim may then run out before it is taken from the message; the
+/// waiter's next attempt claims it instead).
+const QUEUE_REFRESH_MIN: Duration = Duration::from_millis(50);
+
 /// How often a fair-mode waiter refreshes its place (a third of its life).
 const QUEUE_REFRESH: Duration = Duration::from_millis(QUEUE_ENTRY_LIFE.as_millis() as u64 / 3);
 
@@ -454,6 +463,17 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 ttl
             }
             Err(error) => {
+                // A place whose attempt failed is given up: the attempt may
+                // still reach Redis (a dropped connection), and what it does
+                // there must not be left to a place nobody uses.
+                if let (Some(ticket), Some(_)) = (&ticket, &place_attempt) {
+                    if let Some(old) = ticket.abandon_place(&in_flight.holder) {
+                        runtime
+                            .backend()
+                            .release_in_background(want.hash.clone(), old, true);
+                    }
+                }
+                drop(place_attempt);
                 drop(in_flight);
                 // A bounded wait rides out backend trouble until its deadline
                 // (then `Timeout`); an unbounded one reports it at once.
@@ -511,7 +531,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             // Often enough that the place stays alive, and that most of a
             // handoff's claim is still ahead when it is taken (its lease is
             // counted from the last refresh before it).
-            let refresh = QUEUE_REFRESH.min(want.handoff_lease() / 3);
+            let refresh = QUEUE_REFRESH
+                .min(want.handoff_lease() / 3)
+                .max(QUEUE_REFRESH_MIN);
             wake_at = wake_at.min(now + refresh);
         }
         tokio::select! {

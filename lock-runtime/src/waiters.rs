@@ -73,26 +73,48 @@ struct Place {
     confirmed: Option<Instant>,
     /// Shortest lease asked with this id (the one a handoff may have used).
     lease: Option<Duration>,
-    /// The fence of a handoff to `id` not yet taken by a local waiter.
-    handed: Option<u64>,
+    /// A handoff to `id` not yet taken by a local waiter: its fence, and
+    /// when its message arrived.
+    handed: Option<(u64, Instant)>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
     attempting: bool,
+    /// Counts the places this one has been (an [`Attempt`] of an earlier
+    /// place must not end an attempt of the current one).
+    generation: u64,
+}
+
+impl Place {
+    /// Forgets the place (the next attempt makes a new one); returns its id.
+    fn reset(&mut self) -> Option<String> {
+        let id = self.id.take();
+        *self = Place {
+            generation: self.generation.wrapping_add(1),
+            ..Place::default()
+        };
+        id
+    }
 }
 
 /// An attempt with a key's fair place; ends it when dropped (reply handled,
 /// or the attempt cancelled), and then hands a handoff that arrived
 /// meanwhile to the head.
 #[derive(Debug)]
-pub(crate) struct Attempt(Arc<KeyWaiters>);
+pub(crate) struct Attempt {
+    entry: Arc<KeyWaiters>,
+    generation: u64,
+}
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        let mut place = self.0.place();
+        let mut place = self.entry.place();
+        if place.generation != self.generation {
+            return; // that place is gone; its attempt ended with it
+        }
         place.attempting = false;
         let handed = place.handed.is_some();
         drop(place);
         if handed {
-            self.0.wake_head();
+            self.entry.wake_head();
         }
     }
 }
@@ -223,7 +245,7 @@ impl Waiters {
         if let Some(entry) = entry {
             let mut place = entry.place();
             if place.id.as_deref() == Some(holder) {
-                place.handed = Some(fence);
+                place.handed = Some((fence, Instant::now()));
                 drop(place);
                 entry.wake_head();
             }
@@ -349,16 +371,31 @@ impl WaitTicket {
             return None;
         }
         if place.id.is_none() {
-            *place = Place {
-                id: Some(crate::owner::new_holder_id()),
-                confirmed: Some(Instant::now()),
-                ..Place::default()
-            };
+            place.reset();
+            place.id = Some(crate::owner::new_holder_id());
+            place.confirmed = Some(Instant::now());
         }
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
         place.attempting = true;
         let id = place.id.clone()?;
-        Some((id, Attempt(self.entry.clone())))
+        let attempt = Attempt {
+            entry: self.entry.clone(),
+            generation: place.generation,
+        };
+        Some((id, attempt))
+    }
+
+    /// Fair mode: gives up the place `holder` after its attempt failed (the
+    /// connection may have dropped, and the attempt may yet have reached
+    /// Redis): returns its id for a background release, which takes it out
+    /// of the queue or frees what was handed to it; the next attempt makes
+    /// a new place.
+    pub(crate) fn abandon_place(&self, holder: &str) -> Option<String> {
+        let mut place = self.entry.place();
+        if place.id.as_deref() != Some(holder) {
+            return None;
+        }
+        place.reset()
     }
 
     /// Fair mode: a first attempt, made before this waiter registered, queued
@@ -375,24 +412,31 @@ impl WaitTicket {
         if place.id.is_some() {
             return Some(holder);
         }
-        *place = Place {
-            id: Some(holder),
-            confirmed: Some(sent_at),
-            lease: Some(lease),
-            ..Place::default()
-        };
+        place.reset();
+        place.id = Some(holder);
+        place.confirmed = Some(sent_at);
+        place.lease = Some(lease);
         None
     }
 
     /// Fair mode: an attempt with `holder` sent at `sent_at` found the lock
-    /// busy, so no handoff to it had happened by then.
+    /// busy and not handed to `holder`.
     pub(crate) fn confirm_place(&self, holder: &str, sent_at: Instant) {
         let mut place = self.entry.place();
-        // Once handed over, a later "busy" is older news than the handoff
-        // (replies and messages share one ordered connection): keep the
-        // moment the claim is counted from.
-        if place.id.as_deref() == Some(holder) && place.handed.is_none() {
-            place.confirmed = place.confirmed.max(Some(sent_at));
+        if place.id.as_deref() != Some(holder) {
+            return;
+        }
+        match place.handed {
+            // Sent before the handoff's message came: older news (the claim
+            // is counted from the last such moment before the handoff).
+            Some((_, at)) if sent_at < at => {}
+            // Sent after it and still busy: the claim ran out and the lock
+            // went on; the attempt has queued the place again.
+            Some(_) => {
+                place.handed = None;
+                place.confirmed = place.confirmed.max(Some(sent_at));
+            }
+            None => place.confirmed = place.confirmed.max(Some(sent_at)),
         }
     }
 
@@ -405,15 +449,18 @@ impl WaitTicket {
         if place.id.as_deref() != Some(holder) {
             return false;
         }
-        *place = Place::default();
+        place.reset();
         true
     }
 
     /// Fair mode: takes a lock handed to this process's place, if there is
-    /// one and its claim is at least `minimum` long.
+    /// one, no attempt with the place is out, and its claim is at least
+    /// `minimum` long and has not run out by this process's count (then the
+    /// handoff is dropped, and an attempt with the place finds out where the
+    /// lock is).
     pub(crate) fn take_handoff(&self, minimum: Duration) -> Option<Handoff> {
         let mut place = self.entry.place();
-        let (Some(fence), Some(_), Some(since), Some(lease)) =
+        let (Some((fence, _)), Some(_), Some(since), Some(lease)) =
             (place.handed, &place.id, place.confirmed, place.lease)
         else {
             return None;
@@ -421,7 +468,11 @@ impl WaitTicket {
         if lease < minimum || place.attempting {
             return None;
         }
-        let holder = std::mem::take(&mut *place).id?;
+        if since + lease <= Instant::now() {
+            place.handed = None;
+            return None;
+        }
+        let holder = place.reset()?;
         Some(Handoff {
             holder,
             fence,
