@@ -487,3 +487,75 @@ impl Drop for WaitTicket {
         self.waiters.unregister(self);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    fn key() -> (Arc<Waiters>, WaitTicket, WaitTicket) {
+        let waiters = Waiters::new(None, None);
+        let a = waiters.register("lock:{k}:released".to_owned(), 1);
+        let b = waiters.register("lock:{k}:released".to_owned(), 2);
+        (waiters, a, b)
+    }
+
+    #[test]
+    fn one_attempt_per_place_and_no_handoff_taken_while_it_is_out() {
+        let (waiters, a, b) = key();
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        assert!(b.begin_attempt(LEASE).is_none(), "two attempts at once");
+        waiters.hand_over("lock:{k}:released", &id, 7);
+        assert!(
+            b.take_handoff(Duration::ZERO).is_none(),
+            "taken mid-attempt"
+        );
+        drop(attempt);
+        let handoff = b.take_handoff(Duration::ZERO).unwrap();
+        assert_eq!((handoff.holder.as_str(), handoff.fence), (id.as_str(), 7));
+        // Used up: the next attempt makes a new place.
+        let (next, _attempt) = a.begin_attempt(LEASE).unwrap();
+        assert_ne!(next, id);
+    }
+
+    #[test]
+    fn an_attempt_of_a_used_up_place_does_not_end_the_next_one() {
+        let (_waiters, a, b) = key();
+        let (id, old) = a.begin_attempt(LEASE).unwrap();
+        assert!(a.claim_place(&id));
+        let (_, new) = b.begin_attempt(LEASE).unwrap();
+        drop(old);
+        assert!(a.begin_attempt(LEASE).is_none(), "the old guard ended it");
+        drop(new);
+        assert!(a.begin_attempt(LEASE).is_some());
+    }
+
+    #[test]
+    fn a_busy_reply_sent_after_a_handoff_drops_it() {
+        let (waiters, a, _b) = key();
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        let before = Instant::now();
+        drop(attempt);
+        waiters.hand_over("lock:{k}:released", &id, 7);
+        a.confirm_place(&id, before); // older news: kept
+        assert!(a.take_handoff(Duration::ZERO).is_some());
+
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        waiters.hand_over("lock:{k}:released", &id, 8);
+        a.confirm_place(&id, Instant::now()); // after it: the claim is gone
+        assert!(a.take_handoff(Duration::ZERO).is_none());
+    }
+
+    #[test]
+    fn a_fixed_lease_longer_than_the_claim_is_not_taken_from_the_message() {
+        let (waiters, a, _b) = key();
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        waiters.hand_over("lock:{k}:released", &id, 7);
+        assert!(a.take_handoff(LEASE * 2).is_none());
+        assert!(a.take_handoff(LEASE).is_some());
+    }
+}
