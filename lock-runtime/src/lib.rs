@@ -42,6 +42,11 @@
 //! Nested locked calls awaited inside a locked body share its *owner scope*
 //! and re-enter without a round trip; tasks spawned from it do not, unless
 //! wrapped in [`inherit`].
+//!
+//! Waiters of one process are always served in arrival order. Across
+//! processes, [`LockRequest::fair`] (or [`LockRuntimeBuilder::fair`],
+//! `fair = true`, `LOCK_FAIR=1`) queues them in Redis and has each release
+//! hand the lock straight to the next one.
 
 mod backend;
 mod error;
