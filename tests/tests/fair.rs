@@ -23,6 +23,29 @@ async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
         .expect("build the lock runtime")
 }
 
+/// A holder and a waiter (two fair runtimes: two processes) on `server`,
+/// the backend name of key `k`, and a raw connection for inspecting it.
+struct Pair {
+    holder: LockRuntime,
+    waiter: LockRuntime,
+    hash: String,
+    con: redis::aio::MultiplexedConnection,
+    prefix: String,
+}
+
+async fn pair_on(server: &RedisServer, name: &str) -> Pair {
+    let prefix = unique(name);
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&server.url(), &prefix).await;
+    Pair {
+        hash: holder.backend_key("k"),
+        holder,
+        waiter,
+        con: server.connection().await,
+        prefix,
+    }
+}
+
 /// Length of the key's Redis queue and number of its entries.
 async fn queue_len(con: &mut redis::aio::MultiplexedConnection, hash: &str) -> (usize, usize) {
     let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
@@ -121,11 +144,13 @@ async fn until_waiter_settled(con: &mut redis::aio::MultiplexedConnection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_costs_no_acquire_round_trip() {
     let server = RedisServer::start();
-    let prefix = unique("fair-rt");
-    let holder = fair_runtime(&server.url(), &prefix).await;
-    let waiter = fair_runtime(&server.url(), &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = server.connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        ..
+    } = pair_on(&server, "fair-rt").await;
     let guard = holder
         .lock("k")
         .lease(Duration::from_secs(30))
@@ -168,12 +193,13 @@ async fn handoff_costs_no_acquire_round_trip() {
 /// (here 300 ms) and no more; a place that ran out is skipped at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_waiter_costs_at_most_its_lease() {
-    let prefix = unique("fair-dead");
-    let url = redis().url();
-    let holder = fair_runtime(&url, &prefix).await;
-    let waiter = fair_runtime(&url, &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = redis().connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        ..
+    } = pair_on(redis(), "fair-dead").await;
 
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
     let now_ms = secs * 1000 + micros / 1000;
@@ -232,11 +258,13 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_claim_is_extended_to_the_full_lease() {
     let server = RedisServer::start();
-    let prefix = unique("fair-claim");
-    let holder = fair_runtime(&server.url(), &prefix).await;
-    let waiter = fair_runtime(&server.url(), &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = server.connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        ..
+    } = pair_on(&server, "fair-claim").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
         let g = waiter
@@ -277,12 +305,13 @@ async fn a_handoff_claim_is_extended_to_the_full_lease() {
 /// declared lost on arrival, and the watchdog keeps it through 3 leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_handed_over_after_a_long_wait_is_kept() {
-    let prefix = unique("fair-short");
-    let url = redis().url();
-    let holder = fair_runtime(&url, &prefix).await;
-    let waiter = fair_runtime(&url, &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = redis().connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        ..
+    } = pair_on(redis(), "fair-short").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
         lock_runtime::with_lock(waiter.lock("k").lease(Duration::from_millis(300)), async {
@@ -335,12 +364,13 @@ async fn a_claim_never_shortens_the_lease() {
 /// a try-once never joins it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_that_give_up_leave_the_queue() {
-    let prefix = unique("fair-leave");
-    let url = redis().url();
-    let holder = fair_runtime(&url, &prefix).await;
-    let waiter = fair_runtime(&url, &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = redis().connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        ..
+    } = pair_on(redis(), "fair-leave").await;
     let guard = holder.lock("k").acquire().await.unwrap();
 
     let busy = waiter.lock("k").try_acquire().await.unwrap();
@@ -378,13 +408,14 @@ async fn waiters_that_give_up_leave_the_queue() {
 /// head refreshes it while waiting, and gets the lock by handoff at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_keeps_its_place() {
-    let prefix = unique("fair-long");
-    let url = redis().url();
-    let holder = fair_runtime(&url, &prefix).await;
-    let waiter = fair_runtime(&url, &prefix).await;
-    let late = fair_runtime(&url, &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = redis().connection().await;
+    let Pair {
+        holder,
+        waiter,
+        hash,
+        mut con,
+        prefix,
+    } = pair_on(redis(), "fair-long").await;
+    let late = fair_runtime(&redis().url(), &prefix).await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let first = tokio::spawn(async move {
         let g = waiter.lock("k").acquire().await.unwrap();
