@@ -117,3 +117,86 @@ async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
     assert_eq!(runtime.stats().held, 0);
     assert_eq!(runtime.stats().watchdog.tracked, 0);
 }
+
+/// Fair mode: a waiter process queued for a key is SIGKILLed just before the
+/// holder releases. The release may hand the lock to the dead waiter's place
+/// (still alive in Redis for up to 3 s), but only with a claim of at most
+/// 3 s, not the dead waiter's 30 s lease: the next live waiter gets the lock
+/// within the claim plus one refresh of its own place, with a higher fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_queued_waiter_blocks_a_fair_lock_for_its_claim_at_most() {
+    let _turn = serial().await;
+    let server = RedisServer::start();
+    let prefix = unique("crash-fair");
+    let key = unique("crash-fair-key");
+    let timeouts = Duration::from_millis(500);
+    let holder = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let waiter = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let queue = format!("{}:queue", holder.backend_key(&key));
+    let con = server.connection().await;
+    let llen = |mut con: redis::aio::MultiplexedConnection, queue: String| async move {
+        redis::cmd("LLEN")
+            .arg(&queue)
+            .query_async::<i64>(&mut con)
+            .await
+            .unwrap()
+    };
+    let until_queued = |want: i64| {
+        let (con, queue) = (con.clone(), queue.clone());
+        async move {
+            for _ in 0..400 {
+                if llen(con.clone(), queue.clone()).await == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("the fair queue never held {want} places");
+        }
+    };
+
+    let guard = holder
+        .lock(&key)
+        .fair(true)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (mut child, mut lines) = crate::spawn_contender_env(
+        &[&server.url(), &prefix, "herd", &key, "1", "60000", "0"],
+        &[("LOCK_FAIR", "1")],
+    );
+    assert_eq!(
+        next_line(&mut lines, Duration::from_secs(30)).await,
+        "ready"
+    );
+    until_queued(1).await;
+    child.start_kill().expect("SIGKILL the queued contender");
+    child.wait().await.expect("reap the contender");
+
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock(&key)
+            .fair(true)
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), g.fence(), waiter)
+    });
+    until_queued(2).await;
+    let fence = guard.fence();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, new_fence, _waiter) = task.await.unwrap();
+    let waited = acquired - released;
+    println!(
+        "fair crash: the live waiter got the lock {} ms after the release, behind a killed \
+         queued waiter",
+        ms(waited)
+    );
+    assert!(new_fence > fence);
+    assert!(
+        waited <= Duration::from_millis(4500),
+        "blocked {waited:?}: more than a 3 s claim plus a 1 s refresh"
+    );
+}
