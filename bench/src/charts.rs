@@ -1,4 +1,5 @@
-//! The two S3 charts: handoff latency and wait to acquire, ours vs rslock.
+//! The two S3 charts: handoff latency and wait to acquire, ours (plain and
+//! fair mode) vs rslock.
 //!
 //! Handoff latency is the figure the target is about; the wait chart is
 //! there because a polling peer's handoffs are rare (the releaser usually
@@ -9,20 +10,22 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::report::trim;
+use crate::scenarios::Trio;
 use crate::stats::Samples;
 use crate::svg::{cdf_chart, Series};
 
 /// What S3 hands over for charting.
 pub struct S3Charts {
-    /// Handoff latencies (ours, rslock), µs.
-    pub handoffs: (Samples, Samples),
-    /// Waits to acquire (ours, rslock), µs.
-    pub waits: (Samples, Samples),
+    /// Handoff latencies (ours, ours fair, rslock), µs.
+    pub handoffs: Trio,
+    /// Waits to acquire (ours, ours fair, rslock), µs.
+    pub waits: Trio,
     /// Idle PING p50 on the runtime's connection, µs.
     pub ping_p50: Option<f64>,
 }
 
 const OURS: &str = "#1f77b4";
+const FAIR: &str = "#2ca02c";
 const PEER: &str = "#d62728";
 
 /// `238 µs`, `1.224 ms`, `0.770 s`.
@@ -46,12 +49,17 @@ fn label(name: &str, s: &Samples, what: &str) -> String {
     )
 }
 
-fn pair<'a>(ours: &'a Samples, peer: &'a Samples, what: &str) -> [Series<'a>; 2] {
+fn trio<'a>((ours, fair, peer): &'a Trio, what: &str) -> [Series<'a>; 3] {
     [
         Series {
             label: label("lock-runtime", ours, what),
             colour: OURS,
             samples: ours,
+        },
+        Series {
+            label: label("lock-runtime, fair", fair, what),
+            colour: FAIR,
+            samples: fair,
         },
         Series {
             label: label("rslock 0.10", peer, what),
@@ -72,13 +80,13 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
     let handoff = cdf_chart(
         &format!("S3 handoff latency, 8 workers in 2 processes{suffix}"),
         "release by one holder → next holder's body starts",
-        &pair(&charts.handoffs.0, &charts.handoffs.1, "handoffs"),
+        &trio(&charts.handoffs, "handoffs"),
         &markers,
     );
     let waits = cdf_chart(
         &format!("S3 wait to acquire, 8 workers in 2 processes{suffix}"),
         "asked for the lock → body starts",
-        &pair(&charts.waits.0, &charts.waits.1, "acquisitions"),
+        &trio(&charts.waits, "acquisitions"),
         &[
             ("target p99: 5 ms".to_owned(), 5_000.0),
             ("target max: 50 ms".to_owned(), 50_000.0),

@@ -80,6 +80,9 @@ impl Ctx {
     }
 }
 
+/// S3 samples of ours (plain), ours (fair) and rslock, in that order, µs.
+pub type Trio = (Samples, Samples, Samples);
+
 /// What one scenario hands to the report.
 #[derive(Default)]
 pub struct Output {
@@ -88,9 +91,9 @@ pub struct Output {
     /// Per-run figures and anything else worth keeping, for results.json.
     pub detail: Value,
     /// Handoff latencies of all runs (ours, peer), for the chart.
-    pub handoffs: Option<(Samples, Samples)>,
+    pub handoffs: Option<Trio>,
     /// Waits to acquire of all runs (ours, peer), for the second chart.
-    pub waits: Option<(Samples, Samples)>,
+    pub waits: Option<Trio>,
     /// PING p50 measured alongside, µs (a marker on the chart).
     pub ping_p50: Option<f64>,
 }

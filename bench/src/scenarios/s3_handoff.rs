@@ -149,8 +149,16 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
     Ok(Output {
         rows,
         detail,
-        handoffs: Some((pool(&ours, handoffs_of), pool(&peer, handoffs_of))),
-        waits: Some((pool(&ours, waits_of), pool(&peer, waits_of))),
+        handoffs: Some((
+            pool(&ours, handoffs_of),
+            pool(&fair, handoffs_of),
+            pool(&peer, handoffs_of),
+        )),
+        waits: Some((
+            pool(&ours, waits_of),
+            pool(&fair, waits_of),
+            pool(&peer, waits_of),
+        )),
         ping_p50: Some(ping),
     })
 }
