@@ -119,6 +119,10 @@ impl Drop for Attempt {
     }
 }
 
+/// The least claim a handoff must have left to be taken from its message
+/// (besides a third of the claim).
+const HANDOFF_MARGIN_MIN: Duration = Duration::from_millis(20);
+
 /// A lock handed to this process's place, ready to be taken.
 #[derive(Debug)]
 pub(crate) struct Handoff {
@@ -376,8 +380,8 @@ impl WaitTicket {
             place.confirmed = Some(Instant::now());
         }
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
-        place.attempting = true;
         let id = place.id.clone()?;
+        place.attempting = true;
         let attempt = Attempt {
             entry: self.entry.clone(),
             generation: place.generation,
@@ -468,7 +472,11 @@ impl WaitTicket {
         if lease < minimum || place.attempting {
             return None;
         }
-        if since + lease <= Instant::now() {
+        // Too little of the claim left by this process's count (it counts
+        // from before the handoff): drop it, and let an attempt with the
+        // place claim the lock with a full lease instead.
+        let margin = (lease / 3).max(HANDOFF_MARGIN_MIN);
+        if since + lease <= Instant::now() + margin {
             place.handed = None;
             return None;
         }
@@ -547,6 +555,22 @@ mod tests {
         waiters.hand_over("lock:{k}:released", &id, 8);
         a.confirm_place(&id, Instant::now()); // after it: the claim is gone
         assert!(a.take_handoff(Duration::ZERO).is_none());
+    }
+
+    #[test]
+    fn a_handoff_with_too_little_claim_left_is_dropped() {
+        let (waiters, a, _b) = key();
+        let claim = Duration::from_millis(30);
+        let (id, attempt) = a.begin_attempt(claim).unwrap();
+        drop(attempt);
+        waiters.hand_over("lock:{k}:released", &id, 7);
+        // The claim counts from the place's creation: 30 ms, of which at
+        // least 20 ms must be left.
+        std::thread::sleep(Duration::from_millis(15));
+        assert!(a.take_handoff(Duration::ZERO).is_none());
+        // Dropped, not kept: the place is still ours to attempt with.
+        let (again, _attempt) = a.begin_attempt(claim).unwrap();
+        assert_eq!(again, id);
     }
 
     #[test]

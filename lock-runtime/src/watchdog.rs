@@ -95,8 +95,10 @@ impl Watchdog {
     /// renewal then sets the full lease).
     pub(crate) fn add(&self, lock: Arc<HeldLock>, sent_at: Instant, in_force: Duration) {
         let valid_until = sent_at + in_force;
+        // A handoff's claim may be longer than this holder's own lease (a
+        // sibling asked for it): renew early enough for either.
         let due = if lock.renew {
-            sent_at + in_force / 3
+            sent_at + in_force.min(lock.lease) / 3
         } else {
             valid_until
         };
