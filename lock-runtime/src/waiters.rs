@@ -311,7 +311,7 @@ impl Waiters {
                     let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
                 }
             }
-        } else if (was_head && !ticket.took_lock) || ticket.wake_head_on_leave {
+        } else if ticket.wake_head_on_leave || (was_head && !ticket.took_lock) {
             // The head leaves without the lock (deadline, cancellation,
             // error): a release it was woken for must not be lost, so the
             // next waiter tries instead. At worst one needless attempt.
@@ -348,7 +348,7 @@ impl WaitTicket {
     /// on, except in fair mode (`wake_next`): the next head must queue the
     /// process in Redis again, since the place was used up.
     pub(crate) fn leave_with_lock(mut self, wake_next: bool) {
-        self.took_lock = !wake_next;
+        self.took_lock = true;
         self.wake_head_on_leave = wake_next;
     }
 

@@ -84,18 +84,23 @@ impl Scripts {
         }
     }
 
+    /// A call of the fair script (`args[0]` is the operation) on the lock
+    /// `hash`: its four keys are the lock, fence, queue and queue entries.
+    fn fair(&self, by_sha: bool, hash: &str, args: &[&str]) -> Cmd {
+        let keys = [
+            hash,
+            &LockNames::fence(hash),
+            &LockNames::queue(hash),
+            &LockNames::queued(hash),
+        ];
+        self.fair.call(by_sha, &keys, args)
+    }
+
     /// The release of one hold, plain or fair, as a command.
     fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool) -> Cmd {
         let channel = LockNames::channel(hash);
         if fair {
-            let keys = [
-                hash,
-                &LockNames::fence(hash),
-                &LockNames::queue(hash),
-                &LockNames::queued(hash),
-            ];
-            self.fair
-                .call(by_sha, &keys, &["release", holder, &channel])
+            self.fair(by_sha, hash, &["release", holder, &channel])
         } else {
             self.release.call(by_sha, &[hash], &[holder, &channel])
         }
@@ -342,17 +347,26 @@ fn is_noscript(error: &RedisError) -> bool {
     error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
-/// Runs one script call by SHA, falling back to its source on `NOSCRIPT`.
+/// Runs one script call made by `call(by_sha)`: by SHA, falling back to the
+/// source on `NOSCRIPT`.
+async fn by_sha<T: redis::FromRedisValue>(
+    con: &mut ConnectionManager,
+    call: impl Fn(bool) -> Cmd,
+) -> RedisResult<T> {
+    match call(true).query_async(con).await {
+        Err(e) if is_noscript(&e) => call(false).query_async(con).await,
+        other => other,
+    }
+}
+
+/// [`by_sha`] for a script with these keys and arguments.
 async fn eval<T: redis::FromRedisValue>(
     con: &mut ConnectionManager,
     script: &LuaScript,
     keys: &[&str],
     args: &[&str],
 ) -> RedisResult<T> {
-    match script.call(true, keys, args).query_async(con).await {
-        Err(e) if is_noscript(&e) => script.call(false, keys, args).query_async(con).await,
-        other => other,
-    }
+    by_sha(con, |sha| script.call(sha, keys, args)).await
 }
 
 fn ms(d: Duration) -> String {
@@ -390,7 +404,7 @@ impl RedisBackend {
             )
             .await
         } else {
-            self.acquire_fair(&mut con, hash, &fence_key, holder, &lease, queue)
+            self.acquire_fair(&mut con, hash, holder, &lease, queue)
                 .await
         };
         let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
@@ -411,7 +425,6 @@ impl RedisBackend {
         &self,
         con: &mut ConnectionManager,
         hash: &str,
-        fence_key: &str,
         holder: &str,
         lease: &str,
         queue: Queue,
@@ -420,12 +433,6 @@ impl RedisBackend {
             Queue::Join(lease) => ("1", ms(lease)),
             _ => ("0", "0".to_owned()),
         };
-        let keys = [
-            hash,
-            fence_key,
-            &LockNames::queue(hash),
-            &LockNames::queued(hash),
-        ];
         let args = [
             "acquire",
             holder,
@@ -435,7 +442,7 @@ impl RedisBackend {
             &LockNames::channel(hash),
             &handoff_lease,
         ];
-        eval(con, &self.scripts.fair, &keys, &args).await
+        by_sha(con, |sha| self.scripts.fair(sha, hash, &args)).await
     }
 
     pub(crate) async fn release(
@@ -445,21 +452,11 @@ impl RedisBackend {
         fair: bool,
     ) -> Result<Release, BackendError> {
         let mut con = self.con.clone();
-        let reply: RedisResult<i64> = match self
-            .scripts
-            .release(true, hash, holder, fair)
-            .query_async(&mut con)
-            .await
-        {
-            Err(e) if is_noscript(&e) => {
-                self.scripts
-                    .release(false, hash, holder, fair)
-                    .query_async(&mut con)
-                    .await
-            }
-            other => other,
-        };
-        let left = reply.map_err(|e| self.failed("release failed", e))?;
+        let left: i64 = by_sha(&mut con, |sha| {
+            self.scripts.release(sha, hash, holder, fair)
+        })
+        .await
+        .map_err(|e| self.failed("release failed", e))?;
         Ok(match left {
             0 => Release::Freed,
             n if n > 0 => Release::StillHeld,
