@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockRuntime};
 
+pub mod proxy;
+pub use proxy::FaultProxy;
+
 /// How to get `redis-server` onto this machine.
 pub const INSTALL_HINT: &str =
     "redis-server not found: install it with `apt-get update && apt-get install -y redis-server` \
