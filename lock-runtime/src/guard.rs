@@ -33,14 +33,17 @@ use crate::runtime::LockRuntime;
 pub struct LockGuard {
     runtime: LockRuntime,
     held: Arc<HeldLock>,
+    /// This hold's frame in the runtime's table.
+    frame: u64,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(runtime: LockRuntime, held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(runtime: LockRuntime, held: Arc<HeldLock>, frame: u64) -> Self {
         LockGuard {
             runtime,
             held,
+            frame,
             released: false,
         }
     }
@@ -81,7 +84,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let held = self.held.clone();
-        if !self.runtime.table().release(&held) {
+        if !self.runtime.table().release(&held, self.frame) {
             // An enclosing hold of the same scope keeps the lock.
             return if held.is_lost() {
                 Err(LockError::Lost {
@@ -143,7 +146,7 @@ impl Drop for PendingRelease<'_> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released || !self.runtime.table().release(&self.held) {
+        if self.released || !self.runtime.table().release(&self.held, self.frame) {
             return;
         }
         self.runtime.watchdog().remove(self.held.id);

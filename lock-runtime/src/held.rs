@@ -1,12 +1,15 @@
 //! Locks this runtime holds, and in-process reentrancy.
 //!
 //! Every lock held through this runtime has one [`HeldLock`], shared by the
-//! guard(s) holding it and by the watchdog. The table maps a lock to the
-//! `HeldLock`s of its owner scopes, so a nested acquire by the same scope
-//! re-enters with a local count and no round trip to the backend: the outer
-//! hold's lease is renewed by the watchdog for as long as any hold is alive,
-//! and the backend sees one hold per scope. A lost lock is never re-entered:
-//! the next acquire by its scope goes to the backend again.
+//! guard(s) holding it and by the watchdog. The table keeps, per lock, a stack
+//! of *frames*: one per hold, naming the owner scope it belongs to, innermost
+//! last. A request re-enters (a local count, no round trip) when the innermost
+//! frame belongs to its scope or an ancestor of it (strict nesting, see
+//! `owner.rs`); when only an outer frame does, a sibling is inside, and the
+//! request waits here for the frames to change. The outer hold's lease is
+//! renewed by the watchdog for as long as any frame is alive, and the backend
+//! sees one hold. A lost lock is never re-entered: the next acquire goes to
+//! the backend again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -14,6 +17,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::owner::Node;
 
 /// One lock held by one owner scope of this process.
 #[derive(Debug)]
@@ -98,56 +103,153 @@ impl HeldLock {
     }
 }
 
+/// One hold of a lock by one owner scope.
+#[derive(Debug)]
+struct Frame {
+    id: u64,
+    owner: u64,
+    held: Arc<HeldLock>,
+}
+
+/// What [`HeldTable::reenter`] found.
+#[derive(Debug)]
+pub(crate) enum Reentry {
+    /// Re-entered: the hold, and the id of the new frame (for the release).
+    Held(Arc<HeldLock>, u64),
+    /// A hold of an ancestor scope is there, but a sibling's frame is
+    /// innermost: wait for the frames to change.
+    Sibling,
+    /// No live hold of this scope's ancestry: ask the backend.
+    No,
+}
+
 /// The held locks of one runtime, by backend lock name.
 #[derive(Debug, Default)]
 pub(crate) struct HeldTable {
-    locks: Mutex<HashMap<String, Vec<Arc<HeldLock>>>>,
+    locks: Mutex<HashMap<String, Vec<Frame>>>,
+    /// Requests waiting for a sibling's frame to go.
+    sibling_waiters: AtomicUsize,
+    /// Notified when a frame goes while such requests wait.
+    frames_changed: Notify,
+}
+
+static NEXT_FRAME: AtomicU64 = AtomicU64::new(1);
+
+fn new_frame(owner: u64, held: Arc<HeldLock>) -> Frame {
+    Frame {
+        id: NEXT_FRAME.fetch_add(1, Ordering::Relaxed),
+        owner,
+        held,
+    }
 }
 
 impl HeldTable {
-    /// Re-enters `hash` when `owner` holds it already (and has not lost it).
-    pub(crate) fn reenter(&self, hash: &str, owner: u64) -> Option<Arc<HeldLock>> {
-        let locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = locks
-            .get(hash)?
-            .iter()
-            .find(|h| h.owner == owner && !h.is_lost())?;
-        held.holds.fetch_add(1, Ordering::Relaxed);
-        Some(held.clone())
+    fn locks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Frame>>> {
+        self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a fresh backend hold; lost holds of the same scope are dropped
-    /// from the table (their guards still release them by holder id).
-    pub(crate) fn insert(&self, held: Arc<HeldLock>) {
-        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = locks.entry(held.hash.clone()).or_default();
-        list.retain(|h| !(h.owner == held.owner && h.is_lost()));
-        list.push(held);
-    }
-
-    /// Gives back one hold; `true` when it was the last one, and the backend
-    /// hold must now be released.
-    pub(crate) fn release(&self, held: &Arc<HeldLock>) -> bool {
-        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.holds.fetch_sub(1, Ordering::Relaxed) > 1 {
-            return false;
+    /// Re-enters `hash` for `scope` if the innermost live frame belongs to
+    /// it or an ancestor of it (a new frame owned by `scope`).
+    pub(crate) fn reenter(&self, hash: &str, scope: &Node) -> Reentry {
+        let mut locks = self.locks();
+        let Some(frames) = locks.get_mut(hash) else {
+            return Reentry::No;
+        };
+        let mut live = frames.iter().filter(|f| !f.held.is_lost());
+        let Some(innermost) = live.next_back() else {
+            return Reentry::No;
+        };
+        if scope.descends_from(innermost.owner) {
+            let held = innermost.held.clone();
+            held.holds.fetch_add(1, Ordering::Relaxed);
+            let frame = new_frame(scope.id, held.clone());
+            let id = frame.id;
+            frames.push(frame);
+            return Reentry::Held(held, id);
         }
-        if let Some(list) = locks.get_mut(&held.hash) {
-            list.retain(|h| !Arc::ptr_eq(h, held));
-            if list.is_empty() {
+        if live.any(|f| scope.descends_from(f.owner)) {
+            Reentry::Sibling
+        } else {
+            Reentry::No
+        }
+    }
+
+    /// Waits until a frame of any lock goes (or `deadline` passes), after a
+    /// [`Reentry::Sibling`]. Spurious wake-ups are possible: ask again.
+    pub(crate) async fn frames_changed(
+        &self,
+        hash: &str,
+        scope: &Node,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Reentry {
+        self.sibling_waiters.fetch_add(1, Ordering::AcqRel);
+        let _waiting = SiblingWait(self);
+        loop {
+            let changed = self.frames_changed.notified();
+            match self.reenter(hash, scope) {
+                Reentry::Sibling => {}
+                other => return other,
+            }
+            match deadline {
+                Some(d) => {
+                    if tokio::time::timeout_at(d, changed).await.is_err() {
+                        return Reentry::Sibling;
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    /// Records a fresh backend hold of `owner`; returns its frame id.
+    pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: u64) -> u64 {
+        let frame = new_frame(owner, held);
+        let id = frame.id;
+        self.locks()
+            .entry(frame.held.hash.clone())
+            .or_default()
+            .push(frame);
+        id
+    }
+
+    /// Gives back the hold of frame `frame`; `true` when it was the last hold
+    /// of `held`, and the backend hold must now be released.
+    pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> bool {
+        let mut locks = self.locks();
+        if let Some(frames) = locks.get_mut(&held.hash) {
+            frames.retain(|f| f.id != frame);
+            if frames.is_empty() {
                 locks.remove(&held.hash);
             }
         }
-        true
+        let last = held.holds.fetch_sub(1, Ordering::Relaxed) <= 1;
+        drop(locks);
+        if self.sibling_waiters.load(Ordering::Acquire) > 0 {
+            self.frames_changed.notify_waiters();
+        }
+        last
     }
 
     /// Number of distinct backend holds.
     pub(crate) fn len(&self) -> usize {
-        self.locks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .map(Vec::len)
-            .sum()
+        let locks = self.locks();
+        let mut seen = 0;
+        for frames in locks.values() {
+            for (i, f) in frames.iter().enumerate() {
+                if !frames[..i].iter().any(|g| Arc::ptr_eq(&g.held, &f.held)) {
+                    seen += 1;
+                }
+            }
+        }
+        seen
+    }
+}
+
+/// Counts a request among the sibling waiters while it waits.
+struct SiblingWait<'a>(&'a HeldTable);
+
+impl Drop for SiblingWait<'_> {
+    fn drop(&mut self) {
+        self.0.sibling_waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -39,9 +39,10 @@
 //! - [`with_lock`]`(request, future)`, the same thing by hand;
 //! - [`LockRuntime::lock`]`(key).acquire()` returning a [`LockGuard`].
 //!
-//! Nested locked calls awaited inside a locked body share its *owner scope*
-//! and re-enter without a round trip; tasks spawned from it do not, unless
-//! wrapped in [`inherit`].
+//! Nested locked calls awaited inside a locked body re-enter without a round
+//! trip; sibling calls on the same key inside one body (`join!` arms) take
+//! turns; tasks spawned from it do not re-enter, unless wrapped in
+//! [`inherit`].
 //!
 //! Waiters of one process are always served in arrival order. Across
 //! processes, [`LockRequest::fair`] (or [`LockRuntimeBuilder::fair`],
@@ -69,5 +70,6 @@ pub use owner::{fence, inherit};
 pub use request::{with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{
     init_from_env, lock, LockRuntime, LockRuntimeBuilder, RuntimeStats, DEFAULT_LEASE,
+    DEFAULT_TRY_TIMEOUT,
 };
 pub use watchdog::WatchdogStats;

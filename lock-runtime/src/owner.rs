@@ -1,31 +1,73 @@
 //! Who holds a lock: owner scopes and holder ids.
 //!
-//! An *owner scope* is the unit of reentrancy. The outermost locked call opens
-//! one (a `tokio::task_local!`), and every locked call awaited inside its body
-//! sees the same scope, so it re-enters instead of waiting on itself. Two
-//! top-level calls polled by one task (both arms of a `join!`) each open their
-//! own scope and exclude each other; a spawned task starts with no scope unless
-//! the caller hands it over with [`inherit`].
+//! An *owner scope* is the unit of reentrancy. Every locked call
+//! ([`with_lock`](crate::with_lock), `#[distributed_lock]`) runs its body in a
+//! scope of its own (a `tokio::task_local!`), a child of the scope it was
+//! called from; [`inherit`] gives a spawned task a child of the caller's
+//! scope. Re-entry is strict nesting: a request re-enters a key only when the
+//! innermost current hold of that key in this process belongs to the
+//! requesting scope or one of its ancestors. A nested call re-enters; two
+//! sibling calls (both arms of a `join!` inside a locked body) take turns,
+//! waiting for each other in the process without a round trip; two top-level
+//! calls exclude each other through the backend.
 //!
 //! A *holder id* is what the lock hash in Redis records: `<process-uuid>:<n>`,
 //! with a random v4 UUID per process (unguessable by other clients) and a
-//! counter per Redis-level hold. Nested holds of one scope are counted in
-//! process (see `held.rs`), so one holder id stands for the whole nest.
+//! counter per Redis-level hold. Nested holds are counted in process (see
+//! `held.rs`), so one holder id stands for the whole nest.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 tokio::task_local! {
     static SCOPE: Option<Scope>;
 }
 
+/// One owner scope: its process-unique id and the scope it was opened in.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// Process-unique id of the scope.
+    pub(crate) id: u64,
+    parent: Option<Arc<Node>>,
+}
+
+impl Node {
+    /// A scope with no parent.
+    pub(crate) fn root() -> Arc<Node> {
+        Arc::new(Node {
+            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            parent: None,
+        })
+    }
+
+    /// A new scope opened inside `parent` (a root when there is none).
+    pub(crate) fn child_of(parent: Option<&Arc<Node>>) -> Arc<Node> {
+        Arc::new(Node {
+            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            parent: parent.cloned(),
+        })
+    }
+
+    /// Whether `owner` is this scope or one of its ancestors.
+    pub(crate) fn descends_from(&self, owner: u64) -> bool {
+        let mut node = Some(self);
+        while let Some(n) = node {
+            if n.id == owner {
+                return true;
+            }
+            node = n.parent.as_deref();
+        }
+        false
+    }
+}
+
 /// The owner scope a locked body runs in, plus the fencing token of the
 /// innermost lock held there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Scope {
-    /// Process-unique id of the owner scope.
-    pub(crate) owner: u64,
+    /// The scope itself.
+    pub(crate) node: Arc<Node>,
     /// Fencing token of the innermost held lock, if any.
     pub(crate) fence: Option<u64>,
 }
@@ -35,15 +77,22 @@ static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
 
 /// The scope the current task runs in, if any.
 pub(crate) fn current() -> Option<Scope> {
-    SCOPE.try_with(|s| *s).ok().flatten()
+    SCOPE.try_with(Clone::clone).ok().flatten()
 }
 
-/// The current scope's owner, or a fresh owner when no scope is active.
-pub(crate) fn current_or_new_owner() -> u64 {
+/// The current scope, or a fresh root scope when none is active: who a
+/// [`LockGuard`](crate::LockGuard) taken here belongs to.
+pub(crate) fn current_or_root() -> Arc<Node> {
     match current() {
-        Some(scope) => scope.owner,
-        None => NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+        Some(scope) => scope.node,
+        None => Node::root(),
     }
+}
+
+/// A new child of the current scope (a root outside any): the scope of one
+/// locked call's body.
+pub(crate) fn new_child() -> Arc<Node> {
+    Node::child_of(current().as_ref().map(|s| &s.node))
 }
 
 /// Runs `fut` inside `scope`.
@@ -63,11 +112,18 @@ pub(crate) fn process_id() -> &'static str {
     ID.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
-/// Carries the caller's owner scope into `fut`, typically a spawned task, so
-/// that locks the caller holds are re-entered there instead of waited for.
+/// Runs `fut`, typically a spawned task, in a child of the caller's owner
+/// scope, so that locks the caller holds are re-entered there instead of
+/// waited for.
 ///
 /// Without it a spawned task is a stranger: it waits for the caller's locks
-/// like any other owner would.
+/// like any other owner would. With it the task is a nested call of the
+/// caller: its locked calls re-enter the caller's keys, and while one of them
+/// runs, the caller's own later locked calls on that key wait for it (strict
+/// nesting). The caller's code *outside* locked calls keeps running beside
+/// the child, though: a holder that goes on working while an `inherit`ed
+/// child holds the same key overlaps it; await the child before touching what
+/// the lock protects.
 ///
 /// ```
 /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -87,7 +143,11 @@ pub(crate) fn process_id() -> &'static str {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```
 pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    SCOPE.scope(current(), fut)
+    let child = current().map(|scope| Scope {
+        node: Node::child_of(Some(&scope.node)),
+        fence: scope.fence,
+    });
+    SCOPE.scope(child, fut)
 }
 
 /// The fencing token of the innermost lock held by the running locked body,

@@ -23,10 +23,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, Backend, LockNames, Queue, QUEUE_ENTRY_LIFE};
-use crate::error::LockError;
+use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
-use crate::held::{HeldLock, Hold};
-use crate::owner::{self, Scope};
+use crate::held::{HeldLock, Hold, Reentry};
+use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
 use crate::waiters::{Handoff, WaitTicket};
 
@@ -98,7 +98,16 @@ impl LockRequest {
     }
 
     /// The longest time to wait for a busy lock; `Duration::ZERO` tries once.
-    /// Default: the runtime's (forever unless configured).
+    /// Default: the runtime's (forever unless configured). A wait too long to
+    /// represent (`Duration::MAX`) waits forever.
+    ///
+    /// Bounds: a try-once takes at most the runtime's
+    /// [`try_timeout`](crate::LockRuntimeBuilder::try_timeout) (250 ms by
+    /// default) and fails with [`LockError::Backend`] if the backend has not
+    /// answered by then. A bounded wait returns at its deadline; if the
+    /// deadline passes while it sleeps, it first makes one last try, bounded
+    /// by the same `try_timeout`: so it returns by the deadline plus
+    /// `try_timeout` at the latest, whatever the network does.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(Some(wait));
         self
@@ -156,11 +165,12 @@ impl LockRequest {
     /// runtime, [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] for bad
     /// input, [`LockError::Backend`] when the backend fails.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let owner = owner::current_or_new_owner();
-        self.acquire_as(owner).await
+        self.acquire_as(owner::current_or_root()).await
     }
 
-    /// Tries once: `Ok(None)` when someone else holds the lock.
+    /// Tries once: `Ok(None)` when someone else holds the lock. Takes at most
+    /// the runtime's [`try_timeout`](crate::LockRuntimeBuilder::try_timeout)
+    /// (250 ms by default); no answer by then is [`LockError::Backend`].
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(guard) => Ok(Some(guard)),
@@ -191,7 +201,7 @@ impl LockRequest {
         self
     }
 
-    async fn acquire_as(self, owner: u64) -> Result<LockGuard, LockError> {
+    async fn acquire_as(self, scope: Arc<Node>) -> Result<LockGuard, LockError> {
         let runtime = self.runtime.ok_or(LockError::NotInstalled)?;
         validate_key(&self.key)?;
         let lease = self.lease.unwrap_or(runtime.default_lease());
@@ -203,7 +213,7 @@ impl LockRequest {
         let want = Want {
             key: self.key,
             hash,
-            owner,
+            scope,
             lease,
             wait,
             renew: self.watchdog,
@@ -239,7 +249,8 @@ fn validate_lease(lease: Duration) -> Result<(), LockError> {
 struct Want {
     key: String,
     hash: String,
-    owner: u64,
+    /// The scope the hold will belong to.
+    scope: Arc<Node>,
     lease: Duration,
     wait: Option<Duration>,
     renew: bool,
@@ -275,7 +286,7 @@ impl Want {
             key: self.key,
             hash: self.hash,
             holder,
-            owner: self.owner,
+            owner: self.scope.id,
             fence,
             lease: self.lease,
             renew: self.renew,
@@ -327,10 +338,15 @@ const QUEUE_REFRESH: Duration = Duration::from_millis(QUEUE_ENTRY_LIFE.as_millis
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(20);
 const ERROR_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
+/// How long after the holder's known lease end a waiter queued behind
+/// others of its process tries by itself (the head tries at the lease end).
+const QUEUED_SLACK: Duration = Duration::from_millis(20);
+
 async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockError> {
     let start = Instant::now();
     // A wait too long to represent (`Duration::MAX`) is a wait forever.
     let deadline = want.wait.and_then(|w| start.checked_add(w));
+    let try_once = want.wait == Some(Duration::ZERO);
     let timeout = |want: &Want| LockError::Timeout {
         key: want.key.clone(),
         waited: start.elapsed(),
@@ -338,9 +354,26 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     let mut ticket: Option<WaitTicket> = None;
     let mut backoff = ERROR_BACKOFF_MIN;
     let mut first = true;
+    // The attempt about to go out is the last one: the try-once, or the one
+    // try a bounded wait makes after its deadline passed while it slept.
+    let mut last_try = false;
     loop {
-        if let Some(held) = runtime.table().reenter(&want.hash, want.owner) {
-            return Ok(LockGuard::new(runtime, held));
+        // Re-entry, strict nesting: only below the innermost hold.
+        match runtime.table().reenter(&want.hash, &want.scope) {
+            Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
+            Reentry::Sibling => {
+                // A sibling scope is inside: wait for it in the process.
+                let table = runtime.table();
+                match table
+                    .frames_changed(&want.hash, &want.scope, deadline)
+                    .await
+                {
+                    Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
+                    Reentry::Sibling => return Err(timeout(&want)),
+                    Reentry::No => continue,
+                }
+            }
+            Reentry::No => {}
         }
         // Fair mode: a release may have handed the lock to our place. (A
         // fixed lease longer than the handoff's claim is not taken from the
@@ -355,11 +388,13 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             }
             return Ok(adopt_handoff(&runtime, want, handoff));
         }
-        // Past the deadline only the very first attempt (`wait(ZERO)`) is sent.
-        if !first && deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(timeout(&want));
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            if last_try {
+                return Err(timeout(&want));
+            }
+            last_try = true;
         }
-        if std::mem::take(&mut first) && want.wait != Some(Duration::ZERO) {
+        if std::mem::take(&mut first) && !last_try {
             // Fairness: when callers of this process already wait for the key,
             // queue behind them (the release wakes the longest waiter first)
             // instead of racing them to the backend.
@@ -370,9 +405,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         }
         // Listen before trying, so a release between the try and the sleep
         // is not missed.
-        let slot = ticket
-            .as_ref()
-            .map(|t: &crate::waiters::WaitTicket| t.slot().clone());
+        let slot = ticket.as_ref().map(|t| t.slot().clone());
         let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
         if let Some(woken) = woken.as_mut().as_pin_mut() {
             woken.enable();
@@ -383,6 +416,11 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         let (place, place_attempt) = match &ticket {
             Some(ticket) if want.fair => match ticket.begin_attempt(want.handoff_lease()) {
                 Some((id, attempt)) => (Some(id), Some(attempt)),
+                None if last_try => {
+                    // A sibling's attempt with our place is out, and it is
+                    // our last chance: that attempt stands for ours.
+                    return Err(timeout(&want));
+                }
                 None => {
                     // A sibling's attempt with our place is out: its outcome
                     // (or a handoff) wakes the head.
@@ -405,12 +443,18 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             holder: place.unwrap_or_else(owner::new_holder_id),
             fair: want.fair,
         };
-        let queue = match (want.fair, want.wait) {
+        let queue = match (want.fair, try_once) {
             (false, _) => Queue::No,
-            (true, Some(Duration::ZERO)) => Queue::Peek,
-            (true, _) => Queue::Join(want.handoff_lease()),
+            (true, true) => Queue::Peek,
+            (true, false) => Queue::Join(want.handoff_lease()),
         };
         let sent_at = Instant::now();
+        // The last try gets `try_timeout`; any other attempt ends with the wait.
+        let bound = if last_try {
+            Some(sent_at + runtime.try_timeout())
+        } else {
+            deadline
+        };
         // Boxed: the backend's request future is large, and it would otherwise
         // sit inside every waiting acquire's state, also while it sleeps.
         let attempt = Box::pin(runtime.backend().acquire(
@@ -419,12 +463,20 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             want.lease,
             queue,
         ));
-        let outcome = match deadline {
-            Some(d) if d > sent_at => match tokio::time::timeout_at(d, attempt).await {
+        let outcome = match bound {
+            Some(b) => match tokio::time::timeout_at(b, attempt).await {
                 Ok(outcome) => outcome,
-                Err(_) => return Err(timeout(&want)), // in_flight releases
+                // (in_flight releases whatever the attempt may yet take)
+                Err(_) if try_once => {
+                    return Err(BackendError::msg(format!(
+                        "no answer from the lock backend within the try timeout ({:?})",
+                        runtime.try_timeout()
+                    ))
+                    .into())
+                }
+                Err(_) => return Err(timeout(&want)),
             },
-            _ => attempt.await,
+            None => attempt.await,
         };
         let ttl = match outcome {
             Ok(Acquire::Held { .. })
@@ -451,8 +503,11 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 return Ok(runtime.adopt(held, sent_at));
             }
             Ok(Acquire::Busy { ttl }) => {
-                if let (Some(ticket), true) = (&ticket, want.fair) {
-                    ticket.confirm_place(&in_flight.holder, sent_at);
+                if let Some(ticket) = &ticket {
+                    ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
+                    if want.fair {
+                        ticket.confirm_place(&in_flight.holder, sent_at);
+                    }
                 }
                 // A fair first attempt stays armed: its id is queued in Redis
                 // and must be given back unless it becomes the place below.
@@ -480,7 +535,7 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 let Some(d) = deadline else {
                     return Err(error.into());
                 };
-                if Instant::now() >= d {
+                if last_try || Instant::now() >= d {
                     return Err(error.into());
                 }
                 tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
@@ -494,14 +549,15 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         drop(place_attempt);
 
         let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if last_try || deadline.is_some_and(|d| now >= d) {
             return Err(timeout(&want));
         }
         let Some(registered) = &ticket else {
             // First miss: become a waiter of this key, then try again at once.
             let new_ticket = runtime
                 .waiters()
-                .register(LockNames::channel(&want.hash), want.owner);
+                .register(LockNames::channel(&want.hash), want.scope.clone());
+            new_ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
             if in_flight.armed {
                 // Fair mode: our first attempt queued its id in Redis.
                 let queued = in_flight.disarm();
@@ -551,8 +607,9 @@ fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGua
     runtime.adopt_for(held, handoff.since, handoff.lease)
 }
 
-/// Registers as a waiter and sleeps until woken (or the lease or deadline
-/// passes) if other local callers are already waiting for the key.
+/// Registers as a waiter and sleeps until woken (or the holder's lease, as
+/// the key's latest busy reply gave it, or the deadline passes) if other
+/// local callers are already waiting for the key.
 async fn queue_behind_local_waiters(
     runtime: &LockRuntime,
     want: &Want,
@@ -566,20 +623,30 @@ async fn queue_behind_local_waiters(
     if !waiters.is_waiting(&channel) {
         return None;
     }
-    let ticket = waiters.register(channel, want.owner);
-    let lease_end = Instant::now() + want.lease;
+    let ticket = waiters.register(channel, want.scope.clone());
+    let now = Instant::now();
+    let lease_end = match ticket.busy_until() {
+        Some(until) => until + QUEUED_SLACK,
+        None => now + want.lease,
+    };
     let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
-    tokio::select! {
-        () = ticket.slot().wake.notified() => {}
-        () = tokio::time::sleep_until(wake_at) => {}
+    if wake_at > now {
+        tokio::select! {
+            () = ticket.slot().wake.notified() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
     }
     Some(ticket)
 }
 
 /// Runs `body` while holding the lock of `request`, and releases it after.
 ///
-/// The body runs in the request's owner scope, so locked calls nested inside
-/// it re-enter, and [`fence`](crate::fence) returns this lock's token there.
+/// The body runs in an owner scope of its own, a child of the caller's, so
+/// locked calls nested inside it re-enter, and [`fence`](crate::fence)
+/// returns this lock's token there. Re-entry is strict nesting: two locked
+/// calls on the same key running side by side inside the body (both arms of
+/// a `join!`) do not both enter; the second waits, in the process and without
+/// a round trip, until the first is done, then re-enters in turn.
 /// If the lock is lost while the body runs, [`OnLost::Abort`] (the default)
 /// drops the body at its next await and returns `Err(LockError::Lost)`;
 /// [`OnLost::Continue`] lets it finish and logs the loss. A panic or a
@@ -606,10 +673,11 @@ where
     E: From<LockError>,
 {
     let on_lost = request.on_lost;
-    let owner = owner::current_or_new_owner();
-    let guard = request.acquire_as(owner).await?;
+    // The body runs in a scope of its own, a child of the caller's.
+    let node = owner::new_child();
+    let guard = request.acquire_as(node.clone()).await?;
     let scope = Scope {
-        owner,
+        node,
         fence: Some(guard.fence()),
     };
     let body = owner::enter(scope, body);

@@ -67,9 +67,17 @@ pub struct LockRuntimeBuilder {
     fair: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
+    try_timeout: Duration,
     tls_root_ca: Option<Vec<u8>>,
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+/// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
+pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Shortest and longest accepted connect, response and try timeouts.
+const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(3600);
 
 impl std::fmt::Debug for LockRuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,6 +105,7 @@ impl Default for LockRuntimeBuilder {
             fair: std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            try_timeout: DEFAULT_TRY_TIMEOUT,
             tls_root_ca: None,
             tls_client: None,
         }
@@ -147,14 +156,26 @@ impl LockRuntimeBuilder {
         self
     }
 
-    /// How long to try to reach Redis when connecting (default 2 s).
+    /// How long a single try may take: `wait(Duration::ZERO)` and
+    /// [`try_acquire`](crate::LockRequest::try_acquire), and the last try a
+    /// bounded wait makes when its deadline passes while it sleeps (default
+    /// 250 ms; 1 ms to 1 h). A try that gets no answer in time fails: a
+    /// try-once with [`LockError::Backend`], a bounded wait with
+    /// [`LockError::Timeout`]. So a bounded wait returns by its deadline plus
+    /// this, whatever the network does.
+    pub fn try_timeout(mut self, timeout: Duration) -> Self {
+        self.try_timeout = timeout;
+        self
+    }
+
+    /// How long to try to reach Redis when connecting (default 2 s; 1 ms to 1 h).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How long a single Redis command may take before it counts as failed
-    /// (default 2 s).
+    /// (default 2 s; 1 ms to 1 h).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -188,6 +209,17 @@ impl LockRuntimeBuilder {
                 "default lease {:?} is out of range: use 10ms to 24h",
                 self.default_lease
             )));
+        }
+        for (name, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("try_timeout", self.try_timeout),
+        ] {
+            if !TIMEOUT_RANGE.contains(&timeout) {
+                return Err(LockError::InvalidConfig(format!(
+                    "{name} {timeout:?} is out of range: use 1ms to 1h"
+                )));
+            }
         }
         if self.prefix.contains(['{', '}']) {
             return Err(LockError::InvalidConfig(
@@ -225,6 +257,7 @@ impl LockRuntimeBuilder {
                 default_lease: self.default_lease,
                 default_wait: self.default_wait,
                 default_fair: self.fair,
+                try_timeout: self.try_timeout,
                 _stop: stop_tx,
             }),
         })
@@ -297,6 +330,7 @@ struct Inner {
     default_lease: Duration,
     default_wait: Option<Duration>,
     default_fair: bool,
+    try_timeout: Duration,
     describe: String,
     /// Dropped with the last handle: stops the worker thread.
     _stop: oneshot::Sender<()>,
@@ -435,6 +469,10 @@ impl LockRuntime {
         self.inner.default_wait
     }
 
+    pub(crate) fn try_timeout(&self) -> Duration {
+        self.inner.try_timeout
+    }
+
     /// Takes a fresh backend hold into the table and the watchdog.
     pub(crate) fn adopt(&self, held: Arc<HeldLock>, sent_at: Instant) -> LockGuard {
         let lease = held.lease;
@@ -450,7 +488,7 @@ impl LockRuntime {
         in_force: Duration,
     ) -> LockGuard {
         let channel_waiting = self.inner.waiters.waiting_keys() > 0;
-        self.inner.table.insert(held.clone());
+        let frame = self.inner.table.insert(held.clone(), held.owner);
         self.inner.watchdog.add(held.clone(), sent_at, in_force);
         if channel_waiting {
             // Waiters of the same scope may re-enter now instead of waiting
@@ -459,7 +497,7 @@ impl LockRuntime {
                 .waiters
                 .wake_owner(&LockNames::channel(&held.hash), held.owner);
         }
-        LockGuard::new(self.clone(), held)
+        LockGuard::new(self.clone(), held, frame)
     }
 }
 

@@ -35,11 +35,13 @@ use tokio::time::Instant;
 
 use crate::backend::redis::ReleaseJob;
 use crate::backend::LockNames;
+use crate::owner::Node;
 
 /// What the subscription task is asked to do, in order.
 #[derive(Debug)]
 pub(crate) enum SubscriptionCommand {
-    /// Subscribe to a channel, then mark the entry ready.
+    /// Subscribe to a channel, then mark the entry ready (also when that
+    /// fails: the task sends it again later, while the entry is open).
     Subscribe(String, Arc<KeyWaiters>),
     /// Unsubscribe from a channel nobody waits on any more.
     Unsubscribe(String),
@@ -51,7 +53,7 @@ pub(crate) struct Slot {
     /// Notified when it is this waiter's turn to try (a permit is kept if it
     /// is not listening at that moment, so no wake-up is lost).
     pub(crate) wake: Notify,
-    owner: u64,
+    scope: Arc<Node>,
 }
 
 /// The waiters of one key.
@@ -60,6 +62,12 @@ pub(crate) struct KeyWaiters {
     queue: Mutex<VecDeque<Arc<Slot>>>,
     ready: AtomicBool,
     ready_changed: Notify,
+    /// Set when the last waiter left (a subscribe still being retried for
+    /// it is dropped).
+    closed: AtomicBool,
+    /// When the holder's lease ends, by the latest busy reply (None: not
+    /// known, or no expiry).
+    busy_until: Mutex<Option<Instant>>,
     place: Mutex<Place>,
 }
 
@@ -144,6 +152,11 @@ impl KeyWaiters {
         self.ready_changed.notify_waiters();
     }
 
+    /// Whether the last waiter has left (its subscription is not wanted).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     async fn ready(&self) {
         loop {
             let changed = self.ready_changed.notified();
@@ -162,7 +175,7 @@ impl KeyWaiters {
         self.place.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn wake_head(&self) {
+    pub(crate) fn wake_head(&self) {
         if let Some(head) = self.queue().front() {
             head.wake.notify_one();
         }
@@ -198,10 +211,10 @@ impl Waiters {
 
     /// Queues one waiter of owner scope `owner` on `channel`; the first one
     /// subscribes.
-    pub(crate) fn register(self: &Arc<Self>, channel: String, owner: u64) -> WaitTicket {
+    pub(crate) fn register(self: &Arc<Self>, channel: String, scope: Arc<Node>) -> WaitTicket {
         let slot = Arc::new(Slot {
             wake: Notify::new(),
-            owner,
+            scope,
         });
         let mut keys = self.keys();
         let entry = match keys.get(&channel) {
@@ -256,13 +269,17 @@ impl Waiters {
         }
     }
 
-    /// Wakes the waiters of `channel` that belong to `owner`, which has just
-    /// taken the key: they can re-enter now instead of waiting for a release
-    /// their own scope would have to make.
+    /// Wakes the waiters of `channel` in the scope `owner` or below it, which
+    /// has just taken the key: they can re-enter now instead of waiting for a
+    /// release their own scope would have to make.
     pub(crate) fn wake_owner(&self, channel: &str, owner: u64) {
         let entry = self.keys().get(channel).cloned();
         if let Some(entry) = entry {
-            for slot in entry.queue().iter().filter(|s| s.owner == owner) {
+            for slot in entry
+                .queue()
+                .iter()
+                .filter(|s| s.scope.descends_from(owner))
+            {
                 slot.wake.notify_one();
             }
         }
@@ -300,7 +317,8 @@ impl Waiters {
             (at == Some(0), queue.is_empty())
         };
         if now_empty {
-            if let Some((channel, _)) = keys.remove_entry(&ticket.channel) {
+            if let Some((channel, entry)) = keys.remove_entry(&ticket.channel) {
+                entry.closed.store(true, Ordering::Release);
                 // Give back an unused fair place: it leaves the Redis queue,
                 // or, if the lock was handed to it meanwhile, frees the lock.
                 if let (Some(id), Some(tx)) = (ticket.entry.place().id.take(), &self.releases) {
@@ -342,6 +360,24 @@ impl WaitTicket {
     /// Resolves once the key's release channel is subscribed.
     pub(crate) async fn ready(&self) {
         self.entry.ready().await;
+    }
+
+    /// Records a busy reply for the key: the holder's lease ends at `until`.
+    pub(crate) fn note_busy(&self, until: Option<Instant>) {
+        *self
+            .entry
+            .busy_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = until;
+    }
+
+    /// When the key's holder's lease ends, by the latest busy reply.
+    pub(crate) fn busy_until(&self) -> Option<Instant> {
+        *self
+            .entry
+            .busy_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Leaves the queue after taking the lock. There is no wake-up to hand
@@ -505,8 +541,8 @@ mod tests {
 
     fn key() -> (Arc<Waiters>, WaitTicket, WaitTicket) {
         let waiters = Waiters::new(None, None);
-        let a = waiters.register("lock:{k}:released".to_owned(), 1);
-        let b = waiters.register("lock:{k}:released".to_owned(), 2);
+        let a = waiters.register("lock:{k}:released".to_owned(), Node::root());
+        let b = waiters.register("lock:{k}:released".to_owned(), Node::root());
         (waiters, a, b)
     }
 

@@ -12,6 +12,11 @@
 //! A lock leaves the watchdog before its release is sent. A renewal already in
 //! flight cannot resurrect it either: the renew script only touches a lock
 //! whose hash still records our holder id.
+//!
+//! Renewal batches run as tasks of their own, so a batch stuck on a stalled
+//! connection never delays the lost check: every hold is declared lost at its
+//! own client-side lease end (`valid_until`), whatever request is in flight,
+//! for locks in that batch and in any other.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,19 +56,6 @@ struct Entry {
 struct Entries {
     map: HashMap<u64, Entry>,
     planned: Option<Instant>,
-}
-
-impl std::ops::Deref for Entries {
-    type Target = HashMap<u64, Entry>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl std::ops::DerefMut for Entries {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
 }
 
 /// The shared state between lock holders and the watchdog task.
@@ -110,7 +102,7 @@ impl Watchdog {
         };
         let wake = entry.due.min(entry.valid_until);
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries.insert(entry.lock.id, entry);
+        entries.map.insert(entry.lock.id, entry);
         let planned = entries.planned;
         drop(entries);
         if planned.is_none_or(|p| wake < p) {
@@ -121,7 +113,7 @@ impl Watchdog {
     /// Stops watching the lock `id` (it is about to be released).
     pub(crate) fn remove(&self, id: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries.remove(&id);
+        entries.map.remove(&id);
     }
 
     /// Current counters.
@@ -132,6 +124,7 @@ impl Watchdog {
                 .entries
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
+                .map
                 .len(),
             ticks: self.ticks.load(Relaxed),
             round_trips: self.round_trips.load(Relaxed),
@@ -140,36 +133,43 @@ impl Watchdog {
     }
 
     /// Marks lost what can no longer be valid, and takes out what to renew now.
-    fn collect_due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+    fn collect_due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Instant) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let mut due = Vec::new();
         let mut lost = Vec::new();
-        for (id, entry) in entries.iter_mut() {
-            if entry.in_flight {
-                continue;
-            }
+        for (id, entry) in entries.map.iter_mut() {
+            // Also while a renewal is in flight: its answer may never come
+            // in time, and the lease does not wait for it.
             if now >= entry.valid_until {
                 lost.push(*id);
+            } else if entry.in_flight {
+                continue;
             } else if entry.lock.renew && entry.due <= now + entry.lock.lease / 6 {
                 entry.in_flight = true;
                 due.push(entry.lock.clone());
             }
         }
         for id in lost {
-            if let Some(entry) = entries.remove(&id) {
+            if let Some(entry) = entries.map.remove(&id) {
                 self.declare_lost(&entry.lock);
             }
         }
         let next = entries
+            .map
             .values()
-            .filter(|e| !e.in_flight)
-            .map(|e| e.due.min(e.valid_until))
+            .map(|e| {
+                if e.in_flight {
+                    e.valid_until
+                } else {
+                    e.due.min(e.valid_until)
+                }
+            })
             .min();
         // The task never sleeps longer than IDLE_TICK, so a lock falling due
-        // later than that needs no wake-up (no extra work per acquire); while
-        // a batch is out the task comes back right after it.
-        let next = Some(next.map_or(now + IDLE_TICK, |n| n.min(now + IDLE_TICK)));
-        entries.planned = if due.is_empty() { next } else { Some(now) };
+        // later than that needs no wake-up (no extra work per acquire); a
+        // batch that settles wakes the task itself.
+        let next = next.map_or(now + IDLE_TICK, |n| n.min(now + IDLE_TICK));
+        entries.planned = Some(next);
         (due, next)
     }
 
@@ -178,8 +178,8 @@ impl Watchdog {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         for (lock, result) in batch.iter().zip(outcome) {
-            let Some(entry) = entries.get_mut(&lock.id) else {
-                continue; // released meanwhile
+            let Some(entry) = entries.map.get_mut(&lock.id) else {
+                continue; // released, or declared lost, meanwhile
             };
             entry.in_flight = false;
             match result {
@@ -188,7 +188,7 @@ impl Watchdog {
                     entry.due = sent_at + lock.lease / 3;
                 }
                 Some(false) => {
-                    entries.remove(&lock.id);
+                    entries.map.remove(&lock.id);
                     self.declare_lost(lock);
                 }
                 None => {
@@ -196,12 +196,16 @@ impl Watchdog {
                     let retry = (lock.lease / 10).clamp(RETRY_MIN, RETRY_MAX);
                     entry.due = (now + retry).min(entry.valid_until);
                     if now >= entry.valid_until {
-                        entries.remove(&lock.id);
+                        entries.map.remove(&lock.id);
                         self.declare_lost(lock);
                     }
                 }
             }
         }
+        drop(entries);
+        // The task plans its sleeps from the entries: a retry may now be due
+        // sooner than planned.
+        self.changed.notify_one();
     }
 
     fn declare_lost(&self, lock: &HeldLock) {
@@ -214,12 +218,13 @@ impl Watchdog {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         batch
             .iter()
-            .filter_map(|l| entries.get(&l.id).map(|e| e.valid_until))
+            .filter_map(|l| entries.map.get(&l.id).map(|e| e.valid_until))
             .min()
     }
 }
 
-/// The watchdog task; ends when `stop` fires.
+/// The watchdog task; ends when `stop` fires. Renewal batches run as tasks
+/// of their own on the same thread (they end with the runtime's thread).
 pub(crate) async fn run(
     watchdog: Arc<Watchdog>,
     backend: Backend,
@@ -229,34 +234,40 @@ pub(crate) async fn run(
     loop {
         let changed = watchdog.changed.notified();
         let (due, next) = watchdog.collect_due(Instant::now());
-        if due.is_empty() {
-            let sleep_until = next.unwrap_or_else(|| Instant::now() + IDLE_TICK);
-            tokio::select! {
-                _ = &mut stop => return,
-                () = changed => {}
-                () = tokio::time::sleep_until(sleep_until) => {}
-            }
-            continue;
+        if !due.is_empty() {
+            watchdog.ticks.fetch_add(1, Relaxed);
         }
-        watchdog.ticks.fetch_add(1, Relaxed);
         for batch in due.chunks(BATCH) {
-            let sent_at = Instant::now();
-            let deadline = watchdog
-                .deadline_of(batch)
-                .unwrap_or(sent_at + Duration::from_secs(1));
             watchdog.round_trips.fetch_add(1, Relaxed);
-            let outcome = tokio::select! {
-                _ = &mut stop => return,
-                r = tokio::time::timeout_at(deadline, backend.renew_many(batch)) => match r {
-                    Ok(Ok(results)) => results,
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, "lock renewal failed; retrying");
-                        vec![None; batch.len()]
-                    }
-                    Err(_) => vec![None; batch.len()],
-                },
-            };
-            watchdog.settle(batch, &outcome, sent_at);
+            tokio::spawn(renew_batch(
+                watchdog.clone(),
+                backend.clone(),
+                batch.to_vec(),
+            ));
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            () = changed => {}
+            () = tokio::time::sleep_until(next) => {}
         }
     }
+}
+
+/// Sends one pipelined batch of renewals and settles its outcome. A batch
+/// that gets no answer before the earliest lease in it runs out counts as
+/// failed; the main loop declares the locks lost at their lease end anyway.
+async fn renew_batch(watchdog: Arc<Watchdog>, backend: Backend, batch: Vec<Arc<HeldLock>>) {
+    let sent_at = Instant::now();
+    let deadline = watchdog
+        .deadline_of(&batch)
+        .unwrap_or(sent_at + Duration::from_secs(1));
+    let outcome = match tokio::time::timeout_at(deadline, backend.renew_many(&batch)).await {
+        Ok(Ok(results)) => results,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "lock renewal failed; retrying");
+            vec![None; batch.len()]
+        }
+        Err(_) => vec![None; batch.len()],
+    };
+    watchdog.settle(&batch, &outcome, sent_at);
 }

@@ -52,12 +52,9 @@ impl MemoryBackend {
         }
         match locks.get_mut(hash) {
             None => {
-                // As acquire.lua: count up; a fresh counter starts at the clock.
+                // As acquire.lua: max(counter + 1, the clock in µs).
                 let counter = fences.entry(LockNames::fence(hash)).or_insert(0);
-                *counter += 1;
-                if *counter == 1 {
-                    *counter = micros_since_epoch().max(1);
-                }
+                *counter = counter.saturating_add(1).max(micros_since_epoch());
                 let fence = *counter;
                 locks.insert(
                     hash.to_owned(),

@@ -232,6 +232,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
     let client = client_for(info, settings)?;
 
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let sub_tx_retry = sub_tx.clone();
     let (rel_tx, rel_rx) = mpsc::unbounded_channel();
     let waiters = Waiters::new(Some(sub_tx), Some(rel_tx.clone()));
     let on_push = push_handler(Arc::downgrade(&waiters));
@@ -247,7 +248,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
         BackendError::new(format!("cannot connect to Redis at {endpoint}"), source)
     };
     let con = match tokio::time::timeout(
-        settings.connect_timeout * 2,
+        settings.connect_timeout.saturating_mul(2),
         ConnectionManager::new_with_config(client, config),
     )
     .await
@@ -257,7 +258,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
         Err(_) => {
             return Err(BackendError::msg(format!(
                 "cannot connect to Redis at {endpoint}: no answer within {:?}",
-                settings.connect_timeout * 2
+                settings.connect_timeout.saturating_mul(2)
             ))
             .into())
         }
@@ -273,7 +274,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             )
         })?;
 
-    tokio::spawn(subscriptions(con.clone(), sub_rx));
+    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
     tokio::spawn(releaser(con.clone(), scripts.clone(), rel_rx));
 
     Ok(Connected {
@@ -522,18 +523,50 @@ impl RedisBackend {
     }
 }
 
-/// Subscribes and unsubscribes release channels, in the order asked.
+/// Pause before a failed subscribe is sent again (doubling up to the max).
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
+
+/// Subscribes and unsubscribes release channels, in the order asked. A
+/// subscribe that fails is queued again after a pause, for as long as its
+/// key has waiters (the queue keeps it in order with that key's unsubscribe:
+/// an entry that closed meanwhile is skipped); when a retry goes through, the
+/// key's head waiter is woken, as a release may have gone unheard.
 async fn subscriptions(
     mut con: ConnectionManager,
     mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
+    again: mpsc::UnboundedSender<SubscriptionCommand>,
 ) {
+    let mut backoff: std::collections::HashMap<String, Duration> = Default::default();
     while let Some(command) = commands.recv().await {
         match command {
             SubscriptionCommand::Subscribe(channel, entry) => {
-                if let Err(error) = con.subscribe(&channel).await {
-                    tracing::debug!(%error, "subscribe failed; waiters fall back to the lease");
+                if entry.is_closed() {
+                    backoff.remove(&channel);
+                    continue;
                 }
-                entry.set_ready();
+                match con.subscribe(&channel).await {
+                    Ok(()) => {
+                        if backoff.remove(&channel).is_some() {
+                            entry.wake_head();
+                        }
+                        entry.set_ready();
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "subscribe failed; trying again");
+                        let pause = backoff
+                            .get(&channel)
+                            .map_or(RESUBSCRIBE_MIN, |p| (*p * 2).min(RESUBSCRIBE_MAX));
+                        backoff.insert(channel.clone(), pause);
+                        // Waiters fall back to the holder's lease meanwhile.
+                        entry.set_ready();
+                        let again = again.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(pause).await;
+                            let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
+                        });
+                    }
+                }
             }
             SubscriptionCommand::Unsubscribe(channel) => {
                 if let Err(error) = con.unsubscribe(&channel).await {

@@ -8,16 +8,22 @@
 -- returns  {1, fence}  held: the lock is ours (first acquisition or re-entry)
 --          {0, pttl}   busy: another holder has it for pttl more milliseconds
 --
--- Fencing tokens: the counter is incremented on every first acquisition. When
--- it starts over (a new key, or Redis restarted without its data) it is moved
--- to the server time in microseconds, which is larger than any token handed
--- out before: tokens of one key are serialised by the lock itself, at least a
--- round trip apart, so a counter never runs ahead of the clock.
+-- Fencing tokens: every first acquisition takes max(counter + 1, server time
+-- in microseconds). Counting up alone is not enough: a Redis restored from an
+-- older snapshot, or a replica promoted before it saw the last increments,
+-- holds a counter below tokens already handed out. The clock is past all of
+-- them as long as tokens never run ahead of it, and they do not: one key's
+-- acquisitions are serialised by the lock (a release and an acquire script
+-- between any two), far more than a microsecond apart. So the token only
+-- grows as long as the server's clock does not step back by more than the
+-- time since the last token (and, after a failover, the new primary's clock
+-- is not behind the old one's by more than that).
 if redis.call('exists', KEYS[1]) == 0 then
   local fence = redis.call('incr', KEYS[2])
-  if fence == 1 then
-    local now = redis.call('time')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local now = redis.call('time')
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if clock > fence then
+    fence = clock
     redis.call('set', KEYS[2], string.format('%.0f', fence))
   end
   redis.call('hset', KEYS[1], ARGV[1], 1)

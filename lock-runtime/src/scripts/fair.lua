@@ -31,11 +31,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The fencing token, as in acquire.lua: max(counter + 1, server time in µs).
 local function take(holder, lease)
   local fence = redis.call('incr', fences)
-  if fence == 1 then
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = redis.call('time')
+  local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if clock > fence then
+    fence = clock
     redis.call('set', fences, string.format('%.0f', fence))
   end
   redis.call('hset', lock, holder, 1)
