@@ -43,7 +43,32 @@ pub(crate) struct HeldLock {
     pub(crate) fair: bool,
     holds: AtomicUsize,
     lost: AtomicBool,
+    /// Client-side lease end (see [`clock`]): past it the hold counts as lost
+    /// even before the watchdog gets to mark it.
+    valid_until: AtomicU64,
     lost_changed: Notify,
+}
+
+/// Instants as nanoseconds since a process-wide origin, for atomics.
+pub(crate) mod clock {
+    use std::sync::OnceLock;
+
+    use tokio::time::Instant;
+
+    fn origin() -> Instant {
+        static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+        Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now))
+    }
+
+    /// `at` as nanoseconds since the origin (0 before it; saturating).
+    pub(crate) fn to_nanos(at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(origin()).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Now, as nanoseconds since the origin.
+    pub(crate) fn now_nanos() -> u64 {
+        to_nanos(Instant::now())
+    }
 }
 
 /// What a new [`HeldLock`] is made of (the fields of the same names).
@@ -74,31 +99,53 @@ impl HeldLock {
             fair: hold.fair,
             holds: AtomicUsize::new(1),
             lost: AtomicBool::new(false),
+            valid_until: AtomicU64::new(u64::MAX),
             lost_changed: Notify::new(),
         })
     }
 
-    /// Whether the lock was found lost.
+    /// Whether the lock is lost: found gone, or its client-side lease end
+    /// has passed (also a moment before the watchdog marks it).
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
+            || clock::now_nanos() >= self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// Sets the client-side lease end (the watchdog, on adding and on each
+    /// successful renewal; never moved back past a lease end that passed).
+    pub(crate) fn set_valid_until(&self, until: tokio::time::Instant) {
+        self.valid_until
+            .store(clock::to_nanos(until), Ordering::Release);
     }
 
     /// Marks the lock lost and wakes everyone watching for that.
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
+            self.valid_until.store(0, Ordering::Release);
             tracing::warn!(key = %self.key, "lock lost while held");
         }
         self.lost_changed.notify_waiters();
     }
 
-    /// Resolves when the lock is lost (never, if it stays held).
+    /// Resolves when the lock is lost (never, if it stays held): when it is
+    /// marked lost, or at its client-side lease end, whichever is first.
     pub(crate) async fn lost(&self) {
         loop {
             let changed = self.lost_changed.notified();
             if self.is_lost() {
                 return;
             }
-            changed.await;
+            let until = self.valid_until.load(Ordering::Acquire);
+            let left = until.saturating_sub(clock::now_nanos());
+            match tokio::time::Instant::now().checked_add(std::time::Duration::from_nanos(left)) {
+                Some(end) if until != u64::MAX => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(end) => {}
+                    }
+                }
+                _ => changed.await,
+            }
         }
     }
 }

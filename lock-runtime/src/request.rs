@@ -16,10 +16,11 @@
 //! lock if the script did take it and does nothing otherwise.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, Backend, LockNames, Queue, QUEUE_ENTRY_LIFE};
@@ -577,24 +578,62 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             ticket = Some(new_ticket);
             continue;
         };
-        // Sleep until a release message, the holder's lease, or our deadline
-        // (in fair mode the head also wakes to refresh the process's place).
-        let lease_end = now
+        // Sleep until a release message, the holder's lease end, or our
+        // deadline (in fair mode the head also wakes to refresh the
+        // process's place).
+        let fallback = now
             .checked_add(ttl.unwrap_or(want.lease))
             .unwrap_or(now + want.lease);
-        let mut wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
-        if want.fair && registered.is_head() {
+        let refresh_at = (want.fair && registered.is_head()).then(|| {
             // Often enough that the place stays alive, and that most of a
             // handoff's claim is still ahead when it is taken (its lease is
             // counted from the last refresh before it).
-            let refresh = QUEUE_REFRESH
+            now + QUEUE_REFRESH
                 .min(want.handoff_lease() / 3)
-                .max(QUEUE_REFRESH_MIN);
-            wake_at = wake_at.min(now + refresh);
+                .max(QUEUE_REFRESH_MIN)
+        });
+        sleep_for_turn(registered, woken.as_mut(), deadline, fallback, refresh_at).await;
+    }
+}
+
+/// Sleeps until `woken` fires, the key's holder's lease ends (by the latest
+/// news of any waiter or hold of this process; `fallback` when there is
+/// none), `deadline`, or `refresh_at`. News that the lease ends sooner wakes
+/// the sleeper early; news that it ends later (another local attempt or
+/// hold learned it) keeps it asleep: either way no waiter sleeps past the
+/// holder's lease as this process knows it. Waiters behind the head wake
+/// [`QUEUED_SLACK`] later, so the head's attempt usually brings the news.
+async fn sleep_for_turn(
+    ticket: &WaitTicket,
+    mut woken: Pin<&mut Option<Notified<'_>>>,
+    deadline: Option<Instant>,
+    fallback: Instant,
+    refresh_at: Option<Instant>,
+) {
+    loop {
+        let changed = ticket.busy_changed();
+        let slack = if ticket.is_head() {
+            Duration::ZERO
+        } else {
+            QUEUED_SLACK
+        };
+        let lease_end = ticket.busy_until().map_or(fallback, |u| u + slack);
+        let mut wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
+        if let Some(refresh) = refresh_at {
+            wake_at = wake_at.min(refresh);
         }
         tokio::select! {
-            _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
-            () = tokio::time::sleep_until(wake_at) => {}
+            _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => return,
+            () = changed => {}
+            () = tokio::time::sleep_until(wake_at) => {
+                let now = Instant::now();
+                let news_later = ticket.busy_until().is_some_and(|u| u + slack > now);
+                let must_wake = deadline.is_some_and(|d| now >= d)
+                    || refresh_at.is_some_and(|r| now >= r);
+                if must_wake || !news_later {
+                    return;
+                }
+            }
         }
     }
 }
@@ -625,16 +664,10 @@ async fn queue_behind_local_waiters(
     }
     let ticket = waiters.register(channel, want.scope.clone());
     let now = Instant::now();
-    let lease_end = match ticket.busy_until() {
-        Some(until) => until + QUEUED_SLACK,
-        None => now + want.lease,
-    };
-    let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
-    if wake_at > now {
-        tokio::select! {
-            () = ticket.slot().wake.notified() => {}
-            () = tokio::time::sleep_until(wake_at) => {}
-        }
+    let fallback = now.checked_add(want.lease).unwrap_or(now);
+    {
+        let woken = pin!(Some(ticket.slot().wake.notified()));
+        sleep_for_turn(&ticket, woken, deadline, fallback, None).await;
     }
     Some(ticket)
 }

@@ -206,7 +206,7 @@ impl LockRuntimeBuilder {
     pub async fn build(self) -> Result<LockRuntime, LockError> {
         if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
             return Err(LockError::InvalidConfig(format!(
-                "default lease {:?} is out of range: use 10ms to 24h",
+                "default_lease {:?} is out of range: use 10ms to 24h",
                 self.default_lease
             )));
         }
@@ -491,11 +491,15 @@ impl LockRuntime {
         let frame = self.inner.table.insert(held.clone(), held.owner);
         self.inner.watchdog.add(held.clone(), sent_at, in_force);
         if channel_waiting {
+            let channel = LockNames::channel(&held.hash);
+            // The key's other waiters sleep no longer than this hold's lease
+            // (it may end by expiry, with no release message).
+            if let Some(until) = sent_at.checked_add(in_force) {
+                self.inner.waiters.note_held(&channel, until);
+            }
             // Waiters of the same scope may re-enter now instead of waiting
             // for a release that their own scope would have to make.
-            self.inner
-                .waiters
-                .wake_owner(&LockNames::channel(&held.hash), held.owner);
+            self.inner.waiters.wake_owner(&channel, held.owner);
         }
         LockGuard::new(self.clone(), held, frame)
     }

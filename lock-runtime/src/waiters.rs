@@ -65,9 +65,11 @@ pub(crate) struct KeyWaiters {
     /// Set when the last waiter left (a subscribe still being retried for
     /// it is dropped).
     closed: AtomicBool,
-    /// When the holder's lease ends, by the latest busy reply (None: not
-    /// known, or no expiry).
+    /// When the holder's lease ends, by the latest busy reply or local
+    /// acquisition (None: not known, or no expiry).
     busy_until: Mutex<Option<Instant>>,
+    /// Notified when `busy_until` moves earlier (sleepers wake sooner).
+    busy_changed: Notify,
     place: Mutex<Place>,
 }
 
@@ -175,6 +177,23 @@ impl KeyWaiters {
         self.place.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn note_busy(&self, until: Option<Instant>) {
+        let mut busy = self
+            .busy_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let earlier = match (*busy, until) {
+            (Some(old), Some(new)) => new < old,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        *busy = until;
+        drop(busy);
+        if earlier {
+            self.busy_changed.notify_waiters();
+        }
+    }
+
     pub(crate) fn wake_head(&self) {
         if let Some(head) = self.queue().front() {
             head.wake.notify_one();
@@ -266,6 +285,15 @@ impl Waiters {
                 drop(place);
                 entry.wake_head();
             }
+        }
+    }
+
+    /// This process took the lock of `channel`, with a lease ending at
+    /// `until`: waiters of the key sleep no longer than that.
+    pub(crate) fn note_held(&self, channel: &str, until: Instant) {
+        let entry = self.keys().get(channel).cloned();
+        if let Some(entry) = entry {
+            entry.note_busy(Some(until));
         }
     }
 
@@ -364,20 +392,21 @@ impl WaitTicket {
 
     /// Records a busy reply for the key: the holder's lease ends at `until`.
     pub(crate) fn note_busy(&self, until: Option<Instant>) {
-        *self
-            .entry
-            .busy_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = until;
+        self.entry.note_busy(until);
     }
 
-    /// When the key's holder's lease ends, by the latest busy reply.
+    /// When the key's holder's lease ends, by the latest news.
     pub(crate) fn busy_until(&self) -> Option<Instant> {
         *self
             .entry
             .busy_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves when the key's holder's lease end moves earlier.
+    pub(crate) fn busy_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.entry.busy_changed.notified()
     }
 
     /// Leaves the queue after taking the lock. There is no wake-up to hand

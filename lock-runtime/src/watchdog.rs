@@ -94,6 +94,7 @@ impl Watchdog {
         } else {
             valid_until
         };
+        lock.set_valid_until(valid_until);
         let entry = Entry {
             lock,
             due,
@@ -183,9 +184,16 @@ impl Watchdog {
             };
             entry.in_flight = false;
             match result {
+                // Renewed, but its lease end passed before the answer came:
+                // the holder may have acted on that already; lost stays lost.
+                Some(true) if now >= entry.valid_until => {
+                    entries.map.remove(&lock.id);
+                    self.declare_lost(lock);
+                }
                 Some(true) => {
                     entry.valid_until = sent_at + lock.lease;
                     entry.due = sent_at + lock.lease / 3;
+                    lock.set_valid_until(entry.valid_until);
                 }
                 Some(false) => {
                     entries.map.remove(&lock.id);
