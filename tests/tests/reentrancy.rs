@@ -1,13 +1,16 @@
-//! Owner scopes: nesting re-enters, spawned tasks are strangers unless they
-//! inherit, and fencing tokens order holders.
+//! Owner scopes: nesting re-enters, siblings take turns (strict nesting),
+//! spawned tasks are strangers unless they inherit, and fencing tokens order
+//! holders.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use lock_runtime::{fence, inherit, with_lock, LockError};
-use lock_tests::{on_both_backends, unique, Kind};
+use lock_runtime::{fence, inherit, with_lock, LockError, LockRuntime};
+use lock_tests::{on_both_backends, unique, Kind, Occupancy, RedisServer};
 
 on_both_backends!(
+    sibling_calls_on_a_held_key_take_turns,
+    an_inherited_child_and_its_parent_take_turns,
     reentrancy_three_deep_holds_one_lock,
     spawned_task_without_inherit_waits,
     spawned_task_with_inherit_reenters,
@@ -155,4 +158,131 @@ async fn explicit_guard_outside_any_scope_is_not_reentrant(kind: Kind) {
     let _held = runtime.lock("k").acquire().await.unwrap();
     let again = runtime.lock("k").try_acquire().await.unwrap();
     assert!(again.is_none());
+}
+
+/// Both arms of a `join!` inside a locked body, each locked on the same key:
+/// each re-enters (the parent holds the key), but never both at once; a
+/// call nested in an arm re-enters below it.
+async fn sibling_calls_on_a_held_key_take_turns(kind: Kind) {
+    let runtime = kind.runtime(&unique("siblings")).await;
+    let rt = &runtime;
+    let inside = Occupancy::new();
+    let arm = |name: &'static str| {
+        let inside = &inside;
+        with_lock(rt.lock("k").wait(Duration::from_secs(5)), async move {
+            let _token = inside.enter();
+            let outer = fence();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            // Nested below this arm: re-enters at once.
+            let nested = with_lock(rt.lock("k").wait(Duration::ZERO), async {
+                Ok::<_, LockError>(fence())
+            })
+            .await?;
+            assert_eq!(nested, outer);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok::<_, LockError>(name)
+        })
+    };
+    let (a, b, token) = with_lock(rt.lock("k"), async {
+        let (a, b) = tokio::join!(arm("a"), arm("b"));
+        Ok::<_, LockError>((a?, b?, fence()))
+    })
+    .await
+    .unwrap();
+    assert_eq!((a, b), ("a", "b"));
+    assert!(token.is_some());
+    assert_eq!(inside.max(), 1, "two sibling bodies were inside at once");
+    assert_eq!(runtime.stats().held, 0);
+}
+
+/// An `inherit`ed child that holds the key makes its parent's next locked
+/// call on that key wait until the child is done (and not the other way
+/// round: the child re-enters the parent's hold at once).
+async fn an_inherited_child_and_its_parent_take_turns(kind: Kind) {
+    let runtime = kind.runtime(&unique("inherit-turns")).await;
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rt = runtime.clone();
+    let log = order.clone();
+    with_lock(runtime.lock("k"), async move {
+        let child = tokio::spawn(inherit({
+            let (rt, log) = (rt.clone(), log.clone());
+            async move {
+                with_lock(rt.lock("k").wait(Duration::ZERO), async {
+                    log.lock().unwrap().push("child in");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    log.lock().unwrap().push("child out");
+                    Ok::<_, LockError>(())
+                })
+                .await
+            }
+        }));
+        // Let the child enter first.
+        for _ in 0..200 {
+            if !log.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        with_lock(rt.lock("k").wait(Duration::from_secs(5)), async {
+            log.lock().unwrap().push("parent in");
+            Ok::<_, LockError>(())
+        })
+        .await?;
+        child.await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["child in", "child out", "parent in"],
+        "the parent's nested call entered while the child held the key"
+    );
+}
+
+/// Siblings wait for each other in the process: the turns cost no Redis
+/// command (a private server, so other tests' traffic does not count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sibling_turns_send_no_redis_command() {
+    let server = RedisServer::start();
+    let runtime = LockRuntime::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let rt = &runtime;
+    let arm = || {
+        with_lock(rt.lock("k"), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, LockError>(())
+        })
+    };
+    let mut con = server.connection().await;
+    let before = commands(&mut con).await;
+    with_lock(rt.lock("k"), async {
+        let marks = commands(&mut con).await;
+        let (a, b, c) = tokio::join!(arm(), arm(), arm());
+        a?;
+        b?;
+        c?;
+        let after = commands(&mut con).await;
+        // The INFO calls themselves count one each.
+        assert_eq!(after - marks, 1, "sibling turns sent Redis commands");
+        Ok::<_, LockError>(())
+    })
+    .await
+    .unwrap();
+    assert!(commands(&mut con).await > before);
+}
+
+/// Commands the server has processed (`INFO stats`).
+async fn commands(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(con)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
 }
