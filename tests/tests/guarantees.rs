@@ -198,45 +198,56 @@ async fn tokens_grow_past_a_restart_from_an_older_snapshot() {
 async fn tokens_grow_past_a_failover_to_a_lagging_replica() {
     let _turn = SERIAL.lock().await;
     let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    // The replica follows the primary through a proxy, so replication can be
+    // paused for real (a frozen replica would still buffer the stream).
+    let link = FaultProxy::start(primary.port()).await;
+    let link_port = link.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
     let prefix = unique("failover");
     let runtime = runtime_at(&primary.url(), &prefix).await;
     let first = token_of(&runtime, "k").await;
     // Wait (bounded) until the replica has the counter.
     let fence_key = format!("{}:fence", runtime.backend_key("k"));
-    let mut rcon = replica.client().get_connection().unwrap();
+    let mut rcon = replica
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let mut synced = false;
-    for _ in 0..300 {
-        let seen: Option<u64> = redis::cmd("GET").arg(&fence_key).query(&mut rcon).unwrap();
+    for _ in 0..500 {
+        let seen: Option<u64> = redis::cmd("GET")
+            .arg(&fence_key)
+            .query_async(&mut rcon)
+            .await
+            .unwrap();
         if seen == Some(first) {
             synced = true;
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(synced, "the replica never saw the first token");
-    // Replication stops (the replica is frozen); the primary goes on.
-    let frozen = std::process::Command::new("kill")
-        .args(["-STOP", &replica.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(frozen.success());
+    // Replication pauses; the primary goes on handing out tokens.
+    link.stall();
     let mut last = first;
     for _ in 0..3 {
         last = token_of(&runtime, "k").await;
     }
     drop(runtime);
     drop(primary); // the primary dies before the replica caught up
-    std::process::Command::new("kill")
-        .args(["-CONT", &replica.pid().to_string()])
-        .status()
-        .unwrap();
+    drop(link);
     let _: () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")
-        .query(&mut rcon)
+        .query_async(&mut rcon)
+        .await
         .unwrap();
+    let stale: Option<u64> = redis::cmd("GET")
+        .arg(&fence_key)
+        .query_async(&mut rcon)
+        .await
+        .unwrap();
+    assert_eq!(stale, Some(first), "the replica was not behind");
     let promoted = runtime_at(&replica.url(), &prefix).await;
     let after = token_of(&promoted, "k").await;
     eprintln!(
