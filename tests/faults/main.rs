@@ -12,6 +12,7 @@
 mod cancel_storm;
 mod crash;
 mod herd;
+mod nemesis;
 mod restart;
 mod server;
 mod soak;

@@ -59,6 +59,8 @@ struct Shared {
     /// The armed `drop_at_command` pattern: `$<len>\r\n<NAME>\r\n`, upper case.
     drop_at: Mutex<Option<Vec<u8>>>,
     dropped_at_command: AtomicU64,
+    /// When each `drop_at_command` fired.
+    fired_at: Mutex<Vec<std::time::Instant>>,
     connections: AtomicUsize,
 }
 
@@ -79,6 +81,7 @@ impl FaultProxy {
             kill: watch::Sender::new(0),
             drop_at: Mutex::new(None),
             dropped_at_command: AtomicU64::new(0),
+            fired_at: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
         });
         let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -144,6 +147,16 @@ impl FaultProxy {
     /// How many times [`drop_at_command`](Self::drop_at_command) fired.
     pub fn dropped_at_command(&self) -> u64 {
         self.shared.dropped_at_command.load(Ordering::SeqCst)
+    }
+
+    /// When each [`drop_at_command`](Self::drop_at_command) fired, oldest
+    /// first (`std::time::Instant`, which is `CLOCK_MONOTONIC` on Linux).
+    pub fn dropped_at_command_times(&self) -> Vec<std::time::Instant> {
+        self.shared
+            .fired_at
+            .lock()
+            .expect("proxy fired_at lock")
+            .clone()
     }
 }
 
@@ -288,6 +301,10 @@ impl Shared {
             .any(|w| w.eq_ignore_ascii_case(pattern));
         if found {
             *armed = None;
+            self.fired_at
+                .lock()
+                .expect("proxy fired_at lock")
+                .push(std::time::Instant::now());
             self.dropped_at_command.fetch_add(1, Ordering::SeqCst);
             return true;
         }

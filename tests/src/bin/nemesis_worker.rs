@@ -1,0 +1,685 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! One process of the nemesis test (`tests/faults/nemesis.rs`): random
+//! locked calls on a few keys, and a log line for everything that happens to
+//! each of them, stamped with the system-wide monotonic clock so the test can
+//! merge the logs of all processes and check them against each other.
+//!
+//! Usage:
+//!   nemesis_worker <redis-url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...]
+//!       where each key is `<name>:fair` or `<name>:plain` (every process
+//!       of a run gets the same list: one mode per key).
+//!
+//! It builds a runtime (connect and response timeouts of `<timeout-ms>`),
+//! prints `ready`, waits for a `go` line on stdin, runs `<tasks>` tasks for
+//! `<secs>` seconds, then prints
+//! `stats held=<n> waiting=<n> tracked=<n>`, drops the runtime and prints
+//! `done <t>`. It exits when its stdin closes (the test is gone).
+//!
+//! Event lines: `ev <t> <task> <call> <parent> <key> <kind> [<name>=<value>...]`
+//! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
+//! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
+//! key's index, and `<kind>` one of:
+//!   begin     the request goes out; `api=with|guard wait=<ms>|forever
+//!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue`
+//!   acquired  `fence=<n> outer=0|1` (outer: a hold of its own in Redis,
+//!             not a re-entry of an enclosing call's hold)
+//!   body_enter, body_exit `how=done|dropped`
+//!   lost      the holder was told its lock is gone
+//!   released  the holder stops acting; its release goes out right after
+//!   timeout   `waited=<ms>`; error `what=<text>`; cancelled; panicked
+//!   late_lost the release found the lock gone (information only)
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
+use tokio::time::Instant;
+
+/// A top-level call still running after this is cancelled (and logged so).
+const OP_LIMIT: Duration = Duration::from_secs(8);
+
+/// Deepest nesting of locked calls inside locked bodies.
+const MAX_DEPTH: u32 = 2;
+
+/// Payload of the panics this worker raises on purpose (kept off stderr).
+const PANIC_PAYLOAD: &str = "nemesis: a panic inside a locked body, on purpose";
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process.
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Xorshift64 (reproducible choices from the seed).
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        // Spread neighbouring seeds apart.
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        rng.next();
+        rng
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// `true` with `percent` % probability.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+
+    /// An independent generator for a concurrent branch.
+    fn fork(&mut self) -> Rng {
+        Rng::new(self.next())
+    }
+}
+
+struct Key {
+    name: String,
+    fair: bool,
+}
+
+/// What every task shares.
+struct Ctx {
+    runtime: LockRuntime,
+    keys: Vec<Key>,
+    next_call: AtomicU64,
+}
+
+/// An enclosing hold: calls nested inside it re-enter it.
+#[derive(Clone)]
+struct Frame {
+    key: usize,
+    fence: u64,
+}
+
+/// Where a call runs: its task, its parent call, the holds around it.
+#[derive(Clone)]
+struct Cx {
+    ctx: Arc<Ctx>,
+    task: u32,
+    parent: u64,
+    frames: Vec<Frame>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Asking,
+    Holding,
+    Done,
+}
+
+/// The log of one call. Dropped before it reached a final event, it logs
+/// `panicked` (unwinding) or `cancelled` (its future was dropped).
+struct Rec {
+    task: u32,
+    id: u64,
+    parent: u64,
+    key: usize,
+    phase: Mutex<Phase>,
+}
+
+impl Rec {
+    fn emit(&self, kind: &str, extra: &str) {
+        println!(
+            "ev {} {} {} {} {} {kind} {extra}",
+            now_ns(),
+            self.task,
+            self.id,
+            self.parent,
+            self.key
+        );
+    }
+
+    fn set(&self, phase: Phase) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
+    }
+
+    fn finish(&self, kind: &str, extra: &str) {
+        self.set(Phase::Done);
+        self.emit(kind, extra);
+    }
+}
+
+impl Drop for Rec {
+    fn drop(&mut self) {
+        let phase = *self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if phase != Phase::Done {
+            let kind = if std::thread::panicking() {
+                "panicked"
+            } else {
+                "cancelled"
+            };
+            self.emit(kind, "");
+        }
+    }
+}
+
+/// Logs `body_exit` when the body ends, however it ends.
+struct BodyExit {
+    rec: Arc<Rec>,
+    done: bool,
+}
+
+impl Drop for BodyExit {
+    fn drop(&mut self) {
+        let how = if self.done { "done" } else { "dropped" };
+        self.rec.emit("body_exit", &format!("how={how}"));
+    }
+}
+
+/// Errors of a locked body.
+#[derive(Debug)]
+enum BodyError {
+    Lock(LockError),
+    /// The body returned an error of its own (on purpose).
+    User,
+}
+
+impl From<LockError> for BodyError {
+    fn from(e: LockError) -> Self {
+        BodyError::Lock(e)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    With,
+    Guard,
+}
+
+/// The random options of one call.
+struct Plan {
+    api: Api,
+    lease: Duration,
+    renew: bool,
+    /// `None`: `wait_forever()`, bounded by a tokio timeout of `bound`.
+    wait: Option<Duration>,
+    bound: Duration,
+    on_lost: OnLost,
+}
+
+impl Plan {
+    fn random(rng: &mut Rng, nested: bool) -> Plan {
+        let api = if rng.chance(30) {
+            Api::Guard
+        } else {
+            Api::With
+        };
+        let lease = rng.millis(300, 3000);
+        let renew = !rng.chance(20);
+        let wait = match rng.below(100) {
+            0..=19 => Some(Duration::ZERO),
+            20..=49 => Some(rng.millis(50, 300)),
+            50..=79 => Some(rng.millis(1000, 3000)),
+            _ => None,
+        };
+        let bound = if nested {
+            rng.millis(1000, 3000)
+        } else {
+            rng.millis(2000, 5000)
+        };
+        let on_lost = if rng.chance(30) {
+            OnLost::Continue
+        } else {
+            OnLost::Abort
+        };
+        Plan {
+            api,
+            lease,
+            renew,
+            wait,
+            bound,
+            on_lost,
+        }
+    }
+
+    fn describe(&self, fair: bool) -> String {
+        format!(
+            "api={} wait={} bound={} lease={} renew={} fair={} lost={}",
+            if self.api == Api::With {
+                "with"
+            } else {
+                "guard"
+            },
+            self.wait
+                .map_or("forever".to_owned(), |w| w.as_millis().to_string()),
+            self.bound.as_millis(),
+            self.lease.as_millis(),
+            u8::from(self.renew),
+            u8::from(fair),
+            if self.on_lost == OnLost::Abort {
+                "abort"
+            } else {
+                "continue"
+            },
+        )
+    }
+}
+
+type Boxed = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// One locked call on `key` with random options, logged from `begin` to its
+/// final event; nested calls inside its body when it is a `with_lock`.
+fn call(cx: Cx, mut rng: Rng, key: usize, depth: u32) -> Boxed {
+    Box::pin(async move {
+        let ctx = cx.ctx.clone();
+        let plan = Plan::random(&mut rng, depth > 0);
+        let spec = &ctx.keys[key];
+        let rec = Arc::new(Rec {
+            task: cx.task,
+            id: ctx.next_call.fetch_add(1, Ordering::Relaxed),
+            parent: cx.parent,
+            key,
+            phase: Mutex::new(Phase::Asking),
+        });
+        let mut request = ctx
+            .runtime
+            .lock(spec.name.as_str())
+            .lease(plan.lease)
+            .watchdog(plan.renew)
+            .fair(spec.fair)
+            .on_lost(plan.on_lost);
+        request = match plan.wait {
+            Some(wait) => request.wait(wait),
+            None => request.wait_forever(),
+        };
+        rec.emit("begin", &plan.describe(spec.fair));
+        match plan.api {
+            Api::With => {
+                let body = locked_body(cx.clone(), rng.fork(), key, depth, rec.clone(), &plan);
+                let locked = with_lock(request, body);
+                let outcome = if plan.wait.is_none() {
+                    match tokio::time::timeout(plan.bound, locked).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => return, // `rec` logs `cancelled`
+                    }
+                } else {
+                    locked.await
+                };
+                match outcome {
+                    Ok(()) | Err(BodyError::User) => {}
+                    Err(BodyError::Lock(LockError::Lost { .. })) => {
+                        if *rec.phase.lock().unwrap() == Phase::Done {
+                            rec.emit("late_lost", "");
+                        } else {
+                            rec.finish("lost", "");
+                        }
+                    }
+                    Err(BodyError::Lock(e)) => finish_error(&rec, &e),
+                }
+            }
+            Api::Guard => guarded(cx, rng, key, rec, &plan, request).await,
+        }
+    })
+}
+
+/// Logs the final event of a request that did not get the lock.
+fn finish_error(rec: &Rec, error: &LockError) {
+    if *rec.phase.lock().unwrap() == Phase::Done {
+        rec.emit("late_error", &format!("what={}", one_word(error)));
+        return;
+    }
+    match error {
+        LockError::Timeout { waited, .. } => {
+            rec.finish("timeout", &format!("waited={}", waited.as_millis()));
+        }
+        other => rec.finish("error", &format!("what={}", one_word(other))),
+    }
+}
+
+/// An error as one token for the log.
+fn one_word(error: &LockError) -> String {
+    error
+        .to_string()
+        .chars()
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .take(120)
+        .collect()
+}
+
+/// Whether a hold with `fence` on `key` is one of the enclosing holds.
+fn outer(frames: &[Frame], key: usize, fence: u64) -> bool {
+    !frames.iter().any(|f| f.key == key && f.fence == fence)
+}
+
+/// The body of a `with_lock` call: logs the hold, runs random steps, logs
+/// the release. With `OnLost::Continue` it watches a re-entered guard's
+/// `lost()` beside the steps, since the library does not stop the body then.
+fn locked_body(
+    cx: Cx,
+    mut rng: Rng,
+    key: usize,
+    depth: u32,
+    rec: Arc<Rec>,
+    plan: &Plan,
+) -> impl Future<Output = Result<(), BodyError>> + Send + 'static {
+    let watch = plan.on_lost == OnLost::Continue;
+    let user_error = rng.chance(5);
+    async move {
+        let token = fence().expect("a locked body has a fence");
+        rec.set(Phase::Holding);
+        rec.emit(
+            "acquired",
+            &format!(
+                "fence={token} outer={}",
+                u8::from(outer(&cx.frames, key, token))
+            ),
+        );
+        rec.emit("body_enter", "");
+        let mut exit = BodyExit {
+            rec: rec.clone(),
+            done: false,
+        };
+        let mut inner = cx.clone();
+        inner.parent = rec.id;
+        inner.frames.push(Frame { key, fence: token });
+        let probe = if watch {
+            let spec = &cx.ctx.keys[key];
+            let probe = cx
+                .ctx
+                .runtime
+                .lock(spec.name.as_str())
+                .fair(spec.fair)
+                .wait(Duration::ZERO)
+                .acquire()
+                .await;
+            match probe {
+                Ok(guard) if guard.fence() == token => Some(guard),
+                // Not re-entered: the hold is lost already (a lost hold is
+                // never re-entered); a fresh hold the probe took is released.
+                _ => {
+                    rec.emit("lost", "probe=1");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let steps = steps(inner, rng.fork(), key, depth);
+        match &probe {
+            Some(guard) => {
+                let mut steps = std::pin::pin!(steps);
+                let mut told = false;
+                // At most two rounds: the loss is reported once.
+                for _ in 0..2 {
+                    tokio::select! {
+                        () = &mut steps => break,
+                        () = guard.lost(), if !told => {
+                            told = true;
+                            rec.emit("lost", "");
+                        }
+                    }
+                }
+                if told {
+                    steps.await;
+                }
+            }
+            None => steps.await,
+        }
+        drop(probe);
+        exit.done = true;
+        drop(exit);
+        rec.finish("released", "");
+        if user_error {
+            Err(BodyError::User)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Random steps inside a locked body on `key`.
+async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
+    let n = rng.below(4);
+    let keys = cx.ctx.keys.len();
+    for _ in 0..n {
+        let pick = rng.below(100);
+        let nest = depth < MAX_DEPTH;
+        match pick {
+            0..=44 => hold(&mut rng).await,
+            45..=59 if nest => {
+                // Re-entry, sometimes cancelled part-way.
+                let nested = call(cx.clone(), rng.fork(), key, depth + 1);
+                if rng.chance(20) {
+                    let budget = rng.millis(5, 500);
+                    let _ = tokio::time::timeout(budget, nested).await;
+                } else {
+                    nested.await;
+                }
+            }
+            60..=71 if nest => {
+                // Siblings: they must take turns.
+                let a = call(cx.clone(), rng.fork(), key, depth + 1);
+                let b = call(cx.clone(), rng.fork(), key, depth + 1);
+                tokio::join!(a, b);
+            }
+            72..=81 if nest && keys > 1 => {
+                let other = (key + 1 + rng.below(keys as u64 - 1) as usize) % keys;
+                call(cx.clone(), rng.fork(), other, depth + 1).await;
+            }
+            82..=83 => std::panic::panic_any(PANIC_PAYLOAD),
+            _ => tokio::task::yield_now().await,
+        }
+    }
+}
+
+/// A short stretch of work inside a lock.
+async fn hold(rng: &mut Rng) {
+    let d = match rng.below(100) {
+        0..=84 => rng.millis(0, 100),
+        85..=96 => rng.millis(100, 600),
+        _ => rng.millis(600, 1500),
+    };
+    tokio::time::sleep(d).await;
+}
+
+/// A guard call: acquire, work while watching `lost()`, release.
+async fn guarded(
+    cx: Cx,
+    mut rng: Rng,
+    key: usize,
+    rec: Arc<Rec>,
+    plan: &Plan,
+    request: lock_runtime::LockRequest,
+) {
+    let acquire = request.acquire();
+    let outcome = if plan.wait.is_none() {
+        match tokio::time::timeout(plan.bound, acquire).await {
+            Ok(outcome) => outcome,
+            Err(_) => return, // `rec` logs `cancelled`
+        }
+    } else {
+        acquire.await
+    };
+    let guard = match outcome {
+        Ok(guard) => guard,
+        Err(e) => return finish_error(&rec, &e),
+    };
+    let token = guard.fence();
+    rec.set(Phase::Holding);
+    rec.emit(
+        "acquired",
+        &format!(
+            "fence={token} outer={}",
+            u8::from(outer(&cx.frames, key, token))
+        ),
+    );
+    rec.emit("body_enter", "");
+    let mut exit = BodyExit {
+        rec: rec.clone(),
+        done: false,
+    };
+    let keep_going = plan.on_lost == OnLost::Continue;
+    let rounds = 1 + rng.below(2);
+    let mut told = false;
+    for _ in 0..rounds {
+        let work = hold(&mut rng);
+        tokio::pin!(work);
+        tokio::select! {
+            () = &mut work => {}
+            () = guard.lost(), if !told => {
+                told = true;
+                rec.emit("lost", "");
+                if keep_going {
+                    work.await;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    exit.done = true;
+    drop(exit);
+    rec.finish("released", "");
+    match guard.release().await {
+        Ok(()) => {}
+        Err(LockError::Lost { .. } | LockError::NotHeld { .. }) => rec.emit("late_lost", ""),
+        Err(e) => rec.emit("late_error", &format!("what={}", one_word(&e))),
+    }
+}
+
+/// One task: top-level calls on random keys until `end`, each in its own
+/// tokio task (a panic ends only that call), some cancelled at random.
+async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
+    let mut count = 0u64;
+    // Bounded by time, and by count as a second guard.
+    while Instant::now() < end && count < 1_000_000 {
+        count += 1;
+        let cx = Cx {
+            ctx: ctx.clone(),
+            task: index,
+            parent: 0,
+            frames: Vec::new(),
+        };
+        let key = rng.below(ctx.keys.len() as u64) as usize;
+        let op = call(cx, rng.fork(), key, 0);
+        let budget = if rng.chance(25) {
+            rng.millis(20, 2000)
+        } else {
+            OP_LIMIT
+        };
+        let by_select = rng.chance(50);
+        let handle = tokio::spawn(async move {
+            if by_select {
+                tokio::select! {
+                    () = op => {}
+                    () = tokio::time::sleep(budget) => {}
+                }
+            } else {
+                let _ = tokio::time::timeout(budget, op).await;
+            }
+        });
+        // A panic inside a body ends up here as a JoinError; its calls
+        // logged `panicked` while unwinding.
+        let _ = handle.await;
+        if rng.chance(50) {
+            tokio::time::sleep(rng.millis(0, 30)).await;
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<&str>() != Some(&PANIC_PAYLOAD) {
+            default_hook(info);
+        }
+    }));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, prefix, seed, secs, tasks, timeout_ms, keys] = args.as_slice() else {
+        panic!(
+            "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key:fair|plain,...>"
+        );
+    };
+    let seed: u64 = seed.parse().expect("seed");
+    let secs: u64 = secs.parse().expect("secs");
+    let tasks: u32 = tasks.parse().expect("tasks");
+    let timeout = Duration::from_millis(timeout_ms.parse().expect("timeout-ms"));
+    let keys: Vec<Key> = keys
+        .split(',')
+        .map(|k| {
+            let (name, mode) = k.rsplit_once(':').expect("key:mode");
+            Key {
+                name: name.to_owned(),
+                fair: mode == "fair",
+            }
+        })
+        .collect();
+    let runtime = LockRuntime::builder()
+        .redis(url.as_str())
+        .key_prefix(prefix.as_str())
+        .connect_timeout(timeout)
+        .response_timeout(timeout)
+        .build()
+        .await
+        .expect("build the lock runtime");
+    runtime.ping().await.expect("ping through the proxy");
+    println!("ready");
+
+    // Wait for `go`; afterwards, exit as soon as stdin closes (the test died).
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        let _ = go_tx.send(());
+        loop {
+            line.clear();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) | Err(_) => std::process::exit(3),
+                Ok(_) => {}
+            }
+        }
+    });
+    let _ = go_rx.await;
+
+    let ctx = Arc::new(Ctx {
+        runtime: runtime.clone(),
+        keys,
+        next_call: AtomicU64::new(1),
+    });
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut rng = Rng::new(seed);
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
+        .collect();
+    for handle in handles {
+        handle.await.expect("a worker task failed outside a call");
+    }
+    drop(ctx);
+    // Background releases and the watchdog settle (bounded; no event to
+    // await for these counters).
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(3) {
+        let stats = runtime.stats();
+        if stats.held == 0 && stats.waiting_keys == 0 && stats.watchdog.tracked == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = runtime.stats();
+    println!(
+        "stats held={} waiting={} tracked={}",
+        stats.held, stats.waiting_keys, stats.watchdog.tracked
+    );
+    drop(runtime);
+    println!("done {}", now_ns());
+}
