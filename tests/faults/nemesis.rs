@@ -29,9 +29,10 @@
 //!   tracked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_tests::FaultProxy;
@@ -161,6 +162,42 @@ struct Worker {
     child: Child,
     stdin: ChildStdin,
     lines: tokio::task::JoinHandle<Vec<String>>,
+    live: Arc<Live>,
+}
+
+/// A worker's log as it comes in: the outermost holds open right now, so
+/// the nemesis can aim a fault at a process that holds a lock (a fault that
+/// hits a process holding nothing tests little).
+#[derive(Default)]
+struct Live {
+    holding: Mutex<HashSet<u64>>,
+}
+
+impl Live {
+    fn see(&self, line: &str) {
+        let words: Vec<&str> = line.split(' ').collect();
+        let (Some(&"ev"), Some(call), Some(kind)) = (words.first(), words.get(3), words.get(6))
+        else {
+            return;
+        };
+        let Ok(call) = call.parse::<u64>() else {
+            return;
+        };
+        let mut holding = self.holding.lock().expect("live holds");
+        match *kind {
+            "acquired" if words.contains(&"outer=1") => {
+                holding.insert(call);
+            }
+            "released" | "lost" | "cancelled" | "panicked" | "body_exit" => {
+                holding.remove(&call);
+            }
+            _ => {}
+        }
+    }
+
+    fn holds(&self) -> bool {
+        !self.holding.lock().expect("live holds").is_empty()
+    }
 }
 
 async fn run(mode: Mode) {
@@ -213,7 +250,8 @@ async fn run(mode: Mode) {
     }
     let run_start = now_ns();
 
-    let faults = drive_faults(&mut server, &proxies, &mut rng, secs).await;
+    let live: Vec<Arc<Live>> = workers.iter().map(|w| w.live.clone()).collect();
+    let faults = drive_faults(&mut server, &proxies, &live, &mut rng, secs).await;
 
     // Heal everything (each fault heals itself; this is belt and braces).
     for proxy in &proxies {
@@ -317,9 +355,12 @@ async fn spawn_worker(url: &str, prefix: &str, seed: u64, secs: u64, keys: &str)
         .expect("a worker did not get ready within 20 s")
         .expect("read worker stdout");
     assert_eq!(ready.as_deref(), Some("ready"), "worker start-up");
+    let live = Arc::new(Live::default());
+    let seen = live.clone();
     let lines = tokio::spawn(async move {
         let mut all = Vec::new();
         while let Ok(Some(line)) = lines.next_line().await {
+            seen.see(&line);
             all.push(line);
         }
         all
@@ -328,6 +369,7 @@ async fn spawn_worker(url: &str, prefix: &str, seed: u64, secs: u64, keys: &str)
         child,
         stdin,
         lines,
+        live,
     }
 }
 
@@ -336,11 +378,13 @@ fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
 }
 
 /// Injects one fault at a time at random moments until 2 s before the end
-/// of the run, each healed before the next; takes a snapshot every 2-4 s
+/// of the run, each healed before the next, a proxy fault mostly at a
+/// process that holds a lock at that moment; takes a snapshot every 2-4 s
 /// for the restarts from a snapshot.
 async fn drive_faults(
     server: &mut FaultServer,
     proxies: &[FaultProxy],
+    live: &[Arc<Live>],
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
@@ -360,7 +404,13 @@ async fn drive_faults(
             snapshot = Some(now_ns());
             next_snapshot = Instant::now() + millis(rng, 2000, 4000);
         }
-        let p = rng.below(PROCESSES as u64) as usize;
+        // Mostly at a process that holds a lock now.
+        let holders: Vec<usize> = (0..PROCESSES).filter(|&i| live[i].holds()).collect();
+        let p = if !holders.is_empty() && rng.below(100) < 70 {
+            holders[rng.below(holders.len() as u64) as usize]
+        } else {
+            rng.below(PROCESSES as u64) as usize
+        };
         let proxy = &proxies[p];
         let start = now_ns();
         let mut fault = Fault {
@@ -1101,4 +1151,200 @@ fn report(history: &History, faults: &[Fault], violations: &[Violation], header:
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------
+// The checker on made-up histories: it must see what it claims to see.
+// ---------------------------------------------------------------------------
+
+/// An event line at `ms` milliseconds.
+fn ev(ms: u64, task: u32, call: u64, parent: u64, kind: &str, fields: &str) -> String {
+    format!(
+        "ev {} {task} {call} {parent} 0 {kind} {fields}",
+        ms * 1_000_000
+    )
+}
+
+/// A renewed 3 s hold of key 0 by `call` from `from` to `to` ms, ended by `end`.
+fn hold(call: u64, fence: u64, from: u64, to: u64, end: &str) -> Vec<String> {
+    vec![
+        ev(
+            from.saturating_sub(1),
+            0,
+            call,
+            0,
+            "begin",
+            "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(
+            from,
+            0,
+            call,
+            0,
+            "acquired",
+            &format!("fence={fence} outer=1"),
+        ),
+        ev(from, 0, call, 0, "body_enter", ""),
+        ev(to, 0, call, 0, end, ""),
+    ]
+}
+
+/// The violation classes the checker finds in these per-process logs.
+fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
+    let outputs: Vec<Vec<String>> = processes
+        .into_iter()
+        .map(|mut lines| {
+            lines.push("stats held=0 waiting=0 tracked=0".to_owned());
+            lines
+        })
+        .collect();
+    let ends = vec![60_000_000_000; outputs.len()];
+    let mut violations = Vec::new();
+    let history = History::parse(&outputs, &ends, 0, &mut violations);
+    check(&history, faults, &mut violations);
+    let mut classes: Vec<&str> = violations.iter().map(|v| v.class).collect();
+    classes.sort_unstable();
+    classes
+}
+
+fn restart_at(ms: u64) -> Fault {
+    Fault {
+        start: ms * 1_000_000,
+        end: ms * 1_000_000 + 1_000_000,
+        what: "restart".to_owned(),
+        loses_data: true,
+        settled: ms * 1_000_000 + ns(RECOVERY),
+        proxy: None,
+        armed: false,
+    }
+}
+
+#[test]
+fn checker_sees_two_holders_at_once() {
+    let found = verdict(
+        vec![
+            hold(1, 10, 100, 300, "released"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert_eq!(found, ["two holders at once"]);
+}
+
+#[test]
+fn checker_accepts_a_holder_told_lost_before_the_next_one_acquires() {
+    let told_in_time = verdict(
+        vec![
+            hold(1, 10, 100, 204, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert!(told_in_time.is_empty(), "{told_in_time:?}");
+    let told_late = verdict(
+        vec![
+            hold(1, 10, 100, 210, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert_eq!(told_late, ["holder told lost too late"]);
+}
+
+#[test]
+fn checker_excuses_data_loss_only_with_a_larger_fence_and_a_prompt_loss() {
+    // Bound: lease / 3 + response timeout + slack = 1405 ms after 200 ms.
+    let excused = verdict(
+        vec![
+            hold(1, 10, 100, 1600, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert!(excused.is_empty(), "{excused:?}");
+    let stale = verdict(
+        vec![
+            hold(1, 10, 100, 1700, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(stale, ["stale holder not told after data loss"]);
+    let reused = verdict(
+        vec![
+            hold(1, 10, 100, 1600, "lost"),
+            hold(1, 9, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(
+        reused,
+        ["fence did not grow", "fence not larger after data loss"]
+    );
+}
+
+#[test]
+fn checker_sees_siblings_inside_at_once_but_not_a_nested_call() {
+    let nested = |call: u64, from: u64, to: u64| {
+        vec![
+            ev(
+                from,
+                0,
+                call,
+                1,
+                "begin",
+                "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+            ),
+            ev(from, 0, call, 1, "acquired", "fence=10 outer=0"),
+            ev(from, 0, call, 1, "body_enter", ""),
+            ev(to, 0, call, 1, "body_exit", "how=done"),
+            ev(to, 0, call, 1, "released", ""),
+        ]
+    };
+    let mut turns = hold(1, 10, 100, 500, "released");
+    turns.extend(nested(2, 200, 300));
+    turns.extend(nested(3, 300, 350));
+    assert!(verdict(vec![turns], &[]).is_empty());
+    let mut together = hold(1, 10, 100, 500, "released");
+    together.extend(nested(2, 200, 300));
+    together.extend(nested(3, 250, 350));
+    assert_eq!(verdict(vec![together], &[]), ["siblings inside at once"]);
+}
+
+#[test]
+fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
+    let waiter = |wait: u64, timed_out: u64| {
+        vec![
+            ev(
+                0,
+                0,
+                1,
+                0,
+                "begin",
+                &format!("api=with wait={wait} bound=0 lease=3000 renew=1 fair=0 lost=abort"),
+            ),
+            ev(
+                timed_out,
+                0,
+                1,
+                0,
+                "timeout",
+                &format!("waited={timed_out}"),
+            ),
+        ]
+    };
+    // Deadline 200 ms + 750 ms of slack; free for under a second.
+    assert!(verdict(vec![waiter(200, 950)], &[]).is_empty());
+    assert_eq!(verdict(vec![waiter(200, 1000)], &[]), ["waiter overslept"]);
+    assert_eq!(
+        verdict(vec![waiter(3000, 3000)], &[]),
+        ["timed out on a free key"]
+    );
+    assert!(verdict(vec![waiter(3000, 3000)], &[restart_at(1000)]).is_empty());
+    // Held all along by another process: a fair timeout.
+    assert!(verdict(
+        vec![waiter(3000, 3000), hold(1, 10, 0, 3100, "released")],
+        &[]
+    )
+    .is_empty());
 }

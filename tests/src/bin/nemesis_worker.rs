@@ -217,8 +217,11 @@ struct Plan {
 }
 
 impl Plan {
-    fn random(rng: &mut Rng, nested: bool) -> Plan {
-        let api = if rng.chance(30) {
+    /// Random options; `sibling`: a `join!` arm, always a `with_lock` (a
+    /// guard is not a call of its own: it belongs to the scope it is taken
+    /// in, which both arms share, so two guards there re-enter each other).
+    fn random(rng: &mut Rng, nested: bool, sibling: bool) -> Plan {
+        let api = if !sibling && rng.chance(30) {
             Api::Guard
         } else {
             Api::With
@@ -278,10 +281,15 @@ type Boxed = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// One locked call on `key` with random options, logged from `begin` to its
 /// final event; nested calls inside its body when it is a `with_lock`.
-fn call(cx: Cx, mut rng: Rng, key: usize, depth: u32) -> Boxed {
+fn call(cx: Cx, rng: Rng, key: usize, depth: u32) -> Boxed {
+    call_as(cx, rng, key, depth, false)
+}
+
+/// [`call`], always a `with_lock` when `sibling` (a `join!` arm).
+fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed {
     Box::pin(async move {
         let ctx = cx.ctx.clone();
-        let plan = Plan::random(&mut rng, depth > 0);
+        let plan = Plan::random(&mut rng, depth > 0, sibling);
         let spec = &ctx.keys[key];
         let rec = Arc::new(Rec {
             task: cx.task,
@@ -467,8 +475,8 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
             }
             60..=71 if nest => {
                 // Siblings: they must take turns.
-                let a = call(cx.clone(), rng.fork(), key, depth + 1);
-                let b = call(cx.clone(), rng.fork(), key, depth + 1);
+                let a = call_as(cx.clone(), rng.fork(), key, depth + 1, true);
+                let b = call_as(cx.clone(), rng.fork(), key, depth + 1, true);
                 tokio::join!(a, b);
             }
             72..=81 if nest && keys > 1 => {
@@ -484,9 +492,9 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
 /// A short stretch of work inside a lock.
 async fn hold(rng: &mut Rng) {
     let d = match rng.below(100) {
-        0..=84 => rng.millis(0, 100),
-        85..=96 => rng.millis(100, 600),
-        _ => rng.millis(600, 1500),
+        0..=69 => rng.millis(0, 100),
+        70..=91 => rng.millis(100, 600),
+        _ => rng.millis(600, 2000),
     };
     tokio::time::sleep(d).await;
 }
