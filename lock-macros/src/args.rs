@@ -5,6 +5,11 @@
 //! checked on its own and all the errors are combined. The key template is kept as a string
 //! literal here; it is checked against the fn's parameters later, in `template.rs`, once the
 //! fn has been parsed.
+//!
+//! Written inside `macro_rules!`, an argument passed in as a fragment (`key = $key` with
+//! `$key:literal` or `$key:expr`) reaches the attribute wrapped in an invisible group, which
+//! syn parses as `Expr::Group`; every value is unwrapped before it is checked, so
+//! `lease = $lease` with `"30s"` is a duration string and not an expression of type `&str`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
@@ -98,9 +103,19 @@ impl Parse for Pair {
             ));
         }
         input.parse::<Token![=]>()?;
-        let value = input.parse()?;
+        let value = ungroup(input.parse()?);
         Ok(Pair { name, value })
     }
+}
+
+/// `value` without the invisible groups `macro_rules!` wraps fragments in (`$key:literal`,
+/// `$lease:expr`, `$krate:path`), however deeply nested (a fragment passed on through several
+/// macros has one group per macro).
+fn ungroup(mut value: Expr) -> Expr {
+    while let Expr::Group(group) = value {
+        value = *group.expr;
+    }
+    value
 }
 
 /// The pairs of an attribute, as written.
@@ -330,7 +345,7 @@ fn crate_arg(value: Expr) -> syn::Result<Path> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use quote::quote;
+    use quote::{quote, ToTokens};
 
     fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
         let mut errors = None;
@@ -469,6 +484,37 @@ mod tests {
     #[test]
     fn a_name_without_value_is_a_syntax_error() {
         assert!(errors(quote!(key))[0].contains("expected `key = …`"));
+    }
+
+    #[test]
+    fn macro_rules_fragments_are_unwrapped() {
+        // `$x:literal` and `$x:expr` fragments arrive in invisible groups, one per macro.
+        let group = |tokens: proc_macro2::TokenStream| {
+            proc_macro2::Group::new(proc_macro2::Delimiter::None, tokens)
+        };
+        let key = group(quote!("order:<id>"));
+        let lease = group(group(quote!("30s")).into_token_stream());
+        let (renew, fair, lost) = (
+            group(quote!(false)),
+            group(quote!(true)),
+            group(quote!("continue")),
+        );
+        let krate = group(quote!(::my_locks));
+        let args = parse(quote!(
+            key = #key, lease = #lease, wait = #lease, watchdog = #renew, fair = #fair,
+            on_lost = #lost, crate = #krate
+        ))
+        .unwrap();
+        assert_eq!(args.key.unwrap().value(), "order:<id>");
+        assert!(matches!(args.lease, Some(DurationArg::Millis(30_000, _))));
+        assert!(matches!(args.wait, Some(DurationArg::Millis(30_000, _))));
+        assert_eq!((args.watchdog, args.fair), (Some(false), Some(true)));
+        assert_eq!(args.on_lost, Some(OnLost::Continue));
+        let expr = group(quote!(Duration::from_secs(1)));
+        let args = parse(quote!(key = "k", lease = #expr)).unwrap();
+        assert!(
+            matches!(args.lease, Some(DurationArg::Expr(expr)) if matches!(*expr, Expr::Call(_)))
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{FnArg, Pat, ReturnType, Signature};
+use syn::{FnArg, Ident, Pat, ReturnType, Signature};
 
 use crate::args::{push, Args, DurationArg, OnLost};
+use crate::generated;
 use crate::item::{self, AsyncTraitBody, LockFn};
+use crate::rebind::{self, Rebinding};
 use crate::template::{Params, Template};
 
 /// Expands `#[distributed_lock(args)] item`, or returns every error found in both.
@@ -36,17 +38,25 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         None => item::async_trait_body(&lock_fn.body),
     };
     if sig.asyncness.is_none() && async_trait.is_none() {
-        push(
-            &mut errors,
-            syn::Error::new(
-                sig.fn_token.span,
-                format!(
-                    "#[distributed_lock] needs an `async fn`: the lock is held across the body's \
-                     `.await`s and released when it completes; write `async fn {}`",
-                    sig.ident
-                ),
-            ),
-        );
+        let message = if item::blocks_on_async_block(&lock_fn.body) {
+            // The user wrote `async fn`, and an attribute above this one (`#[tokio::test]`,
+            // `#[tokio::main]`) expanded first and turned it into a blocking fn.
+            format!(
+                "#[distributed_lock] got `{name}` as a blocking `fn` that runs an async block \
+                 with `block_on`: an attribute above it (such as #[tokio::test] or \
+                 #[tokio::main]) expanded first and made the `async fn` non-async; put \
+                 #[distributed_lock] above that attribute, so that it runs first and locks the \
+                 `async fn` itself",
+                name = sig.ident
+            )
+        } else {
+            format!(
+                "#[distributed_lock] needs an `async fn`: the lock is held across the body's \
+                 `.await`s and released when it completes; write `async fn {}`",
+                sig.ident
+            )
+        };
+        push(&mut errors, syn::Error::new(sig.fn_token.span, message));
     }
     let output = match (&async_trait, &sig.output) {
         // After #[async_trait] the declared type is `Pin<Box<dyn Future<Output = T> …>>`.
@@ -97,12 +107,12 @@ fn generate(
         (None, ReturnType::Default) => None,
     }
     .unwrap_or_else(Span::call_site);
+    let at_output = generated(output_span);
     let krate = match &args.krate {
         Some(path) => path.to_token_stream(),
         None => quote!(::lock_runtime),
     };
-    let locked = respan(quote!(#krate::__private::locked), output_span);
-    let key = template.to_key_expr();
+    let locked = relocate(quote!(#krate::__private::locked), output_span);
     let options = options(args, &krate);
 
     let new_body = match async_trait {
@@ -112,19 +122,21 @@ fn generate(
             pin,
             future,
         }) => {
-            let call = quote_spanned!(output_span=> #locked(#key, #options, #future).await);
+            let key = template.to_key_expr(&bound_names(&sig));
+            let call = quote_spanned!(at_output=> #locked(#key, #options, #future).await);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
             }
         }
         None => {
-            let rebinds = rebind_parameters(&mut sig, template);
+            let Rebinding { stmts, names } = rebind::rebind(&mut sig, template);
+            let key = template.to_key_expr(&names);
             let hint = return_type_hint(&sig);
-            quote_spanned! {output_span=>
+            quote_spanned! {at_output=>
                 #locked(#key, #options, async move {
                     #hint
-                    #(#rebinds)*
+                    #(#stmts)*
                     #body
                 })
                 .await
@@ -140,17 +152,33 @@ fn generate(
     }
 }
 
-/// `tokens` with every token (nested ones included) spanned at `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+/// The parameters `sig` binds to a name, `self` included.
+fn bound_names(sig: &Signature) -> Vec<Ident> {
+    sig.inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Receiver(receiver) => Some(Ident::from(receiver.self_token)),
+            FnArg::Typed(typed) => match &*typed.pat {
+                Pat::Ident(pat) => Some(pat.ident.clone()),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+/// `tokens` (nested ones included) located at `span`, each keeping its own hygiene: the
+/// macro's own tokens stay the macro's, and a path the user gave (`crate = "crate::locks"`,
+/// or `$crate::locks` from a `macro_rules!`) still resolves where the user wrote it.
+fn relocate(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tree| {
             if let TokenTree::Group(group) = &tree {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
+                let mut inner = Group::new(group.delimiter(), relocate(group.stream(), span));
+                inner.set_span(group.span().located_at(span));
                 tree = TokenTree::Group(inner);
             }
-            tree.set_span(span);
+            tree.set_span(tree.span().located_at(span));
             tree
         })
         .collect()
@@ -164,14 +192,18 @@ fn options(args: &Args, krate: &TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
     let duration = |arg: &DurationArg| match arg {
         DurationArg::Millis(millis, span) => {
-            let millis = syn::LitInt::new(&format!("{millis}u64"), *span);
-            quote!(::core::option::Option::Some(#private::Duration::from_millis(#millis)))
+            let at = generated(*span);
+            let millis = syn::LitInt::new(&format!("{millis}u64"), at);
+            quote_spanned! {at=>
+                ::core::option::Option::Some(#private::Duration::from_millis(#millis))
+            }
         }
         // Bound to a typed `let` so a wrong type reads "expected `Duration`" at the expression.
         DurationArg::Expr(expr) => {
+            let at = generated(expr.span());
             let value = syn::Ident::new("__lock_duration", Span::mixed_site());
-            let ty = respan(quote!(#private::Duration), expr.span());
-            quote_spanned! {expr.span()=>
+            let ty = relocate(quote!(#private::Duration), expr.span());
+            quote_spanned! {at=>
                 ::core::option::Option::Some({
                     let #value: #ty = #expr;
                     #value
@@ -201,62 +233,31 @@ fn options(args: &Args, krate: &TokenStream) -> TokenStream {
     if let Some(fair) = args.fair {
         fields.push(quote!(fair: ::core::option::Option::Some(#fair)));
     }
-    if fields.is_empty() {
-        return quote!(#private::Options::DEFAULT);
+    let mut options = quote!(#private::Options::DEFAULT);
+    // `..DEFAULT` always stays, so that a field the runtime adds later gets its default. With
+    // every field given, one struct expression listing them all would make clippy call the
+    // update needless (`needless_update`, which looks at generated code too); the last field
+    // then goes in an outer one: `Options { fair, ..Options { lease, …, ..DEFAULT } }`.
+    let outer = if fields.len() >= OPTION_FIELDS {
+        fields.pop()
+    } else {
+        None
+    };
+    if !fields.is_empty() {
+        options = quote!(#private::Options { #(#fields,)* ..#options });
     }
-    let options = quote!(#private::Options { #(#fields,)* ..#private::Options::DEFAULT });
-    if fields.len() < OPTION_FIELDS {
-        return options;
+    if let Some(field) = outer {
+        options = quote!(#private::Options { #field, ..#options });
     }
-    // Every field is given, so clippy calls `..DEFAULT` needless; it stays, so that a field the
-    // runtime adds later still gets its default, and the lint is allowed on a `let`.
-    let binding = syn::Ident::new("__lock_options", Span::mixed_site());
-    quote!({
-        #[allow(clippy::needless_update)]
-        let #binding = #options;
-        #binding
-    })
-}
-
-/// `let x = x;` for every by-value parameter bound to a name, as a native `async fn` does:
-/// the body's block takes every parameter, so they are dropped at its end, in reverse order,
-/// after the body's locals, while the lock is still held. `mut` moves from the signature to
-/// the rebinding (where the mutation happens; left in the signature it would be unused).
-/// `self` cannot be rebound: `let _ = &self;` makes the block take all of it (not only the
-/// fields the body touches). A parameter only the key reads is not unused, so its rebinding
-/// does not warn.
-fn rebind_parameters(sig: &mut Signature, template: &Template) -> Vec<TokenStream> {
-    let mut rebinds = Vec::new();
-    for input in &mut sig.inputs {
-        let typed = match input {
-            FnArg::Receiver(receiver) => {
-                let self_token = &receiver.self_token;
-                rebinds.push(quote!(let _ = &#self_token;));
-                continue;
-            }
-            FnArg::Typed(typed) => typed,
-        };
-        let Pat::Ident(pat) = &mut *typed.pat else {
-            continue;
-        };
-        if pat.by_ref.is_some() || pat.subpat.is_some() {
-            continue;
-        }
-        let ident = &pat.ident;
-        let allow = template
-            .roots()
-            .any(|root| ident == root)
-            .then(|| quote!(#[allow(unused_variables)]));
-        let mutability = pat.mutability.take();
-        rebinds.push(quote!(#allow let #mutability #ident = #ident;));
-    }
-    rebinds
+    options
 }
 
 /// A never-taken `return` of the declared type at the top of the body's block, so that the
 /// block's output type is known before the body is checked: `?` then converts errors into
 /// the declared error type (`io::Error` into `anyhow::Error`) with no annotation from the user.
-/// Spanned at the return type, so a mismatch points at the signature.
+/// Located at the return type, so a mismatch points at the signature; the tokens are the
+/// macro's, so lints (`unreachable_code` after a body that diverges) leave them alone and no
+/// allowance is needed.
 fn return_type_hint(sig: &Signature) -> TokenStream {
     let ReturnType::Type(_, ty) = &sig.output else {
         return TokenStream::new();
@@ -266,8 +267,7 @@ fn return_type_hint(sig: &Signature) -> TokenStream {
         return TokenStream::new();
     }
     let ret = syn::Ident::new("__lock_ret", Span::mixed_site());
-    quote_spanned! {ty.span()=>
-        #[allow(unreachable_code, clippy::needless_return)]
+    quote_spanned! {generated(ty.span())=>
         if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#ty> {
             return #ret;
         }
@@ -312,12 +312,11 @@ mod tests {
                         ..::lock_runtime::__private::Options::DEFAULT
                     },
                     async move {
-                        #[allow(unreachable_code, clippy::needless_return)]
                         if let ::core::option::Option::Some(__lock_ret) = ::core::option::Option::None::<Result<R, E> > {
                             return __lock_ret;
                         }
-                        #[allow(unused_variables)]
                         let id = id;
+                        let _ = &id;
                         let mut amount = amount;
                         { amount += 1; Ok(R) }
                     }
@@ -347,7 +346,8 @@ mod tests {
         );
         assert!(
             out.contains(
-                "my :: locks :: __private :: locked (:: std :: string :: String :: from (\"k\")"
+                "my :: locks :: __private :: locked (< :: std :: string :: String as :: core :: \
+                 convert :: From < & str >> :: from (\"k\")"
             ),
             "{out}"
         );
@@ -409,7 +409,14 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains("let _ = & self ; { Ok (()) }"), "{out}");
+        assert!(
+            out.contains("(self : Arc < Self > , (__arg1) : u8)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("let _ = & self ; let __arg1 = __arg1 ; { Ok (()) }"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -429,14 +436,22 @@ mod tests {
                 }
             ),
         );
-        assert!(
-            out.contains("# [allow (clippy :: needless_update)]"),
-            "{out}"
-        );
-        assert!(
-            out.contains(".. :: lock_runtime :: __private :: Options :: DEFAULT"),
-            "{out}"
-        );
+        // No struct expression lists every field (clippy's `needless_update`), and no lint
+        // is allowed.
+        let nested = quote! {
+            ::lock_runtime::__private::Options {
+                fair: ::core::option::Option::Some(true),
+                ..::lock_runtime::__private::Options {
+                    lease: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
+                    wait: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
+                    watchdog: true,
+                    on_lost: ::lock_runtime::__private::OnLost::Abort,
+                    ..::lock_runtime::__private::Options::DEFAULT
+                }
+            }
+        };
+        assert!(out.contains(&nested.to_string()), "{out}");
+        assert!(!out.contains("allow"), "{out}");
     }
 
     #[test]

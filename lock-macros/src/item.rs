@@ -149,6 +149,37 @@ pub(crate) fn async_trait_body(body: &Group) -> Option<AsyncTraitBody> {
     }
 }
 
+/// True when `body` looks like the output of a runtime's entry-point attribute: an `async`
+/// block and a `block_on` call (`#[tokio::test]` and `#[tokio::main]` write
+/// `let body = async { … }; … .block_on(body)`, async-std and actix similar bodies). Only
+/// asked for fns that are not `async`, to explain why they are not.
+pub(crate) fn blocks_on_async_block(body: &Group) -> bool {
+    fn find(tokens: TokenStream, found: &mut (bool, bool)) {
+        let mut tokens = tokens.into_iter().peekable();
+        while let Some(tree) = tokens.next() {
+            match tree {
+                TokenTree::Ident(ident) if ident == "async" => {
+                    let block_follows = match tokens.peek() {
+                        Some(TokenTree::Group(group)) => group.delimiter() == Delimiter::Brace,
+                        Some(TokenTree::Ident(next)) => next == "move",
+                        _ => false,
+                    };
+                    found.0 |= block_follows;
+                }
+                TokenTree::Ident(ident) if ident == "block_on" => {
+                    found.1 |= matches!(tokens.peek(), Some(TokenTree::Group(group))
+                        if group.delimiter() == Delimiter::Parenthesis);
+                }
+                TokenTree::Group(group) => find(group.stream(), found),
+                _ => {}
+            }
+        }
+    }
+    let mut found = (false, false);
+    find(body.stream(), &mut found);
+    found == (true, true)
+}
+
 /// `T` in the `Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` that `#[async_trait]`
 /// gives as the return type.
 pub(crate) fn async_trait_output(output: &ReturnType) -> Option<&Type> {
@@ -394,6 +425,33 @@ mod tests {
         assert!(async_trait_body(&body).is_none());
         let body = Group::new(Delimiter::Brace, quote!(foo(async move { 1 })));
         assert!(async_trait_body(&body).is_none());
+    }
+
+    #[test]
+    fn runtime_entry_point_bodies_are_recognised() {
+        let body = |tokens| Group::new(Delimiter::Brace, tokens);
+        // What #[tokio::test] writes.
+        assert!(blocks_on_async_block(&body(quote! {
+            let body = async { Ok(()) };
+            ::tokio::pin!(body);
+            let body: ::core::pin::Pin<&mut dyn ::core::future::Future<Output = R>> = body;
+            #[allow(clippy::expect_used)]
+            {
+                return tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("Failed building the Runtime")
+                    .block_on(body);
+            }
+        })));
+        assert!(blocks_on_async_block(&body(quote!(
+            async_std::task::block_on(async move { f().await })
+        ))));
+        assert!(!blocks_on_async_block(&body(quote!(Ok(id)))));
+        assert!(!blocks_on_async_block(&body(quote!(rt.block_on(fut)))));
+        assert!(!blocks_on_async_block(&body(
+            quote!(let r#async = 1; block_on(r#async))
+        )));
     }
 
     #[test]

@@ -49,6 +49,7 @@
 //!             // Take every argument, as a native `async fn` does: they drop at the end of
 //!             // the body, in reverse order, while the lock is still held.
 //!             let id = id;
+//!             let _ = &id; // the key reads `id`: a use, even if the body makes none
 //!             let amount = amount;
 //!             {
 //!                 // body
@@ -61,11 +62,26 @@
 //! }
 //! ```
 //!
-//! Attributes, doc comments, visibility, generics, `where` clauses and the signature are kept
-//! (only `mut` on a by-value parameter moves to its rebinding in the body). The body's
-//! `return` and `?` return from the `async move` block, which is the body future, so they
-//! work as in the original fn. Nothing is allocated besides the key string: the body future
-//! is not boxed, and it is `Send` exactly when the original fn's future was.
+//! Attributes, doc comments, visibility, generics, `where` clauses and the signature are kept,
+//! except where the body has to take a parameter the signature cannot hand over by name (see
+//! `rebind.rs`): `mut` on a by-value parameter moves to its rebinding in the body; a `_` or
+//! destructuring parameter is bound to a hygienic `(__argN)` (moved, then destructured in the
+//! body, as rustc itself lowers an `async fn`); a `_x` parameter's name becomes hygienic; an
+//! `#[expect]` on a parameter moves to its binding in the body (the parameter keeps it as an
+//! `#[allow]`). The body's `return` and `?` return from the `async move` block, which is the
+//! body future, so they work as in the original fn. Nothing is allocated besides the key
+//! string: the body future is not boxed, and it is `Send` exactly when the original fn's
+//! future was.
+//!
+//! The tokens the macro writes are located at the user's tokens they concern (the return
+//! type, the key, a duration) but carry the macro's hygiene (`Span::call_site().located_at(…)`):
+//! errors point at the user's code, while lints (`unused_qualifications`, `unreachable_code`,
+//! clippy's pedantic ones) see generated code and leave it alone. The expansion allows no lint
+//! (a crate's `#![forbid(…)]` would turn an allowance into an error) and names everything by
+//! its full path (it compiles under `#[no_implicit_prelude]`). Arguments passed into a
+//! `macro_rules!` as fragments (`key = $key`) are unwrapped from the invisible groups they
+//! arrive in, and a key's placeholders resolve as the parameters they name, wherever the key
+//! and the parameters were written.
 //!
 //! Inside an `#[async_trait]` impl, async-trait expands first and hands the attribute a
 //! method whose body is `Box::pin(async move { … })`; the attribute then runs that inner
@@ -79,7 +95,8 @@
 //! `args.rs` parses the arguments into `Args`; `item.rs` parses the fn (signature only; the
 //! body stays raw tokens, so a typo in it is reported by rustc at the typo) and checks its
 //! shape; `template.rs` parses the key and checks it against the parameters; `duration.rs`
-//! parses `"1m30s"`; `expand.rs` writes the new fn; `suggest.rs` finds "did you mean" names.
+//! parses `"1m30s"`; `expand.rs` writes the new fn, with `rebind.rs` moving the parameters
+//! into its body; `suggest.rs` finds "did you mean" names.
 
 use proc_macro::TokenStream;
 use quote::ToTokens;
@@ -88,6 +105,7 @@ mod args;
 mod duration;
 mod expand;
 mod item;
+mod rebind;
 mod suggest;
 mod template;
 
@@ -118,6 +136,22 @@ mod template;
 /// body runs, so no argument is cloned or moved. `<<` is a literal `<`; `{`, `}` and `>` are
 /// literal text. A placeholder must start at a named parameter (not a binding inside a
 /// destructuring pattern).
+///
+/// **Parameters** are dropped as a native `async fn` drops them, and while the lock is held:
+/// every parameter (named, `_`, `_x`, destructured, by-value `self`) moves into the body and
+/// is dropped at its end, after the body's own locals, in reverse order of declaration
+/// (a destructured parameter's bindings first, then what the pattern left in it). So a
+/// guard or a connection passed in is released before the lock is. A parameter's `cfg` and
+/// lint attributes (`#[cfg(feature = "x")]`, `#[allow(unused_variables)]`, `#[expect(…)]`)
+/// apply to the binding the body uses. rustdoc shows a `_` or destructuring parameter as
+/// `__argN`: the signature binds it to that name so that the body can take it.
+///
+/// **Other attributes** expand in order, top first. Put `#[distributed_lock]` above an
+/// attribute that turns the `async fn` into something else (`#[tokio::test]`,
+/// `#[tokio::main]`), so that it locks the `async fn` before the other one makes it
+/// blocking. `#[tracing::instrument]` works above it (its span is then inside the lock) and
+/// below it (its span then covers the wait for the lock too; below, it records no field for a
+/// destructuring parameter, as for `_`).
 ///
 /// **Durations** are checked at compile time: units `ms`, `s`, `m`, `h`, combined from the
 /// largest (`"1h30m"`, `"1s500ms"`). A lease is between 10ms and 24h.
@@ -311,8 +345,9 @@ mod template;
 ///
 /// A missing `key`; an unknown or repeated argument; a placeholder that names no parameter,
 /// is empty or unclosed, or starts inside a destructured parameter; a malformed duration, a
-/// lease out of range; a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async`, has no
-/// body, or returns something that is not a `Result`; the attribute on anything but a fn.
+/// lease out of range; a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async`
+/// (also one that an attribute above this one already made blocking), has no body, or
+/// returns something that is not a `Result`; the attribute on anything but a fn.
 /// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
 /// return type.
 #[proc_macro_attribute]
@@ -326,6 +361,14 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
             quote::quote!(#item #errors).into()
         }
     }
+}
+
+/// A span for a token the macro writes at `at`: located there (so an error about it points
+/// at the user's token), resolved at the call site, and marked as the macro's own, so that
+/// lints (`unused_qualifications`, `unreachable_code`, clippy's) treat it as generated code
+/// and leave the user's code alone.
+pub(crate) fn generated(at: proc_macro2::Span) -> proc_macro2::Span {
+    proc_macro2::Span::call_site().located_at(at)
 }
 
 /// Tokens as a person writes them, for messages: `Option<u8>`, not `Option < u8 >`.

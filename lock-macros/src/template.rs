@@ -5,11 +5,19 @@
 //! place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
 //! key is built without cloning or moving any argument, before the body takes them.
 //!
+//! Spans: the generated tokens sit at the key literal, so an error about a value (a field that
+//! does not exist, a type that is not `Display`) points at the key; they are the macro's own
+//! tokens there (`Span::call_site().located_at(key)`), so lints treat them as generated code.
+//! A placeholder's parameter name resolves as the parameter in the signature does (its span's
+//! hygiene, located at the key), which is what makes a key passed into `macro_rules!` as a
+//! fragment find a parameter the macro wrote, and the other way round. Field names keep the
+//! key's own span, for rustc's list of the available fields.
+//!
 //! Syntax: `<name>` or `<name.field.0>` formats a parameter (or a field of it) with `Display`;
 //! `<<` is a literal `<`; everything else, `{`, `}` and `>` included, is literal text.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, ToTokens};
+use quote::{quote_spanned, ToTokens};
 use syn::{FnArg, Ident, Member, Pat, Signature};
 
 use crate::suggest;
@@ -196,7 +204,7 @@ fn bindings(pattern: &Pat, names: &mut Vec<String>) {
 #[derive(Debug)]
 pub(crate) struct Template {
     segments: Vec<Segment>,
-    /// The key literal: every generated token takes its span, so errors about a value
+    /// The key literal: every generated token is located there, so errors about a value
     /// (a field that does not exist, a type that is not `Display`) point at the key.
     span: Span,
 }
@@ -256,50 +264,61 @@ impl Template {
     }
 
     /// The expression that builds the key: `::std::format!("order:{}", id)`, or
-    /// `String::from("jobs")` for a key without placeholders.
-    pub(crate) fn to_key_expr(&self) -> TokenStream {
+    /// `<String as From<&str>>::from("jobs")` for a key without placeholders (fully qualified,
+    /// so that it compiles under `#[no_implicit_prelude]`). `params` are the parameters as the
+    /// signature binds them (`self` included): a placeholder's name resolves as they do.
+    pub(crate) fn to_key_expr(&self, params: &[Ident]) -> TokenStream {
+        let span = crate::generated(self.span);
         if let [Segment::Text(text)] = self.segments.as_slice() {
-            let text = syn::LitStr::new(text, self.span);
-            return quote!(::std::string::String::from(#text));
+            let text = syn::LitStr::new(text, span);
+            return quote_spanned! {span=>
+                <::std::string::String as ::core::convert::From<&str>>::from(#text)
+            };
         }
-        let format = syn::LitStr::new(&self.format_string(), self.span);
+        let format = syn::LitStr::new(&self.format_string(), span);
         let values = self.segments.iter().filter_map(|segment| match segment {
-            Segment::Value(placeholder) => Some(self.value_expr(placeholder)),
+            Segment::Value(placeholder) => Some(self.value_expr(placeholder, params)),
             Segment::Text(_) => None,
         });
-        quote!(::std::format!(#format #(, #values)*))
+        quote_spanned!(span=> ::std::format!(#format #(, #values)*))
     }
 
-    /// `root.field.0`, every token at the key's span (call-site hygiene, so `root` resolves
-    /// to the user's parameter).
-    fn value_expr(&self, placeholder: &Placeholder) -> TokenStream {
-        let span = self.span;
-        let mut tokens = if placeholder.root == "self" {
-            quote::quote_spanned!(span=> self)
-        } else {
-            match syn::parse_str::<Ident>(&placeholder.root) {
+    /// `root.field.0`, at the key literal; `root` resolves to the parameter of that name in
+    /// `params`.
+    fn value_expr(&self, placeholder: &Placeholder, params: &[Ident]) -> TokenStream {
+        let span = crate::generated(self.span);
+        let root = match params.iter().find(|param| **param == placeholder.root) {
+            Some(param) => {
+                let mut root = param.clone();
+                root.set_span(param.span().located_at(self.span));
+                root.into_token_stream()
+            }
+            // Unreachable: `Template::new` checked every placeholder against the parameters.
+            None => match syn::parse_str::<Ident>(&placeholder.root) {
                 Ok(mut ident) => {
-                    ident.set_span(span);
+                    ident.set_span(self.span);
                     ident.into_token_stream()
                 }
-                // Unreachable: `parse` accepted only identifiers.
                 Err(error) => error.to_compile_error(),
-            }
+            },
         };
+        let mut tokens = root;
         for field in &placeholder.fields {
+            // Field names keep the key's own span: rustc then lists the available fields
+            // when one does not exist (it says nothing for a generated token).
             let member = match syn::parse_str::<Member>(field) {
                 Ok(Member::Named(mut ident)) => {
-                    ident.set_span(span);
+                    ident.set_span(self.span);
                     Member::Named(ident)
                 }
                 Ok(Member::Unnamed(index)) => Member::Unnamed(syn::Index {
                     index: index.index,
-                    span,
+                    span: self.span,
                 }),
                 // Unreachable: `parse` accepted only members.
                 Err(error) => return error.to_compile_error(),
             };
-            tokens.extend(quote::quote_spanned!(span=> . #member));
+            tokens.extend(quote_spanned!(span=> . #member));
         }
         tokens
     }
@@ -309,6 +328,7 @@ impl Template {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use quote::quote;
 
     fn text(s: &str) -> Segment {
         Segment::Text(s.to_owned())
@@ -387,7 +407,8 @@ mod tests {
             "fn f(&self, id: u64, p: (u8, u8))",
         )
         .unwrap();
-        let expr = t.to_key_expr().to_string();
+        let params = ["self", "id", "p"].map(|name| Ident::new(name, Span::call_site()));
+        let expr = t.to_key_expr(&params).to_string();
         assert_eq!(
             expr,
             ":: std :: format ! (\"o:{}:{}:{}\" , id , self . tenant , p . 0)"
@@ -398,8 +419,9 @@ mod tests {
     fn literal_keys_skip_format() {
         let t = template("jobs<<{x}", "fn f()").unwrap();
         assert_eq!(
-            t.to_key_expr().to_string(),
-            ":: std :: string :: String :: from (\"jobs<{x}\")"
+            t.to_key_expr(&[]).to_string(),
+            quote!(<::std::string::String as ::core::convert::From<&str>>::from("jobs<{x}"))
+                .to_string()
         );
     }
 

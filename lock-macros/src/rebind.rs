@@ -1,0 +1,316 @@
+//! How the locked body takes the fn's parameters: the statements at the top of its block.
+//!
+//! A native `async fn` moves every parameter into its body future, and the body drops them at
+//! its end, after its own locals, in reverse order of declaration. rustc lowers
+//! `async fn f(a: A, _: B, (c, d): (C, D))` to a fn with parameters `a, __arg1, __arg2` whose
+//! future starts with `let a = a; let __arg1 = __arg1; let __arg2 = __arg2; let (c, d) = __arg2;`.
+//! The attribute does the same inside the block it runs under the lock, so every parameter
+//! (named, `_`, destructured) is dropped there, in that order, while the lock is held:
+//!
+//! - `x` and `mut x`: `let mut x = x;` (`mut` moves from the signature to where the mutation
+//!   happens; left in the signature it would be unused).
+//! - `_` and patterns (`(a, b)`, `Point { x, .. }`, `ref r`, `v @ Some(_)`): the signature binds
+//!   a hygienic `__argN` instead, moved first, then destructured: `let __argN = __argN;
+//!   let (a, b) = __argN;`. rustdoc shows `__argN` for such a parameter. The name is written
+//!   in parentheses, `(__argN): T`, which is the same pattern: an attribute below this one that
+//!   records parameters by name (`#[tracing::instrument]`, which formats each with `Debug`)
+//!   skips it as it skips `_` and does not require `T: Debug` of a parameter the user never
+//!   named.
+//! - `_x`: the signature's `_x` becomes hygienic (invisible to the body, shown as `_x` by
+//!   rustdoc), and the body binds the user's `_x` from it through a block,
+//!   `let _x = { _x };`: clippy's `used_underscore_binding` and `no_effect_underscore_binding`
+//!   exempt rustc's own lowering of `let _x = _x;` but not a macro's, and they do not look
+//!   through the block.
+//! - `self` cannot be rebound: `let _ = &self;` makes the block take all of it (not only the
+//!   fields the body touches).
+//!
+//! A parameter's `cfg` and lint attributes go with it onto the statements that bind it
+//! (`#[cfg(feature = "x")] extra: u64` has no rebinding when configured away;
+//! `#[allow(unused_variables)] p: u64` reaches the binding the body uses). An `#[expect]`
+//! moves: the binding in the body is where the lint fires, and the parameter (which the
+//! rebinding uses) keeps it as an `#[allow]`.
+//!
+//! No lint is allowed by the expansion: a parameter only the key reads is used once more
+//! (`let _ = &id;`) instead of being covered by `#[allow(unused_variables)]`, which a crate's
+//! `#![forbid(unused_variables)]` would turn into an error.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote_spanned, ToTokens};
+use syn::punctuated::Punctuated;
+use syn::{token, Attribute, FnArg, Ident, Meta, Pat, PatIdent, PatParen, Signature, Token};
+
+use crate::generated;
+use crate::template::Template;
+
+/// The statements that move the parameters into the body, and the names the signature binds.
+pub(crate) struct Rebinding {
+    /// Statements for the top of the body's block, in parameter order.
+    pub stmts: Vec<TokenStream>,
+    /// Every parameter bound to a name (`self` included) as the signature now binds it: the
+    /// key reads them by these idents.
+    pub names: Vec<Ident>,
+}
+
+/// Rewrites the parameters of `sig` where the body has to take them (see the module docs)
+/// and returns the statements that do it.
+pub(crate) fn rebind(sig: &mut Signature, template: &Template) -> Rebinding {
+    let mut stmts = Vec::new();
+    let mut names = Vec::new();
+    for (index, input) in sig.inputs.iter_mut().enumerate() {
+        let typed = match input {
+            FnArg::Receiver(receiver) => {
+                let self_token = receiver.self_token;
+                let span = generated(self_token.span);
+                stmts.push(quote_spanned!(span=> let _ = &#self_token;));
+                names.push(Ident::from(self_token));
+                continue;
+            }
+            FnArg::Typed(typed) => typed,
+        };
+        let carried = Carried::of(&mut typed.attrs);
+        let Carried { cfg, all } = &carried;
+        match &mut *typed.pat {
+            Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                let user = pat.ident.clone();
+                let mutability = pat.mutability.take();
+                let span = generated(user.span());
+                if user.to_string().trim_start_matches("r#").starts_with('_') {
+                    let mut hidden = user.clone();
+                    hidden.set_span(Span::mixed_site().located_at(user.span()));
+                    pat.ident = hidden.clone();
+                    stmts.push(quote_spanned! {span=>
+                        #(#all)* let #mutability #user = { #hidden };
+                    });
+                    names.push(hidden);
+                } else {
+                    stmts.push(quote_spanned! {span=>
+                        #(#all)* let #mutability #user = #user;
+                    });
+                    // The key reads it: a use, as the parameter was used.
+                    if template.roots().any(|root| user == root) {
+                        stmts.push(quote_spanned!(span=> #(#cfg)* let _ = &#user;));
+                    }
+                    names.push(user);
+                }
+            }
+            pattern => {
+                let span = generated(
+                    pattern
+                        .to_token_stream()
+                        .into_iter()
+                        .next()
+                        .map_or_else(Span::call_site, |token| token.span()),
+                );
+                let hidden = format_ident!("__arg{}", index, span = Span::mixed_site());
+                let binding = Pat::Ident(PatIdent {
+                    attrs: Vec::new(),
+                    by_ref: None,
+                    mutability: None,
+                    ident: hidden.clone(),
+                    subpat: None,
+                });
+                let pattern = std::mem::replace(
+                    pattern,
+                    Pat::Paren(PatParen {
+                        attrs: Vec::new(),
+                        paren_token: token::Paren(span),
+                        pat: Box::new(binding),
+                    }),
+                );
+                stmts.push(quote_spanned!(span=> #(#cfg)* let #hidden = #hidden;));
+                if !matches!(pattern, Pat::Wild(_)) {
+                    stmts.push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+                }
+            }
+        }
+    }
+    Rebinding { stmts, names }
+}
+
+/// The attributes of one parameter that its generated statements carry.
+struct Carried {
+    /// `#[cfg(…)]`: on every statement generated for the parameter.
+    cfg: Vec<Attribute>,
+    /// `cfg`, `cfg_attr` and lint levels: on the statement that binds the user's names.
+    all: Vec<Attribute>,
+}
+
+impl Carried {
+    /// Collects the attributes to carry and turns the parameter's own `#[expect]`s into
+    /// `#[allow]`s (the expectation moves to the binding in the body).
+    fn of(attrs: &mut [Attribute]) -> Carried {
+        let mut carried = Carried {
+            cfg: Vec::new(),
+            all: Vec::new(),
+        };
+        for attr in attrs {
+            let path = attr.path();
+            if path.is_ident("cfg") {
+                carried.cfg.push(attr.clone());
+                carried.all.push(attr.clone());
+            } else if ["cfg_attr", "allow", "warn", "deny", "forbid", "expect"]
+                .iter()
+                .any(|name| path.is_ident(name))
+            {
+                carried.all.push(attr.clone());
+                expect_as_allow(&mut attr.meta);
+            }
+        }
+        carried
+    }
+}
+
+/// `expect(…)` → `allow(…)`, also inside `cfg_attr(predicate, …)`.
+fn expect_as_allow(meta: &mut Meta) {
+    let Meta::List(list) = meta else { return };
+    if list.path.is_ident("expect") {
+        let span = list.path.segments[0].ident.span();
+        list.path = Ident::new("allow", span).into();
+    } else if list.path.is_ident("cfg_attr") {
+        let parser = Punctuated::<Meta, Token![,]>::parse_terminated;
+        let Ok(mut metas) = list.parse_args_with(parser) else {
+            return;
+        };
+        // The first is the predicate; the rest are attributes.
+        metas.iter_mut().skip(1).for_each(expect_as_allow);
+        list.tokens = metas.into_token_stream();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    /// The fn with its rewritten signature and the rebinding statements as its body, and
+    /// the names the key reads.
+    fn rebound(sig: &str, key: &str) -> (String, Vec<String>) {
+        let mut sig: Signature = syn::parse_str(sig).unwrap();
+        let params = crate::template::Params::of(&sig);
+        let template = Template::new(key, Span::call_site(), &params, &sig.ident).unwrap();
+        let Rebinding { stmts, names } = rebind(&mut sig, &template);
+        let names = names.iter().map(ToString::to_string).collect();
+        (written(quote!(#sig { #(#stmts)* })), names)
+    }
+
+    /// `item` as a string, without a trailing comma after the parameters (rustfmt adds one
+    /// to the expected fns).
+    fn written(item: TokenStream) -> String {
+        let mut item: syn::ItemFn = syn::parse2(item).unwrap();
+        item.sig.inputs.pop_punct();
+        item.to_token_stream().to_string()
+    }
+
+    #[test]
+    fn named_parameters_are_moved_into_the_body() {
+        let (out, names) = rebound("fn f(id: u64, mut amount: u64)", "k");
+        let expected = quote!(
+            fn f(id: u64, amount: u64) {
+                let id = id;
+                let mut amount = amount;
+            }
+        );
+        assert_eq!(out, written(expected));
+        assert_eq!(names, ["id", "amount"]);
+    }
+
+    #[test]
+    fn a_parameter_only_the_key_reads_is_used_once_more() {
+        let (out, _) = rebound("fn f(id: u64)", "order:<id>");
+        assert!(out.ends_with("{ let id = id ; let _ = & id ; }"), "{out}");
+    }
+
+    #[test]
+    fn wildcards_and_patterns_get_a_hidden_name_moved_first() {
+        let (out, names) = rebound("fn f(_: u8, (a, mut b): (u8, u8), ref r: u8)", "k");
+        let expected = quote!(
+            fn f((__arg0): u8, (__arg1): (u8, u8), (__arg2): u8) {
+                let __arg0 = __arg0;
+                let __arg1 = __arg1;
+                let (a, mut b) = __arg1;
+                let __arg2 = __arg2;
+                let ref r = __arg2;
+            }
+        );
+        assert_eq!(out, written(expected));
+        assert!(names.is_empty());
+    }
+
+    #[test]
+    fn underscore_names_are_bound_through_a_block() {
+        let (out, names) = rebound("fn f(_x: u8, mut _y: u8)", "<_x>");
+        let expected = quote!(
+            fn f(_x: u8, _y: u8) {
+                let _x = { _x };
+                let mut _y = { _y };
+            }
+        );
+        assert_eq!(out, written(expected));
+        assert_eq!(names, ["_x", "_y"]);
+    }
+
+    #[test]
+    fn receivers_are_taken_whole() {
+        let (out, names) = rebound("fn f(self: Arc<Self>, _: u8)", "k");
+        assert!(
+            out.contains("{ let _ = & self ; let __arg1 = __arg1 ; }"),
+            "{out}"
+        );
+        assert_eq!(names, ["self"]);
+    }
+
+    #[test]
+    fn cfg_and_lint_attributes_go_with_the_parameter() {
+        let (out, _) = rebound(
+            "fn f(#[cfg(any())] extra: u64, #[allow(unused_variables)] #[inline] p: u64, \
+             #[cfg(feature = \"x\")] #[deny(unused_mut)] (a, b): (u8, u8))",
+            "<extra>",
+        );
+        let expected = quote!(
+            fn f(
+                #[cfg(any())] extra: u64,
+                #[allow(unused_variables)]
+                #[inline]
+                p: u64,
+                #[cfg(feature = "x")]
+                #[deny(unused_mut)]
+                (__arg2): (u8, u8),
+            ) {
+                #[cfg(any())]
+                let extra = extra;
+                #[cfg(any())]
+                let _ = &extra;
+                #[allow(unused_variables)]
+                let p = p;
+                #[cfg(feature = "x")]
+                let __arg2 = __arg2;
+                #[cfg(feature = "x")]
+                #[deny(unused_mut)]
+                let (a, b) = __arg2;
+            }
+        );
+        assert_eq!(out, written(expected));
+    }
+
+    #[test]
+    fn expectations_move_to_the_binding() {
+        let (out, _) = rebound(
+            "fn f(#[expect(unused_variables)] p: u64, \
+             #[cfg_attr(test, expect(non_snake_case, reason = \"r\"))] Q: u64)",
+            "k",
+        );
+        let expected = quote!(
+            fn f(
+                #[allow(unused_variables)] p: u64,
+                #[cfg_attr(test, allow(non_snake_case, reason = "r"))] Q: u64,
+            ) {
+                #[expect(unused_variables)]
+                let p = p;
+                #[cfg_attr(test, expect(non_snake_case, reason = "r"))]
+                let Q = Q;
+            }
+        );
+        assert_eq!(out, written(expected));
+    }
+}

@@ -1,0 +1,106 @@
+//! The expansion leaves nothing to silence for a crate with `#![deny(warnings)]` and
+//! `#![deny(clippy::pedantic)]`: every argument form and every parameter form, compiled here
+//! and checked by the workspace's `cargo clippy --all-targets -- -D warnings` (trybuild does
+//! not run clippy), then run on the embedded backend.
+#![deny(warnings)]
+#![deny(clippy::pedantic)]
+
+use std::time::Duration;
+
+use lock_runtime::{distributed_lock, LockError, LockRuntime};
+
+mod reexport {
+    pub use lock_runtime as locks;
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+
+#[distributed_lock(
+    key = "all:<id>",
+    lease = "1m30s",
+    wait = "250ms",
+    watchdog = false,
+    on_lost = "continue",
+    fair = true,
+    crate = "crate::reexport::locks"
+)]
+async fn literals(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "expr:<id>", lease = LEASE, wait = Duration::from_secs(1), on_lost = "abort", crate = crate::reexport::locks)]
+async fn expressions(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "literal", watchdog = true, fair = false)]
+async fn literal_key() -> Result<(), LockError> {
+    Ok(())
+}
+
+/// `_x` parameters (read by the key, or not at all), `_`, patterns.
+#[distributed_lock(key = "params:<_id>:<name>:<pair.1>")]
+async fn parameters(
+    _id: u64,
+    name: &str,
+    pair: (u8, u8),
+    _: u8,
+    (a, _b): (u8, u8),
+    _unused: String,
+) -> Result<usize, LockError> {
+    Ok(name.len() + usize::from(a) + usize::from(pair.0))
+}
+
+/// `mut`, and parameter attributes.
+#[distributed_lock(key = "mutable:<total>")]
+async fn mutable(
+    mut _counter: u8,
+    mut total: u8,
+    #[allow(unused_variables)] allowed: u8,
+    #[cfg(any())] configured_away: u8,
+) -> Result<u8, LockError> {
+    total += 1;
+    _counter = 1;
+    Ok(total)
+}
+
+struct Account {
+    tenant: String,
+}
+
+impl Account {
+    #[distributed_lock(key = "acct:<self.tenant>:<_n>")]
+    async fn method(&self, _n: u8) -> Result<usize, LockError> {
+        Ok(self.tenant.len())
+    }
+
+    #[distributed_lock(key = "acct:<self.tenant>")]
+    async fn by_value(self, _: u8) -> Result<String, LockError> {
+        Ok(self.tenant)
+    }
+}
+
+#[test]
+fn every_form_runs_without_a_lint() -> Result<(), LockError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| LockError::InvalidConfig(error.to_string()))?;
+    runtime.block_on(async {
+        LockRuntime::builder().memory().build().await?.install()?;
+        assert_eq!(literals(1).await?, 1);
+        assert_eq!(expressions(2).await?, 2);
+        literal_key().await?;
+        assert_eq!(
+            parameters(3, "abc", (1, 2), 0, (4, 5), String::new()).await?,
+            3 + 4 + 1
+        );
+        assert_eq!(mutable(0, 1, 0).await?, 2);
+        let account = Account {
+            tenant: "t".to_owned(),
+        };
+        assert_eq!(account.method(1).await?, 1);
+        assert_eq!(account.by_value(0).await?, "t");
+        Ok(())
+    })
+}
