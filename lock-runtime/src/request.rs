@@ -364,11 +364,10 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
             Reentry::Sibling => {
                 // A sibling scope is inside: wait for it in the process.
+                // (Boxed: a rare path, kept out of every waiting acquire's state.)
                 let table = runtime.table();
-                match table
-                    .frames_changed(&want.hash, &want.scope, deadline)
-                    .await
-                {
+                let turn = Box::pin(table.frames_changed(&want.hash, &want.scope, deadline));
+                match turn.await {
                     Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
                     Reentry::Sibling => return Err(timeout(&want)),
                     Reentry::No => continue,

@@ -202,7 +202,18 @@ async fn tokens_grow_past_a_failover_to_a_lagging_replica() {
     // paused for real (a frozen replica would still buffer the stream).
     let link = FaultProxy::start(primary.port()).await;
     let link_port = link.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    // (A replica stores the primary's snapshot in its directory.)
+    let dir = std::env::temp_dir().to_string_lossy().into_owned();
+    let dbfile = format!("{}.rdb", unique("replica"));
+    let replica = RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &link_port,
+        "--dir",
+        &dir,
+        "--dbfilename",
+        &dbfile,
+    ]);
     let prefix = unique("failover");
     let runtime = runtime_at(&primary.url(), &prefix).await;
     let first = token_of(&runtime, "k").await;
@@ -254,6 +265,8 @@ async fn tokens_grow_past_a_failover_to_a_lagging_replica() {
         "failover: last token on the old primary {last}, first on the promoted replica {after}"
     );
     assert!(after > last, "token went back: {after} <= {last}");
+    drop(replica);
+    let _ = std::fs::remove_file(std::env::temp_dir().join(dbfile));
 }
 
 /// Defect: a waiter that queued behind other waiters of its process slept
