@@ -114,7 +114,15 @@ impl Watchdog {
     /// Stops watching the lock `id` (it is about to be released).
     pub(crate) fn remove(&self, id: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries.map.remove(&id);
+        let removed = entries.map.remove(&id);
+        drop(entries);
+        // Released past its lease end (its holder saw `is_lost` first): it
+        // was lost all the same, and counts so.
+        if let Some(entry) = removed {
+            if Instant::now() >= entry.valid_until {
+                self.declare_lost(&entry.lock);
+            }
+        }
     }
 
     /// Current counters.
