@@ -23,7 +23,8 @@
 //! - fencing: tokens of successive outermost holds of a key only grow;
 //! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`],
 //!   and none times out on a key that was observably free for longer than
-//!   [`FREE_BASE`] + the lease of its last holder (not checked near faults);
+//!   [`FREE_BASE`] (+ the lease of its last holder when that hold did not
+//!   end in a release) before its deadline (not checked near faults);
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis and every worker's runtime reports nothing held, waiting or
 //!   tracked.
@@ -57,19 +58,24 @@ const SLACK: Duration = Duration::from_millis(5);
 /// A bounded wait may end this long after its deadline: its last try may
 /// take the try-once bound plus the response timeout.
 const LATE_SLACK: Duration = Duration::from_millis(750);
-/// A waiter may time out on a free key only if it was free for less than
-/// this plus the lease of its last holder (whose release may have been lost
-/// with its connection, leaving the key to expire).
+/// A waiter may time out on a key that was free (no hold open in any
+/// process) for at most this long before its deadline: a release message
+/// wakes the waiters at once. When the last hold did not end in a release
+/// (told lost, cancelled, panicked), its lease is added: its lock may still
+/// be in Redis until it expires.
 const FREE_BASE: Duration = Duration::from_secs(1);
 /// After a fault ends, how long the system may still be catching up
 /// (reconnecting, re-subscribing): no free-key check in that time.
 const RECOVERY: Duration = Duration::from_secs(1);
-/// After a restart from a snapshot, locks the snapshot held live again for
-/// up to their lease: the recovery is that much longer.
-const RESTORE_RECOVERY: Duration = Duration::from_millis(MAX_LEASE_MS + 1000);
-/// How long the workers may take to finish after the run (their last call
-/// is cut at 8 s, their stats settle within 3 s).
-const WORKER_GRACE: Duration = Duration::from_secs(15);
+/// After a fault that cuts connections, a release that was in flight may be
+/// gone, its lock living on until its lease runs out; after a restart from
+/// a snapshot, locks the snapshot held live again for up to their lease:
+/// the recovery is that much longer.
+const LINGER_RECOVERY: Duration = Duration::from_millis(MAX_LEASE_MS + 1000);
+/// How long the workers may take to finish after the faults end (the last
+/// fault ends up to 1 s before the run does, their last call is cut at 8 s,
+/// their stats settle within 3 s).
+const WORKER_GRACE: Duration = Duration::from_secs(20);
 /// How long leftover locks and queue places may take to run out after the
 /// workers are gone: a lease plus a queue place's life (3 s) and 2 s.
 const LEFTOVER_LIMIT: Duration = Duration::from_millis(MAX_LEASE_MS + 3000 + 2000);
@@ -151,11 +157,13 @@ struct Fault {
     loses_data: bool,
     /// The system may be unavailable until then.
     settled: u64,
-    /// The proxy of a drop-at-command fault.
+    /// The proxy (so the process) a fault hits; `None`: the server.
     proxy: Option<usize>,
     /// A drop-at-command fault: armed at `start`; once it fired, its window
     /// is the firing (see `place_firings`).
     armed: bool,
+    /// A fault (not a snapshot taken for a later restore).
+    counted: bool,
 }
 
 struct Worker {
@@ -316,7 +324,7 @@ async fn run(mode: Mode) {
     let ops = history.calls.len();
     println!(
         "nemesis: seed {seed}, {ops} ops, {} faults, {} violations",
-        faults.len(),
+        faults.iter().filter(|f| f.counted).count(),
         violations.len()
     );
     if !violations.is_empty() {
@@ -377,7 +385,7 @@ fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(lo + rng.below(hi - lo + 1))
 }
 
-/// Injects one fault at a time at random moments until 2 s before the end
+/// Injects one fault at a time at random moments until 4 s before the end
 /// of the run, each healed before the next, a proxy fault mostly at a
 /// process that holds a lock at that moment; takes a snapshot every 2-4 s
 /// for the restarts from a snapshot.
@@ -388,7 +396,8 @@ async fn drive_faults(
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
-    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(2));
+    // The longest fault lasts 3 s: all are over 1 s before the run ends.
+    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(4));
     let mut faults = Vec::new();
     let mut snapshot: Option<u64> = None;
     let mut next_snapshot = Instant::now() + millis(rng, 300, 1500);
@@ -400,9 +409,24 @@ async fn drive_faults(
             break;
         }
         if Instant::now() >= next_snapshot {
+            // `SAVE` blocks the server while it writes (briefly: the data
+            // directory is in memory); it gets a window like a fault's, but
+            // is not counted as one.
+            let start = now_ns();
             server.snapshot().await;
-            snapshot = Some(now_ns());
+            let end = now_ns();
+            snapshot = Some(start);
             next_snapshot = Instant::now() + millis(rng, 2000, 4000);
+            faults.push(Fault {
+                start,
+                end,
+                what: "snapshot (SAVE)".to_owned(),
+                loses_data: false,
+                settled: end + ns(RECOVERY),
+                proxy: None,
+                armed: false,
+                counted: false,
+            });
         }
         // Mostly at a process that holds a lock now.
         let holders: Vec<usize> = (0..PROCESSES).filter(|&i| live[i].holds()).collect();
@@ -421,9 +445,14 @@ async fn drive_faults(
             settled: start,
             proxy: None,
             armed: false,
+            counted: true,
         };
         let mut recovery = RECOVERY;
-        match rng.below(100) {
+        let pick = rng.below(100);
+        if pick < 70 {
+            fault.proxy = Some(p);
+        }
+        match pick {
             0..=19 => {
                 let d = millis(rng, 200, 3000);
                 proxy.stall();
@@ -446,6 +475,7 @@ async fn drive_faults(
             32..=43 => {
                 proxy.drop_connections();
                 fault.what = format!("drop connections of proxy {p}");
+                recovery = LINGER_RECOVERY;
             }
             44..=57 => {
                 let command = if rng.below(2) == 0 {
@@ -455,7 +485,6 @@ async fn drive_faults(
                 };
                 proxy.drop_at_command(command);
                 fault.what = format!("drop proxy {p} at its next {command}");
-                fault.proxy = Some(p);
                 fault.armed = true;
                 // No window until it fires (see `place_firings`).
                 faults.push(fault);
@@ -467,6 +496,7 @@ async fn drive_faults(
                 let cut = rng.below(2) == 0;
                 if cut {
                     proxy.drop_connections();
+                    recovery = LINGER_RECOVERY;
                 }
                 tokio::time::sleep(d).await;
                 proxy.refuse(false);
@@ -492,7 +522,7 @@ async fn drive_faults(
                             "restart the server from a snapshot taken {} ms before",
                             (start - taken) / 1_000_000
                         );
-                        recovery = RESTORE_RECOVERY;
+                        recovery = LINGER_RECOVERY;
                     }
                     _ => {
                         server.restart().await;
@@ -523,7 +553,7 @@ fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
             fault.what.push_str(" (fired)");
             fault.start = t;
             fault.end = t;
-            fault.settled = t + ns(RECOVERY);
+            fault.settled = t + ns(LINGER_RECOVERY);
         }
     }
 }
@@ -533,8 +563,9 @@ fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
 async fn leftovers(server: &FaultServer, prefix: &str, violations: &mut Vec<Violation>) {
     let mut con = server.connection().await;
     let limit = Instant::now() + LEFTOVER_LIMIT;
-    // Bounded by `limit`: leases and queue places run out on their own.
-    loop {
+    // Bounded by `limit` (and a count): leases and queue places run out on
+    // their own.
+    for _ in 0..1000 {
         let left: Vec<String> = keys(&mut con, &format!("{prefix}*"))
             .await
             .into_iter()
@@ -808,16 +839,34 @@ impl Violation {
     }
 }
 
-/// How long after the next holder's acquisition a holder whose lock data
-/// was lost (restart) may go on before it is told: one renewal period plus
-/// the response timeout plus [`SLACK`] for a renewed lease; a fixed lease
-/// is lost when it runs out (counted from its acquisition).
-fn stale_bound(earlier: &Call, later_acquired: u64) -> u64 {
-    if earlier.renew {
-        later_acquired + ns(earlier.lease / 3 + TIMEOUT + SLACK)
+/// Until when a holder whose lock data was lost (restart) may go on after
+/// the next holder acquired: one renewal period plus the response timeout
+/// plus [`SLACK`] for a renewed lease; a fixed lease is lost when it runs
+/// out (counted from its acquisition, which is later than the library
+/// counts from: its request's send time).
+///
+/// A renewal needs the server: when another fault kept the holder from it
+/// in that time (the server frozen or restarted again, the holder's own
+/// proxy stalled, slowed, cut or refusing), nothing can tell the holder
+/// before its lease runs out, so then the bound is its lease end (the
+/// README's "lost at the client-side lease end").
+fn stale_bound(earlier: &Call, later_acquired: u64, faults: &[Fault]) -> u64 {
+    let lease_end = earlier.acquired.unwrap_or(0) + ns(earlier.lease);
+    if !earlier.renew {
+        return later_acquired.max(lease_end) + ns(SLACK);
+    }
+    let renewal = later_acquired + ns(earlier.lease / 3 + TIMEOUT + SLACK);
+    let cut_off = faults.iter().any(|f| {
+        f.counted
+            && f.start < renewal
+            && f.end >= later_acquired
+            && f.proxy.is_none_or(|p| p == earlier.proc)
+            && !(f.loses_data && f.start < later_acquired)
+    });
+    if cut_off {
+        renewal.max(lease_end + ns(SLACK))
     } else {
-        let lease_end = earlier.acquired.unwrap_or(0) + ns(earlier.lease);
-        later_acquired.max(lease_end) + ns(SLACK)
+        renewal
     }
 }
 
@@ -896,7 +945,8 @@ fn check_exclusion_and_fences(
                             at: Some((key, acquired)),
                         });
                     }
-                    if ends[i] > stale_bound(earlier, acquired) {
+                    let bound = stale_bound(earlier, acquired, faults);
+                    if ends[i] > bound {
                         violations.push(Violation {
                             class: "stale holder not told after data loss",
                             detail: format!(
@@ -904,7 +954,7 @@ fn check_exclusion_and_fences(
                                 describe(history, earlier),
                                 (ends[i] - acquired) / 1_000_000,
                                 describe(history, later),
-                                (stale_bound(earlier, acquired) - acquired) / 1_000_000
+                                (bound - acquired) / 1_000_000
                             ),
                             at: Some((key, acquired)),
                         });
@@ -985,13 +1035,21 @@ fn check_nesting(history: &History, violations: &mut Vec<Violation>) {
 
 /// Bounded waits end in time, and do not time out on a key that was free.
 fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Violation>) {
+    // Per key: (acquired, end, what may linger after the end: nothing after
+    // a release, else the lease).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
     for call in &history.calls {
         if let (Some(acquired), true) = (call.acquired, call.outer) {
+            let end = history.hold_end(call);
+            let linger = if call.released == Some(end) {
+                Duration::ZERO
+            } else {
+                call.lease
+            };
             holds
                 .entry(call.key)
                 .or_default()
-                .push((acquired, history.hold_end(call), call.lease));
+                .push((acquired, end, linger));
         }
     }
     for call in &history.calls {
@@ -1033,7 +1091,7 @@ fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Viola
             .filter(|&&(a, e, _)| a <= t && e <= t)
             .max_by_key(|&&(_, e, _)| e);
         let free_since = last.map_or(call.begin, |&(_, e, _)| e.max(call.begin));
-        let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, lease)| lease);
+        let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, linger)| linger);
         if t - free_since <= ns(bound) {
             continue;
         }
@@ -1216,6 +1274,7 @@ fn restart_at(ms: u64) -> Fault {
         settled: ms * 1_000_000 + ns(RECOVERY),
         proxy: None,
         armed: false,
+        counted: true,
     }
 }
 
@@ -1270,6 +1329,30 @@ fn checker_excuses_data_loss_only_with_a_larger_fence_and_a_prompt_loss() {
         &[restart_at(150)],
     );
     assert_eq!(stale, ["stale holder not told after data loss"]);
+    // The server frozen before the holder's next renewal: only its lease
+    // end (100 + 3000 ms) can tell it.
+    let freeze = Fault {
+        what: "freeze".to_owned(),
+        loses_data: false,
+        ..restart_at(1000)
+    };
+    let frozen = |told: u64| {
+        verdict(
+            vec![
+                hold(1, 10, 100, told, "lost"),
+                hold(1, 11, 200, 400, "released"),
+            ],
+            &[
+                restart_at(150),
+                Fault {
+                    end: 2500 * 1_000_000,
+                    ..freeze.clone()
+                },
+            ],
+        )
+    };
+    assert!(frozen(3100).is_empty());
+    assert_eq!(frozen(3200), ["stale holder not told after data loss"]);
     let reused = verdict(
         vec![
             hold(1, 10, 100, 1600, "lost"),

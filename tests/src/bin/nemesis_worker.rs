@@ -425,18 +425,14 @@ fn locked_body(
         match &probe {
             Some(guard) => {
                 let mut steps = std::pin::pin!(steps);
-                let mut told = false;
-                // At most two rounds: the loss is reported once.
-                for _ in 0..2 {
-                    tokio::select! {
-                        () = &mut steps => break,
-                        () = guard.lost(), if !told => {
-                            told = true;
-                            rec.emit("lost", "");
-                        }
-                    }
-                }
+                // Until the steps end; the loss, if it comes, is reported
+                // once and the steps go on (`OnLost::Continue`).
+                let told = tokio::select! {
+                    () = &mut steps => false,
+                    () = guard.lost() => true,
+                };
                 if told {
+                    rec.emit("lost", "");
                     steps.await;
                 }
             }
@@ -492,9 +488,9 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
 /// A short stretch of work inside a lock.
 async fn hold(rng: &mut Rng) {
     let d = match rng.below(100) {
-        0..=69 => rng.millis(0, 100),
-        70..=91 => rng.millis(100, 600),
-        _ => rng.millis(600, 2000),
+        0..=79 => rng.millis(0, 50),
+        80..=94 => rng.millis(50, 500),
+        _ => rng.millis(500, 2000),
     };
     tokio::time::sleep(d).await;
 }
@@ -676,7 +672,10 @@ async fn main() {
     // Background releases and the watchdog settle (bounded; no event to
     // await for these counters).
     let settle = Instant::now();
-    while settle.elapsed() < Duration::from_secs(3) {
+    for _ in 0..300 {
+        if settle.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
         let stats = runtime.stats();
         if stats.held == 0 && stats.waiting_keys == 0 && stats.watchdog.tracked == 0 {
             break;
