@@ -316,10 +316,10 @@ async fn run(mode: Mode) {
     leftovers(&server, &prefix, &mut violations).await;
 
     let history = History::parse(&outputs, &ends, run_start, &mut violations);
-    check(&history, &faults, &mut violations);
+    let coverage = check(&history, &faults, &mut violations);
 
     if let Ok(path) = std::env::var("LOCK_NEMESIS_DUMP") {
-        dump(&history, &faults, &format!("{path}.{mode:?}"));
+        dump(&history, &faults, &coverage, &format!("{path}.{mode:?}"));
     }
     let ops = history.calls.len();
     println!(
@@ -870,10 +870,24 @@ fn stale_bound(earlier: &Call, later_acquired: u64, faults: &[Fault]) -> u64 {
     }
 }
 
-fn check(history: &History, faults: &[Fault], violations: &mut Vec<Violation>) {
-    check_exclusion_and_fences(history, faults, violations);
-    check_nesting(history, violations);
-    check_waiters(history, faults, violations);
+/// What the checks had to work with (written with `LOCK_NEMESIS_DUMP`): a
+/// run whose faults never hit a holder proves little.
+#[derive(Debug, Default)]
+struct Coverage {
+    outer_holds: u64,
+    holds_told_lost: u64,
+    overlaps_after_data_loss: u64,
+    nested_bodies: u64,
+    bounded_waits: u64,
+    timeouts_on_a_free_key_near_faults: u64,
+}
+
+fn check(history: &History, faults: &[Fault], violations: &mut Vec<Violation>) -> Coverage {
+    let mut coverage = Coverage::default();
+    check_exclusion_and_fences(history, faults, violations, &mut coverage);
+    check_nesting(history, violations, &mut coverage);
+    check_waiters(history, faults, violations, &mut coverage);
+    coverage
 }
 
 fn describe(history: &History, call: &Call) -> String {
@@ -901,10 +915,13 @@ fn check_exclusion_and_fences(
     history: &History,
     faults: &[Fault],
     violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
 ) {
     let mut by_key: HashMap<usize, Vec<&Call>> = HashMap::new();
     for call in &history.calls {
         if call.acquired.is_some() && call.outer {
+            coverage.outer_holds += 1;
+            coverage.holds_told_lost += u64::from(call.lost.is_some());
             by_key.entry(call.key).or_default().push(call);
         }
     }
@@ -934,6 +951,7 @@ fn check_exclusion_and_fences(
                     f.loses_data && f.start < acquired && f.end > earlier.acquired.unwrap_or(0)
                 });
                 if data_lost {
+                    coverage.overlaps_after_data_loss += 1;
                     if later.fence <= earlier.fence {
                         violations.push(Violation {
                             class: "fence not larger after data loss",
@@ -985,10 +1003,11 @@ fn check_exclusion_and_fences(
 /// ancestor and descendant: sibling `join!` arms take turns. Pairs of two
 /// outermost holds are left to the exclusion check (tasks of one process
 /// are checked there too, through their outermost holds).
-fn check_nesting(history: &History, violations: &mut Vec<Violation>) {
+fn check_nesting(history: &History, violations: &mut Vec<Violation>, coverage: &mut Coverage) {
     let mut groups: HashMap<(usize, u32, usize), Vec<&Call>> = HashMap::new();
     for call in &history.calls {
         if call.body_enter.is_some() {
+            coverage.nested_bodies += u64::from(!call.outer);
             groups
                 .entry((call.proc, call.task, call.key))
                 .or_default()
@@ -1034,7 +1053,12 @@ fn check_nesting(history: &History, violations: &mut Vec<Violation>) {
 }
 
 /// Bounded waits end in time, and do not time out on a key that was free.
-fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Violation>) {
+fn check_waiters(
+    history: &History,
+    faults: &[Fault],
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
     // Per key: (acquired, end, what may linger after the end: nothing after
     // a release, else the lease).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
@@ -1062,6 +1086,7 @@ fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Viola
             _ => None,
         };
         let Some((t, kind)) = outcome else { continue };
+        coverage.bounded_waits += 1;
         let deadline = call.begin + ns(wait);
         if t > deadline + ns(LATE_SLACK) {
             violations.push(Violation {
@@ -1102,6 +1127,7 @@ fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Viola
             .iter()
             .any(|f| f.start <= t && f.settled >= free_since)
         {
+            coverage.timeouts_on_a_free_key_near_faults += 1;
             continue;
         }
         violations.push(Violation {
@@ -1123,8 +1149,8 @@ fn check_waiters(history: &History, faults: &[Fault], violations: &mut Vec<Viola
 
 /// Writes the whole merged history and the faults to `path`
 /// (`LOCK_NEMESIS_DUMP=<path>`: `<path>.Plain`, `<path>.Fair`), for study.
-fn dump(history: &History, faults: &[Fault], path: &str) {
-    let mut out = String::new();
+fn dump(history: &History, faults: &[Fault], coverage: &Coverage, path: &str) {
+    let mut out = format!("{coverage:?}\n");
     for f in faults {
         let _ = writeln!(
             out,
@@ -1259,7 +1285,7 @@ fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
     let ends = vec![60_000_000_000; outputs.len()];
     let mut violations = Vec::new();
     let history = History::parse(&outputs, &ends, 0, &mut violations);
-    check(&history, faults, &mut violations);
+    let _ = check(&history, faults, &mut violations);
     let mut classes: Vec<&str> = violations.iter().map(|v| v.class).collect();
     classes.sort_unstable();
     classes
