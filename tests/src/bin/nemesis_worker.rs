@@ -488,8 +488,8 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
 /// A short stretch of work inside a lock.
 async fn hold(rng: &mut Rng) {
     let d = match rng.below(100) {
-        0..=79 => rng.millis(0, 50),
-        80..=94 => rng.millis(50, 500),
+        0..=74 => rng.millis(0, 50),
+        75..=91 => rng.millis(50, 500),
         _ => rng.millis(500, 2000),
     };
     tokio::time::sleep(d).await;
