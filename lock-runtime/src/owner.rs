@@ -35,10 +35,7 @@ pub(crate) struct Node {
 impl Node {
     /// A scope with no parent.
     pub(crate) fn root() -> Arc<Node> {
-        Arc::new(Node {
-            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
-            parent: None,
-        })
+        Node::child_of(None)
     }
 
     /// A new scope opened inside `parent` (a root when there is none).
