@@ -48,6 +48,10 @@ impl LockGuard {
         }
     }
 
+    pub(crate) fn runtime(&self) -> &LockRuntime {
+        &self.runtime
+    }
+
     pub(crate) fn held(&self) -> &Arc<HeldLock> {
         &self.held
     }
@@ -72,7 +76,7 @@ impl LockGuard {
     /// Resolves when the lock is lost; pending forever while it stays held.
     /// Useful in a `select!` beside long-running work.
     pub async fn lost(&self) {
-        self.held().lost().await;
+        self.runtime.run(self.held().lost()).await;
     }
 
     /// Gives the hold back and waits for the backend to confirm.
@@ -104,8 +108,11 @@ impl LockGuard {
         };
         let outcome = self
             .runtime
-            .backend()
-            .release(&held.hash, &held.holder, held.fair)
+            .run(
+                self.runtime
+                    .backend()
+                    .release(&held.hash, &held.holder, held.fair),
+            )
             .await;
         pending.done();
         match outcome {

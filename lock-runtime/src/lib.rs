@@ -50,6 +50,7 @@
 //! hand the lock straight to the next one.
 
 mod backend;
+mod context;
 mod error;
 mod guard;
 mod held;

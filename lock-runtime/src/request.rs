@@ -220,7 +220,8 @@ impl LockRequest {
             renew: self.watchdog,
             fair,
         };
-        wait_loop(runtime, want).await
+        let context = runtime.clone();
+        context.run(wait_loop(runtime, want)).await
     }
 }
 
@@ -448,13 +449,23 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
             (true, true) => Queue::Peek,
             (true, false) => Queue::Join(want.handoff_lease()),
         };
-        let sent_at = Instant::now();
         // The last try gets `try_timeout`; any other attempt ends with the wait.
         let bound = if last_try {
-            Some(sent_at + runtime.try_timeout())
+            Some(Instant::now() + runtime.try_timeout())
         } else {
             deadline
         };
+        // A release of this key that this process queued (a dropped guard)
+        // goes out first, so that the key is free for this process's next
+        // acquire at once, as on the embedded backend. Briefly: a release
+        // stuck on a dead connection must not hold up the attempt.
+        if runtime.backend().release_pending(&want.hash) {
+            let settle_by = Instant::now() + runtime.try_timeout();
+            let settled = runtime.backend().releases_settled(&want.hash);
+            let by = bound.map_or(settle_by, |b| b.min(settle_by));
+            let _ = tokio::time::timeout_at(by, settled).await;
+        }
+        let sent_at = Instant::now();
         // Boxed: the backend's request future is large, and it would otherwise
         // sit inside every waiting acquire's state, also while it sleeps.
         let attempt = Box::pin(runtime.backend().acquire(
@@ -719,7 +730,7 @@ where
             tokio::select! {
                 biased;
                 result = body => result,
-                () = held.lost() => {
+                () = guard.runtime().run(held.lost()) => {
                     let key = guard.key().to_owned();
                     drop(guard);
                     return Err(LockError::Lost { key }.into());

@@ -253,6 +253,7 @@ impl LockRuntimeBuilder {
                     Backend::Redis(r) => format!("redis at {}", r.endpoint()),
                     Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
                 },
+                handle: parts.handle,
                 backend: parts.backend,
                 waiters: parts.waiters,
                 watchdog: parts.watchdog,
@@ -270,6 +271,8 @@ impl LockRuntimeBuilder {
 
 /// What the worker thread hands back once started.
 struct Parts {
+    /// The worker's tokio runtime: context for callers that have none.
+    handle: tokio::runtime::Handle,
     backend: Backend,
     waiters: Arc<Waiters>,
     watchdog: Arc<Watchdog>,
@@ -310,9 +313,11 @@ fn worker(
             },
         };
         let watchdog = Arc::new(Watchdog::default());
+        let backend_for_drain = backend.clone();
         let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
         tokio::spawn(watchdog::run(watchdog.clone(), backend.clone(), wd_stop_rx));
         let parts = Parts {
+            handle: tokio::runtime::Handle::current(),
             backend,
             waiters,
             watchdog,
@@ -322,10 +327,15 @@ fn worker(
         }
         let _ = stop.await;
         let _ = wd_stop_tx.send(());
+        // The last handle is gone, so no guard is left, but releases of
+        // dropped guards may still be queued: send them before stopping.
+        let drain = settings.response_timeout.saturating_mul(2);
+        let _ = tokio::time::timeout(drain, backend_for_drain.all_releases_settled()).await;
     });
 }
 
 struct Inner {
+    handle: tokio::runtime::Handle,
     backend: Backend,
     waiters: Arc<Waiters>,
     watchdog: Arc<Watchdog>,
@@ -406,7 +416,7 @@ impl LockRuntime {
     /// its next renewal (`Lost`).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let hash = LockNames::hash(&self.inner.prefix, key);
-        Ok(self.inner.backend.force_unlock(&hash).await?)
+        Ok(self.run(self.inner.backend.force_unlock(&hash)).await?)
     }
 
     /// One round trip to the backend on the runtime's own connection (a Redis
@@ -423,7 +433,7 @@ impl LockRuntime {
     /// ```
     pub async fn ping(&self) -> Result<Duration, LockError> {
         let start = Instant::now();
-        self.inner.backend.ping().await?;
+        self.run(self.inner.backend.ping()).await?;
         Ok(start.elapsed())
     }
 
@@ -445,6 +455,12 @@ impl LockRuntime {
     /// Backend name of `key` (prefix and hash tag applied), e.g. `lock:{order:1}`.
     pub fn backend_key(&self, key: &str) -> String {
         LockNames::hash(&self.inner.prefix, key)
+    }
+
+    /// Polls `fut` in the runtime's tokio context when the caller has none
+    /// (see `context.rs`).
+    pub(crate) async fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
+        crate::context::in_context(&self.inner.handle, fut).await
     }
 
     pub(crate) fn backend(&self) -> &Backend {

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use crate::backend::redis::ReleaseJob;
+use crate::backend::releases::ReleaseQueue;
 use crate::backend::LockNames;
 use crate::owner::Node;
 
@@ -206,7 +206,7 @@ impl KeyWaiters {
 pub(crate) struct Waiters {
     keys: Mutex<HashMap<String, Arc<KeyWaiters>>>,
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
-    releases: Option<mpsc::UnboundedSender<ReleaseJob>>,
+    releases: Option<ReleaseQueue>,
 }
 
 impl Waiters {
@@ -215,7 +215,7 @@ impl Waiters {
     /// both `None` for the embedded backend, which wakes waiters directly.
     pub(crate) fn new(
         subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
-        releases: Option<mpsc::UnboundedSender<ReleaseJob>>,
+        releases: Option<ReleaseQueue>,
     ) -> Arc<Self> {
         Arc::new(Waiters {
             keys: Mutex::new(HashMap::new()),
@@ -349,9 +349,10 @@ impl Waiters {
                 entry.closed.store(true, Ordering::Release);
                 // Give back an unused fair place: it leaves the Redis queue,
                 // or, if the lock was handed to it meanwhile, frees the lock.
-                if let (Some(id), Some(tx)) = (ticket.entry.place().id.take(), &self.releases) {
+                if let (Some(id), Some(releases)) = (ticket.entry.place().id.take(), &self.releases)
+                {
                     let hash = LockNames::hash_of_channel(&channel).to_owned();
-                    let _ = tx.send((hash, id, true));
+                    releases.send(hash, id, true);
                 }
                 if let Some(tx) = &self.subscriptions {
                     let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));

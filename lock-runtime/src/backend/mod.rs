@@ -8,6 +8,7 @@
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod releases;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,6 +183,31 @@ impl Backend {
             Backend::Memory(m) => {
                 m.release(&hash, &holder);
             }
+        }
+    }
+
+    /// Whether a background release of `hash` is queued and not yet
+    /// answered (never on the embedded backend, which frees at once).
+    pub(crate) fn release_pending(&self, hash: &str) -> bool {
+        match self {
+            Backend::Redis(r) => r.pending().is_pending(hash),
+            Backend::Memory(_) => false,
+        }
+    }
+
+    /// Resolves once every background release of `hash` queued so far has
+    /// been answered.
+    pub(crate) async fn releases_settled(&self, hash: &str) {
+        if let Backend::Redis(r) = self {
+            r.pending().settled(hash).await;
+        }
+    }
+
+    /// Resolves once every background release queued so far has been
+    /// answered.
+    pub(crate) async fn all_releases_settled(&self) {
+        if let Backend::Redis(r) = self {
+            r.pending().all_settled().await;
         }
     }
 

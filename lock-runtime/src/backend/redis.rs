@@ -27,6 +27,7 @@ use redis::{
 use tokio::sync::mpsc;
 
 use super::{Acquire, LockNames, Queue, Release, QUEUE_ENTRY_LIFE};
+use crate::backend::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 use crate::waiters::{SubscriptionCommand, Waiters};
@@ -107,9 +108,6 @@ impl Scripts {
     }
 }
 
-/// A queued background release: (lock hash, holder id, fair mode).
-pub(crate) type ReleaseJob = (String, String, bool);
-
 /// Connection settings the builder passes in.
 #[derive(Clone, Default)]
 pub(crate) struct RedisSettings {
@@ -187,7 +185,7 @@ fn tls_client(
 pub(crate) struct RedisBackend {
     con: ConnectionManager,
     scripts: Arc<Scripts>,
-    releases: mpsc::UnboundedSender<ReleaseJob>,
+    releases: ReleaseQueue,
     endpoint: Arc<str>,
 }
 
@@ -233,8 +231,8 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
 
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
     let sub_tx_retry = sub_tx.clone();
-    let (rel_tx, rel_rx) = mpsc::unbounded_channel();
-    let waiters = Waiters::new(Some(sub_tx), Some(rel_tx.clone()));
+    let (releases, release_jobs) = ReleaseQueue::new();
+    let waiters = Waiters::new(Some(sub_tx), Some(releases.clone()));
     let on_push = push_handler(Arc::downgrade(&waiters));
     let config = ConnectionManagerConfig::new()
         .set_push_sender(on_push)
@@ -275,13 +273,18 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
         })?;
 
     tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
-    tokio::spawn(releaser(con.clone(), scripts.clone(), rel_rx));
+    tokio::spawn(releaser(
+        con.clone(),
+        scripts.clone(),
+        release_jobs,
+        releases.pending().clone(),
+    ));
 
     Ok(Connected {
         backend: RedisBackend {
             con,
             scripts,
-            releases: rel_tx,
+            releases,
             endpoint,
         },
         waiters,
@@ -483,8 +486,12 @@ impl RedisBackend {
         Ok(deleted == 1)
     }
 
+    pub(crate) fn pending(&self) -> &PendingReleases {
+        self.releases.pending()
+    }
+
     pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
-        if self.releases.send((hash, holder, fair)).is_err() {
+        if !self.releases.send(hash, holder, fair) {
             // The runtime is shutting down; the lease frees the lock.
             tracing::debug!("lock runtime stopped; a lock will be freed by its lease");
         }
@@ -587,6 +594,7 @@ async fn releaser(
     mut con: ConnectionManager,
     scripts: Arc<Scripts>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+    pending: Arc<PendingReleases>,
 ) {
     let mut batch = Vec::with_capacity(RELEASE_BATCH);
     while jobs.recv_many(&mut batch, RELEASE_BATCH).await > 0 {
@@ -621,6 +629,7 @@ async fn releaser(
                 }
             }
         }
+        pending.done(batch.iter().map(|(hash, _, _)| hash.as_str()));
         batch.clear();
     }
 }

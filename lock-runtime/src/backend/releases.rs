@@ -1,0 +1,149 @@
+//! The queue of background releases, and which of them are not yet answered.
+//!
+//! A dropped guard hands its release to the Redis backend's background
+//! releaser, which sends it a moment later. Without this record the same
+//! process's next acquire of that key could reach Redis first and find its
+//! own old hold still there: `let _ = lock(k).acquire().await` followed by
+//! `lock(k).try_acquire()` said "busy" on Redis and succeeded on the
+//! embedded backend, which frees at once. With it, an acquire first waits
+//! (briefly, see `request.rs`) for the key's queued releases to be answered,
+//! and a runtime being shut down or dropped waits for all of them.
+
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{mpsc, Notify};
+
+/// A queued background release: (lock hash, holder id, fair mode).
+pub(crate) type ReleaseJob = (String, String, bool);
+
+/// Where releases that nobody awaits go: the Redis backend's releaser task
+/// (dropped guards, cancelled acquires, unused fair places). Every job is
+/// counted as pending until the releaser has sent it and had an answer.
+#[derive(Clone, Debug)]
+pub(crate) struct ReleaseQueue {
+    jobs: mpsc::UnboundedSender<ReleaseJob>,
+    pending: Arc<PendingReleases>,
+}
+
+impl ReleaseQueue {
+    /// A queue, and the releaser's end of it.
+    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<ReleaseJob>) {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        let queue = ReleaseQueue {
+            jobs,
+            pending: Arc::new(PendingReleases::default()),
+        };
+        (queue, receiver)
+    }
+
+    /// Queues a release; `false` when the releaser has stopped (the runtime
+    /// is gone: the lease frees the lock).
+    pub(crate) fn send(&self, hash: String, holder: String, fair: bool) -> bool {
+        self.pending.add(&hash);
+        match self.jobs.send((hash, holder, fair)) {
+            Ok(()) => true,
+            Err(mpsc::error::SendError((hash, _, _))) => {
+                self.pending.done([hash.as_str()]);
+                false
+            }
+        }
+    }
+
+    /// The releases queued and not yet answered.
+    pub(crate) fn pending(&self) -> &Arc<PendingReleases> {
+        &self.pending
+    }
+}
+
+/// Releases handed to the background releaser and not yet answered.
+#[derive(Debug, Default)]
+pub(crate) struct PendingReleases {
+    /// How many, over all locks (a lock-free check for the common case).
+    total: AtomicUsize,
+    /// How many per lock hash.
+    by_lock: Mutex<HashMap<String, usize>>,
+    /// Notified whenever a batch of them is answered.
+    answered: Notify,
+}
+
+impl PendingReleases {
+    fn by_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.by_lock.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a release of `hash` about to be queued.
+    pub(crate) fn add(&self, hash: &str) {
+        *self.by_lock().entry(hash.to_owned()).or_default() += 1;
+        self.total.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records that the releases of `hashes` were answered (or given up).
+    pub(crate) fn done<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) {
+        {
+            let mut by_lock = self.by_lock();
+            for hash in hashes {
+                if let Some(count) = by_lock.get_mut(hash) {
+                    *count -= 1;
+                    if *count == 0 {
+                        by_lock.remove(hash);
+                    }
+                    self.total.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.answered.notify_waiters();
+    }
+
+    /// Whether a release of `hash` is queued and not yet answered.
+    pub(crate) fn is_pending(&self, hash: &str) -> bool {
+        self.total.load(Ordering::Acquire) > 0 && self.by_lock().contains_key(hash)
+    }
+
+    /// Resolves once no release of `hash` is pending (at once when none is).
+    pub(crate) async fn settled(&self, hash: &str) {
+        while self.is_pending(hash) {
+            let mut answered = pin!(self.answered.notified());
+            answered.as_mut().enable();
+            if !self.is_pending(hash) {
+                return;
+            }
+            answered.await;
+        }
+    }
+
+    /// Resolves once no release at all is pending.
+    pub(crate) async fn all_settled(&self) {
+        loop {
+            let mut answered = pin!(self.answered.notified());
+            answered.as_mut().enable();
+            if self.total.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            answered.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PendingReleases;
+
+    #[tokio::test]
+    async fn a_lock_is_settled_once_each_of_its_releases_is_answered() {
+        let pending = PendingReleases::default();
+        pending.settled("a").await;
+        pending.add("a");
+        pending.add("a");
+        pending.add("b");
+        assert!(pending.is_pending("a"));
+        pending.done(["a"]);
+        assert!(pending.is_pending("a"), "one release of `a` is still out");
+        pending.done(["a", "b"]);
+        pending.settled("a").await;
+        pending.all_settled().await;
+        assert!(!pending.is_pending("b"));
+    }
+}
