@@ -64,6 +64,14 @@ pub enum LockError {
         reason: &'static str,
     },
 
+    /// The runtime was shut down ([`LockRuntime::shutdown`](crate::LockRuntime::shutdown)):
+    /// it takes no more locks, and the locks it held were given back.
+    #[error(
+        "the lock runtime was shut down: it takes no more locks, and the locks it held \
+         were released (a body still running when that happened was stopped)"
+    )]
+    ShutDown,
+
     /// A setting is out of range or malformed (lease, wait, URL, prefix).
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(String),

@@ -89,8 +89,11 @@ impl LockGuard {
         self.released = true;
         let held = self.held.clone();
         if !self.runtime.table().release(&held, self.frame) {
-            // An enclosing hold of the same scope keeps the lock.
-            return if held.is_lost() {
+            // An enclosing hold of the same scope keeps the lock, or
+            // shutdown gave it back already.
+            return if self.runtime.is_shut_down() && held.is_lost() {
+                Err(LockError::ShutDown)
+            } else if held.is_lost() {
                 Err(LockError::Lost {
                     key: held.key.clone(),
                 })

@@ -43,6 +43,9 @@ pub(crate) struct HeldLock {
     pub(crate) fair: bool,
     holds: AtomicUsize,
     lost: AtomicBool,
+    /// Given back by [`HeldTable::close_all`] (the runtime shut down): no
+    /// guard releases it again.
+    closed: AtomicBool,
     /// Client-side lease end (see [`clock`]): past it the hold counts as lost
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
@@ -99,6 +102,7 @@ impl HeldLock {
             fair: hold.fair,
             holds: AtomicUsize::new(1),
             lost: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             valid_until: AtomicU64::new(u64::MAX),
             lost_changed: Notify::new(),
         })
@@ -122,7 +126,9 @@ impl HeldLock {
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             self.valid_until.store(0, Ordering::Release);
-            tracing::warn!(key = %self.key, "lock lost while held");
+            if !self.closed.load(Ordering::Acquire) {
+                tracing::warn!(key = %self.key, "lock lost while held");
+            }
         }
         self.lost_changed.notify_waiters();
     }
@@ -263,6 +269,10 @@ impl HeldTable {
     /// of `held`, and the backend hold must now be released.
     pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> bool {
         let mut locks = self.locks();
+        if held.closed.load(Ordering::Acquire) {
+            // `close_all` took every frame and gave the lock back.
+            return false;
+        }
         if let Some(frames) = locks.get_mut(&held.hash) {
             frames.retain(|f| f.id != frame);
             if frames.is_empty() {
@@ -275,6 +285,24 @@ impl HeldTable {
             self.frames_changed.notify_waiters();
         }
         last
+    }
+
+    /// Takes every frame out of the table and returns each lock held (once),
+    /// marked closed: its guards will not release it again. For shutdown.
+    pub(crate) fn close_all(&self) -> Vec<Arc<HeldLock>> {
+        let mut closed: Vec<Arc<HeldLock>> = Vec::new();
+        {
+            let mut locks = self.locks();
+            for (_, frames) in locks.drain() {
+                for frame in frames {
+                    if !frame.held.closed.swap(true, Ordering::AcqRel) {
+                        closed.push(frame.held);
+                    }
+                }
+            }
+        }
+        self.frames_changed.notify_waiters();
+        closed
     }
 
     /// Number of distinct backend holds.

@@ -221,7 +221,13 @@ impl LockRequest {
             fair,
         };
         let context = runtime.clone();
-        context.run(wait_loop(runtime, want)).await
+        let guard = context.run(wait_loop(runtime, want)).await?;
+        if context.is_shut_down() {
+            // Shut down while this acquire was in flight: give it back.
+            drop(guard);
+            return Err(LockError::ShutDown);
+        }
+        Ok(guard)
     }
 }
 
@@ -360,6 +366,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     // try a bounded wait makes after its deadline passed while it slept.
     let mut last_try = false;
     loop {
+        if runtime.is_shut_down() {
+            return Err(LockError::ShutDown);
+        }
         // Re-entry, strict nesting: only below the innermost hold.
         match runtime.table().reenter(&want.hash, &want.scope) {
             Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
@@ -732,8 +741,14 @@ where
                 result = body => result,
                 () = guard.runtime().run(held.lost()) => {
                     let key = guard.key().to_owned();
+                    let shut_down = guard.runtime().is_shut_down();
                     drop(guard);
-                    return Err(LockError::Lost { key }.into());
+                    return Err(if shut_down {
+                        LockError::ShutDown
+                    } else {
+                        LockError::Lost { key }
+                    }
+                    .into());
                 }
             }
         }
@@ -745,6 +760,9 @@ where
             if on_lost == OnLost::Abort && result.is_ok() =>
         {
             Err(LockError::Lost { key }.into())
+        }
+        Err(LockError::ShutDown) if on_lost == OnLost::Abort && result.is_ok() => {
+            Err(LockError::ShutDown.into())
         }
         Err(error) => {
             tracing::warn!(%error, "lock trouble after the body finished; returning its result");

@@ -12,6 +12,7 @@
 //! The global registry is a `OnceLock`: `install` puts a runtime there once,
 //! and `#[distributed_lock]` and [`lock`] use it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -263,6 +264,8 @@ impl LockRuntimeBuilder {
                 default_wait: self.default_wait,
                 default_fair: self.fair,
                 try_timeout: self.try_timeout,
+                drain_limit: self.response_timeout.saturating_mul(2),
+                closed: AtomicBool::new(false),
                 _stop: stop_tx,
             }),
         })
@@ -345,6 +348,10 @@ struct Inner {
     default_wait: Option<Duration>,
     default_fair: bool,
     try_timeout: Duration,
+    /// How long shutdown waits for the backend to confirm its releases.
+    drain_limit: Duration,
+    /// Set by [`LockRuntime::shutdown`]: no more locks are taken.
+    closed: AtomicBool,
     describe: String,
     /// Dropped with the last handle: stops the worker thread.
     _stop: oneshot::Sender<()>,
@@ -417,6 +424,69 @@ impl LockRuntime {
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let hash = LockNames::hash(&self.inner.prefix, key);
         Ok(self.run(self.inner.backend.force_unlock(&hash)).await?)
+    }
+
+    /// Gives back every lock this runtime holds and takes no more: for a
+    /// graceful stop (SIGTERM, ctrl-c), after the service has finished the
+    /// requests in flight. Returns how many locks it released.
+    ///
+    /// - Every held lock leaves the watchdog and is released at once, and
+    ///   the call waits until the backend has answered those releases and
+    ///   any queued by dropped guards (at most twice the response timeout;
+    ///   after that, [`LockError::Backend`], and leases free what is left).
+    /// - A locked body still running is told its lock is lost: with
+    ///   `on_lost = "abort"` it is stopped at its next `.await` and its call
+    ///   returns [`LockError::ShutDown`]; its guard's `is_lost()` is true.
+    /// - Acquires that wait now, and every later one, fail with
+    ///   [`LockError::ShutDown`].
+    ///
+    /// Without it, a process that ends with locks still held (a `return`
+    /// from `main` while tasks hold locks, `std::process::exit`, SIGTERM
+    /// with no handler, a crash) leaves them to their leases: other
+    /// processes wait up to one lease for them.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let guard = runtime.lock("report").acquire().await?;
+    /// assert_eq!(runtime.shutdown().await?, 1);
+    /// assert!(guard.is_lost());
+    /// assert!(runtime.lock("report").acquire().await.is_err());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn shutdown(&self) -> Result<usize, LockError> {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let holds = self.inner.table.close_all();
+        for held in &holds {
+            self.inner.watchdog.remove(held.id);
+            held.mark_lost();
+            self.inner.backend.release_in_background(
+                held.hash.clone(),
+                held.holder.clone(),
+                held.fair,
+            );
+        }
+        // Waiters see the flag when they wake.
+        self.inner.waiters.wake_all();
+        let limit = self.inner.drain_limit;
+        let backend = &self.inner.backend;
+        let drained = self
+            .run(async { tokio::time::timeout(limit, backend.all_releases_settled()).await })
+            .await;
+        match drained {
+            Ok(()) => Ok(holds.len()),
+            Err(_) => Err(BackendError::msg(format!(
+                "shutdown: the backend did not confirm every release within {limit:?}; \
+                 their leases will free the locks left"
+            ))
+            .into()),
+        }
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
     }
 
     /// One round trip to the backend on the runtime's own connection (a Redis
@@ -544,6 +614,27 @@ impl LockRuntime {
 /// ```
 pub fn lock(key: impl Into<String>) -> LockRequest {
     LockRequest::new(GLOBAL.get().cloned(), key.into())
+}
+
+/// Shuts the global runtime down ([`LockRuntime::shutdown`]): releases
+/// every lock it holds and takes no more. `Ok(0)` when none is installed.
+///
+/// ```no_run
+/// # async fn serve() {}
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// lock_runtime::init_from_env().await?;
+/// tokio::select! {
+///     () = serve() => {}
+///     _ = tokio::signal::ctrl_c() => {} // and SIGTERM, with tokio::signal::unix
+/// }
+/// lock_runtime::shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub async fn shutdown() -> Result<usize, LockError> {
+    match GLOBAL.get() {
+        Some(runtime) => runtime.shutdown().await,
+        None => Ok(0),
+    }
 }
 
 /// Installs the global runtime from the environment, and returns it.
