@@ -15,23 +15,65 @@
 //! Only the crate's own futures are wrapped, never a locked body: a user's
 //! `tokio::spawn` inside a body must not land on the lock runtime's thread.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
+use std::thread::ThreadId;
 
 use tokio::runtime::Handle;
+
+thread_local! {
+    /// Set while [`in_context`] lends the runtime's context to a caller
+    /// that has none.
+    static LENT: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Polls `fut` inside `handle`'s context whenever the caller has no tokio
 /// context of its own.
 pub(crate) async fn in_context<F: Future>(handle: &Handle, fut: F) -> F::Output {
     let mut fut = pin!(fut);
     std::future::poll_fn(|cx| -> Poll<F::Output> {
-        if Handle::try_current().is_ok() {
+        if LENT.get() || Handle::try_current().is_ok() {
             fut.as_mut().poll(cx)
         } else {
             let _entered = handle.enter();
+            LENT.set(true);
+            let _lent = Unlend;
             fut.as_mut().poll(cx)
         }
     })
     .await
+}
+
+/// Clears [`LENT`] when the poll ends, panicking or not.
+struct Unlend;
+
+impl Drop for Unlend {
+    fn drop(&mut self) {
+        LENT.set(false);
+    }
+}
+
+/// Which tokio task is running: the unit in which a wait for one's own lock
+/// can never end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Runner {
+    /// A spawned task.
+    Task(tokio::task::Id),
+    /// The future of a `block_on` (`#[tokio::main]`, `#[tokio::test]`): not
+    /// a task, but alone on its thread.
+    BlockOn(ThreadId),
+}
+
+/// The tokio task or `block_on` running now; `None` on other executors
+/// (one of their threads may run many futures, so the thread says nothing).
+pub(crate) fn runner() -> Option<Runner> {
+    if let Some(id) = tokio::task::try_id() {
+        return Some(Runner::Task(id));
+    }
+    if LENT.get() || Handle::try_current().is_err() {
+        return None;
+    }
+    Some(Runner::BlockOn(std::thread::current().id()))
 }

@@ -37,6 +37,24 @@ pub enum LockError {
         waited: Duration,
     },
 
+    /// The wait ran out while the lock was held by the waiting task itself:
+    /// a guard from `acquire()` or a locked call still alive in the same task,
+    /// outside the waiting call's owner scope. Such a wait can only end if
+    /// another branch of the task (a `join!` arm) gives the lock back.
+    #[error(
+        "gave up after {} ms waiting for lock `{key}`, which this same task holds: a guard \
+         from `acquire()` or a locked call of this task is still alive outside the waiting \
+         call. Run the call inside `guard.scope(...)` to re-enter, or release the guard first \
+         (README: \"Where re-entry stops\")",
+        waited.as_millis()
+    )]
+    SelfDeadlock {
+        /// The key as the caller gave it.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
     /// The lock stopped being ours while it was held: it expired, was deleted,
     /// or Redis could not be reached before the lease ran out.
     #[error(

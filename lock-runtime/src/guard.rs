@@ -6,11 +6,13 @@
 //! which needs no tokio context at drop time. Either way the lock leaves the
 //! watchdog before its release is sent.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::backend::Release;
 use crate::error::LockError;
 use crate::held::HeldLock;
+use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
 
 /// A held lock. Release it with [`release`](Self::release), or drop it to
@@ -35,15 +37,23 @@ pub struct LockGuard {
     held: Arc<HeldLock>,
     /// This hold's frame in the runtime's table.
     frame: u64,
+    /// The owner scope the hold belongs to.
+    scope: Arc<Node>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(runtime: LockRuntime, held: Arc<HeldLock>, frame: u64) -> Self {
+    pub(crate) fn new(
+        runtime: LockRuntime,
+        held: Arc<HeldLock>,
+        frame: u64,
+        scope: Arc<Node>,
+    ) -> Self {
         LockGuard {
             runtime,
             held,
             frame,
+            scope,
             released: false,
         }
     }
@@ -77,6 +87,41 @@ impl LockGuard {
     /// Useful in a `select!` beside long-running work.
     pub async fn lost(&self) {
         self.runtime.run(self.held().lost()).await;
+    }
+
+    /// Runs `fut` as if it were nested inside this hold: locked calls and
+    /// acquires of the same key inside `fut` re-enter it (no wait, no round
+    /// trip), and [`fence`](crate::fence) returns this guard's token there.
+    ///
+    /// A guard from [`acquire`](crate::LockRequest::acquire) does not change
+    /// the owner scope its caller runs in (no future can), so without this a
+    /// `#[distributed_lock]` fn on the same key called while the guard is
+    /// held waits for the guard: in the same task, until its wait runs out
+    /// with [`LockError::SelfDeadlock`]. Await `fut` before releasing the
+    /// guard: once the hold is given back, calls in `fut` no longer find it.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{distributed_lock, fence, LockError};
+    /// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+    /// #[distributed_lock(key = "account:<id>")]
+    /// async fn audit(id: u64) -> Result<Option<u64>, LockError> {
+    ///     Ok(fence())
+    /// }
+    ///
+    /// let guard = lock_runtime::lock("account:7").acquire().await?;
+    /// let seen = guard.scope(audit(7)).await?; // re-enters the guard's hold
+    /// assert_eq!(seen, Some(guard.fence()));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        let scope = Scope {
+            node: Node::child_of(Some(&self.scope)),
+            fence: Some(self.fence()),
+        };
+        owner::enter(scope, fut)
     }
 
     /// Gives the hold back and waits for the backend to confirm.

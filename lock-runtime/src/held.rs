@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::context::Runner;
 use crate::owner::Node;
 
 /// One lock held by one owner scope of this process.
@@ -161,6 +162,8 @@ impl HeldLock {
 struct Frame {
     id: u64,
     owner: u64,
+    /// The tokio task (or `block_on`) that took this hold, when known.
+    task: Option<Runner>,
     held: Arc<HeldLock>,
 }
 
@@ -192,6 +195,7 @@ fn new_frame(owner: u64, held: Arc<HeldLock>) -> Frame {
     Frame {
         id: NEXT_FRAME.fetch_add(1, Ordering::Relaxed),
         owner,
+        task: crate::context::runner(),
         held,
     }
 }
@@ -285,6 +289,20 @@ impl HeldTable {
             self.frames_changed.notify_waiters();
         }
         last
+    }
+
+    /// Whether a live hold of `hash` was taken by the tokio task (or
+    /// `block_on`) running now: a wait for it can only end if another branch
+    /// of this task gives it back. `false` on other executors.
+    pub(crate) fn held_by_this_task(&self, hash: &str) -> bool {
+        let Some(task) = crate::context::runner() else {
+            return false;
+        };
+        self.locks().get(hash).is_some_and(|frames| {
+            frames
+                .iter()
+                .any(|f| f.task == Some(task) && !f.held.is_lost())
+        })
     }
 
     /// Takes every frame out of the table and returns each lock held (once),

@@ -99,8 +99,9 @@ impl LockRequest {
     }
 
     /// The longest time to wait for a busy lock; `Duration::ZERO` tries once.
-    /// Default: the runtime's (forever unless configured). A wait too long to
-    /// represent (`Duration::MAX`) waits forever.
+    /// Default: the runtime's ([`DEFAULT_WAIT`](crate::DEFAULT_WAIT), 30 s,
+    /// unless configured). A wait too long to represent (`Duration::MAX`)
+    /// waits forever, as does [`wait_forever`](Self::wait_forever).
     ///
     /// Bounds: a try-once takes at most the runtime's
     /// [`try_timeout`](crate::LockRuntimeBuilder::try_timeout) (250 ms by
@@ -355,9 +356,15 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
     // A wait too long to represent (`Duration::MAX`) is a wait forever.
     let deadline = want.wait.and_then(|w| start.checked_add(w));
     let try_once = want.wait == Some(Duration::ZERO);
-    let timeout = |want: &Want| LockError::Timeout {
-        key: want.key.clone(),
-        waited: start.elapsed(),
+    let timeout = |want: &Want| {
+        let (key, waited) = (want.key.clone(), start.elapsed());
+        // A wait for a hold of this very task is the likely mistake of a
+        // guard or locked call still alive around the waiting call: say so.
+        if !try_once && runtime.table().held_by_this_task(&want.hash) {
+            LockError::SelfDeadlock { key, waited }
+        } else {
+            LockError::Timeout { key, waited }
+        }
     };
     let mut ticket: Option<WaitTicket> = None;
     let mut backoff = ERROR_BACKOFF_MIN;
@@ -371,15 +378,24 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         }
         // Re-entry, strict nesting: only below the innermost hold.
         match runtime.table().reenter(&want.hash, &want.scope) {
-            Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
+            Reentry::Held(held, frame) => {
+                return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
+            }
             Reentry::Sibling => {
                 // A sibling scope is inside: wait for it in the process.
                 // (Boxed: a rare path, kept out of every waiting acquire's state.)
                 let table = runtime.table();
                 let turn = Box::pin(table.frames_changed(&want.hash, &want.scope, deadline));
                 match turn.await {
-                    Reentry::Held(held, frame) => return Ok(LockGuard::new(runtime, held, frame)),
-                    Reentry::Sibling => return Err(timeout(&want)),
+                    Reentry::Held(held, frame) => {
+                        return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
+                    }
+                    Reentry::Sibling => {
+                        return Err(LockError::Timeout {
+                            key: want.key.clone(),
+                            waited: start.elapsed(),
+                        })
+                    }
                     Reentry::No => continue,
                 }
             }
@@ -519,8 +535,9 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
                 if let Some(ticket) = ticket.take() {
                     ticket.leave_with_lock(want.fair);
                 }
+                let scope = want.scope.clone();
                 let held = HeldLock::new(want.hold(holder, fence));
-                return Ok(runtime.adopt(held, sent_at));
+                return Ok(runtime.adopt(held, scope, sent_at));
             }
             Ok(Acquire::Busy { ttl }) => {
                 if let Some(ticket) = &ticket {
@@ -574,6 +591,15 @@ async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockEr
         }
         let Some(registered) = &ticket else {
             // First miss: become a waiter of this key, then try again at once.
+            if runtime.table().held_by_this_task(&want.hash) {
+                tracing::warn!(
+                    key = %want.key,
+                    "waiting for a lock that this same task holds (a guard from `acquire()` or \
+                     a locked call still alive): unless another branch of this task releases \
+                     it, this wait ends only with its deadline; run the call inside \
+                     `guard.scope(...)` to re-enter"
+                );
+            }
             let new_ticket = runtime
                 .waiters()
                 .register(LockNames::channel(&want.hash), want.scope.clone());
@@ -661,8 +687,9 @@ async fn sleep_for_turn(
 /// backend lease ends after `since` + the handoff lease (the shortest that
 /// the place's entry carried); the watchdog counts from there.
 fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGuard {
+    let scope = want.scope.clone();
     let held = HeldLock::new(want.hold(handoff.holder, handoff.fence));
-    runtime.adopt_for(held, handoff.since, handoff.lease)
+    runtime.adopt_for(held, scope, handoff.since, handoff.lease)
 }
 
 /// Registers as a waiter and sleeps until woken (or the holder's lease, as

@@ -25,6 +25,7 @@ use crate::backend::{Backend, LockNames};
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, HeldTable};
+use crate::owner::Node;
 use crate::request::LockRequest;
 use crate::waiters::Waiters;
 use crate::watchdog::{self, Watchdog, WatchdogStats};
@@ -35,6 +36,16 @@ const EMBEDDED_DESCRIPTION: &str =
 
 /// Default lease: how long a lock outlives a holder that stopped renewing it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Default wait of an acquire (and of a `#[distributed_lock]` fn) that sets
+/// none: as long as the default lease, so that a waiter outlasts one crashed
+/// holder (whose lock frees within one lease), and bounded, so that a
+/// mistake that can never be granted (a task waiting for its own lock, a
+/// holder stuck for good) ends in an error naming the key instead of a hang.
+/// Redisson's `lock()` waits forever; lock4j gives up after 3 s, which fails
+/// healthy calls behind a holder of a few seconds. Set it with
+/// [`LockRuntimeBuilder::default_wait`], per lock with `wait`.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 static GLOBAL: OnceLock<LockRuntime> = OnceLock::new();
 
@@ -106,7 +117,7 @@ impl Default for LockRuntimeBuilder {
             choice: Choice::Memory,
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
-            default_wait: None,
+            default_wait: Some(DEFAULT_WAIT),
             fair: std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
@@ -144,7 +155,8 @@ impl LockRuntimeBuilder {
         self
     }
 
-    /// Wait of locks that set none: `None` (the default) waits forever.
+    /// Wait of locks that set none ([`DEFAULT_WAIT`], 30 s, unless set);
+    /// `None` waits forever.
     pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
         self.default_wait = wait;
         self
@@ -390,7 +402,7 @@ pub struct RuntimeStats {
 
 impl LockRuntime {
     /// A builder with the defaults: embedded backend, prefix `"lock:"`, 30 s
-    /// lease, unbounded wait.
+    /// lease, 30 s wait.
     pub fn builder() -> LockRuntimeBuilder {
         LockRuntimeBuilder::default()
     }
@@ -570,9 +582,14 @@ impl LockRuntime {
     }
 
     /// Takes a fresh backend hold into the table and the watchdog.
-    pub(crate) fn adopt(&self, held: Arc<HeldLock>, sent_at: Instant) -> LockGuard {
+    pub(crate) fn adopt(
+        &self,
+        held: Arc<HeldLock>,
+        scope: Arc<Node>,
+        sent_at: Instant,
+    ) -> LockGuard {
         let lease = held.lease;
-        self.adopt_for(held, sent_at, lease)
+        self.adopt_for(held, scope, sent_at, lease)
     }
 
     /// [`adopt`](Self::adopt) a lock whose backend lease is `in_force` (a
@@ -580,6 +597,7 @@ impl LockRuntime {
     pub(crate) fn adopt_for(
         &self,
         held: Arc<HeldLock>,
+        scope: Arc<Node>,
         sent_at: Instant,
         in_force: Duration,
     ) -> LockGuard {
@@ -597,7 +615,7 @@ impl LockRuntime {
             // for a release that their own scope would have to make.
             self.inner.waiters.wake_owner(&channel, held.owner);
         }
-        LockGuard::new(self.clone(), held, frame)
+        LockGuard::new(self.clone(), held, frame, scope)
     }
 }
 
@@ -646,6 +664,14 @@ pub async fn shutdown() -> Result<usize, LockError> {
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
 ///
+/// **Once per process, and idempotent.** A second call returns the runtime
+/// already installed (however it was installed) without reading the
+/// environment again, so every `#[tokio::test]` of a test binary may call
+/// it: the runtime runs on its own thread, so it serves every test's tokio
+/// runtime alike. ([`LockRuntime::install`] instead refuses a second
+/// runtime; a test that wants a runtime of its own builds one and uses
+/// [`LockRuntime::lock`] or [`with_lock`](crate::with_lock), not the global.)
+///
 /// **It fails closed.** With no URL and no `LOCK_BACKEND=memory`, a release
 /// build returns [`LockError::InvalidConfig`] naming `REDIS_URL`: a service
 /// deployed with a missing or misspelt variable must not run with locks that
@@ -666,6 +692,9 @@ pub async fn shutdown() -> Result<usize, LockError> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```
 pub async fn init_from_env() -> Result<LockRuntime, LockError> {
+    if let Some(installed) = GLOBAL.get() {
+        return Ok(installed.clone());
+    }
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     for (name, nearest) in unknown_lock_variables(names) {
         match nearest {
@@ -676,7 +705,12 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
     let read = |name: &str| std::env::var(name).ok();
     let builder = builder_from_env(read, cfg!(debug_assertions))?;
     let runtime = builder.build().await?;
-    runtime.clone().install()?;
+    match runtime.clone().install() {
+        Ok(()) => {}
+        // Another caller installed one meanwhile: that one is the runtime.
+        Err(LockError::AlreadyInstalled) => return LockRuntime::global(),
+        Err(e) => return Err(e),
+    }
     tracing::info!(backend = %runtime.describe(), "lock runtime installed");
     Ok(runtime)
 }
@@ -803,6 +837,12 @@ mod tests {
             Err(LockError::InvalidConfig(message)) => message,
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn waits_are_bounded_by_default() {
+        assert_eq!(LockRuntime::builder().default_wait, Some(DEFAULT_WAIT));
+        assert_eq!(DEFAULT_WAIT, DEFAULT_LEASE);
     }
 
     #[test]

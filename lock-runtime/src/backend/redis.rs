@@ -207,6 +207,9 @@ pub(crate) struct Connected {
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
     let shape = "expected redis://[user[:password]@]host[:port][/db] or rediss://… \
                  (the URL is not shown: it may hold a password)";
+    if let Some(problem) = unsupported_url(url) {
+        return Err(LockError::InvalidConfig(problem.to_owned()));
+    }
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(LockError::InvalidConfig(format!(
             "invalid Redis URL: {shape}"
@@ -220,6 +223,40 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     Ok(info.set_redis_settings(settings))
+}
+
+/// What is wrong with a URL of a kind this version cannot use, in words a
+/// user can act on (never echoing the URL, which may hold a password).
+fn unsupported_url(url: &str) -> Option<&'static str> {
+    let url = url.trim();
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme.contains("sentinel") {
+        return Some(
+            "invalid Redis URL: Redis Sentinel is not supported yet; give the current \
+             primary as one redis://host:port URL",
+        );
+    }
+    if scheme.contains("cluster") {
+        return Some(
+            "invalid Redis URL: Redis Cluster is not supported yet; give one server as \
+             redis://host:port",
+        );
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    if rest.contains(',') || url.split_whitespace().nth(1).is_some() {
+        return Some(
+            "invalid Redis URL: a list of servers (Cluster, Sentinel or Redlock) is not \
+             supported yet; give one server as redis://host:port",
+        );
+    }
+    if scheme == "rediss" && !cfg!(feature = "tls") {
+        return Some(
+            "rediss:// (TLS) needs the `tls` feature of lock-runtime: \
+             lock-runtime = { version = \"…\", features = [\"tls\"] }",
+        );
+    }
+    None
 }
 
 /// Connects, loads the scripts and starts the subscription and release tasks.
@@ -631,5 +668,52 @@ async fn releaser(
         }
         pending.done(batch.iter().map(|(hash, _, _)| hash.as_str()));
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::parse_url;
+
+    fn error(url: &str) -> String {
+        parse_url(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn urls_of_unsupported_deployments_say_what_is_supported() {
+        for url in [
+            "redis+sentinel://:secret@s1:26379,s2:26379/mymaster",
+            "redis-sentinel://s1:26379",
+            "sentinel://s1:26379",
+        ] {
+            let text = error(url);
+            assert!(
+                text.contains("Sentinel is not supported yet"),
+                "{url}: {text}"
+            );
+            assert!(!text.contains("secret"), "{text}");
+        }
+        for url in ["redis+cluster://n1:7000", "redis-cluster://n1:7000,n2:7001"] {
+            assert!(error(url).contains("Cluster is not supported yet"), "{url}");
+        }
+        for url in [
+            "redis://:secret@n1:7000,n2:7001",
+            "redis://n1:6379 redis://n2:6379",
+        ] {
+            let text = error(url);
+            assert!(text.contains("a list of servers"), "{url}: {text}");
+            assert!(!text.contains("secret"), "{text}");
+        }
+        assert!(error("http://localhost").contains("expected redis://"));
+        assert!(parse_url("redis://127.0.0.1:6379/2").is_ok());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_tls_url_without_the_tls_feature_names_the_feature() {
+        let text = error("rediss://:secret@cache.example:6380");
+        assert!(text.contains("the `tls` feature"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
     }
 }
