@@ -91,5 +91,10 @@ async fn main() -> Result<(), AppError> {
         ms(t0),
         runtime.stats().watchdog.round_trips
     );
+
+    // On the way out (after a server's graceful shutdown, say): give back
+    // whatever is still held, so other processes need not wait for leases.
+    let released = lock_runtime::shutdown().await?;
+    println!("\nshut down; {released} locks were still held");
     Ok(())
 }

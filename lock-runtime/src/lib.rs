@@ -42,7 +42,14 @@
 //! Nested locked calls awaited inside a locked body re-enter without a round
 //! trip; sibling calls on the same key inside one body (`join!` arms) take
 //! turns; tasks spawned from it do not re-enter, unless wrapped in
-//! [`inherit`].
+//! [`inherit`]. A guard from `acquire()` does not change the scope its
+//! caller runs in; run calls that should re-enter it inside
+//! [`LockGuard::scope`]. A task that waits for a lock it holds itself gets
+//! [`LockError::SelfDeadlock`] at its deadline, and every wait is bounded by
+//! default ([`DEFAULT_WAIT`], 30 s).
+//!
+//! At the end, [`shutdown`] gives back every lock still held. The futures of
+//! this crate work on any executor (the runtime has its own thread).
 //!
 //! Waiters of one process are always served in arrival order. Across
 //! processes, [`LockRequest::fair`] (or [`LockRuntimeBuilder::fair`],

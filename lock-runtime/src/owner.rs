@@ -150,6 +150,10 @@ pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
 /// The fencing token of the innermost lock held by the running locked body,
 /// or `None` outside any locked body.
 ///
+/// A guard from `acquire()` is not a locked body: take its token with
+/// [`LockGuard::fence`](crate::LockGuard::fence), or run code inside
+/// [`LockGuard::scope`](crate::LockGuard::scope), where `fence()` returns it.
+///
 /// Pass it to storage that rejects writes carrying a token lower than one it
 /// has already seen: a holder that lost its lock (a long pause, a Redis
 /// restart) then cannot overwrite the newer holder's work.
