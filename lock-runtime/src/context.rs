@@ -17,33 +17,48 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::thread::ThreadId;
 
 use tokio::runtime::Handle;
 
 thread_local! {
-    /// Set while [`in_context`] lends the runtime's context to a caller
-    /// that has none.
+    /// Set while [`InContext`] lends the runtime's context to a caller that
+    /// has none.
     static LENT: Cell<bool> = const { Cell::new(false) };
+}
+
+pin_project_lite::pin_project! {
+    /// A future polled inside the runtime's tokio context whenever its
+    /// caller has none. (A struct, not an `async fn`: an async wrapper would
+    /// keep a second copy of the wrapped future's state in its own.)
+    pub(crate) struct InContext<'a, F> {
+        handle: &'a Handle,
+        #[pin]
+        fut: F,
+    }
 }
 
 /// Polls `fut` inside `handle`'s context whenever the caller has no tokio
 /// context of its own.
-pub(crate) async fn in_context<F: Future>(handle: &Handle, fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    std::future::poll_fn(|cx| -> Poll<F::Output> {
+pub(crate) fn in_context<F: Future>(handle: &Handle, fut: F) -> InContext<'_, F> {
+    InContext { handle, fut }
+}
+
+impl<F: Future> Future for InContext<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
         if LENT.get() || Handle::try_current().is_ok() {
-            fut.as_mut().poll(cx)
-        } else {
-            let _entered = handle.enter();
-            LENT.set(true);
-            let _lent = Unlend;
-            fut.as_mut().poll(cx)
+            return this.fut.poll(cx);
         }
-    })
-    .await
+        let _entered = this.handle.enter();
+        LENT.set(true);
+        let _lent = Unlend;
+        this.fut.poll(cx)
+    }
 }
 
 /// Clears [`LENT`] when the poll ends, panicking or not.

@@ -166,8 +166,10 @@ impl LockRequest {
     /// [`LockError::NotInstalled`] for [`lock`](crate::lock) without a global
     /// runtime, [`LockError::InvalidKey`] / [`LockError::InvalidConfig`] for bad
     /// input, [`LockError::Backend`] when the backend fails.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        self.acquire_as(owner::current_or_root()).await
+    pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
+        // Not an `async fn`: that would keep a second copy of the request in
+        // every waiting acquire's state.
+        self.acquire_as(None)
     }
 
     /// Tries once: `Ok(None)` when someone else holds the lock. Takes at most
@@ -203,7 +205,10 @@ impl LockRequest {
         self
     }
 
-    async fn acquire_as(self, scope: Arc<Node>) -> Result<LockGuard, LockError> {
+    /// Acquires for `scope`, or for the scope current at the first poll
+    /// (a fresh root outside any) when `None`.
+    async fn acquire_as(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
+        let scope = scope.unwrap_or_else(owner::current_or_root);
         let runtime = self.runtime.ok_or(LockError::NotInstalled)?;
         validate_key(&self.key)?;
         let lease = self.lease.unwrap_or(runtime.default_lease());
@@ -351,293 +356,319 @@ const ERROR_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// others of its process tries by itself (the head tries at the lease end).
 const QUEUED_SLACK: Duration = Duration::from_millis(20);
 
-async fn wait_loop(runtime: LockRuntime, want: Want) -> Result<LockGuard, LockError> {
-    let start = Instant::now();
-    // A wait too long to represent (`Duration::MAX`) is a wait forever.
-    let deadline = want.wait.and_then(|w| start.checked_add(w));
-    let try_once = want.wait == Some(Duration::ZERO);
-    let timeout = |want: &Want| {
-        let (key, waited) = (want.key.clone(), start.elapsed());
-        // A wait for a hold of this very task is the likely mistake of a
-        // guard or locked call still alive around the waiting call: say so.
-        if !try_once && runtime.table().held_by_this_task(&want.hash) {
-            LockError::SelfDeadlock { key, waited }
-        } else {
-            LockError::Timeout { key, waited }
-        }
-    };
-    let mut ticket: Option<WaitTicket> = None;
-    let mut backoff = ERROR_BACKOFF_MIN;
-    let mut first = true;
-    // The attempt about to go out is the last one: the try-once, or the one
-    // try a bounded wait makes after its deadline passed while it slept.
-    let mut last_try = false;
-    loop {
-        if runtime.is_shut_down() {
-            return Err(LockError::ShutDown);
-        }
-        // Re-entry, strict nesting: only below the innermost hold.
-        match runtime.table().reenter(&want.hash, &want.scope) {
-            Reentry::Held(held, frame) => {
-                return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
+/// The acquisition: re-entry, handoffs, attempts and sleeps until the lock
+/// is ours or the wait ends. (An `async` block, not an `async fn`: the
+/// latter would keep a second copy of `want` in every waiting acquire.)
+fn wait_loop(
+    runtime: LockRuntime,
+    want: Want,
+) -> impl Future<Output = Result<LockGuard, LockError>> {
+    async move {
+        let start = Instant::now();
+        // A wait too long to represent (`Duration::MAX`) is a wait forever.
+        let deadline = want.wait.and_then(|w| start.checked_add(w));
+        let try_once = want.wait == Some(Duration::ZERO);
+        let timeout = |want: &Want| {
+            let (key, waited) = (want.key.clone(), start.elapsed());
+            // A wait for a hold of this very task is the likely mistake of a
+            // guard or locked call still alive around the waiting call: say so.
+            if !try_once && runtime.table().held_by_this_task(&want.hash) {
+                LockError::SelfDeadlock { key, waited }
+            } else {
+                LockError::Timeout { key, waited }
             }
-            Reentry::Sibling => {
-                // A sibling scope is inside: wait for it in the process.
-                // (Boxed: a rare path, kept out of every waiting acquire's state.)
-                let table = runtime.table();
-                let turn = Box::pin(table.frames_changed(&want.hash, &want.scope, deadline));
-                match turn.await {
-                    Reentry::Held(held, frame) => {
-                        return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
-                    }
-                    Reentry::Sibling => {
-                        return Err(LockError::Timeout {
-                            key: want.key.clone(),
-                            waited: start.elapsed(),
-                        })
-                    }
-                    Reentry::No => continue,
-                }
-            }
-            Reentry::No => {}
-        }
-        // Fair mode: a release may have handed the lock to our place. (A
-        // fixed lease longer than the handoff's claim is not taken from the
-        // message: the attempt below claims it and sets the full lease.)
-        let handoff = match &ticket {
-            Some(ticket) if want.fair => ticket.take_handoff(want.minimum_claim()),
-            _ => None,
         };
-        if let Some(handoff) = handoff {
-            if let Some(ticket) = ticket.take() {
-                ticket.leave_with_lock(true);
+        let mut ticket: Option<WaitTicket> = None;
+        let mut backoff = ERROR_BACKOFF_MIN;
+        let mut first = true;
+        // The attempt about to go out is the last one: the try-once, or the one
+        // try a bounded wait makes after its deadline passed while it slept.
+        let mut last_try = false;
+        loop {
+            if runtime.is_shut_down() {
+                return Err(LockError::ShutDown);
             }
-            return Ok(adopt_handoff(&runtime, want, handoff));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            if last_try {
-                return Err(timeout(&want));
+            // Re-entry, strict nesting: only below the innermost hold.
+            match runtime.table().reenter(&want.hash, &want.scope) {
+                Reentry::Held(held, frame) => {
+                    return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
+                }
+                Reentry::Sibling => {
+                    // A sibling scope is inside: wait for it in the process.
+                    // (Boxed: a rare path, kept out of every waiting acquire's state.)
+                    let table = runtime.table();
+                    let turn = Box::pin(table.frames_changed(&want.hash, &want.scope, deadline));
+                    match turn.await {
+                        Reentry::Held(held, frame) => {
+                            return Ok(LockGuard::new(runtime, held, frame, want.scope.clone()))
+                        }
+                        Reentry::Sibling => {
+                            return Err(LockError::Timeout {
+                                key: want.key.clone(),
+                                waited: start.elapsed(),
+                            })
+                        }
+                        Reentry::No => continue,
+                    }
+                }
+                Reentry::No => {}
             }
-            last_try = true;
-        }
-        if std::mem::take(&mut first) && !last_try {
-            // Fairness: when callers of this process already wait for the key,
-            // queue behind them (the release wakes the longest waiter first)
-            // instead of racing them to the backend.
-            if let Some(queued) = queue_behind_local_waiters(&runtime, &want, deadline).await {
-                ticket = Some(queued);
-                continue;
+            // Fair mode: a release may have handed the lock to our place. (A
+            // fixed lease longer than the handoff's claim is not taken from the
+            // message: the attempt below claims it and sets the full lease.)
+            let handoff = match &ticket {
+                Some(ticket) if want.fair => ticket.take_handoff(want.minimum_claim()),
+                _ => None,
+            };
+            if let Some(handoff) = handoff {
+                if let Some(ticket) = ticket.take() {
+                    ticket.leave_with_lock(true);
+                }
+                return Ok(adopt_handoff(&runtime, want, handoff));
             }
-        }
-        // Listen before trying, so a release between the try and the sleep
-        // is not missed.
-        let slot = ticket.as_ref().map(|t| t.slot().clone());
-        let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
-        if let Some(woken) = woken.as_mut().as_pin_mut() {
-            woken.enable();
-        }
-
-        // Fair mode queues this process under one place per key; a first
-        // attempt (no ticket yet) uses a fresh id, which may become the place.
-        let (place, place_attempt) = match &ticket {
-            Some(ticket) if want.fair => match ticket.begin_attempt(want.handoff_lease()) {
-                Some((id, attempt)) => (Some(id), Some(attempt)),
-                None if last_try => {
-                    // A sibling's attempt with our place is out, and it is
-                    // our last chance: that attempt stands for ours.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if last_try {
                     return Err(timeout(&want));
                 }
-                None => {
-                    // A sibling's attempt with our place is out: its outcome
-                    // (or a handoff) wakes the head.
-                    let now = Instant::now();
-                    let cap = now + QUEUE_REFRESH;
-                    let wake_at = deadline.map_or(cap, |d| d.min(cap));
-                    tokio::select! {
-                        _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
-                        () = tokio::time::sleep_until(wake_at) => {}
+                last_try = true;
+            }
+            // Fairness: when callers of this process already wait for the key,
+            // queue behind them (the release wakes the longest waiter first)
+            // instead of racing them to the backend: no attempt, straight to
+            // the sleep below.
+            let queued_behind = std::mem::take(&mut first)
+                && !last_try
+                && match queue_behind_local_waiters(&runtime, &want) {
+                    Some(queued) => {
+                        ticket = Some(queued);
+                        true
                     }
+                    None => false,
+                };
+            // Listen before trying, so a release between the try and the sleep
+            // is not missed.
+            let slot = ticket.as_ref().map(|t| t.slot().clone());
+            let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
+            if let Some(woken) = woken.as_mut().as_pin_mut() {
+                woken.enable();
+            }
+
+            // The holder's remaining lease, as the attempt's reply gave it (none
+            // known when queued behind local waiters).
+            let (now, ttl) = if queued_behind {
+                (Instant::now(), None)
+            } else {
+                // Fair mode queues this process under one place per key; a first
+                // attempt (no ticket yet) uses a fresh id, which may become the place.
+                let (place, place_attempt) = match &ticket {
+                    Some(ticket) if want.fair => match ticket.begin_attempt(want.handoff_lease()) {
+                        Some((id, attempt)) => (Some(id), Some(attempt)),
+                        None if last_try => {
+                            // A sibling's attempt with our place is out, and it is
+                            // our last chance: that attempt stands for ours.
+                            return Err(timeout(&want));
+                        }
+                        None => {
+                            // A sibling's attempt with our place is out: its outcome
+                            // (or a handoff) wakes the head.
+                            let now = Instant::now();
+                            let cap = now + QUEUE_REFRESH;
+                            let wake_at = deadline.map_or(cap, |d| d.min(cap));
+                            tokio::select! {
+                                _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => {}
+                                () = tokio::time::sleep_until(wake_at) => {}
+                            }
+                            continue;
+                        }
+                    },
+                    _ => (None, None),
+                };
+                let mut in_flight = InFlight {
+                    runtime: &runtime,
+                    hash: &want.hash,
+                    armed: place.is_none(),
+                    holder: place.unwrap_or_else(owner::new_holder_id),
+                    fair: want.fair,
+                };
+                let queue = match (want.fair, try_once) {
+                    (false, _) => Queue::No,
+                    (true, true) => Queue::Peek,
+                    (true, false) => Queue::Join(want.handoff_lease()),
+                };
+                // The last try gets `try_timeout`; any other attempt ends with the wait.
+                let bound = if last_try {
+                    Some(Instant::now() + runtime.try_timeout())
+                } else {
+                    deadline
+                };
+                // A release of this key that this process queued (a dropped guard)
+                // goes out first, so that the key is free for this process's next
+                // acquire at once, as on the embedded backend. Briefly: a release
+                // stuck on a dead connection must not hold up the attempt.
+                if runtime.backend().release_pending(&want.hash) {
+                    let settle_by = Instant::now() + runtime.try_timeout();
+                    let settled = runtime.backend().releases_settled(&want.hash);
+                    let by = bound.map_or(settle_by, |b| b.min(settle_by));
+                    let _ = tokio::time::timeout_at(by, settled).await;
+                }
+                let sent_at = Instant::now();
+                // Boxed: the backend's request future is large, and it would otherwise
+                // sit inside every waiting acquire's state, also while it sleeps.
+                let attempt = Box::pin(runtime.backend().acquire(
+                    &want.hash,
+                    &in_flight.holder,
+                    want.lease,
+                    queue,
+                ));
+                let outcome = match bound {
+                    Some(b) => match tokio::time::timeout_at(b, attempt).await {
+                        Ok(outcome) => outcome,
+                        // (in_flight releases whatever the attempt may yet take)
+                        Err(_) if try_once => {
+                            return Err(BackendError::msg(format!(
+                                "no answer from the lock backend within the try timeout ({:?})",
+                                runtime.try_timeout()
+                            ))
+                            .into())
+                        }
+                        Err(_) => return Err(timeout(&want)),
+                    },
+                    None => attempt.await,
+                };
+                let ttl = match outcome {
+                    Ok(Acquire::Held { .. })
+                        if !in_flight.armed
+                            && !ticket
+                                .as_ref()
+                                .is_some_and(|t| t.claim_place(&in_flight.holder)) =>
+                    {
+                        // Cannot happen with one attempt per place at a time (see
+                        // `WaitTicket::begin_attempt`); if it did, the place's lock
+                        // would be a sibling's: keep waiting.
+                        in_flight.disarm();
+                        None
+                    }
+                    Ok(Acquire::Held { fence, .. }) => {
+                        let holder = in_flight.disarm();
+                        drop(in_flight);
+                        // Leave the queue first: `adopt` wakes the waiters of this
+                        // scope (to re-enter), and we are no longer one of them.
+                        if let Some(ticket) = ticket.take() {
+                            ticket.leave_with_lock(want.fair);
+                        }
+                        let scope = want.scope.clone();
+                        let held = HeldLock::new(want.hold(holder, fence));
+                        return Ok(runtime.adopt(held, scope, sent_at));
+                    }
+                    Ok(Acquire::Busy { ttl }) => {
+                        if let Some(ticket) = &ticket {
+                            ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
+                            if want.fair {
+                                ticket.confirm_place(&in_flight.holder, sent_at);
+                            }
+                        }
+                        // A fair first attempt stays armed: its id is queued in Redis
+                        // and must be given back unless it becomes the place below.
+                        if !(want.fair && matches!(queue, Queue::Join(_)) && in_flight.armed) {
+                            in_flight.disarm();
+                        }
+                        backoff = ERROR_BACKOFF_MIN;
+                        ttl
+                    }
+                    Err(error) => {
+                        // A place whose attempt failed is given up: the attempt may
+                        // still reach Redis (a dropped connection), and what it does
+                        // there must not be left to a place nobody uses.
+                        if let (Some(ticket), Some(_)) = (&ticket, &place_attempt) {
+                            if let Some(old) = ticket.abandon_place(&in_flight.holder) {
+                                runtime.backend().release_in_background(
+                                    want.hash.clone(),
+                                    old,
+                                    true,
+                                );
+                            }
+                        }
+                        drop(place_attempt);
+                        drop(in_flight);
+                        // A bounded wait rides out backend trouble until its deadline
+                        // (then `Timeout`); an unbounded one reports it at once.
+                        let Some(d) = deadline else {
+                            return Err(error.into());
+                        };
+                        if last_try || Instant::now() >= d {
+                            return Err(error.into());
+                        }
+                        tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
+                        tokio::time::sleep_until((Instant::now() + backoff).min(d)).await;
+                        backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
+                        continue;
+                    }
+                };
+                // The reply is handled: siblings may use the place (and take a
+                // handoff that came meanwhile) again.
+                drop(place_attempt);
+
+                let now = Instant::now();
+                if last_try || deadline.is_some_and(|d| now >= d) {
+                    return Err(timeout(&want));
+                }
+                if ticket.is_none() {
+                    // First miss: become a waiter of this key, then try again at once.
+                    if runtime.table().held_by_this_task(&want.hash) {
+                        tracing::warn!(
+                            key = %want.key,
+                            "waiting for a lock that this same task holds (a guard from `acquire()` or \
+                             a locked call still alive): unless another branch of this task releases \
+                             it, this wait ends only with its deadline; run the call inside \
+                             `guard.scope(...)` to re-enter"
+                        );
+                    }
+                    let new_ticket = runtime
+                        .waiters()
+                        .register(LockNames::channel(&want.hash), want.scope.clone());
+                    new_ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
+                    if in_flight.armed {
+                        // Fair mode: our first attempt queued its id in Redis.
+                        let queued = in_flight.disarm();
+                        if let Some(extra) =
+                            new_ticket.adopt_place(queued, sent_at, want.handoff_lease())
+                        {
+                            runtime
+                                .backend()
+                                .release_in_background(want.hash.clone(), extra, true);
+                        }
+                    }
+                    let ready = new_ticket.ready();
+                    match deadline {
+                        Some(d) => {
+                            let _ = tokio::time::timeout_at(d, ready).await;
+                        }
+                        None => ready.await,
+                    }
+                    ticket = Some(new_ticket);
                     continue;
                 }
-            },
-            _ => (None, None),
-        };
-        let mut in_flight = InFlight {
-            runtime: &runtime,
-            hash: &want.hash,
-            armed: place.is_none(),
-            holder: place.unwrap_or_else(owner::new_holder_id),
-            fair: want.fair,
-        };
-        let queue = match (want.fair, try_once) {
-            (false, _) => Queue::No,
-            (true, true) => Queue::Peek,
-            (true, false) => Queue::Join(want.handoff_lease()),
-        };
-        // The last try gets `try_timeout`; any other attempt ends with the wait.
-        let bound = if last_try {
-            Some(Instant::now() + runtime.try_timeout())
-        } else {
-            deadline
-        };
-        // A release of this key that this process queued (a dropped guard)
-        // goes out first, so that the key is free for this process's next
-        // acquire at once, as on the embedded backend. Briefly: a release
-        // stuck on a dead connection must not hold up the attempt.
-        if runtime.backend().release_pending(&want.hash) {
-            let settle_by = Instant::now() + runtime.try_timeout();
-            let settled = runtime.backend().releases_settled(&want.hash);
-            let by = bound.map_or(settle_by, |b| b.min(settle_by));
-            let _ = tokio::time::timeout_at(by, settled).await;
+                (now, ttl)
+            };
+            let Some(registered) = &ticket else {
+                continue; // (registered above: not reached)
+            };
+            // Sleep until a release message, the holder's lease end, or our
+            // deadline (in fair mode the head also wakes to refresh the
+            // process's place).
+            let fallback = now
+                .checked_add(ttl.unwrap_or(want.lease))
+                .unwrap_or(now + want.lease);
+            let refresh_at = (want.fair && registered.is_head()).then(|| {
+                // Often enough that the place stays alive, and that most of a
+                // handoff's claim is still ahead when it is taken (its lease is
+                // counted from the last refresh before it).
+                now + QUEUE_REFRESH
+                    .min(want.handoff_lease() / 3)
+                    .max(QUEUE_REFRESH_MIN)
+            });
+            sleep_for_turn(registered, woken.as_mut(), deadline, fallback, refresh_at).await;
         }
-        let sent_at = Instant::now();
-        // Boxed: the backend's request future is large, and it would otherwise
-        // sit inside every waiting acquire's state, also while it sleeps.
-        let attempt = Box::pin(runtime.backend().acquire(
-            &want.hash,
-            &in_flight.holder,
-            want.lease,
-            queue,
-        ));
-        let outcome = match bound {
-            Some(b) => match tokio::time::timeout_at(b, attempt).await {
-                Ok(outcome) => outcome,
-                // (in_flight releases whatever the attempt may yet take)
-                Err(_) if try_once => {
-                    return Err(BackendError::msg(format!(
-                        "no answer from the lock backend within the try timeout ({:?})",
-                        runtime.try_timeout()
-                    ))
-                    .into())
-                }
-                Err(_) => return Err(timeout(&want)),
-            },
-            None => attempt.await,
-        };
-        let ttl = match outcome {
-            Ok(Acquire::Held { .. })
-                if !in_flight.armed
-                    && !ticket
-                        .as_ref()
-                        .is_some_and(|t| t.claim_place(&in_flight.holder)) =>
-            {
-                // Cannot happen with one attempt per place at a time (see
-                // `WaitTicket::begin_attempt`); if it did, the place's lock
-                // would be a sibling's: keep waiting.
-                in_flight.disarm();
-                None
-            }
-            Ok(Acquire::Held { fence, .. }) => {
-                let holder = in_flight.disarm();
-                drop(in_flight);
-                // Leave the queue first: `adopt` wakes the waiters of this
-                // scope (to re-enter), and we are no longer one of them.
-                if let Some(ticket) = ticket.take() {
-                    ticket.leave_with_lock(want.fair);
-                }
-                let scope = want.scope.clone();
-                let held = HeldLock::new(want.hold(holder, fence));
-                return Ok(runtime.adopt(held, scope, sent_at));
-            }
-            Ok(Acquire::Busy { ttl }) => {
-                if let Some(ticket) = &ticket {
-                    ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
-                    if want.fair {
-                        ticket.confirm_place(&in_flight.holder, sent_at);
-                    }
-                }
-                // A fair first attempt stays armed: its id is queued in Redis
-                // and must be given back unless it becomes the place below.
-                if !(want.fair && matches!(queue, Queue::Join(_)) && in_flight.armed) {
-                    in_flight.disarm();
-                }
-                backoff = ERROR_BACKOFF_MIN;
-                ttl
-            }
-            Err(error) => {
-                // A place whose attempt failed is given up: the attempt may
-                // still reach Redis (a dropped connection), and what it does
-                // there must not be left to a place nobody uses.
-                if let (Some(ticket), Some(_)) = (&ticket, &place_attempt) {
-                    if let Some(old) = ticket.abandon_place(&in_flight.holder) {
-                        runtime
-                            .backend()
-                            .release_in_background(want.hash.clone(), old, true);
-                    }
-                }
-                drop(place_attempt);
-                drop(in_flight);
-                // A bounded wait rides out backend trouble until its deadline
-                // (then `Timeout`); an unbounded one reports it at once.
-                let Some(d) = deadline else {
-                    return Err(error.into());
-                };
-                if last_try || Instant::now() >= d {
-                    return Err(error.into());
-                }
-                tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
-                tokio::time::sleep_until((Instant::now() + backoff).min(d)).await;
-                backoff = (backoff * 2).min(ERROR_BACKOFF_MAX);
-                continue;
-            }
-        };
-        // The reply is handled: siblings may use the place (and take a
-        // handoff that came meanwhile) again.
-        drop(place_attempt);
-
-        let now = Instant::now();
-        if last_try || deadline.is_some_and(|d| now >= d) {
-            return Err(timeout(&want));
-        }
-        let Some(registered) = &ticket else {
-            // First miss: become a waiter of this key, then try again at once.
-            if runtime.table().held_by_this_task(&want.hash) {
-                tracing::warn!(
-                    key = %want.key,
-                    "waiting for a lock that this same task holds (a guard from `acquire()` or \
-                     a locked call still alive): unless another branch of this task releases \
-                     it, this wait ends only with its deadline; run the call inside \
-                     `guard.scope(...)` to re-enter"
-                );
-            }
-            let new_ticket = runtime
-                .waiters()
-                .register(LockNames::channel(&want.hash), want.scope.clone());
-            new_ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
-            if in_flight.armed {
-                // Fair mode: our first attempt queued its id in Redis.
-                let queued = in_flight.disarm();
-                if let Some(extra) = new_ticket.adopt_place(queued, sent_at, want.handoff_lease()) {
-                    runtime
-                        .backend()
-                        .release_in_background(want.hash.clone(), extra, true);
-                }
-            }
-            let ready = new_ticket.ready();
-            match deadline {
-                Some(d) => {
-                    let _ = tokio::time::timeout_at(d, ready).await;
-                }
-                None => ready.await,
-            }
-            ticket = Some(new_ticket);
-            continue;
-        };
-        // Sleep until a release message, the holder's lease end, or our
-        // deadline (in fair mode the head also wakes to refresh the
-        // process's place).
-        let fallback = now
-            .checked_add(ttl.unwrap_or(want.lease))
-            .unwrap_or(now + want.lease);
-        let refresh_at = (want.fair && registered.is_head()).then(|| {
-            // Often enough that the place stays alive, and that most of a
-            // handoff's claim is still ahead when it is taken (its lease is
-            // counted from the last refresh before it).
-            now + QUEUE_REFRESH
-                .min(want.handoff_lease() / 3)
-                .max(QUEUE_REFRESH_MIN)
-        });
-        sleep_for_turn(registered, woken.as_mut(), deadline, fallback, refresh_at).await;
     }
 }
 
@@ -692,14 +723,9 @@ fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGua
     runtime.adopt_for(held, scope, handoff.since, handoff.lease)
 }
 
-/// Registers as a waiter and sleeps until woken (or the holder's lease, as
-/// the key's latest busy reply gave it, or the deadline passes) if other
-/// local callers are already waiting for the key.
-async fn queue_behind_local_waiters(
-    runtime: &LockRuntime,
-    want: &Want,
-    deadline: Option<Instant>,
-) -> Option<crate::waiters::WaitTicket> {
+/// Registers as a waiter of the key if other local callers already wait
+/// for it (they are served first: the release wakes the longest waiter).
+fn queue_behind_local_waiters(runtime: &LockRuntime, want: &Want) -> Option<WaitTicket> {
     let waiters = runtime.waiters();
     if waiters.waiting_keys() == 0 {
         return None;
@@ -708,14 +734,7 @@ async fn queue_behind_local_waiters(
     if !waiters.is_waiting(&channel) {
         return None;
     }
-    let ticket = waiters.register(channel, want.scope.clone());
-    let now = Instant::now();
-    let fallback = now.checked_add(want.lease).unwrap_or(now);
-    {
-        let woken = pin!(Some(ticket.slot().wake.notified()));
-        sleep_for_turn(&ticket, woken, deadline, fallback, None).await;
-    }
-    Some(ticket)
+    Some(waiters.register(channel, want.scope.clone()))
 }
 
 /// Runs `body` while holding the lock of `request`, and releases it after.
@@ -754,7 +773,7 @@ where
     let on_lost = request.on_lost;
     // The body runs in a scope of its own, a child of the caller's.
     let node = owner::new_child();
-    let guard = request.acquire_as(node.clone()).await?;
+    let guard = request.acquire_as(Some(node.clone())).await?;
     let scope = Scope {
         node,
         fence: Some(guard.fence()),
@@ -817,6 +836,18 @@ mod tests {
                 Ok::<_, LockError>(())
             });
         assert_send(&fut);
+    }
+
+    /// Every waiting acquire keeps this state for as long as it waits
+    /// (bench S7: resident bytes per waiting task). Past causes of growth:
+    /// an `async fn` wrapper keeping a second copy of what it wraps, and
+    /// parameters of an `async fn` copied into locals.
+    #[tokio::test]
+    async fn a_waiting_acquire_stays_small() {
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        let acquire = runtime.lock("k").acquire();
+        let size = std::mem::size_of_val(&acquire);
+        assert!(size <= 1280, "an acquire() future takes {size} bytes");
     }
 
     #[test]

@@ -541,8 +541,8 @@ impl LockRuntime {
 
     /// Polls `fut` in the runtime's tokio context when the caller has none
     /// (see `context.rs`).
-    pub(crate) async fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
-        crate::context::in_context(&self.inner.handle, fut).await
+    pub(crate) fn run<F: std::future::Future>(&self, fut: F) -> crate::context::InContext<'_, F> {
+        crate::context::in_context(&self.inner.handle, fut)
     }
 
     pub(crate) fn backend(&self) -> &Backend {

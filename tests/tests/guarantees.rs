@@ -543,6 +543,14 @@ async fn no_duration_input_panics() {
                     assert!(message.contains(setter), "{setter}({d:?}): {message}");
                     "invalid"
                 }
+                // A timeout of a few milliseconds may run out while the
+                // runtime connects or loads its scripts (a busy machine):
+                // an error, not a panic.
+                Err(LockError::Backend(_))
+                    if d < Duration::from_millis(100) && setter.ends_with("timeout") =>
+                {
+                    "backend error"
+                }
                 Err(other) => panic!("{setter}({d:?}): {other:?}"),
             };
             *outcomes.entry(format!("{setter} {outcome}")).or_default() += 1;
