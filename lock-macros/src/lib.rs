@@ -133,9 +133,12 @@ mod template;
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
 /// `<pair.0>` and `<self.tenant>` follow fields. The key is built from references before the
-/// body runs, so no argument is cloned or moved. `<<` is a literal `<`; `{`, `}` and `>` are
-/// literal text. A placeholder must start at a named parameter (not a binding inside a
-/// destructuring pattern).
+/// body runs, so no argument is cloned or moved. `<<` is a literal `<`, `{{` a literal `{`
+/// and `}}` a literal `}` (as in `format!`); `>` and single braces are literal text. A
+/// placeholder must start at a named parameter (not a binding inside a destructuring pattern).
+/// `format!`'s spelling of a placeholder is refused when it names a parameter:
+/// `key = "order:{id}"` would lock the text `order:{id}` for every order, so it is a compile
+/// error that says to write `<id>`; the literal text `{id}` is written `{{id}}`.
 ///
 /// **Parameters** are dropped as a native `async fn` drops them, and while the lock is held:
 /// every parameter (named, `_`, `_x`, destructured, by-value `self`) moves into the body and
@@ -343,11 +346,12 @@ mod template;
 ///
 /// # Compile errors
 ///
-/// A missing `key`; an unknown or repeated argument; a placeholder that names no parameter,
-/// is empty or unclosed, or starts inside a destructured parameter; a malformed duration, a
-/// lease out of range; a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async`
-/// (also one that an attribute above this one already made blocking), has no body, or
-/// returns something that is not a `Result`; the attribute on anything but a fn.
+/// A missing `key`, or a key given as a bare string; an unknown or repeated argument; a
+/// placeholder that names no parameter, is empty or unclosed, or starts inside a destructured
+/// parameter; a `{name}` that names a parameter; a malformed duration, a lease out of range;
+/// a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async` (also one that an
+/// attribute above this one already made blocking), has no body, or returns something that
+/// is not a `Result`; the attribute on anything but a fn.
 /// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
 /// return type.
 #[proc_macro_attribute]
