@@ -130,6 +130,11 @@ fn generate(
             }
         }
         None => {
+            // The body's block becomes the tail of the `async move` block. Braces written by
+            // the user there would read to rustc as a redundant block (`unused_braces` on a
+            // one-line body); they are the macro's braces, located where the user's were.
+            let mut body = body;
+            body.set_span(generated(body.span()));
             let Rebinding { stmts, names } = rebind::rebind(&mut sig, template);
             let key = template.to_key_expr(&names);
             let hint = return_type_hint(&sig);

@@ -76,7 +76,9 @@
 //! The tokens the macro writes are located at the user's tokens they concern (the return
 //! type, the key, a duration) but carry the macro's hygiene (`Span::call_site().located_at(…)`):
 //! errors point at the user's code, while lints (`unused_qualifications`, `unreachable_code`,
-//! clippy's pedantic ones) see generated code and leave it alone. The expansion allows no lint
+//! clippy's pedantic ones) see generated code and leave it alone. The body's own braces get
+//! such a span too: as the tail of the `async move` block, a one-expression body would
+//! otherwise be a redundant block to `unused_braces`. The expansion allows no lint
 //! (a crate's `#![forbid(…)]` would turn an allowance into an error) and names everything by
 //! its full path (it compiles under `#[no_implicit_prelude]`). Arguments passed into a
 //! `macro_rules!` as fragments (`key = $key`) are unwrapped from the invisible groups they
