@@ -29,7 +29,7 @@
 //! # struct Receipt; #[derive(Debug)] struct AppError;
 //! # impl From<lock_runtime::LockError> for AppError { fn from(_: lock_runtime::LockError) -> Self { AppError } }
 //! pub async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> {
-//!     ::lock_runtime::__private::locked(
+//!     ::lock_runtime::__private::locked_with(
 //!         // The key borrows the arguments: nothing is cloned or moved yet.
 //!         ::std::format!("order:{}", id),
 //!         ::lock_runtime::__private::Options {
@@ -38,6 +38,8 @@
 //!             ),
 //!             ..::lock_runtime::__private::Options::DEFAULT
 //!         },
+//!         // `AppError: From<LockError>` is required here (at the return type), once.
+//!         ::lock_runtime::__private::lift,
 //!         async move {
 //!             // Never taken: fixes the block's output type before the body is checked,
 //!             // so `?` converts errors into `AppError` with no annotation.
@@ -87,7 +89,8 @@
 //!
 //! Inside an `#[async_trait]` impl, async-trait expands first and hands the attribute a
 //! method whose body is `Box::pin(async move { … })`; the attribute then runs that inner
-//! future under the lock (`Box::pin(async move { locked(key, options, inner).await })`).
+//! future under the lock
+//! (`Box::pin(async move { locked_with(key, options, lift, inner).await })`).
 //!
 //! On any error, the original item is emitted unchanged next to the `compile_error!`s, so
 //! code that calls the fn does not add "cannot find function" errors to the real ones.
