@@ -10,8 +10,11 @@
 //! tokens there (`Span::call_site().located_at(key)`), so lints treat them as generated code.
 //! A placeholder's parameter name resolves as the parameter in the signature does (its span's
 //! hygiene, located at the key), which is what makes a key passed into `macro_rules!` as a
-//! fragment find a parameter the macro wrote, and the other way round. Field names keep the
-//! key's own span, for rustc's list of the available fields.
+//! fragment find a parameter the macro wrote, and the other way round. Field names are the
+//! macro's tokens too: with the user's span, rustc would answer a misspelt field (`<req.idd>`)
+//! with a fix that replaces the whole key literal by the field's name (`key = id`). A span
+//! inside the literal, which would make that fix right, needs `Literal::subspan` (nightly
+//! only); so the error is "no field `idd` on type `Req`" at the key, with no fix and no list.
 //!
 //! Syntax: `<name>` or `<name.field.0>` formats a parameter (or a field of it) with `Display`;
 //! `<<` is a literal `<`, `{{` a literal `{` and `}}` a literal `}`; everything else, `>` and
@@ -406,16 +409,16 @@ impl Template {
         };
         let mut tokens = root;
         for field in &placeholder.fields {
-            // Field names keep the key's own span: rustc then lists the available fields
-            // when one does not exist (it says nothing for a generated token).
+            // Field names are generated tokens: rustc then reports a missing field without
+            // offering to replace the whole key literal with a field name (see the module doc).
             let member = match syn::parse_str::<Member>(field) {
                 Ok(Member::Named(mut ident)) => {
-                    ident.set_span(self.span);
+                    ident.set_span(span);
                     Member::Named(ident)
                 }
                 Ok(Member::Unnamed(index)) => Member::Unnamed(syn::Index {
                     index: index.index,
-                    span: self.span,
+                    span,
                 }),
                 // Unreachable: `parse` accepted only members.
                 Err(error) => return error.to_compile_error(),
