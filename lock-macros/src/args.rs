@@ -118,8 +118,25 @@ fn ungroup(mut value: Expr) -> Expr {
     value
 }
 
-/// The pairs of an attribute, as written.
-struct Pairs(Punctuated<Pair, Token![,]>);
+/// One argument as written: a pair, or a string on its own.
+enum Argument {
+    /// `name = value`.
+    Pair(Pair),
+    /// `"order:<id>"` with no name: the key, written the way some attributes take one.
+    Bare(LitStr),
+}
+
+impl Parse for Argument {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Argument> {
+        if input.peek(LitStr) {
+            return input.parse().map(Argument::Bare);
+        }
+        input.parse().map(Argument::Pair)
+    }
+}
+
+/// The arguments of an attribute, as written.
+struct Pairs(Punctuated<Argument, Token![,]>);
 
 impl Parse for Pairs {
     fn parse(input: ParseStream<'_>) -> syn::Result<Pairs> {
@@ -154,7 +171,28 @@ impl Args {
             }
         };
         let mut seen: Vec<String> = Vec::new();
-        for Pair { name, value } in pairs {
+        let mut bare_key = false;
+        for argument in pairs {
+            let Pair { name, value } = match argument {
+                Argument::Pair(pair) => pair,
+                Argument::Bare(lit) => {
+                    push(
+                        errors,
+                        syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "a string on its own is not an argument of #[distributed_lock]: \
+                                 write the key as `key = {}`",
+                                lit.token()
+                            ),
+                        ),
+                    );
+                    // Still checked against the fn, so that its mistakes show now too.
+                    bare_key = true;
+                    args.key.get_or_insert(lit);
+                    continue;
+                }
+            };
             let text = name.to_string();
             if seen.contains(&text) {
                 push(
@@ -181,7 +219,7 @@ impl Args {
                 push(errors, error);
             }
         }
-        if !seen.iter().any(|name| name == "key") {
+        if !bare_key && !seen.iter().any(|name| name == "key") {
             push(
                 errors,
                 syn::Error::new(
@@ -515,6 +553,24 @@ mod tests {
         assert!(
             matches!(args.lease, Some(DurationArg::Expr(expr)) if matches!(*expr, Expr::Call(_)))
         );
+    }
+
+    #[test]
+    fn a_bare_string_is_taken_for_the_key_and_refused() {
+        let found = errors(quote!("order:<id>", lease = "1x"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].contains("write the key as `key = \"order:<id>\"`"),
+            "{found:?}"
+        );
+        assert!(found[1].contains("invalid duration"), "{found:?}");
+        let mut errors = None;
+        let args = Args::parse(quote!("order:<id>"), Span::call_site(), &mut errors);
+        assert_eq!(
+            args.key.map(|key| key.value()).as_deref(),
+            Some("order:<id>")
+        );
+        assert_eq!(errors.into_iter().count(), 1, "no `missing key` as well");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //!
 //! Only the body changes: attributes, visibility, signature and generics are emitted as they
 //! came (except `mut` on by-value parameters, which moves to the body's rebinding). The new
-//! body is one call, `__private::locked(key, options, async move { body })`, awaited: the key
-//! is formatted from borrowed parameters first, then the `async move` block takes the
-//! parameters, so no argument is cloned and the only allocation is the key string.
+//! body is one call, `__private::locked_with(key, options, lift, async move { body })`,
+//! awaited: the key is formatted from borrowed parameters first, then the `async move` block
+//! takes the parameters, so no argument is cloned and the only allocation is the key string.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
@@ -112,7 +112,10 @@ fn generate(
         Some(path) => path.to_token_stream(),
         None => quote!(::lock_runtime),
     };
-    let locked = relocate(quote!(#krate::__private::locked), output_span);
+    // `lift` is where the type checker requires `From<LockError>` of the error type: at the
+    // return type, once (see `__private::locked_with`).
+    let locked = relocate(quote!(#krate::__private::locked_with), output_span);
+    let lift = relocate(quote!(#krate::__private::lift), output_span);
     let options = options(args, &krate);
 
     let new_body = match async_trait {
@@ -123,18 +126,23 @@ fn generate(
             future,
         }) => {
             let key = template.to_key_expr(&bound_names(&sig));
-            let call = quote_spanned!(at_output=> #locked(#key, #options, #future).await);
+            let call = quote_spanned!(at_output=> #locked(#key, #options, #lift, #future).await);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
             }
         }
         None => {
+            // The body's block becomes the tail of the `async move` block. Braces written by
+            // the user there would read to rustc as a redundant block (`unused_braces` on a
+            // one-line body); they are the macro's braces, located where the user's were.
+            let mut body = body;
+            body.set_span(generated(body.span()));
             let Rebinding { stmts, names } = rebind::rebind(&mut sig, template);
             let key = template.to_key_expr(&names);
             let hint = return_type_hint(&sig);
             quote_spanned! {at_output=>
-                #locked(#key, #options, async move {
+                #locked(#key, #options, #lift, async move {
                     #hint
                     #(#stmts)*
                     #body
@@ -305,12 +313,13 @@ mod tests {
         );
         let expected = quote! {
             pub async fn pay(id: u64, amount: u64) -> Result<R, E> {
-                ::lock_runtime::__private::locked(
+                ::lock_runtime::__private::locked_with(
                     ::std::format!("order:{}", id),
                     ::lock_runtime::__private::Options {
                         lease: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(30000u64)),
                         ..::lock_runtime::__private::Options::DEFAULT
                     },
+                    ::lock_runtime::__private::lift,
                     async move {
                         if let ::core::option::Option::Some(__lock_ret) = ::core::option::Option::None::<Result<R, E> > {
                             return __lock_ret;
@@ -346,7 +355,7 @@ mod tests {
         );
         assert!(
             out.contains(
-                "my :: locks :: __private :: locked (< :: std :: string :: String as :: core :: \
+                "my :: locks :: __private :: locked_with (< :: std :: string :: String as :: core :: \
                  convert :: From < & str >> :: from (\"k\")"
             ),
             "{out}"
@@ -373,7 +382,10 @@ mod tests {
             ),
         );
         assert!(
-            out.contains(":: lock_runtime :: __private :: Options :: DEFAULT , async move"),
+            out.contains(
+                ":: lock_runtime :: __private :: Options :: DEFAULT , :: lock_runtime :: \
+                 __private :: lift , async move"
+            ),
             "{out}"
         );
         assert!(!out.contains("fair"), "{out}");
@@ -469,9 +481,10 @@ mod tests {
         );
         let wrapped = quote! {
             Box::pin(async move {
-                ::lock_runtime::__private::locked(
+                ::lock_runtime::__private::locked_with(
                     ::std::format!("t:{}", self.tenant),
                     ::lock_runtime::__private::Options::DEFAULT,
+                    ::lock_runtime::__private::lift,
                     async move { let __self = self; let __ret: Result<u8, E> = { Ok(1) }; __ret }
                 ).await
             })

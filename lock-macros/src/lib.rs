@@ -29,7 +29,7 @@
 //! # struct Receipt; #[derive(Debug)] struct AppError;
 //! # impl From<lock_runtime::LockError> for AppError { fn from(_: lock_runtime::LockError) -> Self { AppError } }
 //! pub async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> {
-//!     ::lock_runtime::__private::locked(
+//!     ::lock_runtime::__private::locked_with(
 //!         // The key borrows the arguments: nothing is cloned or moved yet.
 //!         ::std::format!("order:{}", id),
 //!         ::lock_runtime::__private::Options {
@@ -38,6 +38,8 @@
 //!             ),
 //!             ..::lock_runtime::__private::Options::DEFAULT
 //!         },
+//!         // `AppError: From<LockError>` is required here (at the return type), once.
+//!         ::lock_runtime::__private::lift,
 //!         async move {
 //!             // Never taken: fixes the block's output type before the body is checked,
 //!             // so `?` converts errors into `AppError` with no annotation.
@@ -76,7 +78,9 @@
 //! The tokens the macro writes are located at the user's tokens they concern (the return
 //! type, the key, a duration) but carry the macro's hygiene (`Span::call_site().located_at(…)`):
 //! errors point at the user's code, while lints (`unused_qualifications`, `unreachable_code`,
-//! clippy's pedantic ones) see generated code and leave it alone. The expansion allows no lint
+//! clippy's pedantic ones) see generated code and leave it alone. The body's own braces get
+//! such a span too: as the tail of the `async move` block, a one-expression body would
+//! otherwise be a redundant block to `unused_braces`. The expansion allows no lint
 //! (a crate's `#![forbid(…)]` would turn an allowance into an error) and names everything by
 //! its full path (it compiles under `#[no_implicit_prelude]`). Arguments passed into a
 //! `macro_rules!` as fragments (`key = $key`) are unwrapped from the invisible groups they
@@ -85,7 +89,8 @@
 //!
 //! Inside an `#[async_trait]` impl, async-trait expands first and hands the attribute a
 //! method whose body is `Box::pin(async move { … })`; the attribute then runs that inner
-//! future under the lock (`Box::pin(async move { locked(key, options, inner).await })`).
+//! future under the lock
+//! (`Box::pin(async move { locked_with(key, options, lift, inner).await })`).
 //!
 //! On any error, the original item is emitted unchanged next to the `compile_error!`s, so
 //! code that calls the fn does not add "cannot find function" errors to the real ones.
@@ -133,9 +138,12 @@ mod template;
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
 /// `<pair.0>` and `<self.tenant>` follow fields. The key is built from references before the
-/// body runs, so no argument is cloned or moved. `<<` is a literal `<`; `{`, `}` and `>` are
-/// literal text. A placeholder must start at a named parameter (not a binding inside a
-/// destructuring pattern).
+/// body runs, so no argument is cloned or moved. `<<` is a literal `<`, `{{` a literal `{`
+/// and `}}` a literal `}` (as in `format!`); `>` and single braces are literal text. A
+/// placeholder must start at a named parameter (not a binding inside a destructuring pattern).
+/// `format!`'s spelling of a placeholder is refused when it names a parameter:
+/// `key = "order:{id}"` would lock the text `order:{id}` for every order, so it is a compile
+/// error that says to write `<id>`; the literal text `{id}` is written `{{id}}`.
 ///
 /// **Parameters** are dropped as a native `async fn` drops them, and while the lock is held:
 /// every parameter (named, `_`, `_x`, destructured, by-value `self`) moves into the body and
@@ -343,11 +351,12 @@ mod template;
 ///
 /// # Compile errors
 ///
-/// A missing `key`; an unknown or repeated argument; a placeholder that names no parameter,
-/// is empty or unclosed, or starts inside a destructured parameter; a malformed duration, a
-/// lease out of range; a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async`
-/// (also one that an attribute above this one already made blocking), has no body, or
-/// returns something that is not a `Result`; the attribute on anything but a fn.
+/// A missing `key`, or a key given as a bare string; an unknown or repeated argument; a
+/// placeholder that names no parameter, is empty or unclosed, or starts inside a destructured
+/// parameter; a `{name}` that names a parameter; a malformed duration, a lease out of range;
+/// a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async` (also one that an
+/// attribute above this one already made blocking), has no body, or returns something that
+/// is not a `Result`; the attribute on anything but a fn.
 /// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
 /// return type.
 #[proc_macro_attribute]

@@ -10,11 +10,22 @@
 //! tokens there (`Span::call_site().located_at(key)`), so lints treat them as generated code.
 //! A placeholder's parameter name resolves as the parameter in the signature does (its span's
 //! hygiene, located at the key), which is what makes a key passed into `macro_rules!` as a
-//! fragment find a parameter the macro wrote, and the other way round. Field names keep the
-//! key's own span, for rustc's list of the available fields.
+//! fragment find a parameter the macro wrote, and the other way round. Field names are the
+//! macro's tokens too: with the user's span, rustc would answer a misspelt field (`<req.idd>`)
+//! with a fix that replaces the whole key literal by the field's name (`key = id`). A span
+//! inside the literal, which would make that fix right, needs `Literal::subspan` (nightly
+//! only); so the error is "no field `idd` on type `Req`" at the key, with no fix and no list.
 //!
 //! Syntax: `<name>` or `<name.field.0>` formats a parameter (or a field of it) with `Display`;
-//! `<<` is a literal `<`; everything else, `{`, `}` and `>` included, is literal text.
+//! `<<` is a literal `<`, `{{` a literal `{` and `}}` a literal `}`; everything else, `>` and
+//! single braces included, is literal text.
+//!
+//! Why braces matter at all: `format!` taught every Rust programmer to write `{id}`, and a key
+//! `"order:{id}"` would lock the literal text `order:{id}`, one lock for every order, without
+//! a word. So a brace group that names a parameter (`{id}`, `{req.order_id}`, `{self.tenant}`,
+//! `{id:?}`) is refused with the `<id>` spelling. The escapes are `format!`'s own, so the
+//! literal text `{id}` is written as it would be there, `{{id}}`; a brace group that names no
+//! parameter (`{tenant}` in a fn without `tenant`) stays literal text, as it always was.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote_spanned, ToTokens};
@@ -29,6 +40,9 @@ pub(crate) enum Segment {
     Text(String),
     /// A value formatted into the key.
     Value(Placeholder),
+    /// `{inner}`: literal text, braces included, that looks like a `format!` placeholder. It is
+    /// kept apart until it has been checked against the parameters, then joins the text.
+    Braced(String),
 }
 
 /// `<root.field.field>`: a parameter and the fields to follow from it.
@@ -58,31 +72,56 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Segment>, String> {
     let mut segments = Vec::new();
     let mut literal = String::new();
     let mut rest = text;
-    while let Some(open) = rest.find('<') {
-        literal.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        if let Some(after_escape) = after.strip_prefix('<') {
-            literal.push('<');
+    while let Some(at) = rest.find(['<', '{', '}']) {
+        literal.push_str(&rest[..at]);
+        let mark = &rest[at..at + 1];
+        let after = &rest[at + 1..];
+        // `<<`, `{{` and `}}`: the character itself.
+        if let Some(after_escape) = after.strip_prefix(mark) {
+            literal.push_str(mark);
             rest = after_escape;
             continue;
         }
-        let Some(close) = after.find('>') else {
-            return Err(format!(
-                "unclosed placeholder `<{after}` in key \"{text}\": end it with `>`, or write `<<` for a literal `<`"
-            ));
-        };
-        let placeholder = parse_placeholder(&after[..close], text)?;
-        if !literal.is_empty() {
-            segments.push(Segment::Text(std::mem::take(&mut literal)));
+        match mark {
+            "<" => {
+                let Some(close) = after.find('>') else {
+                    return Err(format!(
+                        "unclosed placeholder `<{after}` in key \"{text}\": end it with `>`, or write `<<` for a literal `<`"
+                    ));
+                };
+                let placeholder = parse_placeholder(&after[..close], text)?;
+                flush(&mut literal, &mut segments);
+                segments.push(Segment::Value(placeholder));
+                rest = &after[close + 1..];
+            }
+            // `{inner}` with nothing in it that the template gives a meaning to.
+            "{" => match after.find(['<', '{', '}']) {
+                Some(close) if after[close..].starts_with('}') => {
+                    flush(&mut literal, &mut segments);
+                    segments.push(Segment::Braced(after[..close].to_owned()));
+                    rest = &after[close + 1..];
+                }
+                _ => {
+                    literal.push('{');
+                    rest = after;
+                }
+            },
+            _ => {
+                literal.push_str(mark);
+                rest = after;
+            }
         }
-        segments.push(Segment::Value(placeholder));
-        rest = &after[close + 1..];
     }
     literal.push_str(rest);
-    if !literal.is_empty() {
-        segments.push(Segment::Text(literal));
-    }
+    flush(&mut literal, &mut segments);
     Ok(segments)
+}
+
+/// Ends the text gathered in `literal`, if any, as a segment.
+fn flush(literal: &mut String, segments: &mut Vec<Segment>) {
+    if !literal.is_empty() {
+        segments.push(Segment::Text(std::mem::take(literal)));
+    }
 }
 
 /// Parses what stands between `<` and `>`.
@@ -92,25 +131,27 @@ fn parse_placeholder(inner: &str, text: &str) -> Result<Placeholder, String> {
             "empty placeholder `<>` in key \"{text}\": name a parameter, as in `<id>`, or write `<<` for a literal `<`"
         ));
     }
-    let invalid = || {
+    path(inner).ok_or_else(|| {
         format!(
             "placeholder `<{inner}>` in key \"{text}\" is not a parameter name or a field path \
              like `<id>`, `<req.order_id>`, `<self.tenant>`; write `<<` for a literal `<`"
         )
-    };
+    })
+}
+
+/// `name.field.0` as a placeholder, if it is one.
+fn path(inner: &str) -> Option<Placeholder> {
     let mut parts = inner.split('.');
     let root = parts.next().unwrap_or_default();
     if root != "self" && syn::parse_str::<Ident>(root).is_err() {
-        return Err(invalid());
+        return None;
     }
     let mut fields = Vec::new();
     for field in parts {
-        if syn::parse_str::<Member>(field).is_err() {
-            return Err(invalid());
-        }
+        syn::parse_str::<Member>(field).ok()?;
         fields.push(field.to_owned());
     }
-    Ok(Placeholder {
+    Some(Placeholder {
         root: root.to_owned(),
         fields,
     })
@@ -177,6 +218,39 @@ impl Params {
         }
         Err(message)
     }
+
+    /// Refuses `{inner}` when it is `format!`'s way to name a parameter (`{id}`, `{req.id}`,
+    /// `{id:?}`): in a key it would be literal text, the same for every call.
+    fn check_braced(&self, inner: &str, text: &str) -> Result<(), String> {
+        let (name, spec) = match inner.split_once(':') {
+            Some((name, spec)) => (name, Some(spec)),
+            None => (inner, None),
+        };
+        let Some(path) = path(name.trim()) else {
+            return Ok(());
+        };
+        if !self.whole.contains(&path.root) {
+            return Ok(());
+        }
+        let written = path.written();
+        let dotted = &written[1..written.len() - 1];
+        let what = if path.fields.is_empty() {
+            format!("the parameter `{dotted}`")
+        } else {
+            format!("`{dotted}`")
+        };
+        let mut message = format!(
+            "`{{{inner}}}` in key \"{text}\" is literal text, the same for every call; to \
+             format {what} into the key write `{written}`"
+        );
+        if spec.is_some() {
+            message.push_str(" (a placeholder formats with `Display` and takes no format spec)");
+        }
+        message.push_str(&format!(
+            "; for the literal text `{{{inner}}}` write `{{{{{inner}}}}}`"
+        ));
+        Err(message)
+    }
 }
 
 /// Every name bound by `pattern`.
@@ -198,6 +272,29 @@ fn bindings(pattern: &Pat, names: &mut Vec<String>) {
         Pat::Or(or) => or.cases.iter().for_each(|p| bindings(p, names)),
         _ => {}
     }
+}
+
+/// `segments` with each checked `{inner}` turned back into the literal text it is, and
+/// neighbouring text joined, so that a key without placeholders is one `Text`.
+fn join_text(segments: Vec<Segment>) -> Vec<Segment> {
+    let mut joined = Vec::new();
+    let mut literal = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Text(text) => literal.push_str(&text),
+            Segment::Braced(inner) => {
+                literal.push('{');
+                literal.push_str(&inner);
+                literal.push('}');
+            }
+            Segment::Value(placeholder) => {
+                flush(&mut literal, &mut joined);
+                joined.push(Segment::Value(placeholder));
+            }
+        }
+    }
+    flush(&mut literal, &mut joined);
+    joined
 }
 
 /// A parsed and checked key template, ready to expand.
@@ -227,19 +324,25 @@ impl Template {
         let segments = parse(text).map_err(|message| syn::Error::new(span, message))?;
         let mut errors: Option<syn::Error> = None;
         for segment in &segments {
-            if let Segment::Value(placeholder) = segment {
-                if let Err(message) = params.check(placeholder, fn_name) {
-                    let error = syn::Error::new(span, message);
-                    match &mut errors {
-                        Some(errors) => errors.combine(error),
-                        None => errors = Some(error),
-                    }
+            let checked = match segment {
+                Segment::Value(placeholder) => params.check(placeholder, fn_name),
+                Segment::Braced(inner) => params.check_braced(inner, text),
+                Segment::Text(_) => Ok(()),
+            };
+            if let Err(message) = checked {
+                let error = syn::Error::new(span, message);
+                match &mut errors {
+                    Some(errors) => errors.combine(error),
+                    None => errors = Some(error),
                 }
             }
         }
         match errors {
             Some(errors) => Err(errors),
-            None => Ok(Template { segments, span }),
+            None => Ok(Template {
+                segments: join_text(segments),
+                span,
+            }),
         }
     }
 
@@ -247,7 +350,7 @@ impl Template {
     pub(crate) fn roots(&self) -> impl Iterator<Item = &str> {
         self.segments.iter().filter_map(|segment| match segment {
             Segment::Value(placeholder) => Some(placeholder.root.as_str()),
-            Segment::Text(_) => None,
+            Segment::Text(_) | Segment::Braced(_) => None,
         })
     }
 
@@ -258,6 +361,8 @@ impl Template {
             match segment {
                 Segment::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
                 Segment::Value(_) => out.push_str("{}"),
+                // Unreachable: `Template::new` joined them to the text.
+                Segment::Braced(inner) => out.push_str(&format!("{{{{{inner}}}}}")),
             }
         }
         out
@@ -278,7 +383,7 @@ impl Template {
         let format = syn::LitStr::new(&self.format_string(), span);
         let values = self.segments.iter().filter_map(|segment| match segment {
             Segment::Value(placeholder) => Some(self.value_expr(placeholder, params)),
-            Segment::Text(_) => None,
+            Segment::Text(_) | Segment::Braced(_) => None,
         });
         quote_spanned!(span=> ::std::format!(#format #(, #values)*))
     }
@@ -304,16 +409,16 @@ impl Template {
         };
         let mut tokens = root;
         for field in &placeholder.fields {
-            // Field names keep the key's own span: rustc then lists the available fields
-            // when one does not exist (it says nothing for a generated token).
+            // Field names are generated tokens: rustc then reports a missing field without
+            // offering to replace the whole key literal with a field name (see the module doc).
             let member = match syn::parse_str::<Member>(field) {
                 Ok(Member::Named(mut ident)) => {
-                    ident.set_span(self.span);
+                    ident.set_span(span);
                     Member::Named(ident)
                 }
                 Ok(Member::Unnamed(index)) => Member::Unnamed(syn::Index {
                     index: index.index,
-                    span: self.span,
+                    span,
                 }),
                 // Unreachable: `parse` accepted only members.
                 Err(error) => return error.to_compile_error(),
@@ -382,6 +487,95 @@ mod tests {
     }
 
     #[test]
+    fn doubled_braces_are_literals() {
+        assert_eq!(parse("a{{b}}c").unwrap(), vec![text("a{b}c")]);
+        assert_eq!(
+            parse("{{<id>}}").unwrap(),
+            vec![text("{"), value("id", &[]), text("}")]
+        );
+        assert_eq!(parse("}{").unwrap(), vec![text("}{")]);
+        assert_eq!(parse("{{{{").unwrap(), vec![text("{{")]);
+    }
+
+    #[test]
+    fn brace_groups_are_kept_apart_until_checked() {
+        assert_eq!(
+            parse("order:{id}").unwrap(),
+            vec![text("order:"), Segment::Braced("id".to_owned())]
+        );
+        assert_eq!(
+            parse("{{{id}}}").unwrap(),
+            vec![text("{"), Segment::Braced("id".to_owned()), text("}")]
+        );
+        // A placeholder inside braces is a placeholder between two literal braces.
+        assert_eq!(
+            parse("{<id>}").unwrap(),
+            vec![text("{"), value("id", &[]), text("}")]
+        );
+        assert_eq!(
+            parse("{a{b}").unwrap(),
+            vec![text("{a"), Segment::Braced("b".to_owned())]
+        );
+    }
+
+    #[test]
+    fn brace_groups_naming_a_parameter_are_refused() {
+        let error = template("order:{id}", "fn pay(id: u64)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("`{id}` in key \"order:{id}\" is literal text"),
+            "{error}"
+        );
+        assert!(
+            error.contains("to format the parameter `id` into the key write `<id>`"),
+            "{error}"
+        );
+        assert!(
+            error.contains("for the literal text `{id}` write `{{id}}`"),
+            "{error}"
+        );
+        let error = template("{req.id}", "fn pay(req: R)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("to format `req.id` into the key write `<req.id>`"),
+            "{error}"
+        );
+        let error = template("{self.tenant}", "fn pay(&self)")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("write `<self.tenant>`"), "{error}");
+        let error = template("{id:?}", "fn pay(id: u64)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("write `<id>` (a placeholder formats with `Display`"),
+            "{error}"
+        );
+        let errors = template("{a}:{b}:<c>", "fn f(a: u8, b: u8, c: u8)").unwrap_err();
+        assert_eq!(errors.into_iter().count(), 2);
+    }
+
+    #[test]
+    fn other_brace_groups_stay_literal_text() {
+        for (key, format) in [
+            ("{tenant}:<id>", "{{tenant}}:{}"),
+            ("{}:<id>", "{{}}:{}"),
+            ("{0}:<id>", "{{0}}:{}"),
+            ("{a b}:<id>", "{{a b}}:{}"),
+            ("{self}:<id>", "{{self}}:{}"),
+        ] {
+            let t = template(key, "fn f(id: u64)").unwrap();
+            assert_eq!(t.format_string(), format, "{key}");
+        }
+        let t = template("{{id}}:<id>", "fn f(id: u64)").unwrap();
+        assert_eq!(t.format_string(), "{{id}}:{}");
+        let errors = template("{x}{{y}}", "fn f(x: u8, y: u8)").unwrap_err();
+        assert_eq!(errors.into_iter().count(), 1);
+    }
+
+    #[test]
     fn syntax_mistakes_are_explained() {
         assert!(parse("order:<>").unwrap_err().contains("empty placeholder"));
         assert!(parse("order:<id")
@@ -418,6 +612,7 @@ mod tests {
     #[test]
     fn literal_keys_skip_format() {
         let t = template("jobs<<{x}", "fn f()").unwrap();
+        assert!(matches!(t.segments.as_slice(), [Segment::Text(_)]));
         assert_eq!(
             t.to_key_expr(&[]).to_string(),
             quote!(<::std::string::String as ::core::convert::From<&str>>::from("jobs<{x}"))

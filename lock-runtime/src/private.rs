@@ -45,6 +45,13 @@ pub trait FromLockError: From<LockError> {}
 
 impl<E: From<LockError>> FromLockError for E {}
 
+/// Turns a lock failure into the error type of a `#[distributed_lock]` fn. The
+/// attribute passes it to [`locked_with`], so the path `lift` is the one place
+/// where `E: From<LockError>` is required, and a missing impl is one error, there.
+pub fn lift<E: FromLockError>(error: LockError) -> E {
+    E::from(error)
+}
+
 /// Runs `body` holding the lock `key` on the global runtime (re-entering the
 /// caller's owner scope when there is one). Lock failures come back as
 /// `Err(E::from(LockError))`.
@@ -53,9 +60,25 @@ where
     F: core::future::Future<Output = Result<T, E>>,
     E: FromLockError,
 {
+    locked_with(key, options, lift::<E>, body).await
+}
+
+/// [`locked`], with lock failures turned into `E` by `lift`; what the attribute
+/// calls. It puts no bound on `E`: the future of an `async fn` carries the fn's
+/// bounds, and rustc checks them again where the future is awaited, so a bound
+/// here would report a missing `From<LockError>` twice (incremental builds).
+pub async fn locked_with<T, E, F>(
+    key: String,
+    options: Options,
+    lift: fn(LockError) -> E,
+    body: F,
+) -> Result<T, E>
+where
+    F: core::future::Future<Output = Result<T, E>>,
+{
     let runtime = match LockRuntime::global() {
         Ok(runtime) => runtime,
-        Err(error) => return Err(error.into()),
+        Err(error) => return Err(lift(error)),
     };
     let request = runtime.lock(key).apply(
         options.lease,
@@ -64,5 +87,23 @@ where
         options.on_lost,
         options.fair,
     );
-    crate::request::with_lock(request, body).await
+    let body = async { body.await.map_err(Failure::Body) };
+    match crate::request::with_lock(request, body).await {
+        Ok(value) => Ok(value),
+        Err(Failure::Body(error)) => Err(error),
+        Err(Failure::Lock(error)) => Err(lift(error)),
+    }
+}
+
+/// How a [`locked_with`] call failed: the body's own error, or the lock's,
+/// before `lift` turns it into the body's type.
+enum Failure<E> {
+    Body(E),
+    Lock(LockError),
+}
+
+impl<E> From<LockError> for Failure<E> {
+    fn from(error: LockError) -> Self {
+        Failure::Lock(error)
+    }
 }
