@@ -130,7 +130,7 @@ mod template;
 /// |---|---|---|
 /// | `key` | template: text with `<param>` / `<param.field>` placeholders (required) | — |
 /// | `lease` | `"30s"`, `"1m30s"`, `"500ms"`; or an expression of type `Duration` | runtime's (30 s) |
-/// | `wait` | same; `"0s"` tries once | runtime's (unbounded) |
+/// | `wait` | same; `"0s"` tries once | runtime's (30 s unless configured) |
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
 /// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it | `"abort"` |
 /// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`false`) |
