@@ -359,6 +359,7 @@ const QUEUED_SLACK: Duration = Duration::from_millis(20);
 /// The acquisition: re-entry, handoffs, attempts and sleeps until the lock
 /// is ours or the wait ends. (An `async` block, not an `async fn`: the
 /// latter would keep a second copy of `want` in every waiting acquire.)
+#[allow(clippy::manual_async_fn)]
 fn wait_loop(
     runtime: LockRuntime,
     want: Want,
