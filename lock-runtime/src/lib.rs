@@ -69,7 +69,7 @@ pub use lock_macros::distributed_lock;
 pub use owner::{fence, inherit};
 pub use request::{with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{
-    init_from_env, lock, LockRuntime, LockRuntimeBuilder, RuntimeStats, DEFAULT_LEASE,
-    DEFAULT_TRY_TIMEOUT,
+    init_from_env, lock, LockRuntime, LockRuntimeBuilder, RuntimeStats, DEFAULT_FENCE_WINDOW,
+    DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT,
 };
 pub use watchdog::WatchdogStats;

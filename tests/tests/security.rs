@@ -201,7 +201,6 @@ async fn acl_user_with_password_can_lock_and_wait() {
             "+unsubscribe",
             "+client",
             "+exists",
-            "+incr",
             "+time",
             "+get",
             "+set",
@@ -349,15 +348,19 @@ async fn intruder_cannot_release_or_renew_a_lock_it_does_not_hold() {
     ] {
         let released: i64 = release
             .key(&hash)
+            .key(format!("{hash}:fence"))
             .arg(guess)
             .arg(format!("{hash}:released"))
+            .arg(60_000)
             .invoke_async(&mut intruder)
             .await
             .unwrap();
         assert_eq!(released, -1, "release by {guess} was accepted");
         let renewed: i64 = renew
             .key(&hash)
+            .key(format!("{hash}:fence"))
             .arg(guess)
+            .arg(60_000)
             .arg(60_000)
             .invoke_async(&mut intruder)
             .await
@@ -367,6 +370,7 @@ async fn intruder_cannot_release_or_renew_a_lock_it_does_not_hold() {
             .key(&hash)
             .key(format!("{hash}:fence"))
             .arg(guess)
+            .arg(60_000)
             .arg(60_000)
             .invoke_async(&mut intruder)
             .await

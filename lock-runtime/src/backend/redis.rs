@@ -96,13 +96,16 @@ impl Scripts {
         self.fair.call(by_sha, &keys, args)
     }
 
-    /// The release of one hold, plain or fair, as a command.
-    fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool) -> Cmd {
+    /// The release of one hold, plain or fair, as a command (`window`: how
+    /// long the fence counter outlives the lock, in ms).
+    fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool, window: &str) -> Cmd {
         let channel = LockNames::channel(hash);
         if fair {
-            self.fair(by_sha, hash, &["release", holder, &channel])
+            self.fair(by_sha, hash, &["release", holder, &channel, window])
         } else {
-            self.release.call(by_sha, &[hash], &[holder, &channel])
+            let fence = LockNames::fence(hash);
+            self.release
+                .call(by_sha, &[hash, &fence], &[holder, &channel, window])
         }
     }
 }
@@ -189,6 +192,8 @@ pub(crate) struct RedisBackend {
     scripts: Arc<Scripts>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
     endpoint: Arc<str>,
+    /// How long a fence counter outlives its lock, in ms (the scripts' ARGV).
+    window: Arc<str>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -226,7 +231,12 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
 
 /// Connects, loads the scripts and starts the subscription and release tasks.
 /// Must run on the runtime's worker thread (the tasks are spawned there).
-pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Connected, LockError> {
+/// `fence_window` is how long a lock's fence counter outlives the lock.
+pub(crate) async fn connect(
+    url: &str,
+    settings: &RedisSettings,
+    fence_window: Duration,
+) -> Result<Connected, LockError> {
     let info = parse_url(url)?;
     let endpoint: Arc<str> = info.addr().to_string().into();
     let client = client_for(info, settings)?;
@@ -274,8 +284,14 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             )
         })?;
 
+    let window: Arc<str> = ms(fence_window).into();
     tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
-    tokio::spawn(releaser(con.clone(), scripts.clone(), rel_rx));
+    tokio::spawn(releaser(
+        con.clone(),
+        scripts.clone(),
+        window.clone(),
+        rel_rx,
+    ));
 
     Ok(Connected {
         backend: RedisBackend {
@@ -283,6 +299,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             scripts,
             releases: rel_tx,
             endpoint,
+            window,
         },
         waiters,
     })
@@ -401,7 +418,7 @@ impl RedisBackend {
                 &mut con,
                 &self.scripts.acquire,
                 &[hash, &fence_key],
-                &[holder, &lease],
+                &[holder, &lease, &self.window],
             )
             .await
         } else {
@@ -442,6 +459,7 @@ impl RedisBackend {
             &ms(QUEUE_ENTRY_LIFE),
             &LockNames::channel(hash),
             &handoff_lease,
+            &self.window,
         ];
         by_sha(con, |sha| self.scripts.fair(sha, hash, &args)).await
     }
@@ -454,7 +472,7 @@ impl RedisBackend {
     ) -> Result<Release, BackendError> {
         let mut con = self.con.clone();
         let left: i64 = by_sha(&mut con, |sha| {
-            self.scripts.release(sha, hash, holder, fair)
+            self.scripts.release(sha, hash, holder, fair, &self.window)
         })
         .await
         .map_err(|e| self.failed("release failed", e))?;
@@ -476,10 +494,16 @@ impl RedisBackend {
 
     pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
         let channel = LockNames::channel(hash);
+        let fence = LockNames::fence(hash);
         let mut con = self.con.clone();
-        let deleted: i64 = eval(&mut con, &self.scripts.force_unlock, &[hash], &[&channel])
-            .await
-            .map_err(|e| self.failed("force unlock failed", e))?;
+        let deleted: i64 = eval(
+            &mut con,
+            &self.scripts.force_unlock,
+            &[hash, &fence],
+            &[&channel, &self.window],
+        )
+        .await
+        .map_err(|e| self.failed("force unlock failed", e))?;
         Ok(deleted == 1)
     }
 
@@ -500,10 +524,11 @@ impl RedisBackend {
             let mut pipe = redis::pipe();
             for lock in batch {
                 let lease = ms(lock.lease);
+                let fence = LockNames::fence(&lock.hash);
                 pipe.add_command(self.scripts.renew.call(
                     by_sha,
-                    &[&lock.hash],
-                    &[&lock.holder, &lease],
+                    &[&lock.hash, &fence],
+                    &[&lock.holder, &lease, &self.window],
                 ));
             }
             let replies: Vec<RedisResult<i64>> = pipe
@@ -586,6 +611,7 @@ const RELEASE_ATTEMPTS: u32 = 3;
 async fn releaser(
     mut con: ConnectionManager,
     scripts: Arc<Scripts>,
+    window: Arc<str>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
 ) {
     let mut batch = Vec::with_capacity(RELEASE_BATCH);
@@ -596,7 +622,7 @@ async fn releaser(
             attempt += 1;
             let mut pipe = redis::pipe();
             for (hash, holder, fair) in &batch {
-                pipe.add_command(scripts.release(by_sha, hash, holder, *fair));
+                pipe.add_command(scripts.release(by_sha, hash, holder, *fair, &window));
             }
             let outcome: RedisResult<Vec<RedisResult<i64>>> =
                 pipe.ignore_errors().query_async(&mut con).await;
