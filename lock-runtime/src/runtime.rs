@@ -80,8 +80,8 @@ pub struct LockRuntimeBuilder {
 /// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// Default of [`LockRuntimeBuilder::fence_window`]: how long a lock's fence
-/// counter outlives the lock.
+/// Default of [`LockRuntimeBuilder::fence_window`]: how long a key's last
+/// fencing token is kept after it was issued.
 pub const DEFAULT_FENCE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Shortest and longest accepted fence window.
@@ -182,13 +182,14 @@ impl LockRuntimeBuilder {
         self
     }
 
-    /// How long a lock's last fencing token is kept after the lock ends
-    /// (released, forced open, or run out): default 60 s; 10 ms to 1 h.
+    /// How long a key's last fencing token is kept after it was issued
+    /// (default 60 s; 10 ms to 1 h). A hold keeps its own token as long as
+    /// it lasts.
     ///
     /// Tokens are at least the backend's clock in µs, so the stored token is
     /// needed only while the clock could still be at or below it; after the
-    /// window a key leaves nothing behind. Tokens keep growing as long as the
-    /// server's clock never steps back by more than this (README,
+    /// window a released key leaves nothing behind. Tokens keep growing as
+    /// long as the server's clock never steps back by more than this (README,
     /// "Guarantees"). Shorten it only to watch keys expire in a test.
     ///
     /// ```

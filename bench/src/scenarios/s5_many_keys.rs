@@ -29,7 +29,7 @@ const KEYS: u64 = 10_000;
 const MAX_PER_TASK: u64 = 10_000_000;
 /// The runtime's acquire script.
 const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lua");
-/// How long the fence counter outlives a lock, ms (the runtime's default).
+/// The fence counter's TTL, ms (the runtime's default).
 const WINDOW_MS: u128 = lock_runtime::DEFAULT_FENCE_WINDOW.as_millis();
 /// The runtime's release script.
 const RELEASE: &str = include_str!("../../../lock-runtime/src/scripts/release.lua");
@@ -160,12 +160,10 @@ async fn raw_pair(
     }
     let _: i64 = redis::cmd("EVALSHA")
         .arg(release)
-        .arg(2)
+        .arg(1)
         .arg(hash)
-        .arg(fence)
         .arg(holder)
         .arg(channel)
-        .arg(WINDOW_MS)
         .query_async(con)
         .await?;
     Ok(true)

@@ -1,16 +1,16 @@
 //! The embedded backend: the lock scripts' semantics in one process.
 //!
 //! A mutex-protected map stands in for Redis: one entry per held lock (holder
-//! id, hold count, expiry) and one fence record per key (last token, expiry).
-//! Expiry is checked when an entry is touched, exactly as a waiter sees a
-//! Redis TTL run out; waiters are woken directly on release.
+//! id, hold count, token, expiry) and one fence record per key (last token,
+//! expiry). Expiry is checked when an entry is touched, exactly as a waiter
+//! sees a Redis TTL run out; waiters are woken directly on release.
 //!
 //! The fence record lives as the Redis counter does (see `acquire.lua`):
-//! while the lock is held and `window` after it ends, so a process that locks
-//! a key per order does not keep one record per order for good. Redis drops
-//! expired keys by itself; here a sweep on acquire, at most once per window,
-//! drops expired locks and fence records, so the maps hold about the keys
-//! used in the last two windows.
+//! `window` after its token was issued, so a process that locks a key per
+//! order does not keep one record per order for good. Redis drops expired
+//! keys by itself; here a sweep on acquire, at most once per window, drops
+//! expired locks and fence records, so the maps hold about the keys used in
+//! the last two windows (and the locks still held).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +25,8 @@ use crate::waiters::Waiters;
 struct Entry {
     holder: String,
     holds: u64,
+    /// The hold's token (the Redis hash's `fence` field).
+    fence: u64,
     expires_at: Instant,
 }
 
@@ -89,23 +91,24 @@ impl MemoryBackend {
     /// Mirrors `acquire.lua`.
     pub(crate) fn acquire(&self, hash: &str, holder: &str, lease: Duration) -> Acquire {
         let now = Instant::now();
-        let keep = now + lease + self.window;
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let state = &mut *guard;
         state.sweep(now, self.window);
         if state.locks.get(hash).is_some_and(|e| e.expires_at <= now) {
             state.locks.remove(hash);
         }
-        let token = state.token(hash, now);
         match state.locks.get_mut(hash) {
             None => {
                 // As acquire.lua: max(counter + 1, the clock in µs).
-                let fence = token.saturating_add(1).max(micros_since_epoch());
+                let fence = state
+                    .token(hash, now)
+                    .saturating_add(1)
+                    .max(micros_since_epoch());
                 state.fences.insert(
                     hash.to_owned(),
                     Fence {
                         token: fence,
-                        expires_at: keep,
+                        expires_at: now + self.window,
                     },
                 );
                 state.locks.insert(
@@ -113,6 +116,7 @@ impl MemoryBackend {
                     Entry {
                         holder: holder.to_owned(),
                         holds: 1,
+                        fence,
                         expires_at: now + lease,
                     },
                 );
@@ -124,9 +128,8 @@ impl MemoryBackend {
             Some(entry) if entry.holder == holder => {
                 entry.holds += 1;
                 entry.expires_at = now + lease;
-                keep_fence(&mut state.fences, hash, keep);
                 Acquire::Held {
-                    fence: token,
+                    fence: entry.fence,
                     handed: false,
                 }
             }
@@ -151,7 +154,6 @@ impl MemoryBackend {
             return Release::StillHeld;
         }
         state.locks.remove(hash);
-        keep_fence(&mut state.fences, hash, now + self.window);
         drop(state);
         self.waiters.wake_one(&LockNames::channel(hash));
         Release::Freed
@@ -160,12 +162,10 @@ impl MemoryBackend {
     /// Mirrors `renew.lua`.
     pub(crate) fn renew(&self, hash: &str, holder: &str, lease: Duration) -> bool {
         let now = Instant::now();
-        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let state = &mut *guard;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.locks.get_mut(hash) {
             Some(entry) if entry.holder == holder && entry.expires_at > now => {
                 entry.expires_at = now + lease;
-                keep_fence(&mut state.fences, hash, now + lease + self.window);
                 true
             }
             _ => false,
@@ -174,12 +174,8 @@ impl MemoryBackend {
 
     /// Mirrors `force_unlock.lua`: deletes a lock whatever its holder.
     pub(crate) fn delete(&self, hash: &str) -> bool {
-        let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let removed = state.locks.remove(hash).is_some();
-        if removed {
-            keep_fence(&mut state.fences, hash, now + self.window);
-        }
         drop(state);
         if removed {
             self.waiters.wake_one(&LockNames::channel(hash));
@@ -192,13 +188,6 @@ impl MemoryBackend {
     fn entries(&self) -> (usize, usize) {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         (state.locks.len(), state.fences.len())
-    }
-}
-
-/// Sets the expiry of the key's fence record, if it has one (as `PEXPIRE`).
-fn keep_fence(fences: &mut HashMap<String, Fence>, hash: &str, until: Instant) {
-    if let Some(fence) = fences.get_mut(hash) {
-        fence.expires_at = until;
     }
 }
 
@@ -257,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn tokens_grow_across_the_window_and_while_a_hold_is_renewed() {
+    fn tokens_grow_across_the_window_and_a_long_hold_keeps_its_own() {
         let store = store();
         let hash = "lock:{k}";
         let first = token(&store, hash, "h:1", LEASE);
@@ -265,7 +254,8 @@ mod tests {
         past_the_window();
         let second = token(&store, hash, "h:2", Duration::from_millis(30));
         assert!(second > first, "{second} <= {first}");
-        // Renewed past the first lease and window: the record stays.
+        // Renewed past the window: the key's record expires, the hold keeps
+        // its token for a re-entry.
         for _ in 0..4 {
             std::thread::sleep(Duration::from_millis(15));
             assert!(store.renew(hash, "h:2", Duration::from_millis(30)));

@@ -96,16 +96,14 @@ impl Scripts {
         self.fair.call(by_sha, &keys, args)
     }
 
-    /// The release of one hold, plain or fair, as a command (`window`: how
-    /// long the fence counter outlives the lock, in ms).
+    /// The release of one hold, plain or fair, as a command (`window`: the
+    /// fence counter's TTL in ms, for a fair handoff's new token).
     fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool, window: &str) -> Cmd {
         let channel = LockNames::channel(hash);
         if fair {
             self.fair(by_sha, hash, &["release", holder, &channel, window])
         } else {
-            let fence = LockNames::fence(hash);
-            self.release
-                .call(by_sha, &[hash, &fence], &[holder, &channel, window])
+            self.release.call(by_sha, &[hash], &[holder, &channel])
         }
     }
 }
@@ -192,7 +190,8 @@ pub(crate) struct RedisBackend {
     scripts: Arc<Scripts>,
     releases: mpsc::UnboundedSender<ReleaseJob>,
     endpoint: Arc<str>,
-    /// How long a fence counter outlives its lock, in ms (the scripts' ARGV).
+    /// The fence counter's TTL in ms: how long a token is kept after it was
+    /// issued (the scripts' ARGV).
     window: Arc<str>,
 }
 
@@ -231,7 +230,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
 
 /// Connects, loads the scripts and starts the subscription and release tasks.
 /// Must run on the runtime's worker thread (the tasks are spawned there).
-/// `fence_window` is how long a lock's fence counter outlives the lock.
+/// `fence_window` is how long a key's last token is kept after it was issued.
 pub(crate) async fn connect(
     url: &str,
     settings: &RedisSettings,
@@ -494,16 +493,10 @@ impl RedisBackend {
 
     pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
         let channel = LockNames::channel(hash);
-        let fence = LockNames::fence(hash);
         let mut con = self.con.clone();
-        let deleted: i64 = eval(
-            &mut con,
-            &self.scripts.force_unlock,
-            &[hash, &fence],
-            &[&channel, &self.window],
-        )
-        .await
-        .map_err(|e| self.failed("force unlock failed", e))?;
+        let deleted: i64 = eval(&mut con, &self.scripts.force_unlock, &[hash], &[&channel])
+            .await
+            .map_err(|e| self.failed("force unlock failed", e))?;
         Ok(deleted == 1)
     }
 
@@ -524,11 +517,10 @@ impl RedisBackend {
             let mut pipe = redis::pipe();
             for lock in batch {
                 let lease = ms(lock.lease);
-                let fence = LockNames::fence(&lock.hash);
                 pipe.add_command(self.scripts.renew.call(
                     by_sha,
-                    &[&lock.hash, &fence],
-                    &[&lock.holder, &lease, &self.window],
+                    &[&lock.hash],
+                    &[&lock.holder, &lease],
                 ));
             }
             let replies: Vec<RedisResult<i64>> = pipe

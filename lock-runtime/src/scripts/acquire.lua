@@ -1,11 +1,12 @@
 -- acquire: take the lock, or re-enter it, or report who is in the way.
 --
--- KEYS[1]  the lock hash          (field = holder id, value = hold count)
--- KEYS[2]  the fence counter      (last token; lives while the lock is held
---                                  and `window` ms after, see below)
+-- KEYS[1]  the lock hash          (field = holder id, value = hold count;
+--                                  field 'fence' = the hold's token)
+-- KEYS[2]  the fence counter      (last token of the key; expires `window`
+--                                  after it was issued, see below)
 -- ARGV[1]  holder id              ("<process-uuid>:<n>", unique per hold)
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  window in milliseconds (how long the counter outlives the lock)
+-- ARGV[3]  window in milliseconds
 --
 -- returns  {1, fence}  held: the lock is ours (first acquisition or re-entry)
 --          {0, pttl}   busy: another holder has it for pttl more milliseconds
@@ -19,16 +20,13 @@
 -- between any two), far more than a microsecond apart.
 --
 -- So the counter only matters while the clock could still be at or below the
--- last token: just after it was issued, or after the clock stepped back. It
--- expires `window` after the lock was last held (the TTL is lease + window,
--- set here and by every renewal, and cut to the window by a release), so a
--- key locked once costs nothing for good. A later first acquisition reads the
--- clock at least `window` after the last token was issued, and that reading
--- is above the token unless the clock stepped back by more than the window.
--- A counter left without a TTL by an older version of these scripts is read
--- like any other and gets its TTL here.
-local lease = tonumber(ARGV[2])
-local keep = lease + tonumber(ARGV[3])
+-- last token, and it expires `window` after that token was issued: a key
+-- locked once costs nothing for good. The next first acquisition that finds
+-- no counter reads the clock at least `window` after the last token was
+-- issued, above that token unless the clock stepped back by more than the
+-- window. The hold keeps its own token in the hash, for a re-entry that
+-- comes after the counter expired. A counter without a TTL, left by an
+-- earlier version of these scripts, is read like any other and gets one here.
 if redis.call('exists', KEYS[1]) == 0 then
   local fence = tonumber(redis.call('get', KEYS[2]) or '0') + 1
   local now = redis.call('time')
@@ -36,15 +34,15 @@ if redis.call('exists', KEYS[1]) == 0 then
   if clock > fence then
     fence = clock
   end
-  redis.call('set', KEYS[2], string.format('%.0f', fence), 'px', keep)
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], lease)
+  local token = string.format('%.0f', fence)
+  redis.call('set', KEYS[2], token, 'px', ARGV[3])
+  redis.call('hset', KEYS[1], ARGV[1], 1, 'fence', token)
+  redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, fence}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], lease)
-  redis.call('pexpire', KEYS[2], keep)
-  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('hget', KEYS[1], 'fence') or '0')}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -1,10 +1,8 @@
 -- release: give back one hold; free the lock and wake waiters when none is left.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the fence counter (once free, kept for the window only)
 -- ARGV[1]  holder id
 -- ARGV[2]  release channel (PUBLISHed to when the lock becomes free)
--- ARGV[3]  window in milliseconds (see acquire.lua)
 --
 -- returns  -1  not held: the lock is gone or belongs to someone else (nothing changed)
 --           0  freed: the hash is deleted and one message went to the channel
@@ -17,6 +15,5 @@ if holds > 1 then
   return redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
 redis.call('del', KEYS[1])
-redis.call('pexpire', KEYS[2], ARGV[3])
 redis.call('publish', ARGV[2], '1')
 return 0
