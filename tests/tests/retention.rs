@@ -118,6 +118,11 @@ async fn distinct_keys_leave_nothing_behind(fair: bool) {
         }
     }
     assert_eq!(holds, 2 * KEYS);
+    // Nothing per key stays in the processes either.
+    for runtime in [&a, &b] {
+        let stats = runtime.stats();
+        assert_eq!((stats.held, stats.waiting_keys), (0, 0), "{stats:?}");
+    }
 
     let left = names_left(&mut con, &prefix).await;
     eprintln!(
