@@ -43,6 +43,9 @@ end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('hget', KEYS[1], 'fence') or '0')}
+  -- (A hold taken by an earlier version has no 'fence' field: its token is
+  -- the counter's.)
+  local fence = redis.call('hget', KEYS[1], 'fence') or redis.call('get', KEYS[2])
+  return {1, tonumber(fence or '0')}
 end
 return {0, redis.call('pttl', KEYS[1])}

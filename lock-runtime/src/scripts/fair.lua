@@ -101,7 +101,9 @@ if ARGV[1] == 'acquire' then
     if redis.call('pttl', lock) < tonumber(lease) then
       redis.call('pexpire', lock, lease)
     end
-    return {2, tonumber(redis.call('hget', lock, 'fence') or '0')}
+    -- (A lock handed over by an earlier version has no 'fence' field.)
+    local fence = redis.call('hget', lock, 'fence') or redis.call('get', fences)
+    return {2, tonumber(fence or '0')}
   end
   if redis.call('exists', lock) == 0 then
     local head = live_head()
