@@ -26,11 +26,13 @@ pub enum Scenario {
     S6,
     /// Memory per held lock and per waiting task.
     S7,
+    /// What 100,000 distinct keys locked once leave in Redis.
+    S10,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -38,6 +40,7 @@ impl Scenario {
         Scenario::S5,
         Scenario::S6,
         Scenario::S7,
+        Scenario::S10,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {
@@ -67,6 +70,10 @@ pub struct Scale {
     pub s6_lease: Duration,
     /// S7: locks held / waiters parked.
     pub s7_items: usize,
+    /// S10: distinct keys locked and released per run and mode.
+    pub s10_keys: u64,
+    /// S10: the fence window of its runtime (shortened, to see keys expire).
+    pub s10_window: Duration,
 }
 
 impl Scale {
@@ -80,6 +87,8 @@ impl Scale {
         s6_locks: 10_000,
         s6_lease: Duration::from_secs(3),
         s7_items: 10_000,
+        s10_keys: 100_000,
+        s10_window: Duration::from_secs(5),
     };
 
     /// The quick variant (`--quick`, and the `cargo test` smoke test).
@@ -92,6 +101,8 @@ impl Scale {
         s6_locks: 1000,
         s6_lease: Duration::from_secs(1),
         s7_items: 1000,
+        s10_keys: 2000,
+        s10_window: Duration::from_secs(1),
     };
 }
 
@@ -112,7 +123,7 @@ pub struct Config {
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 ...] [--quick] [--runs N] [--out DIR]\n\
+    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 s10 ...] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
@@ -202,6 +213,8 @@ mod tests {
         assert!(c.quick);
         assert_eq!(c.runs, 2);
         assert!(Config::from_args(&["s9".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 7);
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 8);
+        let s10 = Config::from_args(&["s10".to_owned()]).unwrap();
+        assert_eq!(s10.scenarios, [Scenario::S10]);
     }
 }

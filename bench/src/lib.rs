@@ -2,7 +2,7 @@
 //! limit (Redis round trips) and against a polling peer (rslock), measured
 //! side by side in one run on a private `redis-server`.
 //!
-//! `cargo run --release -p lock-bench -- [s1 .. s7] [--quick]` runs the
+//! `cargo run --release -p lock-bench -- [s1 .. s7 s10] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
 //! `target/bench/results.json` and the charts `target/bench/handoff.svg` and
 //! `target/bench/waits.svg`. The test in
@@ -71,6 +71,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S5 => scenarios::s5_many_keys::run(&ctx).await,
             Scenario::S6 => scenarios::s6_watchdog::run(&ctx).await,
             Scenario::S7 => scenarios::s7_memory::run(&ctx).await,
+            Scenario::S10 => scenarios::s10_retention::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(

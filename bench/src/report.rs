@@ -43,7 +43,7 @@ impl Target {
 /// One line of the report.
 #[derive(Clone, Debug)]
 pub struct Row {
-    /// `S1` .. `S7`.
+    /// `S1` .. `S10`.
     pub scenario: &'static str,
     /// What is measured, unit included.
     pub metric: String,

@@ -67,6 +67,7 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S6", "round trips per tick"),
         ("S7", "per held lock"),
         ("S7", "per waiting task"),
+        ("S10", "within the window"),
     ] {
         let row = find(rows, scenario, metric);
         assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);

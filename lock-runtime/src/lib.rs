@@ -77,7 +77,7 @@ pub use lock_macros::distributed_lock;
 pub use owner::{fence, inherit};
 pub use request::{with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{
-    init_from_env, lock, shutdown, LockRuntime, LockRuntimeBuilder, RuntimeStats, DEFAULT_LEASE,
-    DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
+    init_from_env, lock, shutdown, LockRuntime, LockRuntimeBuilder, RuntimeStats,
+    DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
 };
 pub use watchdog::WatchdogStats;

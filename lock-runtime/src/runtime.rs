@@ -84,12 +84,21 @@ pub struct LockRuntimeBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     try_timeout: Duration,
+    fence_window: Duration,
     tls_root_ca: Option<Vec<u8>>,
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Default of [`LockRuntimeBuilder::fence_window`]: how long a key's last
+/// fencing token is kept after it was issued.
+pub const DEFAULT_FENCE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Shortest and longest accepted fence window.
+const FENCE_WINDOW_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(3600);
 
 /// Shortest and longest accepted connect, response and try timeouts.
 const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
@@ -122,6 +131,7 @@ impl Default for LockRuntimeBuilder {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             try_timeout: DEFAULT_TRY_TIMEOUT,
+            fence_window: DEFAULT_FENCE_WINDOW,
             tls_root_ca: None,
             tls_client: None,
         }
@@ -185,6 +195,32 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// How long a key's last fencing token is kept after it was issued
+    /// (default 60 s; 10 ms to 1 h). A hold keeps its own token as long as
+    /// it lasts.
+    ///
+    /// Tokens are at least the backend's clock in µs, so the stored token is
+    /// needed only while the clock could still be at or below it; after the
+    /// window a released key leaves nothing behind. Tokens keep growing as
+    /// long as the server's clock never steps back by more than this (README,
+    /// "Guarantees"). Shorten it only to watch keys expire in a test.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let runtime = lock_runtime::LockRuntime::builder()
+    ///     .memory()
+    ///     .fence_window(Duration::from_secs(300))
+    ///     .build()
+    ///     .await?;
+    /// # drop(runtime); Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn fence_window(mut self, window: Duration) -> Self {
+        self.fence_window = window;
+        self
+    }
+
     /// How long to try to reach Redis when connecting (default 2 s; 1 ms to 1 h).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -238,6 +274,12 @@ impl LockRuntimeBuilder {
                 )));
             }
         }
+        if !FENCE_WINDOW_RANGE.contains(&self.fence_window) {
+            return Err(LockError::InvalidConfig(format!(
+                "fence_window {:?} is out of range: use 10ms to 1h",
+                self.fence_window
+            )));
+        }
         if self.prefix.contains(['{', '}']) {
             return Err(LockError::InvalidConfig(
                 "the key prefix may not contain `{` or `}` (the runtime adds the hash tag)"
@@ -247,6 +289,7 @@ impl LockRuntimeBuilder {
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let choice = self.choice.clone();
+        let fence_window = self.fence_window;
         let settings = RedisSettings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
@@ -255,7 +298,7 @@ impl LockRuntimeBuilder {
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
-            .spawn(move || worker(choice, settings, ready_tx, stop_rx))
+            .spawn(move || worker(choice, settings, fence_window, ready_tx, stop_rx))
             .map_err(|e| BackendError::new("cannot start the lock runtime thread", e))?;
         let parts = ready_rx
             .await
@@ -297,6 +340,7 @@ struct Parts {
 fn worker(
     choice: Choice,
     settings: RedisSettings,
+    fence_window: Duration,
     ready: oneshot::Sender<Result<Parts, LockError>>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -316,10 +360,11 @@ fn worker(
         let (backend, waiters) = match choice {
             Choice::Memory => {
                 let waiters = Waiters::new(None, None);
-                let memory = Arc::new(MemoryBackend::new(waiters.clone()));
+                let memory = Arc::new(MemoryBackend::new(waiters.clone(), fence_window));
                 (Backend::Memory(memory), waiters)
             }
-            Choice::Redis(url) => match redis_backend::connect(&url, &settings).await {
+            Choice::Redis(url) => match redis_backend::connect(&url, &settings, fence_window).await
+            {
                 Ok(connected) => (Backend::Redis(connected.backend), connected.waiters),
                 Err(e) => {
                     let _ = ready.send(Err(e));

@@ -351,7 +351,7 @@ async fn a_claim_never_shortens_the_lease() {
         .arg(include_str!("../../lock-runtime/src/scripts/fair.lua"))
         .arg(4)
         .arg(&keys)
-        .arg(&["acquire", "place-1", "50", "1", "3000", "ch", "50"])
+        .arg(&["acquire", "place-1", "50", "1", "3000", "ch", "50", "60000"])
         .query_async(&mut con)
         .await
         .unwrap();

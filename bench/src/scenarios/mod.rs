@@ -8,6 +8,7 @@
 
 pub mod baseline;
 pub mod contention;
+pub mod s10_retention;
 pub mod s1_uncontended;
 pub mod s2_reentry;
 pub mod s3_handoff;

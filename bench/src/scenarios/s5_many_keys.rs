@@ -29,6 +29,8 @@ const KEYS: u64 = 10_000;
 const MAX_PER_TASK: u64 = 10_000_000;
 /// The runtime's acquire script.
 const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lua");
+/// The fence counter's TTL, ms (the runtime's default).
+const WINDOW_MS: u128 = lock_runtime::DEFAULT_FENCE_WINDOW.as_millis();
 /// The runtime's release script.
 const RELEASE: &str = include_str!("../../../lock-runtime/src/scripts/release.lua");
 
@@ -150,6 +152,7 @@ async fn raw_pair(
         .arg(fence)
         .arg(holder)
         .arg(30_000)
+        .arg(WINDOW_MS)
         .query_async(con)
         .await?;
     if held != 1 {

@@ -1,9 +1,16 @@
 //! The embedded backend: the lock scripts' semantics in one process.
 //!
 //! A mutex-protected map stands in for Redis: one entry per held lock (holder
-//! id, hold count, expiry) and one fence counter per key that survives
-//! releases. Expiry is checked when an entry is touched, exactly as a waiter
+//! id, hold count, token, expiry) and one fence record per key (last token,
+//! expiry). Expiry is checked when an entry is touched, exactly as a waiter
 //! sees a Redis TTL run out; waiters are woken directly on release.
+//!
+//! The fence record lives as the Redis counter does (see `acquire.lua`):
+//! `window` after its token was issued, so a process that locks a key per
+//! order does not keep one record per order for good. Redis drops expired
+//! keys by itself; here a sweep on acquire, at most once per window, drops
+//! expired locks and fence records, so the maps hold about the keys used in
+//! the last two windows (and the locks still held).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,13 +25,45 @@ use crate::waiters::Waiters;
 struct Entry {
     holder: String,
     holds: u64,
+    /// The hold's token (the Redis hash's `fence` field).
+    fence: u64,
     expires_at: Instant,
 }
 
-#[derive(Debug, Default)]
+/// The last token of a key, and when it may be forgotten.
+#[derive(Debug)]
+struct Fence {
+    token: u64,
+    expires_at: Instant,
+}
+
+#[derive(Debug)]
 struct State {
     locks: HashMap<String, Entry>,
-    fences: HashMap<String, u64>,
+    /// By lock name (the hash), not by the Redis counter's name.
+    fences: HashMap<String, Fence>,
+    /// When the next acquire sweeps out what has expired.
+    next_sweep: Instant,
+}
+
+impl State {
+    /// The key's last token, unless its record expired (as a Redis `GET`).
+    fn token(&self, hash: &str, now: Instant) -> u64 {
+        self.fences
+            .get(hash)
+            .filter(|f| f.expires_at > now)
+            .map_or(0, |f| f.token)
+    }
+
+    /// Drops expired locks and fence records, at most once per `window`.
+    fn sweep(&mut self, now: Instant, window: Duration) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.locks.retain(|_, e| e.expires_at > now);
+        self.fences.retain(|_, f| f.expires_at > now);
+        self.next_sweep = now + window;
+    }
 }
 
 /// The in-process lock store of one runtime.
@@ -32,35 +71,52 @@ struct State {
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     waiters: Arc<Waiters>,
+    /// How long a fence record outlives its lock.
+    window: Duration,
 }
 
 impl MemoryBackend {
-    pub(crate) fn new(waiters: Arc<Waiters>) -> Self {
+    pub(crate) fn new(waiters: Arc<Waiters>, window: Duration) -> Self {
         MemoryBackend {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                locks: HashMap::new(),
+                fences: HashMap::new(),
+                next_sweep: Instant::now() + window,
+            }),
             waiters,
+            window,
         }
     }
 
     /// Mirrors `acquire.lua`.
     pub(crate) fn acquire(&self, hash: &str, holder: &str, lease: Duration) -> Acquire {
         let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let State { locks, fences } = &mut *state;
-        if locks.get(hash).is_some_and(|e| e.expires_at <= now) {
-            locks.remove(hash);
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = &mut *guard;
+        state.sweep(now, self.window);
+        if state.locks.get(hash).is_some_and(|e| e.expires_at <= now) {
+            state.locks.remove(hash);
         }
-        match locks.get_mut(hash) {
+        match state.locks.get_mut(hash) {
             None => {
                 // As acquire.lua: max(counter + 1, the clock in µs).
-                let counter = fences.entry(LockNames::fence(hash)).or_insert(0);
-                *counter = counter.saturating_add(1).max(micros_since_epoch());
-                let fence = *counter;
-                locks.insert(
+                let fence = state
+                    .token(hash, now)
+                    .saturating_add(1)
+                    .max(micros_since_epoch());
+                state.fences.insert(
+                    hash.to_owned(),
+                    Fence {
+                        token: fence,
+                        expires_at: now + self.window,
+                    },
+                );
+                state.locks.insert(
                     hash.to_owned(),
                     Entry {
                         holder: holder.to_owned(),
                         holds: 1,
+                        fence,
                         expires_at: now + lease,
                     },
                 );
@@ -72,9 +128,8 @@ impl MemoryBackend {
             Some(entry) if entry.holder == holder => {
                 entry.holds += 1;
                 entry.expires_at = now + lease;
-                let fence = fences.get(&LockNames::fence(hash)).copied().unwrap_or(0);
                 Acquire::Held {
-                    fence,
+                    fence: entry.fence,
                     handed: false,
                 }
             }
@@ -117,7 +172,7 @@ impl MemoryBackend {
         }
     }
 
-    /// Deletes a lock whatever its holder (tests: a lock deleted under its holder).
+    /// Mirrors `force_unlock.lua`: deletes a lock whatever its holder.
     pub(crate) fn delete(&self, hash: &str) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let removed = state.locks.remove(hash).is_some();
@@ -127,6 +182,13 @@ impl MemoryBackend {
         }
         removed
     }
+
+    /// Locks and fence records in the store, expired or not (tests).
+    #[cfg(test)]
+    fn entries(&self) -> (usize, usize) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (state.locks.len(), state.fences.len())
+    }
 }
 
 fn micros_since_epoch() -> u64 {
@@ -134,4 +196,93 @@ fn micros_since_epoch() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const WINDOW: Duration = Duration::from_millis(20);
+
+    fn store() -> MemoryBackend {
+        MemoryBackend::new(Waiters::new(None, None), WINDOW)
+    }
+
+    fn token(store: &MemoryBackend, hash: &str, holder: &str, lease: Duration) -> u64 {
+        match store.acquire(hash, holder, lease) {
+            Acquire::Held { fence, .. } => fence,
+            busy => panic!("{hash}: {busy:?}"),
+        }
+    }
+
+    /// Waits out the window (a span of time, not an event: nothing to await).
+    fn past_the_window() {
+        std::thread::sleep(WINDOW + Duration::from_millis(5));
+    }
+
+    #[test]
+    fn released_keys_leave_nothing_once_the_window_has_passed() {
+        let store = store();
+        for n in 0..2000 {
+            let hash = format!("lock:{{order:{n}}}");
+            token(&store, &hash, "h:1", LEASE);
+            assert_eq!(store.release(&hash, "h:1"), Release::Freed);
+        }
+        past_the_window();
+        token(&store, "lock:{next}", "h:2", LEASE);
+        assert_eq!(store.entries(), (1, 1), "only the lock just taken is left");
+    }
+
+    #[test]
+    fn a_lock_that_ran_out_is_dropped_with_its_fence_after_the_window() {
+        let store = store();
+        token(&store, "lock:{a}", "h:1", Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10));
+        past_the_window();
+        token(&store, "lock:{b}", "h:2", LEASE);
+        assert_eq!(store.entries(), (1, 1));
+    }
+
+    #[test]
+    fn tokens_grow_across_the_window_and_a_long_hold_keeps_its_own() {
+        let store = store();
+        let hash = "lock:{k}";
+        let first = token(&store, hash, "h:1", LEASE);
+        assert_eq!(store.release(hash, "h:1"), Release::Freed);
+        past_the_window();
+        let second = token(&store, hash, "h:2", Duration::from_millis(30));
+        assert!(second > first, "{second} <= {first}");
+        // Renewed past the window: the key's record expires, the hold keeps
+        // its token for a re-entry.
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(15));
+            assert!(store.renew(hash, "h:2", Duration::from_millis(30)));
+        }
+        assert_eq!(token(&store, hash, "h:2", LEASE), second, "re-entry");
+        assert_eq!(store.release(hash, "h:2"), Release::StillHeld);
+        assert_eq!(store.release(hash, "h:2"), Release::Freed);
+        let third = token(&store, hash, "h:3", LEASE);
+        assert!(third > second, "{third} <= {second}");
+    }
+
+    #[test]
+    fn a_token_ahead_of_the_clock_is_kept_until_the_window_has_passed() {
+        let store = store();
+        let hash = "lock:{ahead}";
+        token(&store, hash, "h:1", LEASE);
+        // As if the clock had stepped back an hour after this token.
+        let ahead = micros_since_epoch() + 3_600_000_000;
+        store
+            .state
+            .lock()
+            .unwrap()
+            .fences
+            .get_mut(hash)
+            .unwrap()
+            .token = ahead;
+        assert!(store.delete(hash));
+        assert_eq!(token(&store, hash, "h:2", LEASE), ahead + 1);
+    }
 }

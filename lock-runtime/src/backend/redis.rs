@@ -97,11 +97,12 @@ impl Scripts {
         self.fair.call(by_sha, &keys, args)
     }
 
-    /// The release of one hold, plain or fair, as a command.
-    fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool) -> Cmd {
+    /// The release of one hold, plain or fair, as a command (`window`: the
+    /// fence counter's TTL in ms, for a fair handoff's new token).
+    fn release(&self, by_sha: bool, hash: &str, holder: &str, fair: bool, window: &str) -> Cmd {
         let channel = LockNames::channel(hash);
         if fair {
-            self.fair(by_sha, hash, &["release", holder, &channel])
+            self.fair(by_sha, hash, &["release", holder, &channel, window])
         } else {
             self.release.call(by_sha, &[hash], &[holder, &channel])
         }
@@ -187,6 +188,9 @@ pub(crate) struct RedisBackend {
     scripts: Arc<Scripts>,
     releases: ReleaseQueue,
     endpoint: Arc<str>,
+    /// The fence counter's TTL in ms: how long a token is kept after it was
+    /// issued (the scripts' ARGV).
+    window: Arc<str>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -261,7 +265,12 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
 
 /// Connects, loads the scripts and starts the subscription and release tasks.
 /// Must run on the runtime's worker thread (the tasks are spawned there).
-pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Connected, LockError> {
+/// `fence_window` is how long a key's last token is kept after it was issued.
+pub(crate) async fn connect(
+    url: &str,
+    settings: &RedisSettings,
+    fence_window: Duration,
+) -> Result<Connected, LockError> {
     let info = parse_url(url)?;
     let endpoint: Arc<str> = info.addr().to_string().into();
     let client = client_for(info, settings)?;
@@ -309,10 +318,12 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             )
         })?;
 
+    let window: Arc<str> = ms(fence_window).into();
     tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
     tokio::spawn(releaser(
         con.clone(),
         scripts.clone(),
+        window.clone(),
         release_jobs,
         releases.pending().clone(),
     ));
@@ -323,6 +334,7 @@ pub(crate) async fn connect(url: &str, settings: &RedisSettings) -> Result<Conne
             scripts,
             releases,
             endpoint,
+            window,
         },
         waiters,
     })
@@ -441,7 +453,7 @@ impl RedisBackend {
                 &mut con,
                 &self.scripts.acquire,
                 &[hash, &fence_key],
-                &[holder, &lease],
+                &[holder, &lease, &self.window],
             )
             .await
         } else {
@@ -482,6 +494,7 @@ impl RedisBackend {
             &ms(QUEUE_ENTRY_LIFE),
             &LockNames::channel(hash),
             &handoff_lease,
+            &self.window,
         ];
         by_sha(con, |sha| self.scripts.fair(sha, hash, &args)).await
     }
@@ -494,7 +507,7 @@ impl RedisBackend {
     ) -> Result<Release, BackendError> {
         let mut con = self.con.clone();
         let left: i64 = by_sha(&mut con, |sha| {
-            self.scripts.release(sha, hash, holder, fair)
+            self.scripts.release(sha, hash, holder, fair, &self.window)
         })
         .await
         .map_err(|e| self.failed("release failed", e))?;
@@ -630,6 +643,7 @@ const RELEASE_ATTEMPTS: u32 = 3;
 async fn releaser(
     mut con: ConnectionManager,
     scripts: Arc<Scripts>,
+    window: Arc<str>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
     pending: Arc<PendingReleases>,
 ) {
@@ -641,7 +655,7 @@ async fn releaser(
             attempt += 1;
             let mut pipe = redis::pipe();
             for (hash, holder, fair) in &batch {
-                pipe.add_command(scripts.release(by_sha, hash, holder, *fair));
+                pipe.add_command(scripts.release(by_sha, hash, holder, *fair, &window));
             }
             let outcome: RedisResult<Vec<RedisResult<i64>>> =
                 pipe.ignore_errors().query_async(&mut con).await;

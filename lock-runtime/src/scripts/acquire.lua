@@ -1,9 +1,12 @@
 -- acquire: take the lock, or re-enter it, or report who is in the way.
 --
--- KEYS[1]  the lock hash          (field = holder id, value = hold count)
--- KEYS[2]  the fence counter      (never expires; survives every release)
+-- KEYS[1]  the lock hash          (field = holder id, value = hold count;
+--                                  field 'fence' = the hold's token)
+-- KEYS[2]  the fence counter      (last token of the key; expires `window`
+--                                  after it was issued, see below)
 -- ARGV[1]  holder id              ("<process-uuid>:<n>", unique per hold)
 -- ARGV[2]  lease in milliseconds
+-- ARGV[3]  window in milliseconds
 --
 -- returns  {1, fence}  held: the lock is ours (first acquisition or re-entry)
 --          {0, pttl}   busy: another holder has it for pttl more milliseconds
@@ -14,25 +17,35 @@
 -- holds a counter below tokens already handed out. The clock is past all of
 -- them as long as tokens never run ahead of it, and they do not: one key's
 -- acquisitions are serialised by the lock (a release and an acquire script
--- between any two), far more than a microsecond apart. So the token only
--- grows as long as the server's clock does not step back by more than the
--- time since the last token (and, after a failover, the new primary's clock
--- is not behind the old one's by more than that).
+-- between any two), far more than a microsecond apart.
+--
+-- So the counter only matters while the clock could still be at or below the
+-- last token, and it expires `window` after that token was issued: a key
+-- locked once costs nothing for good. The next first acquisition that finds
+-- no counter reads the clock at least `window` after the last token was
+-- issued, above that token unless the clock stepped back by more than the
+-- window. The hold keeps its own token in the hash, for a re-entry that
+-- comes after the counter expired. A counter without a TTL, left by an
+-- earlier version of these scripts, is read like any other and gets one here.
 if redis.call('exists', KEYS[1]) == 0 then
-  local fence = redis.call('incr', KEYS[2])
+  local fence = tonumber(redis.call('get', KEYS[2]) or '0') + 1
   local now = redis.call('time')
   local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
   if clock > fence then
     fence = clock
-    redis.call('set', KEYS[2], string.format('%.0f', fence))
   end
-  redis.call('hset', KEYS[1], ARGV[1], 1)
+  local token = string.format('%.0f', fence)
+  redis.call('set', KEYS[2], token, 'px', ARGV[3])
+  redis.call('hset', KEYS[1], ARGV[1], 1, 'fence', token)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, fence}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
+  -- (A hold taken by an earlier version has no 'fence' field: its token is
+  -- the counter's.)
+  local fence = redis.call('hget', KEYS[1], 'fence') or redis.call('get', KEYS[2])
+  return {1, tonumber(fence or '0')}
 end
 return {0, redis.call('pttl', KEYS[1])}

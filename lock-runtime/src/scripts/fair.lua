@@ -1,7 +1,9 @@
 -- fair: first come, first served acquire and release, with direct handoff.
 --
--- KEYS[1]  the lock hash          (field = holder id, value = hold count)
--- KEYS[2]  the fence counter      (as in acquire.lua)
+-- KEYS[1]  the lock hash          (as in acquire.lua: holder id -> hold count,
+--                                  'fence' -> the hold's token)
+-- KEYS[2]  the fence counter      (as in acquire.lua: expires a window after
+--                                  the token it holds was issued)
 -- KEYS[3]  the queue              (list of holder ids, oldest first)
 -- KEYS[4]  the queue entries      (hash: holder id -> "<expiry ms>:<lease ms>")
 --
@@ -9,12 +11,14 @@
 --           queue up when busy ('0': try once), ARGV[5] entry lifetime ms,
 --           ARGV[6] release channel, ARGV[7] lease ms of a handoff (a short
 --           claim that the new holder's watchdog extends: a waiter that died
---           just before its turn then blocks the key only that long)
+--           just before its turn then blocks the key only that long),
+--           ARGV[8] window ms (the counter's TTL)
 --   returns {1, fence}  held: it was free and nobody alive was queued ahead
 --           {2, fence}  held: a release had handed it to this holder id (its
 --                       TTL is extended to the lease, never shortened)
 --           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
--- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel
+-- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel, ARGV[4]
+--           window ms (the counter's TTL, for a handoff)
 --   returns -1  not held (a queued holder id leaves the queue instead)
 --            0  freed: handed to the first live queued holder ("g <holder> <fence>"
 --               on the channel), or, with nobody queued, "1" on the channel
@@ -23,24 +27,29 @@
 -- A queue entry lives until its expiry; a waiting process refreshes it by
 -- calling 'acquire' again well before that. Entries of waiters that died or
 -- gave up without a word are skipped when they reach the head. The lock is
--- handed over with the handoff lease of the waiter's entry.
+-- handed over with the handoff lease of the waiter's entry. The queue and
+-- its entries carry the TTL of the newest entry (each join or refresh sets
+-- it), and an emptied queue is deleted: an abandoned queue leaves nothing.
 local lock, fences, queue, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local window = ARGV[1] == 'acquire' and ARGV[8] or ARGV[4]
 
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The fencing token, as in acquire.lua: max(counter + 1, server time in µs).
+-- The fencing token, as in acquire.lua: max(counter + 1, server time in µs),
+-- kept in the counter for the window and in the hash for the hold.
 local function take(holder, lease)
-  local fence = redis.call('incr', fences)
+  local fence = tonumber(redis.call('get', fences) or '0') + 1
   local t = redis.call('time')
   local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if clock > fence then
     fence = clock
-    redis.call('set', fences, string.format('%.0f', fence))
   end
-  redis.call('hset', lock, holder, 1)
+  local token = string.format('%.0f', fence)
+  redis.call('set', fences, token, 'px', window)
+  redis.call('hset', lock, holder, 1, 'fence', token)
   redis.call('pexpire', lock, lease)
   return fence
 end
@@ -92,7 +101,9 @@ if ARGV[1] == 'acquire' then
     if redis.call('pttl', lock) < tonumber(lease) then
       redis.call('pexpire', lock, lease)
     end
-    return {2, tonumber(redis.call('get', fences) or '0')}
+    -- (A lock handed over by an earlier version has no 'fence' field.)
+    local fence = redis.call('hget', lock, 'fence') or redis.call('get', fences)
+    return {2, tonumber(fence or '0')}
   end
   if redis.call('exists', lock) == 0 then
     local head = live_head()
