@@ -8,6 +8,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backend::Release;
 use crate::error::LockError;
@@ -43,6 +46,34 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// A guard for a fresh backend hold, taken into the runtime's table and
+    /// watchdog. `in_force` is the backend lease the hold has now: its own
+    /// lease, or a fair handoff's claim until the watchdog's first renewal.
+    pub(crate) fn adopt(
+        runtime: &LockRuntime,
+        held: Arc<HeldLock>,
+        scope: Arc<Node>,
+        sent_at: Instant,
+        in_force: Duration,
+    ) -> LockGuard {
+        let waiters = runtime.waiters();
+        let others_waiting = waiters.waiting_keys() > 0;
+        let frame = runtime.table().insert(held.clone(), held.owner);
+        runtime.watchdog().add(held.clone(), sent_at, in_force);
+        if others_waiting {
+            // The key's other waiters sleep no longer than this hold's lease
+            // (it may end by expiry, with no release message).
+            if let Some(until) = sent_at.checked_add(in_force) {
+                waiters.note_held(&held.hash, until);
+            }
+            // Waiters of the same scope may re-enter now instead of waiting
+            // for a release that their own scope would have to make.
+            waiters.wake_owner(&held.hash, held.owner);
+        }
+        LockGuard::new(runtime.clone(), held, frame, scope)
+    }
+
+    /// A guard for a new frame of a hold already in the table (re-entry).
     pub(crate) fn new(
         runtime: LockRuntime,
         held: Arc<HeldLock>,

@@ -57,10 +57,13 @@
 //! hand the lock straight to the next one.
 
 mod backend;
+mod builder;
 mod context;
+mod env;
 mod error;
 mod guard;
 mod held;
+mod names;
 mod owner;
 mod request;
 mod runtime;
@@ -71,13 +74,14 @@ mod watchdog;
 #[path = "private.rs"]
 pub mod __private;
 
+pub use builder::{
+    LockRuntimeBuilder, DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
+};
+pub use env::init_from_env;
 pub use error::{BackendError, LockError};
 pub use guard::LockGuard;
 pub use lock_macros::distributed_lock;
 pub use owner::{fence, inherit};
-pub use request::{with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
-pub use runtime::{
-    init_from_env, lock, shutdown, LockRuntime, LockRuntimeBuilder, RuntimeStats,
-    DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
-};
+pub use request::{lock, with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
+pub use runtime::{shutdown, LockRuntime, RuntimeStats};
 pub use watchdog::WatchdogStats;

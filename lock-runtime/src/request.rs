@@ -23,10 +23,11 @@ use std::time::Duration;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Backend, LockNames, Queue, QUEUE_ENTRY_LIFE};
+use crate::backend::{Acquire, Queue, QUEUE_ENTRY_LIFE};
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, Hold, Reentry};
+use crate::names::LockNames;
 use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
 use crate::waiters::{Handoff, WaitTicket};
@@ -216,7 +217,7 @@ impl LockRequest {
         let wait = self.wait.unwrap_or(runtime.default_wait());
         let hash = LockNames::hash(runtime.prefix(), &self.key);
         let fair = self.fair.unwrap_or(runtime.default_fair())
-            && matches!(runtime.backend(), Backend::Redis(_));
+            && runtime.backend().queues_across_processes();
         let want = Want {
             key: self.key,
             hash,
@@ -235,6 +236,28 @@ impl LockRequest {
         }
         Ok(guard)
     }
+}
+
+impl LockRuntime {
+    /// A request for the lock `key` on this runtime.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into())
+    }
+}
+
+/// A request for the lock `key` on the global runtime; acquiring it fails
+/// with [`LockError::NotInstalled`] when none is installed.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+/// let guard = lock_runtime::lock("daily-report").acquire().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub fn lock(key: impl Into<String>) -> LockRequest {
+    LockRequest::new(LockRuntime::global().ok(), key.into())
 }
 
 fn validate_key(key: &str) -> Result<(), LockError> {
@@ -559,7 +582,8 @@ fn wait_loop(
                         }
                         let scope = want.scope.clone();
                         let held = HeldLock::new(want.hold(holder, fence));
-                        return Ok(runtime.adopt(held, scope, sent_at));
+                        let lease = held.lease;
+                        return Ok(LockGuard::adopt(&runtime, held, scope, sent_at, lease));
                     }
                     Ok(Acquire::Busy { ttl }) => {
                         if let Some(ticket) = &ticket {
@@ -626,7 +650,7 @@ fn wait_loop(
                     }
                     let new_ticket = runtime
                         .waiters()
-                        .register(LockNames::channel(&want.hash), want.scope.clone());
+                        .register(want.hash.clone(), want.scope.clone());
                     new_ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
                     if in_flight.armed {
                         // Fair mode: our first attempt queued its id in Redis.
@@ -721,7 +745,7 @@ async fn sleep_for_turn(
 fn adopt_handoff(runtime: &LockRuntime, want: Want, handoff: Handoff) -> LockGuard {
     let scope = want.scope.clone();
     let held = HeldLock::new(want.hold(handoff.holder, handoff.fence));
-    runtime.adopt_for(held, scope, handoff.since, handoff.lease)
+    LockGuard::adopt(runtime, held, scope, handoff.since, handoff.lease)
 }
 
 /// Registers as a waiter of the key if other local callers already wait
@@ -731,11 +755,10 @@ fn queue_behind_local_waiters(runtime: &LockRuntime, want: &Want) -> Option<Wait
     if waiters.waiting_keys() == 0 {
         return None;
     }
-    let channel = LockNames::channel(&want.hash);
-    if !waiters.is_waiting(&channel) {
+    if !waiters.is_waiting(&want.hash) {
         return None;
     }
-    Some(waiters.register(channel, want.scope.clone()))
+    Some(waiters.register(want.hash.clone(), want.scope.clone()))
 }
 
 /// Runs `body` while holding the lock of `request`, and releases it after.

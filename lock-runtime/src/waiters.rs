@@ -27,25 +27,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::releases::ReleaseQueue;
-use crate::backend::LockNames;
+use crate::backend::{Wakeups, Watched, Watches};
 use crate::owner::Node;
-
-/// What the subscription task is asked to do, in order.
-#[derive(Debug)]
-pub(crate) enum SubscriptionCommand {
-    /// Subscribe to a channel, then mark the entry ready (also when that
-    /// fails: the task sends it again later, while the entry is open).
-    Subscribe(String, Arc<KeyWaiters>),
-    /// Unsubscribe from a channel nobody waits on any more.
-    Unsubscribe(String),
-}
 
 /// One waiter's place in its key's queue.
 #[derive(Debug)]
@@ -146,19 +135,22 @@ pub(crate) struct Handoff {
     pub(crate) lease: Duration,
 }
 
-impl KeyWaiters {
-    /// Marks the subscription as active (or as failed: waiters then fall back
-    /// to the holder's TTL, which is slower but still correct).
-    pub(crate) fn set_ready(&self) {
+impl Watched for KeyWaiters {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
         self.ready_changed.notify_waiters();
     }
 
-    /// Whether the last waiter has left (its subscription is not wanted).
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+    fn wake_first(&self) {
+        self.wake_head();
     }
+}
 
+impl KeyWaiters {
     async fn ready(&self) {
         loop {
             let changed = self.ready_changed.notified();
@@ -201,27 +193,41 @@ impl KeyWaiters {
     }
 }
 
-/// Registry of waiting keys for one runtime.
-#[derive(Debug)]
+/// Registry of waiting keys for one runtime, by backend lock key.
+#[derive(Debug, Default)]
 pub(crate) struct Waiters {
     keys: Mutex<HashMap<String, Arc<KeyWaiters>>>,
-    subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
-    releases: Option<ReleaseQueue>,
+    /// The backend's watches (`None` for the embedded store, which wakes
+    /// waiters directly).
+    watches: OnceLock<Arc<dyn Watches>>,
+}
+
+impl Wakeups for Waiters {
+    fn released(&self, lock: &str) {
+        self.wake_one(lock);
+    }
+
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64) {
+        self.hand_over(lock, holder, fence);
+    }
+
+    fn connection_lost(&self) {
+        self.wake_all();
+    }
 }
 
 impl Waiters {
-    /// A registry; `subscriptions` is the queue of the Redis subscription task
-    /// and `releases` the Redis background releaser (for unused fair places),
-    /// both `None` for the embedded backend, which wakes waiters directly.
-    pub(crate) fn new(
-        subscriptions: Option<mpsc::UnboundedSender<SubscriptionCommand>>,
-        releases: Option<ReleaseQueue>,
-    ) -> Arc<Self> {
-        Arc::new(Waiters {
-            keys: Mutex::new(HashMap::new()),
-            subscriptions,
-            releases,
-        })
+    /// An empty registry.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Waiters::default())
+    }
+
+    /// Connects the registry to the backend's watches, once, right after
+    /// the backend started.
+    pub(crate) fn attach(&self, watches: Option<Arc<dyn Watches>>) {
+        if let Some(watches) = watches {
+            let _ = self.watches.set(watches);
+        }
     }
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<KeyWaiters>>> {
@@ -241,15 +247,9 @@ impl Waiters {
             None => {
                 let entry = Arc::new(KeyWaiters::default());
                 keys.insert(channel.clone(), entry.clone());
-                let queued = self.subscriptions.as_ref().is_some_and(|tx| {
-                    tx.send(SubscriptionCommand::Subscribe(
-                        channel.clone(),
-                        entry.clone(),
-                    ))
-                    .is_ok()
-                });
-                if !queued {
-                    entry.set_ready();
+                match self.watches.get() {
+                    Some(watches) => watches.watch(&channel, entry.clone()),
+                    None => entry.set_ready(),
                 }
                 entry
             }
@@ -349,13 +349,11 @@ impl Waiters {
                 entry.closed.store(true, Ordering::Release);
                 // Give back an unused fair place: it leaves the Redis queue,
                 // or, if the lock was handed to it meanwhile, frees the lock.
-                if let (Some(id), Some(releases)) = (ticket.entry.place().id.take(), &self.releases)
-                {
-                    let hash = LockNames::hash_of_channel(&channel).to_owned();
-                    releases.send(hash, id, true);
-                }
-                if let Some(tx) = &self.subscriptions {
-                    let _ = tx.send(SubscriptionCommand::Unsubscribe(channel));
+                if let Some(watches) = self.watches.get() {
+                    if let Some(id) = ticket.entry.place().id.take() {
+                        watches.give_back_place(channel.clone(), id);
+                    }
+                    watches.unwatch(&channel);
                 }
             }
         } else if ticket.wake_head_on_leave || (was_head && !ticket.took_lock) {
@@ -570,7 +568,7 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(3);
 
     fn key() -> (Arc<Waiters>, WaitTicket, WaitTicket) {
-        let waiters = Waiters::new(None, None);
+        let waiters = Waiters::new();
         let a = waiters.register("lock:{k}:released".to_owned(), Node::root());
         let b = waiters.register("lock:{k}:released".to_owned(), Node::root());
         (waiters, a, b)

@@ -13,13 +13,12 @@
 //! the last two windows (and the locks still held).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::{Acquire, LockNames, Release};
-use crate::waiters::Waiters;
+use super::{Acquire, Release, Wakeups};
 
 #[derive(Debug)]
 struct Entry {
@@ -70,20 +69,20 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
-    waiters: Arc<Waiters>,
+    wakeups: Weak<dyn Wakeups>,
     /// How long a fence record outlives its lock.
     window: Duration,
 }
 
 impl MemoryBackend {
-    pub(crate) fn new(waiters: Arc<Waiters>, window: Duration) -> Self {
+    pub(crate) fn new(wakeups: Weak<dyn Wakeups>, window: Duration) -> Self {
         MemoryBackend {
             state: Mutex::new(State {
                 locks: HashMap::new(),
                 fences: HashMap::new(),
                 next_sweep: Instant::now() + window,
             }),
-            waiters,
+            wakeups,
             window,
         }
     }
@@ -155,7 +154,9 @@ impl MemoryBackend {
         }
         state.locks.remove(hash);
         drop(state);
-        self.waiters.wake_one(&LockNames::channel(hash));
+        if let Some(wakeups) = self.wakeups.upgrade() {
+            wakeups.released(hash);
+        }
         Release::Freed
     }
 
@@ -178,7 +179,9 @@ impl MemoryBackend {
         let removed = state.locks.remove(hash).is_some();
         drop(state);
         if removed {
-            self.waiters.wake_one(&LockNames::channel(hash));
+            if let Some(wakeups) = self.wakeups.upgrade() {
+                wakeups.released(hash);
+            }
         }
         removed
     }
@@ -201,13 +204,22 @@ fn micros_since_epoch() -> u64 {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
+    /// Waiters nobody has: these tests call the store directly.
+    struct Nobody;
+
+    impl super::Wakeups for Nobody {
+        fn released(&self, _: &str) {}
+        fn handed_over(&self, _: &str, _: &str, _: u64) {}
+        fn connection_lost(&self) {}
+    }
+
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(30);
     const WINDOW: Duration = Duration::from_millis(20);
 
     fn store() -> MemoryBackend {
-        MemoryBackend::new(Waiters::new(None, None), WINDOW)
+        MemoryBackend::new(std::sync::Weak::<Nobody>::new(), WINDOW)
     }
 
     fn token(store: &MemoryBackend, hash: &str, holder: &str, lease: Duration) -> u64 {

@@ -6,14 +6,18 @@
 //! reconnects — stays inside `redis.rs`; the rest of the crate only sees
 //! [`Backend`].
 
+/// What [`Backend::describe`] says of the embedded backend.
+pub(crate) const EMBEDDED_DESCRIPTION: &str =
+    "embedded (in-process) backend: locks exclude only tasks of this process";
+
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod releases;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 
 /// Reply of an acquire attempt.
@@ -62,6 +66,58 @@ pub(crate) enum Release {
     NotHeld,
 }
 
+/// Which backend to start, and how (what the builder decided).
+#[derive(Clone)]
+pub(crate) enum BackendConfig {
+    /// The embedded store; tokens' counters expire `fence_window` after use.
+    Memory {
+        /// See [`RedisSettings::fence_window`](redis::RedisSettings).
+        fence_window: Duration,
+    },
+    /// A Redis server at a URL (which may hold a password: never shown).
+    Redis(String, redis::RedisSettings),
+}
+
+/// What a backend tells this process's waiters. The waiter registry
+/// (`waiters.rs`) implements it; a backend holds it weakly and knows nothing
+/// else of the waiters. How the news arrives is the backend's business (a
+/// Redis release channel; a watch on the predecessor for etcd or ZooKeeper).
+pub(crate) trait Wakeups: Send + Sync {
+    /// The lock `lock` was released: its first local waiter should try.
+    fn released(&self, lock: &str);
+    /// A fair release handed `lock` to `holder`, with token `fence`.
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64);
+    /// News may have been lost (a dropped connection): every waiter tries.
+    fn connection_lost(&self);
+}
+
+/// The waiters of one lock, as the backend's watch on its releases sees
+/// them.
+pub(crate) trait Watched: Send + Sync + std::fmt::Debug {
+    /// Every waiter has left: a watch still being set up is not wanted.
+    fn is_closed(&self) -> bool;
+    /// The watch is in place, or could not be set up (waiters then rely on
+    /// the holder's lease, which is slower but still correct).
+    fn set_ready(&self);
+    /// A watch that had failed went through: a release may have been
+    /// missed, so the first waiter tries.
+    fn wake_first(&self);
+}
+
+/// How the waiters reach the backend: watching a lock's releases while it
+/// has local waiters, and giving back fair-queue places nobody uses. `None`
+/// from [`Backend::start`] when the backend needs neither (the embedded
+/// store wakes waiters directly).
+pub(crate) trait Watches: Send + Sync + std::fmt::Debug {
+    /// Start watching `lock`'s releases for `watched` (ready when set up).
+    fn watch(&self, lock: &str, watched: Arc<dyn Watched>);
+    /// Stop watching `lock`: nobody waits for it any more.
+    fn unwatch(&self, lock: &str);
+    /// Give back a fair-queue place (`holder`) of `lock` nobody uses: it
+    /// leaves the queue, or frees the lock if it was handed over meanwhile.
+    fn give_back_place(&self, lock: String, holder: String);
+}
+
 /// The backend of one runtime.
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
@@ -71,63 +127,47 @@ pub(crate) enum Backend {
     Memory(Arc<memory::MemoryBackend>),
 }
 
-/// Backend names of one lock.
-///
-/// The user's key goes inside a `{hash tag}`: `<prefix>{<key>}`, with
-/// `:fence`, `:released`, `:queue` and `:queued` appended for the fence
-/// counter, the release channel and the fair mode's queue and queue entries.
-/// - No collisions: a lock name always ends in `}` and the other two never do,
-///   and the prefix may not contain braces, so every name maps back to exactly
-///   one key and role.
-/// - One cluster slot: Redis hashes the text between the first `{` and the
-///   next `}`, which lies inside the common start `<prefix>{<key>}` of all
-///   three names. Only a key starting with `}` would make that text empty (and
-///   Redis then hashes whole names, splitting the lock across slots), so a key
-///   starting with `}` or with the escape `\` gets one `\` in front:
-///   `}x` → `{\}x}`, `\x` → `{\\x}`. That keeps the mapping one-to-one.
-pub(crate) struct LockNames;
-
-impl LockNames {
-    /// The hash of `key` under `prefix`.
-    pub(crate) fn hash(prefix: &str, key: &str) -> String {
-        let mut name = String::with_capacity(prefix.len() + key.len() + 2);
-        name.push_str(prefix);
-        name.push('{');
-        if key.starts_with(['}', '\\']) {
-            name.push('\\');
-        }
-        name.push_str(key);
-        name.push('}');
-        name
-    }
-
-    /// The fence counter of the lock named `hash`.
-    pub(crate) fn fence(hash: &str) -> String {
-        format!("{hash}:fence")
-    }
-
-    /// The release channel of the lock named `hash`.
-    pub(crate) fn channel(hash: &str) -> String {
-        format!("{hash}:released")
-    }
-
-    /// The lock named by a release channel (inverse of [`channel`](Self::channel)).
-    pub(crate) fn hash_of_channel(channel: &str) -> &str {
-        channel.strip_suffix(":released").unwrap_or(channel)
-    }
-
-    /// The fair mode's queue (a list of holder ids) of the lock named `hash`.
-    pub(crate) fn queue(hash: &str) -> String {
-        format!("{hash}:queue")
-    }
-
-    /// The fair mode's queue entries (holder id -> expiry and lease).
-    pub(crate) fn queued(hash: &str) -> String {
-        format!("{hash}:queued")
-    }
-}
-
 impl Backend {
+    /// Starts the backend `config` asks for (connecting, loading scripts and
+    /// spawning its tasks on the calling tokio runtime: the runtime's worker
+    /// thread). `wakeups` is told of releases and handoffs.
+    pub(crate) async fn start(
+        config: BackendConfig,
+        wakeups: Weak<dyn Wakeups>,
+    ) -> Result<(Backend, Option<Arc<dyn Watches>>), LockError> {
+        match config {
+            BackendConfig::Memory { fence_window } => {
+                let memory = memory::MemoryBackend::new(wakeups, fence_window);
+                Ok((Backend::Memory(Arc::new(memory)), None))
+            }
+            BackendConfig::Redis(url, settings) => {
+                let (backend, watches) = redis::connect(&url, &settings, wakeups).await?;
+                Ok((Backend::Redis(backend), Some(watches)))
+            }
+        }
+    }
+
+    /// What it is, for logs: `"redis at host:port"` (no credentials) or the
+    /// embedded backend's warning that it excludes only this process.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Backend::Redis(r) => format!("redis at {}", r.endpoint()),
+            Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
+        }
+    }
+
+    /// Whether locks exclude only tasks of this process.
+    pub(crate) fn is_embedded(&self) -> bool {
+        matches!(self, Backend::Memory(_))
+    }
+
+    /// Whether fair mode changes anything: the backend keeps a queue across
+    /// processes. (The embedded store has one process, whose local waiters
+    /// are always served in order.)
+    pub(crate) fn queues_across_processes(&self) -> bool {
+        matches!(self, Backend::Redis(_))
+    }
+
     /// One acquire attempt for `holder`. `queue` asks for the fair mode: when
     /// the lock is busy the holder id joins (or stays in) the key's queue.
     /// The embedded backend, where this process is the only contender and the
@@ -223,39 +263,6 @@ impl Backend {
                 .iter()
                 .map(|l| Some(m.renew(&l.hash, &l.holder, l.lease)))
                 .collect()),
-        }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::LockNames;
-
-    #[test]
-    fn names_share_a_nonempty_hash_tag_and_never_collide() {
-        let keys = [
-            "a", "a}:fence", "}", "}x", "\\}x", "\\x", "x{y}z", "{", "a:fence", "\n",
-        ];
-        let mut names = std::collections::HashSet::new();
-        for key in keys {
-            let hash = LockNames::hash("lock:", key);
-            let fence = LockNames::fence(&hash);
-            let channel = LockNames::channel(&hash);
-            assert_eq!(LockNames::hash_of_channel(&channel), hash);
-            let queue = LockNames::queue(&hash);
-            let queued = LockNames::queued(&hash);
-            for name in [&hash, &fence, &channel, &queue, &queued] {
-                assert!(names.insert(name.clone()), "{name} named twice");
-                let open = name.find('{').unwrap();
-                let close = open + 1 + name[open + 1..].find('}').unwrap();
-                assert!(close > open + 1, "empty hash tag in {name}");
-                assert_eq!(
-                    &name[..=close],
-                    &hash[..=close],
-                    "{name}: other slot than {hash}"
-                );
-            }
         }
     }
 }

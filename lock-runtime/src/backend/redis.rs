@@ -26,11 +26,11 @@ use redis::{
 };
 use tokio::sync::mpsc;
 
-use super::{Acquire, LockNames, Queue, Release, QUEUE_ENTRY_LIFE};
+use super::{Acquire, Queue, Release, Wakeups, Watched, Watches, QUEUE_ENTRY_LIFE};
 use crate::backend::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
-use crate::waiters::{SubscriptionCommand, Waiters};
+use crate::names::LockNames;
 
 /// One Lua script: its source and SHA1.
 #[derive(Debug)]
@@ -120,6 +120,8 @@ pub(crate) struct RedisSettings {
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     /// PEM certificate chain and key for mutual TLS.
     pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// How long a key's last token is kept after it was issued.
+    pub(crate) fence_window: Duration,
 }
 
 /// Makes the client, with TLS settings when the URL asks for TLS.
@@ -201,12 +203,6 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// What `connect` gives back to the runtime.
-pub(crate) struct Connected {
-    pub(crate) backend: RedisBackend,
-    pub(crate) waiters: Arc<Waiters>,
-}
-
 /// Checks the URL's shape without echoing it (it may hold a password).
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
     let shape = "expected redis://[user[:password]@]host[:port][/db] or rediss://… \
@@ -265,12 +261,14 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
 
 /// Connects, loads the scripts and starts the subscription and release tasks.
 /// Must run on the runtime's worker thread (the tasks are spawned there).
-/// `fence_window` is how long a key's last token is kept after it was issued.
+/// Releases and handoffs are told to `wakeups`; the waiters reach the
+/// subscription task and the releaser through the returned [`Watches`].
 pub(crate) async fn connect(
     url: &str,
     settings: &RedisSettings,
-    fence_window: Duration,
-) -> Result<Connected, LockError> {
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
+    let fence_window = settings.fence_window;
     let info = parse_url(url)?;
     let endpoint: Arc<str> = info.addr().to_string().into();
     let client = client_for(info, settings)?;
@@ -278,8 +276,7 @@ pub(crate) async fn connect(
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
     let sub_tx_retry = sub_tx.clone();
     let (releases, release_jobs) = ReleaseQueue::new();
-    let waiters = Waiters::new(Some(sub_tx), Some(releases.clone()));
-    let on_push = push_handler(Arc::downgrade(&waiters));
+    let on_push = push_handler(wakeups);
     let config = ConnectionManagerConfig::new()
         .set_push_sender(on_push)
         .set_automatic_resubscription()
@@ -328,36 +325,79 @@ pub(crate) async fn connect(
         releases.pending().clone(),
     ));
 
-    Ok(Connected {
-        backend: RedisBackend {
-            con,
-            scripts,
-            releases,
-            endpoint,
-            window,
-        },
-        waiters,
-    })
+    let watches = Arc::new(RedisWatches {
+        subscriptions: sub_tx,
+        releases: releases.clone(),
+    });
+    let backend = RedisBackend {
+        con,
+        scripts,
+        releases,
+        endpoint,
+        window,
+    };
+    Ok((backend, watches))
+}
+
+/// The waiters' way to the subscription task and the releaser.
+#[derive(Debug)]
+struct RedisWatches {
+    subscriptions: mpsc::UnboundedSender<SubscriptionCommand>,
+    releases: ReleaseQueue,
+}
+
+impl Watches for RedisWatches {
+    fn watch(&self, lock: &str, watched: Arc<dyn Watched>) {
+        let command = SubscriptionCommand::Subscribe(LockNames::channel(lock), watched);
+        if let Err(mpsc::error::SendError(SubscriptionCommand::Subscribe(_, watched))) =
+            self.subscriptions.send(command)
+        {
+            // The runtime is stopping: waiters fall back to the lease.
+            watched.set_ready();
+        }
+    }
+
+    fn unwatch(&self, lock: &str) {
+        let channel = LockNames::channel(lock);
+        let _ = self
+            .subscriptions
+            .send(SubscriptionCommand::Unsubscribe(channel));
+    }
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        self.releases.send(lock, holder, true);
+    }
+}
+
+/// What the subscription task is asked to do, in order.
+#[derive(Debug)]
+enum SubscriptionCommand {
+    /// Subscribe to a channel, then mark its waiters ready (also when that
+    /// fails: the task sends it again later, while they still wait).
+    Subscribe(String, Arc<dyn Watched>),
+    /// Unsubscribe from a channel nobody waits on any more.
+    Unsubscribe(String),
 }
 
 /// Routes RESP3 pushes: a release message wakes one waiter of its key, a
 /// handoff message ("g <holder> <fence>", fair mode) is delivered to the
 /// process it names; a lost connection wakes everyone.
-fn push_handler(waiters: Weak<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+fn push_handler(wakeups: Weak<dyn Wakeups>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
     move |push: PushInfo| {
-        let Some(waiters) = waiters.upgrade() else {
+        let Some(wakeups) = wakeups.upgrade() else {
             return Err(());
         };
         match push.kind {
             PushKind::Message => {
                 if let Some(channel) = text(push.data.first()) {
+                    let lock = LockNames::hash_of_channel(channel);
                     match text(push.data.get(1)).and_then(parse_handoff) {
-                        Some((holder, fence)) => waiters.hand_over(channel, holder, fence),
-                        None => waiters.wake_one(channel),
+                        Some((holder, fence)) => wakeups.handed_over(lock, holder, fence),
+                        None => wakeups.released(lock),
                     }
                 }
             }
-            PushKind::Disconnection => waiters.wake_all(),
+            PushKind::Disconnection => wakeups.connection_lost(),
             _ => {}
         }
         Ok(())
@@ -605,7 +645,7 @@ async fn subscriptions(
                 match con.subscribe(&channel).await {
                     Ok(()) => {
                         if backoff.remove(&channel).is_some() {
-                            entry.wake_head();
+                            entry.wake_first();
                         }
                         entry.set_ready();
                     }

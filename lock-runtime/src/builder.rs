@@ -1,0 +1,397 @@
+//! Configuring and starting a runtime: [`LockRuntimeBuilder`], and the
+//! worker thread it starts.
+//!
+//! `build()` checks every setting (a `LockError::InvalidConfig` naming the
+//! setter), then starts the runtime's thread with a small tokio runtime of
+//! its own, starts the backend there (`Backend::start`: connections, scripts,
+//! tasks) and the watchdog, and hands back a [`LockRuntime`] handle. When
+//! the last handle is dropped the thread sends the releases still queued,
+//! then stops.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::backend::redis::RedisSettings;
+use crate::backend::{Backend, BackendConfig, Wakeups};
+use crate::error::{BackendError, LockError};
+use crate::runtime::{LockRuntime, Settings, Started};
+use crate::waiters::Waiters;
+use crate::watchdog::{self, Watchdog};
+
+/// Default lease: how long a lock outlives a holder that stopped renewing it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Default wait of an acquire (and of a `#[distributed_lock]` fn) that sets
+/// none: as long as the default lease, so that a waiter outlasts one crashed
+/// holder (whose lock frees within one lease), and bounded, so that a
+/// mistake that can never be granted (a task waiting for its own lock, a
+/// holder stuck for good) ends in an error naming the key instead of a hang.
+/// Redisson's `lock()` waits forever; lock4j gives up after 3 s, which fails
+/// healthy calls behind a holder of a few seconds. Set it with
+/// [`LockRuntimeBuilder::default_wait`], per lock with `wait`.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// Which backend a builder will use.
+#[derive(Clone)]
+pub(crate) enum Choice {
+    Memory,
+    Redis(String),
+}
+
+/// Configures and starts a [`LockRuntime`].
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockRuntime;
+/// let runtime = LockRuntime::builder()
+///     .memory()                      // or .redis("redis://127.0.0.1:6379")
+///     .key_prefix("billing:")
+///     .default_lease(Duration::from_secs(10))
+///     .default_wait(Some(Duration::from_secs(5)))
+///     .build()
+///     .await?;
+/// assert!(runtime.describe().starts_with("embedded (in-process) backend"));
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+#[must_use = "a builder does nothing until `.build().await`"]
+#[derive(Clone)]
+pub struct LockRuntimeBuilder {
+    pub(crate) choice: Choice,
+    pub(crate) prefix: String,
+    pub(crate) default_lease: Duration,
+    pub(crate) default_wait: Option<Duration>,
+    pub(crate) fair: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) try_timeout: Duration,
+    pub(crate) fence_window: Duration,
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
+pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Default of [`LockRuntimeBuilder::fence_window`]: how long a key's last
+/// fencing token is kept after it was issued.
+pub const DEFAULT_FENCE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Shortest and longest accepted fence window.
+const FENCE_WINDOW_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(3600);
+
+/// Shortest and longest accepted connect, response and try timeouts.
+const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(3600);
+
+impl std::fmt::Debug for LockRuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let backend = match &self.choice {
+            Choice::Memory => "memory",
+            Choice::Redis(_) => "redis (URL hidden)",
+        };
+        f.debug_struct("LockRuntimeBuilder")
+            .field("backend", &backend)
+            .field("prefix", &self.prefix)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .field("fair", &self.fair)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for LockRuntimeBuilder {
+    fn default() -> Self {
+        LockRuntimeBuilder {
+            choice: Choice::Memory,
+            prefix: "lock:".to_owned(),
+            default_lease: DEFAULT_LEASE,
+            default_wait: Some(DEFAULT_WAIT),
+            fair: std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            try_timeout: DEFAULT_TRY_TIMEOUT,
+            fence_window: DEFAULT_FENCE_WINDOW,
+            tls_root_ca: None,
+            tls_client: None,
+        }
+    }
+}
+
+impl LockRuntimeBuilder {
+    /// Use the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`,
+    /// or `rediss://` for TLS). Needs Redis 6 or later (RESP3).
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.choice = Choice::Redis(url.into());
+        self
+    }
+
+    /// Use the embedded in-process backend (the default): same semantics,
+    /// one process. For development and for users' own tests.
+    pub fn memory(mut self) -> Self {
+        self.choice = Choice::Memory;
+        self
+    }
+
+    /// Prefix of every lock name in the backend (default `"lock:"`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks that set none (default 30 s; 10 ms to 24 h).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Wait of locks that set none ([`DEFAULT_WAIT`], 30 s, unless set);
+    /// `None` waits forever.
+    pub fn default_wait(mut self, wait: Option<Duration>) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Whether locks that set nothing else are fair: first come, first
+    /// served across processes, with direct handoff (see
+    /// [`LockRequest::fair`] for what it costs). Every process that uses a
+    /// key should agree. Default: `false`, or `true` when the environment
+    /// variable `LOCK_FAIR` is `1` (to switch a deployment, or a test run,
+    /// without code changes).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// How long a single try may take: `wait(Duration::ZERO)` and
+    /// [`try_acquire`](crate::LockRequest::try_acquire), and the last try a
+    /// bounded wait makes when its deadline passes while it sleeps (default
+    /// 250 ms; 1 ms to 1 h). A try that gets no answer in time fails: a
+    /// try-once with [`LockError::Backend`], a bounded wait with
+    /// [`LockError::Timeout`]. So a bounded wait returns by its deadline plus
+    /// this, whatever the network does.
+    pub fn try_timeout(mut self, timeout: Duration) -> Self {
+        self.try_timeout = timeout;
+        self
+    }
+
+    /// How long a key's last fencing token is kept after it was issued
+    /// (default 60 s; 10 ms to 1 h). A hold keeps its own token as long as
+    /// it lasts.
+    ///
+    /// Tokens are at least the backend's clock in µs, so the stored token is
+    /// needed only while the clock could still be at or below it; after the
+    /// window a released key leaves nothing behind. Tokens keep growing as
+    /// long as the server's clock never steps back by more than this (README,
+    /// "Guarantees"). Shorten it only to watch keys expire in a test.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let runtime = lock_runtime::LockRuntime::builder()
+    ///     .memory()
+    ///     .fence_window(Duration::from_secs(300))
+    ///     .build()
+    ///     .await?;
+    /// # drop(runtime); Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn fence_window(mut self, window: Duration) -> Self {
+        self.fence_window = window;
+        self
+    }
+
+    /// How long to try to reach Redis when connecting (default 2 s; 1 ms to 1 h).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a single Redis command may take before it counts as failed
+    /// (default 2 s; 1 ms to 1 h).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Trusts this CA (PEM) for `rediss://` instead of the system's roots:
+    /// for servers with certificates from a private CA. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate chain and private key (both PEM) for
+    /// mutual TLS. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Starts the runtime: connects to Redis and loads the scripts (failing
+    /// fast when Redis is unreachable), and starts the worker thread.
+    pub async fn build(self) -> Result<LockRuntime, LockError> {
+        if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
+            return Err(LockError::InvalidConfig(format!(
+                "default_lease {:?} is out of range: use 10ms to 24h",
+                self.default_lease
+            )));
+        }
+        for (name, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("try_timeout", self.try_timeout),
+        ] {
+            if !TIMEOUT_RANGE.contains(&timeout) {
+                return Err(LockError::InvalidConfig(format!(
+                    "{name} {timeout:?} is out of range: use 1ms to 1h"
+                )));
+            }
+        }
+        if !FENCE_WINDOW_RANGE.contains(&self.fence_window) {
+            return Err(LockError::InvalidConfig(format!(
+                "fence_window {:?} is out of range: use 10ms to 1h",
+                self.fence_window
+            )));
+        }
+        if self.prefix.contains(['{', '}']) {
+            return Err(LockError::InvalidConfig(
+                "the key prefix may not contain `{` or `}` (the runtime adds the hash tag)"
+                    .to_owned(),
+            ));
+        }
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        // How long a stopping runtime (shutdown, or the last handle gone)
+        // waits for its queued releases to be answered.
+        let drain = self.response_timeout.saturating_mul(2);
+        let config = match &self.choice {
+            Choice::Memory => BackendConfig::Memory {
+                fence_window: self.fence_window,
+            },
+            Choice::Redis(url) => BackendConfig::Redis(
+                url.clone(),
+                RedisSettings {
+                    connect_timeout: self.connect_timeout,
+                    response_timeout: self.response_timeout,
+                    tls_root_ca: self.tls_root_ca.clone(),
+                    tls_client: self.tls_client.clone(),
+                    fence_window: self.fence_window,
+                },
+            ),
+        };
+        std::thread::Builder::new()
+            .name("lock-runtime".to_owned())
+            .spawn(move || worker(config, drain, ready_tx, stop_rx))
+            .map_err(|e| BackendError::new("cannot start the lock runtime thread", e))?;
+        let parts = ready_rx
+            .await
+            .map_err(|_| BackendError::msg("the lock runtime thread stopped during start-up"))??;
+        let started = Started {
+            handle: parts.handle,
+            backend: parts.backend,
+            waiters: parts.waiters,
+            watchdog: parts.watchdog,
+            stop: stop_tx,
+        };
+        let settings = Settings {
+            prefix: self.prefix,
+            default_lease: self.default_lease,
+            default_wait: self.default_wait,
+            default_fair: self.fair,
+            try_timeout: self.try_timeout,
+            drain_limit: drain,
+        };
+        Ok(LockRuntime::new(started, settings))
+    }
+}
+
+impl LockRuntime {
+    /// A builder with the defaults: embedded backend, prefix `"lock:"`, 30 s
+    /// lease, 30 s wait.
+    pub fn builder() -> LockRuntimeBuilder {
+        LockRuntimeBuilder::default()
+    }
+}
+
+/// What the worker thread hands back once started.
+struct Parts {
+    /// The worker's tokio runtime: context for callers that have none.
+    handle: tokio::runtime::Handle,
+    backend: Backend,
+    waiters: Arc<Waiters>,
+    watchdog: Arc<Watchdog>,
+}
+
+/// Body of the runtime's thread: start everything, then idle until stopped.
+fn worker(
+    config: BackendConfig,
+    drain: Duration,
+    ready: oneshot::Sender<Result<Parts, LockError>>,
+    stop: oneshot::Receiver<()>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(
+                BackendError::new("cannot start the lock runtime", e).into()
+            ));
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let waiters = Waiters::new();
+        let wakeups: Weak<dyn Wakeups> = Arc::downgrade(&waiters) as Weak<dyn Wakeups>;
+        let (backend, watches) = match Backend::start(config, wakeups).await {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        waiters.attach(watches);
+        let watchdog = Arc::new(Watchdog::default());
+        let backend_for_drain = backend.clone();
+        let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
+        tokio::spawn(watchdog::run(watchdog.clone(), backend.clone(), wd_stop_rx));
+        let parts = Parts {
+            handle: tokio::runtime::Handle::current(),
+            backend,
+            waiters,
+            watchdog,
+        };
+        if ready.send(Ok(parts)).is_err() {
+            return;
+        }
+        let _ = stop.await;
+        let _ = wd_stop_tx.send(());
+        // The last handle is gone, so no guard is left, but releases of
+        // dropped guards may still be queued: send them before stopping.
+        let _ = tokio::time::timeout(drain, backend_for_drain.all_releases_settled()).await;
+    });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_bounded_by_default() {
+        assert_eq!(LockRuntime::builder().default_wait, Some(DEFAULT_WAIT));
+        assert_eq!(DEFAULT_WAIT, DEFAULT_LEASE);
+    }
+}

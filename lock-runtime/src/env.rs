@@ -1,0 +1,277 @@
+//! Configuration from the environment: [`init_from_env`], the variables it
+//! reads, and the fail-closed rule for a missing backend.
+
+use crate::builder::LockRuntimeBuilder;
+use crate::error::LockError;
+use crate::runtime::LockRuntime;
+
+/// Installs the global runtime from the environment, and returns it.
+///
+/// | variable | meaning |
+/// |---|---|
+/// | `LOCK_REDIS_URL`, else `REDIS_URL` | the Redis server (`redis://…` or `rediss://…`) |
+/// | `LOCK_BACKEND` | `redis` (needs a URL) or `memory` (the embedded backend, on purpose) |
+/// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
+/// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
+///
+/// **Once per process, and idempotent.** A second call returns the runtime
+/// already installed (however it was installed) without reading the
+/// environment again, so every `#[tokio::test]` of a test binary may call
+/// it: the runtime runs on its own thread, so it serves every test's tokio
+/// runtime alike. ([`LockRuntime::install`] instead refuses a second
+/// runtime; a test that wants a runtime of its own builds one and uses
+/// [`LockRuntime::lock`] or [`with_lock`](crate::with_lock), not the global.)
+///
+/// **It fails closed.** With no URL and no `LOCK_BACKEND=memory`, a release
+/// build returns [`LockError::InvalidConfig`] naming `REDIS_URL`: a service
+/// deployed with a missing or misspelt variable must not run with locks that
+/// exclude only its own process while every call seems to succeed. A debug
+/// build (`cargo run`, `cargo test`) uses the embedded backend then, with a
+/// warning, so examples and users' own tests need no setup. Whenever the
+/// embedded backend is installed a warning says that locks exclude only this
+/// process, and an unknown `LOCK_*` variable (a typo such as
+/// `LOCK_REDIS_UR`) is reported with the nearest known name.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// # std::env::remove_var("LOCK_REDIS_URL"); std::env::remove_var("REDIS_URL");
+/// # std::env::set_var("LOCK_BACKEND", "memory");
+/// let runtime = lock_runtime::init_from_env().await?;
+/// println!("locks on {}", runtime.describe());
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub async fn init_from_env() -> Result<LockRuntime, LockError> {
+    if let Ok(installed) = LockRuntime::global() {
+        return Ok(installed);
+    }
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for (name, nearest) in unknown_lock_variables(names) {
+        match nearest {
+            Some(known) => tracing::warn!("unknown variable {name}: did you mean {known}?"),
+            None => tracing::warn!("unknown variable {name}: lock-runtime does not read it"),
+        }
+    }
+    let read = |name: &str| std::env::var(name).ok();
+    let builder = builder_from_env(read, cfg!(debug_assertions))?;
+    let runtime = builder.build().await?;
+    match runtime.clone().install() {
+        Ok(()) => {}
+        // Another caller installed one meanwhile: that one is the runtime.
+        Err(LockError::AlreadyInstalled) => return LockRuntime::global(),
+        Err(e) => return Err(e),
+    }
+    tracing::info!(backend = %runtime.describe(), "lock runtime installed");
+    Ok(runtime)
+}
+
+/// The variables [`init_from_env`] reads.
+const ENV_VARIABLES: [&str; 5] = [
+    "LOCK_REDIS_URL",
+    "REDIS_URL",
+    "LOCK_BACKEND",
+    "LOCK_PREFIX",
+    "LOCK_FAIR",
+];
+
+/// The builder the environment asks for (`read` looks a variable up;
+/// `debug_build` allows the embedded fallback). The rule of [`init_from_env`].
+fn builder_from_env(
+    read: impl Fn(&str) -> Option<String>,
+    debug_build: bool,
+) -> Result<LockRuntimeBuilder, LockError> {
+    let set = |name: &str| read(name).filter(|v| !v.trim().is_empty());
+    let url = set("LOCK_REDIS_URL").or_else(|| set("REDIS_URL"));
+    let backend = set("LOCK_BACKEND").map(|b| b.trim().to_ascii_lowercase());
+    let mut builder = match (backend.as_deref(), url) {
+        (None | Some("redis"), Some(url)) => LockRuntime::builder().redis(url),
+        (Some("memory"), None) => LockRuntime::builder().memory(),
+        (Some("memory"), Some(_)) => {
+            return Err(LockError::InvalidConfig(
+                "LOCK_BACKEND=memory, but a Redis URL is set too (REDIS_URL or \
+                 LOCK_REDIS_URL): unset one of them"
+                    .to_owned(),
+            ))
+        }
+        (Some("redis"), None) => {
+            return Err(LockError::InvalidConfig(
+                "LOCK_BACKEND=redis, but no Redis URL: set REDIS_URL (or LOCK_REDIS_URL) \
+                 to redis://host:port"
+                    .to_owned(),
+            ))
+        }
+        (Some(other), _) => {
+            return Err(LockError::InvalidConfig(format!(
+                "LOCK_BACKEND={other:?} is not a backend: use redis or memory"
+            )))
+        }
+        (None, None) if debug_build => {
+            tracing::warn!(
+                "no REDIS_URL set: using the embedded backend (debug build only; a \
+                 release build fails here unless LOCK_BACKEND=memory)"
+            );
+            LockRuntime::builder().memory()
+        }
+        (None, None) => {
+            return Err(LockError::InvalidConfig(
+                "no lock backend configured: set REDIS_URL (or LOCK_REDIS_URL) to \
+                 redis://host:port, or LOCK_BACKEND=memory to use the embedded backend \
+                 on purpose (its locks exclude only tasks of this process)"
+                    .to_owned(),
+            ))
+        }
+    };
+    if let Some(prefix) = read("LOCK_PREFIX") {
+        builder = builder.key_prefix(prefix);
+    }
+    Ok(builder.fair(read("LOCK_FAIR").is_some_and(|v| v.trim() == "1")))
+}
+
+/// The `LOCK_*` names among `names` that [`init_from_env`] does not read,
+/// each with the nearest known name when it looks like a typo of one.
+fn unknown_lock_variables(
+    names: impl Iterator<Item = String>,
+) -> Vec<(String, Option<&'static str>)> {
+    names
+        .filter(|n| n.starts_with("LOCK_") && !ENV_VARIABLES.contains(&n.as_str()))
+        .map(|name| {
+            let nearest = ENV_VARIABLES
+                .iter()
+                .map(|known| (edit_distance(&name, known), *known))
+                .min()
+                .filter(|(distance, _)| *distance <= 3)
+                .map(|(_, known)| known);
+            (name, nearest)
+        })
+        .collect()
+}
+
+/// Levenshtein distance (both strings are short variable names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::builder::Choice;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn backend(builder: &LockRuntimeBuilder) -> &'static str {
+        match builder.choice {
+            Choice::Memory => "memory",
+            Choice::Redis(_) => "redis",
+        }
+    }
+
+    fn error(result: Result<LockRuntimeBuilder, LockError>) -> String {
+        match result {
+            Err(LockError::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_release_build_with_no_backend_configured_fails_closed() {
+        let message = error(builder_from_env(env(&[]), false));
+        assert!(message.contains("REDIS_URL"), "{message}");
+        assert!(message.contains("LOCK_BACKEND=memory"), "{message}");
+        // Empty values count as unset.
+        let message = error(builder_from_env(env(&[("REDIS_URL", " ")]), false));
+        assert!(message.contains("REDIS_URL"), "{message}");
+    }
+
+    #[test]
+    fn the_embedded_backend_is_used_when_asked_or_in_debug_builds() {
+        let asked = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
+        assert_eq!(backend(&asked), "memory");
+        let debug = builder_from_env(env(&[]), true).unwrap();
+        assert_eq!(backend(&debug), "memory");
+    }
+
+    #[test]
+    fn a_url_selects_redis_and_conflicts_are_errors() {
+        for (debug, pairs) in [
+            (false, &[("REDIS_URL", "redis://h:1")][..]),
+            (false, &[("LOCK_REDIS_URL", "redis://h:1")][..]),
+            (
+                true,
+                &[("LOCK_BACKEND", "Redis"), ("REDIS_URL", "redis://h:1")][..],
+            ),
+        ] {
+            assert_eq!(
+                backend(&builder_from_env(env(pairs), debug).unwrap()),
+                "redis"
+            );
+        }
+        let both = &[("LOCK_BACKEND", "memory"), ("REDIS_URL", "redis://h:1")];
+        assert!(error(builder_from_env(env(both), true)).contains("unset one"));
+        let no_url = error(builder_from_env(env(&[("LOCK_BACKEND", "redis")]), true));
+        assert!(no_url.contains("REDIS_URL"), "{no_url}");
+        let typo = error(builder_from_env(env(&[("LOCK_BACKEND", "memroy")]), true));
+        assert!(typo.contains("redis or memory"), "{typo}");
+    }
+
+    #[test]
+    fn prefix_and_fair_mode_come_from_the_environment() {
+        let pairs = [
+            ("LOCK_BACKEND", "memory"),
+            ("LOCK_PREFIX", "billing:"),
+            ("LOCK_FAIR", "1"),
+        ];
+        let builder = builder_from_env(env(&pairs), false).unwrap();
+        assert_eq!(builder.prefix, "billing:");
+        assert!(builder.fair);
+        let plain = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
+        assert!(!plain.fair);
+    }
+
+    #[test]
+    fn unknown_lock_variables_get_the_nearest_known_name() {
+        let names = [
+            "LOCK_REDIS_UR",
+            "LOCK_PREFIX",
+            "PATH",
+            "LOCK_BAKEND",
+            "LOCK_SOMETHING_ELSE",
+        ];
+        let found = unknown_lock_variables(names.iter().map(|n| (*n).to_owned()));
+        assert_eq!(
+            found,
+            [
+                ("LOCK_REDIS_UR".to_owned(), Some("LOCK_REDIS_URL")),
+                ("LOCK_BAKEND".to_owned(), Some("LOCK_BACKEND")),
+                ("LOCK_SOMETHING_ELSE".to_owned(), None),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_embedded_backend_says_it_excludes_only_this_process() {
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        assert!(
+            runtime.describe().contains("only tasks of this process"),
+            "{}",
+            runtime.describe()
+        );
+    }
+}
