@@ -56,6 +56,7 @@
 //! `fair = true`, `LOCK_FAIR=1`) queues them in Redis and has each release
 //! hand the lock straight to the next one.
 
+mod acquire;
 mod backend;
 mod builder;
 mod context;
@@ -63,6 +64,7 @@ mod env;
 mod error;
 mod guard;
 mod held;
+mod locked;
 mod names;
 mod owner;
 mod request;
@@ -81,7 +83,8 @@ pub use env::init_from_env;
 pub use error::{BackendError, LockError};
 pub use guard::LockGuard;
 pub use lock_macros::distributed_lock;
+pub use locked::with_lock;
 pub use owner::{fence, inherit};
-pub use request::{lock, with_lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
+pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{shutdown, LockRuntime, RuntimeStats};
 pub use watchdog::WatchdogStats;

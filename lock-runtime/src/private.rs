@@ -88,7 +88,7 @@ where
         options.fair,
     );
     let body = async { body.await.map_err(Failure::Body) };
-    match crate::request::with_lock(request, body).await {
+    match crate::locked::with_lock(request, body).await {
         Ok(value) => Ok(value),
         Err(Failure::Body(error)) => Err(error),
         Err(Failure::Lock(error)) => Err(lift(error)),
