@@ -1,0 +1,286 @@
+//! One acquisition, as named steps: [`Acquisition::run`].
+//!
+//! An acquire first takes what needs no round trip: a re-entry (a hold of
+//! its own scope's ancestry in this runtime) or, in fair mode, a handoff that
+//! a release made to this process's place. Otherwise it sends one acquire
+//! script; if the lock is busy it registers as a waiter of the key
+//! (subscribing to the key's release news), retries once, and then sleeps
+//! until a release, the holder's remaining lease, or its own deadline —
+//! whichever comes first. There is no polling for the lock. (In fair mode
+//! the first waiter of a key in each process also refreshes the process's
+//! place in the key's Redis queue, once a second or a third of the handoff
+//! claim, at least 50 ms apart: a heartbeat, not a retry loop; the handoff
+//! itself arrives by message.) While the backend fails, a bounded wait backs
+//! off and retries until its deadline.
+//!
+//! Cancellation is safe at every await: an acquire dropped while its script
+//! is in flight queues a release of its (unique) holder id, which frees the
+//! lock if the script did take it and does nothing otherwise.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::QUEUE_ENTRY_LIFE;
+use crate::error::{BackendError, LockError};
+use crate::guard::LockGuard;
+use crate::held::{HeldLock, Hold, Reentry};
+use crate::owner::Node;
+use crate::runtime::LockRuntime;
+use crate::waiters::WaitTicket;
+
+mod attempt;
+mod wake;
+
+use attempt::Attempted;
+
+/// The shortest refresh of a fair-mode place (for very short leases, whose
+/// handoff claim may then run out before it is taken from the message; the
+/// waiter's next attempt claims it instead).
+const QUEUE_REFRESH_MIN: Duration = Duration::from_millis(50);
+
+/// How often a fair-mode waiter refreshes its place (a third of its life).
+const QUEUE_REFRESH: Duration = Duration::from_millis(QUEUE_ENTRY_LIFE.as_millis() as u64 / 3);
+
+/// Backoff between attempts while the backend fails (bounded waits only).
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const ERROR_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// How long after the holder's known lease end a waiter queued behind
+/// others of its process tries by itself (the head tries at the lease end).
+const QUEUED_SLACK: Duration = Duration::from_millis(20);
+
+/// What a validated request asks for.
+pub(crate) struct Want {
+    /// The key as the caller gave it.
+    pub(crate) key: String,
+    /// The lock's name in the backend.
+    pub(crate) lock_key: String,
+    /// The owner scope the hold will belong to.
+    pub(crate) scope: Arc<Node>,
+    pub(crate) lease: Duration,
+    /// `None`: wait for ever.
+    pub(crate) wait: Option<Duration>,
+    /// Whether the watchdog renews the lease.
+    pub(crate) renew: bool,
+    /// Fair mode (backends that queue across processes only).
+    pub(crate) fair: bool,
+}
+
+/// One acquisition in progress: what it wants, and where its wait stands.
+pub(crate) struct Acquisition {
+    runtime: LockRuntime,
+    want: Want,
+    start: Instant,
+    /// `None`: no deadline.
+    deadline: Option<Instant>,
+    try_once: bool,
+    /// Its place among the key's local waiters, once it has one.
+    ticket: Option<WaitTicket>,
+    backoff: Duration,
+    /// No attempt was made yet.
+    first: bool,
+    /// The attempt about to go out is the last one: the try-once, or the one
+    /// try a bounded wait makes after its deadline passed while it slept.
+    last_try: bool,
+}
+
+impl Acquisition {
+    /// An acquisition of `want` on `runtime`, starting now.
+    pub(crate) fn new(runtime: LockRuntime, want: Want) -> Acquisition {
+        let start = Instant::now();
+        Acquisition {
+            runtime,
+            // A wait too long to represent (`Duration::MAX`) is a wait forever.
+            deadline: want.wait.and_then(|w| start.checked_add(w)),
+            try_once: want.wait == Some(Duration::ZERO),
+            want,
+            start,
+            ticket: None,
+            backoff: ERROR_BACKOFF_MIN,
+            first: true,
+            last_try: false,
+        }
+    }
+
+    /// Takes the lock, or says why not. (An `async` block, not an `async
+    /// fn`: the latter would keep a second copy of the acquisition in every
+    /// waiting acquire's state.)
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn run(mut self) -> impl Future<Output = Result<LockGuard, LockError>> {
+        async move {
+            loop {
+                if let Some(done) = self.take_without_round_trip().await {
+                    return done;
+                }
+                self.check_deadline()?;
+                let queued_behind = self.queue_behind_local_waiters();
+                // Listen before trying, so a release between the try and the
+                // sleep is not missed.
+                let slot = self.ticket.as_ref().map(|t| t.slot().clone());
+                let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
+                if let Some(woken) = woken.as_mut().as_pin_mut() {
+                    woken.enable();
+                }
+                let now = Instant::now();
+                let alarm = if queued_behind {
+                    self.lease_alarm(now, None)
+                } else {
+                    match self.attempt().await? {
+                        Attempted::Held(guard) => return Ok(guard),
+                        Attempted::Registered => continue,
+                        Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
+                        Attempted::PlaceInUse => self.place_alarm(now),
+                        Attempted::Failed(error) => {
+                            self.back_off(error).await?;
+                            continue;
+                        }
+                    }
+                };
+                self.wait_for_wake_up(woken.as_mut(), alarm).await;
+            }
+        }
+    }
+
+    /// Step 1: what needs no round trip. Shutdown ends the wait; a hold of
+    /// this scope's ancestry is re-entered (after waiting for a sibling
+    /// scope that is inside); in fair mode, a handoff to this process's
+    /// place is taken.
+    async fn take_without_round_trip(&mut self) -> Option<Result<LockGuard, LockError>> {
+        if self.runtime.is_shut_down() {
+            return Some(Err(LockError::ShutDown));
+        }
+        // Re-entry, strict nesting: only below the innermost hold.
+        let table = self.runtime.table();
+        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope);
+        if let Reentry::Sibling = reentry {
+            // A sibling scope is inside: wait for it in the process.
+            // (Boxed: a rare path, kept out of every waiting acquire's state.)
+            let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
+            reentry = Box::pin(table.frames_changed(lock_key, scope, self.deadline)).await;
+            if let Reentry::Sibling = reentry {
+                return Some(Err(LockError::Timeout {
+                    key: self.want.key.clone(),
+                    waited: self.start.elapsed(),
+                }));
+            }
+        }
+        if let Reentry::Held(held, frame) = reentry {
+            let (runtime, scope) = (self.runtime.clone(), self.want.scope.clone());
+            return Some(Ok(LockGuard::new(runtime, held, frame, scope)));
+        }
+        // Fair mode: a release may have handed the lock to our place. (A
+        // fixed lease longer than the handoff's claim is not taken from the
+        // message: the next attempt claims it and sets the full lease.)
+        let handoff = match &self.ticket {
+            Some(ticket) if self.want.fair => ticket.take_handoff(self.minimum_claim())?,
+            _ => return None,
+        };
+        if let Some(ticket) = self.ticket.take() {
+            ticket.leave_with_lock(true);
+        }
+        // Its backend lease ends after `since` + the handoff lease (the
+        // shortest that the place's entry carried); the watchdog counts from
+        // there.
+        let held = HeldLock::new(self.hold(handoff.holder, handoff.fence));
+        let scope = self.want.scope.clone();
+        let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
+        Some(Ok(guard))
+    }
+
+    /// Step 2: a deadline that passed allows one last try, then ends the
+    /// wait.
+    fn check_deadline(&mut self) -> Result<(), LockError> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.last_try {
+                return Err(self.gave_up());
+            }
+            self.last_try = true;
+        }
+        Ok(())
+    }
+
+    /// Fairness: when callers of this process already wait for the key, a
+    /// newcomer queues behind them (the release wakes the longest waiter
+    /// first) instead of racing them to the backend. `true`: queued, no
+    /// attempt now.
+    fn queue_behind_local_waiters(&mut self) -> bool {
+        if !std::mem::take(&mut self.first) || self.last_try {
+            return false;
+        }
+        let waiters = self.runtime.waiters();
+        if waiters.waiting_keys() == 0 || !waiters.is_waiting(&self.want.lock_key) {
+            return false;
+        }
+        let ticket = waiters.register(self.want.lock_key.clone(), self.want.scope.clone());
+        self.ticket = Some(ticket);
+        true
+    }
+
+    /// Step 4 (on backend failure): a bounded wait rides out backend
+    /// trouble until its deadline, backing off; an unbounded one reports it
+    /// at once.
+    async fn back_off(&mut self, error: BackendError) -> Result<(), LockError> {
+        let Some(deadline) = self.deadline else {
+            return Err(error.into());
+        };
+        if self.last_try || Instant::now() >= deadline {
+            return Err(error.into());
+        }
+        tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
+        tokio::time::sleep_until((Instant::now() + self.backoff).min(deadline)).await;
+        self.backoff = (self.backoff * 2).min(ERROR_BACKOFF_MAX);
+        Ok(())
+    }
+
+    /// The error of a wait that ended without the lock. A wait for a hold
+    /// of this very task is the likely mistake of a guard or locked call
+    /// still alive around the waiting call: it says so.
+    fn gave_up(&self) -> LockError {
+        let (key, waited) = (self.want.key.clone(), self.start.elapsed());
+        if !self.try_once && self.runtime.table().held_by_this_task(&self.want.lock_key) {
+            LockError::SelfDeadlock { key, waited }
+        } else {
+            LockError::Timeout { key, waited }
+        }
+    }
+
+    /// The lease a fair release hands the lock over with: for a renewed lock
+    /// a claim of at most the queue entry's life, which the watchdog extends
+    /// to the full lease soon after (so a waiter that died just before its
+    /// turn costs the key seconds, not a whole lease); a fixed lease as is.
+    fn handoff_lease(&self) -> Duration {
+        if self.want.renew {
+            self.want.lease.min(QUEUE_ENTRY_LIFE)
+        } else {
+            self.want.lease
+        }
+    }
+
+    /// The shortest handoff claim this waiter may take without a round trip:
+    /// the watchdog extends a renewed lock, but nothing extends a fixed one.
+    fn minimum_claim(&self) -> Duration {
+        if self.want.renew {
+            Duration::ZERO
+        } else {
+            self.want.lease
+        }
+    }
+
+    /// The hold this acquisition becomes (it ends here: the key moves out).
+    fn hold(&mut self, holder: String, fence: u64) -> Hold {
+        Hold {
+            key: std::mem::take(&mut self.want.key),
+            hash: std::mem::take(&mut self.want.lock_key),
+            holder,
+            owner: self.want.scope.id,
+            fence,
+            lease: self.want.lease,
+            renew: self.want.renew,
+            fair: self.want.fair,
+        }
+    }
+}
