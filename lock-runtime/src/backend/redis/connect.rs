@@ -1,0 +1,345 @@
+//! Connecting to Redis: the URL (checked without ever echoing it), TLS, the
+//! connection manager with RESP3 pushes routed to the waiters, and the
+//! waiters' way to the subscription task and the releaser.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
+use tokio::sync::mpsc;
+
+use super::scripts::{load_scripts, Scripts};
+use super::tasks::{releaser, subscriptions, SubscriptionCommand};
+use super::{ms, RedisBackend};
+use crate::backend::releases::ReleaseQueue;
+use crate::backend::{Wakeups, Watched, Watches};
+use crate::error::{BackendError, LockError};
+use crate::names::LockNames;
+
+/// Connection settings the builder passes in.
+#[derive(Clone, Default)]
+pub(crate) struct RedisSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM of a private CA to trust instead of the system roots (`rediss://`).
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM certificate chain and key for mutual TLS.
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// How long a key's last token is kept after it was issued.
+    pub(crate) fence_window: Duration,
+}
+
+/// Makes the client, with TLS settings when the URL asks for TLS.
+fn client_for(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    let tls = url_is_tls(&info);
+    if !tls {
+        return redis::Client::open(info)
+            .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()));
+    }
+    tls_client(info, settings)
+}
+
+fn url_is_tls(info: &redis::ConnectionInfo) -> bool {
+    matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. })
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(
+    info: redis::ConnectionInfo,
+    settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    // rustls needs a process-wide crypto provider; another part of the
+    // program may have installed one already, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if settings.tls_root_ca.is_none() && settings.tls_client.is_none() {
+        return redis::Client::open(info)
+            .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()));
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: settings
+            .tls_client
+            .clone()
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: settings.tls_root_ca.clone(),
+    };
+    redis::Client::build_with_tls(info, certificates).map_err(|e| {
+        LockError::InvalidConfig(format!(
+            "unusable TLS certificates (PEM expected): {}",
+            e.detail().unwrap_or("could not parse them")
+        ))
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(
+    _info: redis::ConnectionInfo,
+    _settings: &RedisSettings,
+) -> Result<redis::Client, LockError> {
+    Err(LockError::InvalidConfig(
+        "rediss:// (TLS) needs the `tls` feature of lock-runtime: \
+         lock-runtime = { version = \"…\", features = [\"tls\"] }"
+            .to_owned(),
+    ))
+}
+
+/// Checks the URL's shape without echoing it (it may hold a password).
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    let shape = "expected redis://[user[:password]@]host[:port][/db] or rediss://… \
+                 (the URL is not shown: it may hold a password)";
+    if let Some(problem) = unsupported_url(url) {
+        return Err(LockError::InvalidConfig(problem.to_owned()));
+    }
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(LockError::InvalidConfig(format!(
+            "invalid Redis URL: {shape}"
+        )));
+    }
+    let info = url
+        .into_connection_info()
+        .map_err(|_| LockError::InvalidConfig(format!("invalid Redis URL: {shape}")))?;
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Ok(info.set_redis_settings(settings))
+}
+
+/// What is wrong with a URL of a kind this version cannot use, in words a
+/// user can act on (never echoing the URL, which may hold a password).
+fn unsupported_url(url: &str) -> Option<&'static str> {
+    let url = url.trim();
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme.contains("sentinel") {
+        return Some(
+            "invalid Redis URL: Redis Sentinel is not supported yet; give the current \
+             primary as one redis://host:port URL",
+        );
+    }
+    if scheme.contains("cluster") {
+        return Some(
+            "invalid Redis URL: Redis Cluster is not supported yet; give one server as \
+             redis://host:port",
+        );
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    if rest.contains(',') || url.split_whitespace().nth(1).is_some() {
+        return Some(
+            "invalid Redis URL: a list of servers (Cluster, Sentinel or Redlock) is not \
+             supported yet; give one server as redis://host:port",
+        );
+    }
+    if scheme == "rediss" && !cfg!(feature = "tls") {
+        return Some(
+            "rediss:// (TLS) needs the `tls` feature of lock-runtime: \
+             lock-runtime = { version = \"…\", features = [\"tls\"] }",
+        );
+    }
+    None
+}
+
+/// Connects, loads the scripts and starts the subscription and release tasks.
+/// Must run on the runtime's worker thread (the tasks are spawned there).
+/// Releases and handoffs are told to `wakeups`; the waiters reach the
+/// subscription task and the releaser through the returned [`Watches`].
+pub(crate) async fn connect(
+    url: &str,
+    settings: &RedisSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
+    let fence_window = settings.fence_window;
+    let info = parse_url(url)?;
+    let endpoint: Arc<str> = info.addr().to_string().into();
+    let client = client_for(info, settings)?;
+
+    let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let sub_tx_retry = sub_tx.clone();
+    let (releases, release_jobs) = ReleaseQueue::new();
+    let on_push = push_handler(wakeups);
+    let config = ConnectionManagerConfig::new()
+        .set_push_sender(on_push)
+        .set_automatic_resubscription()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_secs(1));
+
+    let unreachable = |source: RedisError| {
+        BackendError::new(format!("cannot connect to Redis at {endpoint}"), source)
+    };
+    let con = match tokio::time::timeout(
+        settings.connect_timeout.saturating_mul(2),
+        ConnectionManager::new_with_config(client, config),
+    )
+    .await
+    {
+        Ok(Ok(con)) => con,
+        Ok(Err(e)) => return Err(unreachable(e).into()),
+        Err(_) => {
+            return Err(BackendError::msg(format!(
+                "cannot connect to Redis at {endpoint}: no answer within {:?}",
+                settings.connect_timeout.saturating_mul(2)
+            ))
+            .into())
+        }
+    };
+
+    let scripts = Arc::new(Scripts::new());
+    load_scripts(&mut con.clone(), &scripts)
+        .await
+        .map_err(|e| {
+            BackendError::new(
+                format!("cannot load lock scripts into Redis at {endpoint}"),
+                e,
+            )
+        })?;
+
+    let window: Arc<str> = ms(fence_window).into();
+    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
+    tokio::spawn(releaser(
+        con.clone(),
+        scripts.clone(),
+        window.clone(),
+        release_jobs,
+        releases.pending().clone(),
+    ));
+
+    let watches = Arc::new(RedisWatches {
+        subscriptions: sub_tx,
+        releases: releases.clone(),
+    });
+    let backend = RedisBackend {
+        con,
+        scripts,
+        releases,
+        endpoint,
+        window,
+    };
+    Ok((backend, watches))
+}
+
+/// The waiters' way to the subscription task and the releaser.
+#[derive(Debug)]
+struct RedisWatches {
+    subscriptions: mpsc::UnboundedSender<SubscriptionCommand>,
+    releases: ReleaseQueue,
+}
+
+impl Watches for RedisWatches {
+    fn watch(&self, lock: &str, watched: Arc<dyn Watched>) {
+        let command = SubscriptionCommand::Subscribe(LockNames::channel(lock), watched);
+        if let Err(mpsc::error::SendError(SubscriptionCommand::Subscribe(_, watched))) =
+            self.subscriptions.send(command)
+        {
+            // The runtime is stopping: waiters fall back to the lease.
+            watched.set_ready();
+        }
+    }
+
+    fn unwatch(&self, lock: &str) {
+        let channel = LockNames::channel(lock);
+        let _ = self
+            .subscriptions
+            .send(SubscriptionCommand::Unsubscribe(channel));
+    }
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        self.releases.send(lock, holder, true);
+    }
+}
+
+/// Routes RESP3 pushes: a release message wakes one waiter of its key, a
+/// handoff message ("g <holder> <fence>", fair mode) is delivered to the
+/// process it names; a lost connection wakes everyone.
+fn push_handler(wakeups: Weak<dyn Wakeups>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+    move |push: PushInfo| {
+        let Some(wakeups) = wakeups.upgrade() else {
+            return Err(());
+        };
+        match push.kind {
+            PushKind::Message => {
+                if let Some(channel) = text(push.data.first()) {
+                    let lock = LockNames::hash_of_channel(channel);
+                    match text(push.data.get(1)).and_then(parse_handoff) {
+                        Some((holder, fence)) => wakeups.handed_over(lock, holder, fence),
+                        None => wakeups.released(lock),
+                    }
+                }
+            }
+            PushKind::Disconnection => wakeups.connection_lost(),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The text of a bulk string in a push.
+fn text(value: Option<&Value>) -> Option<&str> {
+    match value {
+        Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
+/// Parses a fair-mode handoff message: `g <holder id> <fence>`.
+fn parse_handoff(message: &str) -> Option<(&str, u64)> {
+    let rest = message.strip_prefix("g ")?;
+    let (holder, fence) = rest.rsplit_once(' ')?;
+    Some((holder, fence.parse().ok()?))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::parse_url;
+
+    fn error(url: &str) -> String {
+        parse_url(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn urls_of_unsupported_deployments_say_what_is_supported() {
+        for url in [
+            "redis+sentinel://:secret@s1:26379,s2:26379/mymaster",
+            "redis-sentinel://s1:26379",
+            "sentinel://s1:26379",
+        ] {
+            let text = error(url);
+            assert!(
+                text.contains("Sentinel is not supported yet"),
+                "{url}: {text}"
+            );
+            assert!(!text.contains("secret"), "{text}");
+        }
+        for url in ["redis+cluster://n1:7000", "redis-cluster://n1:7000,n2:7001"] {
+            assert!(error(url).contains("Cluster is not supported yet"), "{url}");
+        }
+        for url in [
+            "redis://:secret@n1:7000,n2:7001",
+            "redis://n1:6379 redis://n2:6379",
+        ] {
+            let text = error(url);
+            assert!(text.contains("a list of servers"), "{url}: {text}");
+            assert!(!text.contains("secret"), "{text}");
+        }
+        assert!(error("http://localhost").contains("expected redis://"));
+        assert!(parse_url("redis://127.0.0.1:6379/2").is_ok());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_tls_url_without_the_tls_feature_names_the_feature() {
+        let text = error("rediss://:secret@cache.example:6380");
+        assert!(text.contains("the `tls` feature"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+}

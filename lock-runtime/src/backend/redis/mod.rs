@@ -1,0 +1,214 @@
+//! The Redis backend: scripts, one connection, pub/sub wake-ups, background releases.
+//!
+//! One multiplexed connection (a redis-rs `ConnectionManager`, RESP3) carries
+//! everything: script calls, pipelined renewals, and the release channels'
+//! messages, which arrive as RESP3 pushes and are handed to the waiters
+//! registry. The manager reconnects by itself and re-subscribes the channels;
+//! when it reports a disconnection every waiter is woken to retry at once,
+//! since a release message may have been lost with the connection.
+//!
+//! Scripts are loaded at start-up and called by SHA (`EVALSHA`); when the server
+//! answers `NOSCRIPT` (it restarted, or its script cache was flushed) the call
+//! falls back to `EVAL` with the source, which caches it again. Keys and
+//! values always travel as KEYS/ARGV, never spliced into script text.
+//!
+//! Two small tasks run on the runtime's worker thread: the subscription task
+//! (subscribe/unsubscribe in order) and the releaser, which sends the releases
+//! queued by dropped guards and cancelled acquires, pipelined.
+
+mod connect;
+mod scripts;
+mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisError, RedisResult};
+
+pub(crate) use connect::{connect, RedisSettings};
+use scripts::{by_sha, eval, is_noscript, Scripts};
+
+use super::releases::{PendingReleases, ReleaseQueue};
+use super::{Acquire, Queue, Release, QUEUE_ENTRY_LIFE};
+use crate::error::BackendError;
+use crate::held::HeldLock;
+use crate::names::LockNames;
+
+/// Handle to the Redis backend of one runtime (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct RedisBackend {
+    con: ConnectionManager,
+    scripts: Arc<Scripts>,
+    releases: ReleaseQueue,
+    endpoint: Arc<str>,
+    /// The fence counter's TTL in ms: how long a token is kept after it was
+    /// issued (the scripts' ARGV).
+    window: Arc<str>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().max(1).to_string()
+}
+
+impl RedisBackend {
+    fn failed(&self, what: &str, source: RedisError) -> BackendError {
+        BackendError::new(format!("{what} on Redis at {}", self.endpoint), source)
+    }
+
+    /// `host:port` of the server (no credentials).
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        hash: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        let fence_key = LockNames::fence(hash);
+        let lease = ms(lease);
+        let mut con = self.con.clone();
+        // (The caller boxes this whole future, so it stays out of the state of
+        // every waiting acquire.)
+        let reply: RedisResult<(i64, i64)> = if queue == Queue::No {
+            eval(
+                &mut con,
+                &self.scripts.acquire,
+                &[hash, &fence_key],
+                &[holder, &lease, &self.window],
+            )
+            .await
+        } else {
+            self.acquire_fair(&mut con, hash, holder, &lease, queue)
+                .await
+        };
+        let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
+        Ok(if held == 1 || held == 2 {
+            Acquire::Held {
+                fence: u64::try_from(n).unwrap_or(0),
+                handed: held == 2,
+            }
+        } else {
+            Acquire::Busy {
+                ttl: u64::try_from(n).ok().map(Duration::from_millis),
+            }
+        })
+    }
+
+    /// The fair mode's acquire script (see `scripts/fair.lua`).
+    async fn acquire_fair(
+        &self,
+        con: &mut ConnectionManager,
+        hash: &str,
+        holder: &str,
+        lease: &str,
+        queue: Queue,
+    ) -> RedisResult<(i64, i64)> {
+        let (join, handoff_lease) = match queue {
+            Queue::Join(lease) => ("1", ms(lease)),
+            _ => ("0", "0".to_owned()),
+        };
+        let args = [
+            "acquire",
+            holder,
+            lease,
+            join,
+            &ms(QUEUE_ENTRY_LIFE),
+            &LockNames::channel(hash),
+            &handoff_lease,
+            &self.window,
+        ];
+        by_sha(con, |sha| self.scripts.fair(sha, hash, &args)).await
+    }
+
+    pub(crate) async fn release(
+        &self,
+        hash: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
+        let mut con = self.con.clone();
+        let left: i64 = by_sha(&mut con, |sha| {
+            self.scripts.release(sha, hash, holder, fair, &self.window)
+        })
+        .await
+        .map_err(|e| self.failed("release failed", e))?;
+        Ok(match left {
+            0 => Release::Freed,
+            n if n > 0 => Release::StillHeld,
+            _ => Release::NotHeld,
+        })
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let mut con = self.con.clone();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed("PING failed", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
+        let channel = LockNames::channel(hash);
+        let mut con = self.con.clone();
+        let deleted: i64 = eval(&mut con, &self.scripts.force_unlock, &[hash], &[&channel])
+            .await
+            .map_err(|e| self.failed("force unlock failed", e))?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) fn pending(&self) -> &PendingReleases {
+        self.releases.pending()
+    }
+
+    pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
+        if !self.releases.send(hash, holder, fair) {
+            // The runtime is shutting down; the lease frees the lock.
+            tracing::debug!("lock runtime stopped; a lock will be freed by its lease");
+        }
+    }
+
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        let mut con = self.con.clone();
+        let mut by_sha = true;
+        loop {
+            let mut pipe = redis::pipe();
+            for lock in batch {
+                let lease = ms(lock.lease);
+                pipe.add_command(self.scripts.renew.call(
+                    by_sha,
+                    &[&lock.hash],
+                    &[&lock.holder, &lease],
+                ));
+            }
+            let replies: Vec<RedisResult<i64>> = pipe
+                .ignore_errors()
+                .query_async(&mut con)
+                .await
+                .map_err(|e| self.failed("renewal failed", e))?;
+            if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+                by_sha = false;
+                continue;
+            }
+            return Ok(replies
+                .into_iter()
+                .map(|r| r.ok().map(|n| n == 1))
+                .collect());
+        }
+    }
+}

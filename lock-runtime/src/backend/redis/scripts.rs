@@ -1,0 +1,137 @@
+//! The Lua scripts as values, and calling them by SHA with a fallback to
+//! the source when the server answers `NOSCRIPT`.
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+
+use crate::names::LockNames;
+
+/// One Lua script: its source and SHA1.
+#[derive(Debug)]
+pub(super) struct LuaScript {
+    source: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    pub(super) fn new(source: &'static str) -> Self {
+        LuaScript {
+            source,
+            sha: Script::new(source).get_hash().to_owned(),
+        }
+    }
+
+    /// `EVALSHA sha numkeys KEYS... ARGV...` (by SHA) or `EVAL source ...`.
+    pub(super) fn call(&self, by_sha: bool, keys: &[&str], args: &[&str]) -> Cmd {
+        let mut cmd = if by_sha {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.sha);
+            c
+        } else {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.source);
+            c
+        };
+        cmd.arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+}
+
+/// The lock scripts, compiled into the crate from `scripts/*.lua`.
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) acquire: LuaScript,
+    pub(super) release: LuaScript,
+    pub(super) renew: LuaScript,
+    pub(super) force_unlock: LuaScript,
+    /// Fair mode: acquire and release through the key's queue.
+    pub(super) fair: LuaScript,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Scripts {
+            acquire: LuaScript::new(include_str!("../../scripts/acquire.lua")),
+            release: LuaScript::new(include_str!("../../scripts/release.lua")),
+            renew: LuaScript::new(include_str!("../../scripts/renew.lua")),
+            force_unlock: LuaScript::new(include_str!("../../scripts/force_unlock.lua")),
+            fair: LuaScript::new(include_str!("../../scripts/fair.lua")),
+        }
+    }
+
+    /// A call of the fair script (`args[0]` is the operation) on the lock
+    /// `hash`: its four keys are the lock, fence, queue and queue entries.
+    pub(super) fn fair(&self, by_sha: bool, hash: &str, args: &[&str]) -> Cmd {
+        let keys = [
+            hash,
+            &LockNames::fence(hash),
+            &LockNames::queue(hash),
+            &LockNames::queued(hash),
+        ];
+        self.fair.call(by_sha, &keys, args)
+    }
+
+    /// The release of one hold, plain or fair, as a command (`window`: the
+    /// fence counter's TTL in ms, for a fair handoff's new token).
+    pub(super) fn release(
+        &self,
+        by_sha: bool,
+        hash: &str,
+        holder: &str,
+        fair: bool,
+        window: &str,
+    ) -> Cmd {
+        let channel = LockNames::channel(hash);
+        if fair {
+            self.fair(by_sha, hash, &["release", holder, &channel, window])
+        } else {
+            self.release.call(by_sha, &[hash], &[holder, &channel])
+        }
+    }
+}
+
+pub(super) async fn load_scripts(
+    con: &mut ConnectionManager,
+    scripts: &Scripts,
+) -> RedisResult<()> {
+    for script in [
+        &scripts.acquire,
+        &scripts.release,
+        &scripts.renew,
+        &scripts.force_unlock,
+        &scripts.fair,
+    ] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script.source)
+            .query_async(con)
+            .await?;
+    }
+    Ok(())
+}
+
+pub(super) fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Runs one script call made by `call(by_sha)`: by SHA, falling back to the
+/// source on `NOSCRIPT`.
+pub(super) async fn by_sha<T: redis::FromRedisValue>(
+    con: &mut ConnectionManager,
+    call: impl Fn(bool) -> Cmd,
+) -> RedisResult<T> {
+    match call(true).query_async(con).await {
+        Err(e) if is_noscript(&e) => call(false).query_async(con).await,
+        other => other,
+    }
+}
+
+/// [`by_sha`] for a script with these keys and arguments.
+pub(super) async fn eval<T: redis::FromRedisValue>(
+    con: &mut ConnectionManager,
+    script: &LuaScript,
+    keys: &[&str],
+    args: &[&str],
+) -> RedisResult<T> {
+    by_sha(con, |sha| script.call(sha, keys, args)).await
+}
