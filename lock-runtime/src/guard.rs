@@ -64,11 +64,11 @@ impl LockGuard {
             // The key's other waiters sleep no longer than this hold's lease
             // (it may end by expiry, with no release message).
             if let Some(until) = sent_at.checked_add(in_force) {
-                waiters.note_held(&held.hash, until);
+                waiters.note_held(&held.lock_key, until);
             }
             // Waiters of the same scope may re-enter now instead of waiting
             // for a release that their own scope would have to make.
-            waiters.wake_owner(&held.hash, held.owner);
+            waiters.wake_owner(&held.lock_key, held.owner);
         }
         LockGuard::new(runtime.clone(), held, frame, scope)
     }
@@ -190,7 +190,7 @@ impl LockGuard {
             .run(
                 self.runtime
                     .backend()
-                    .release(&held.hash, &held.holder, held.fair),
+                    .release(&held.lock_key, &held.holder, held.fair),
             )
             .await;
         pending.done();
@@ -222,7 +222,7 @@ impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
             self.runtime.backend().release_in_background(
-                held.hash.clone(),
+                held.lock_key.clone(),
                 held.holder.clone(),
                 held.fair,
             );
@@ -237,7 +237,7 @@ impl Drop for LockGuard {
         }
         self.runtime.watchdog().remove(self.held.id);
         self.runtime.backend().release_in_background(
-            self.held.hash.clone(),
+            self.held.lock_key.clone(),
             self.held.holder.clone(),
             self.held.fair,
         );

@@ -29,7 +29,7 @@ pub(crate) struct HeldLock {
     /// The key as the caller wrote it.
     pub(crate) key: String,
     /// Backend name of the lock (prefix and hash tag applied).
-    pub(crate) hash: String,
+    pub(crate) lock_key: String,
     /// Holder id recorded in the backend.
     pub(crate) holder: String,
     /// Owner scope that holds it.
@@ -78,7 +78,7 @@ pub(crate) mod clock {
 /// What a new [`HeldLock`] is made of (the fields of the same names).
 pub(crate) struct Hold {
     pub(crate) key: String,
-    pub(crate) hash: String,
+    pub(crate) lock_key: String,
     pub(crate) holder: String,
     pub(crate) owner: u64,
     pub(crate) fence: u64,
@@ -94,7 +94,7 @@ impl HeldLock {
         Arc::new(HeldLock {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key: hold.key,
-            hash: hold.hash,
+            lock_key: hold.lock_key,
             holder: hold.holder,
             owner: hold.owner,
             fence: hold.fence,
@@ -205,11 +205,11 @@ impl HeldTable {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Re-enters `hash` for `scope` if the innermost live frame belongs to
+    /// Re-enters `lock_key` for `scope` if the innermost live frame belongs to
     /// it or an ancestor of it (a new frame owned by `scope`).
-    pub(crate) fn reenter(&self, hash: &str, scope: &Node) -> Reentry {
+    pub(crate) fn reenter(&self, lock_key: &str, scope: &Node) -> Reentry {
         let mut locks = self.locks();
-        let Some(frames) = locks.get_mut(hash) else {
+        let Some(frames) = locks.get_mut(lock_key) else {
             return Reentry::No;
         };
         let mut live = frames.iter().filter(|f| !f.held.is_lost());
@@ -235,7 +235,7 @@ impl HeldTable {
     /// [`Reentry::Sibling`]. Spurious wake-ups are possible: ask again.
     pub(crate) async fn frames_changed(
         &self,
-        hash: &str,
+        lock_key: &str,
         scope: &Node,
         deadline: Option<tokio::time::Instant>,
     ) -> Reentry {
@@ -243,7 +243,7 @@ impl HeldTable {
         let _waiting = SiblingWait(self);
         loop {
             let changed = self.frames_changed.notified();
-            match self.reenter(hash, scope) {
+            match self.reenter(lock_key, scope) {
                 Reentry::Sibling => {}
                 other => return other,
             }
@@ -263,7 +263,7 @@ impl HeldTable {
         let frame = new_frame(owner, held);
         let id = frame.id;
         self.locks()
-            .entry(frame.held.hash.clone())
+            .entry(frame.held.lock_key.clone())
             .or_default()
             .push(frame);
         id
@@ -277,10 +277,10 @@ impl HeldTable {
             // `close_all` took every frame and gave the lock back.
             return false;
         }
-        if let Some(frames) = locks.get_mut(&held.hash) {
+        if let Some(frames) = locks.get_mut(&held.lock_key) {
             frames.retain(|f| f.id != frame);
             if frames.is_empty() {
-                locks.remove(&held.hash);
+                locks.remove(&held.lock_key);
             }
         }
         let last = held.holds.fetch_sub(1, Ordering::Relaxed) <= 1;
@@ -291,14 +291,14 @@ impl HeldTable {
         last
     }
 
-    /// Whether a live hold of `hash` was taken by the tokio task (or
+    /// Whether a live hold of `lock_key` was taken by the tokio task (or
     /// `block_on`) running now: a wait for it can only end if another branch
     /// of this task gives it back. `false` on other executors.
-    pub(crate) fn held_by_this_task(&self, hash: &str) -> bool {
+    pub(crate) fn held_by_this_task(&self, lock_key: &str) -> bool {
         let Some(task) = crate::context::runner() else {
             return false;
         };
-        self.locks().get(hash).is_some_and(|frames| {
+        self.locks().get(lock_key).is_some_and(|frames| {
             frames
                 .iter()
                 .any(|f| f.task == Some(task) && !f.held.is_lost())

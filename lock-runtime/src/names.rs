@@ -20,7 +20,7 @@ pub(crate) struct LockNames;
 
 impl LockNames {
     /// The hash of `key` under `prefix`.
-    pub(crate) fn hash(prefix: &str, key: &str) -> String {
+    pub(crate) fn lock_key(prefix: &str, key: &str) -> String {
         let mut name = String::with_capacity(prefix.len() + key.len() + 2);
         name.push_str(prefix);
         name.push('{');
@@ -32,14 +32,14 @@ impl LockNames {
         name
     }
 
-    /// The fence counter of the lock named `hash`.
-    pub(crate) fn fence(hash: &str) -> String {
-        format!("{hash}:fence")
+    /// The fence counter of the lock named `lock_key`.
+    pub(crate) fn fence(lock_key: &str) -> String {
+        format!("{lock_key}:fence")
     }
 
-    /// The release channel of the lock named `hash`.
-    pub(crate) fn channel(hash: &str) -> String {
-        format!("{hash}:released")
+    /// The release channel of the lock named `lock_key`.
+    pub(crate) fn channel(lock_key: &str) -> String {
+        format!("{lock_key}:released")
     }
 
     /// The lock named by a release channel (inverse of [`channel`](Self::channel)).
@@ -47,14 +47,14 @@ impl LockNames {
         channel.strip_suffix(":released").unwrap_or(channel)
     }
 
-    /// The fair mode's queue (a list of holder ids) of the lock named `hash`.
-    pub(crate) fn queue(hash: &str) -> String {
-        format!("{hash}:queue")
+    /// The fair mode's queue (a list of holder ids) of the lock named `lock_key`.
+    pub(crate) fn queue(lock_key: &str) -> String {
+        format!("{lock_key}:queue")
     }
 
     /// The fair mode's queue entries (holder id -> expiry and lease).
-    pub(crate) fn queued(hash: &str) -> String {
-        format!("{hash}:queued")
+    pub(crate) fn queued(lock_key: &str) -> String {
+        format!("{lock_key}:queued")
     }
 }
 
@@ -70,21 +70,21 @@ mod tests {
         ];
         let mut names = std::collections::HashSet::new();
         for key in keys {
-            let hash = LockNames::hash("lock:", key);
-            let fence = LockNames::fence(&hash);
-            let channel = LockNames::channel(&hash);
-            assert_eq!(LockNames::hash_of_channel(&channel), hash);
-            let queue = LockNames::queue(&hash);
-            let queued = LockNames::queued(&hash);
-            for name in [&hash, &fence, &channel, &queue, &queued] {
+            let lock_key = LockNames::lock_key("lock:", key);
+            let fence = LockNames::fence(&lock_key);
+            let channel = LockNames::channel(&lock_key);
+            assert_eq!(LockNames::hash_of_channel(&channel), lock_key);
+            let queue = LockNames::queue(&lock_key);
+            let queued = LockNames::queued(&lock_key);
+            for name in [&lock_key, &fence, &channel, &queue, &queued] {
                 assert!(names.insert(name.clone()), "{name} named twice");
                 let open = name.find('{').unwrap();
                 let close = open + 1 + name[open + 1..].find('}').unwrap();
                 assert!(close > open + 1, "empty hash tag in {name}");
                 assert_eq!(
                     &name[..=close],
-                    &hash[..=close],
-                    "{name}: other slot than {hash}"
+                    &lock_key[..=close],
+                    "{name}: other slot than {lock_key}"
                 );
             }
         }

@@ -4,35 +4,8 @@
 pub use core::time::Duration;
 
 use crate::error::LockError;
-pub use crate::request::OnLost;
+pub use crate::request::{OnLost, Options};
 use crate::runtime::LockRuntime;
-
-/// The attribute's options. Build with `..Options::DEFAULT` so fields can be
-/// added without breaking expanded code.
-#[derive(Clone, Copy, Debug)]
-pub struct Options {
-    /// `lease = ...`; `None`: the runtime's default.
-    pub lease: Option<Duration>,
-    /// `wait = ...`; `None`: the runtime's default; `Some(ZERO)`: try once.
-    pub wait: Option<Duration>,
-    /// `watchdog = ...`.
-    pub watchdog: bool,
-    /// `on_lost = ...`.
-    pub on_lost: OnLost,
-    /// `fair = ...`; `None`: the runtime's default.
-    pub fair: Option<bool>,
-}
-
-impl Options {
-    /// Everything at its default.
-    pub const DEFAULT: Options = Options {
-        lease: None,
-        wait: None,
-        watchdog: true,
-        on_lost: OnLost::Abort,
-        fair: None,
-    };
-}
 
 /// `E: From<LockError>`, with an error message that says what to do when a
 /// `#[distributed_lock]` fn's error type lacks it.
@@ -80,13 +53,7 @@ where
         Ok(runtime) => runtime,
         Err(error) => return Err(lift(error)),
     };
-    let request = runtime.lock(key).apply(
-        options.lease,
-        options.wait,
-        options.watchdog,
-        options.on_lost,
-        options.fair,
-    );
+    let request = runtime.lock(key).apply(options);
     let body = async { body.await.map_err(Failure::Body) };
     match crate::locked::with_lock(request, body).await {
         Ok(value) => Ok(value),
@@ -105,5 +72,39 @@ enum Failure<E> {
 impl<E> From<LockError> for Failure<E> {
     fn from(error: LockError) -> Self {
         Failure::Lock(error)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// The locked future is `Send` whenever the body is, so annotated
+    /// handlers stay usable with `tokio::spawn` and multi-threaded servers.
+    #[test]
+    fn locked_future_is_send_when_the_body_is() {
+        let request = crate::request::LockRequest::new(None, "k".to_owned());
+        let fut = crate::with_lock(request, async { Ok::<_, LockError>(1) });
+        assert_send(&fut);
+        let fut = super::locked("k".to_owned(), super::Options::DEFAULT, async {
+            Ok::<_, LockError>(())
+        });
+        assert_send(&fut);
+    }
+
+    /// Every waiting acquire keeps this state for as long as it waits
+    /// (bench S7: resident bytes per waiting task). Past causes of growth:
+    /// an `async fn` wrapper keeping a second copy of what it wraps, and
+    /// parameters of an `async fn` copied into locals.
+    #[tokio::test]
+    async fn a_waiting_acquire_stays_small() {
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        let acquire = runtime.lock("k").acquire();
+        let size = std::mem::size_of_val(&acquire);
+        eprintln!("an acquire() future: {size} bytes");
+        assert!(size <= 1280, "an acquire() future takes {size} bytes");
     }
 }

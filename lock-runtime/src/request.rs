@@ -32,6 +32,46 @@ pub enum OnLost {
     Continue,
 }
 
+/// The options of `#[distributed_lock]`, as the expansion passes them
+/// (`__private::Options`). Build with `..Options::DEFAULT` so fields can be
+/// added without breaking expanded code.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// `lease = ...`; `None`: the runtime's default.
+    pub lease: Option<Duration>,
+    /// `wait = ...`; `None`: the runtime's default; `Some(ZERO)`: try once.
+    pub wait: Option<Duration>,
+    /// `watchdog = ...`.
+    pub watchdog: bool,
+    /// `on_lost = ...`.
+    pub on_lost: OnLost,
+    /// `fair = ...`; `None`: the runtime's default.
+    pub fair: Option<bool>,
+}
+
+impl Options {
+    /// Everything at its default.
+    pub const DEFAULT: Options = Options {
+        lease: None,
+        wait: None,
+        watchdog: true,
+        on_lost: OnLost::Abort,
+        fair: None,
+    };
+}
+
+/// How long a request waits.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// The runtime's default.
+    Default,
+    /// At most this long (`ZERO`: try once).
+    For(Duration),
+    /// As long as it takes.
+    Forever,
+}
+
 /// A lock about to be taken: key plus options. Made by [`LockRuntime::lock`]
 /// or [`lock`](crate::lock); nothing happens until [`acquire`](Self::acquire).
 ///
@@ -56,7 +96,7 @@ pub struct LockRequest {
     runtime: Option<LockRuntime>,
     key: String,
     lease: Option<Duration>,
-    wait: Option<Option<Duration>>,
+    wait: Wait,
     watchdog: bool,
     pub(crate) on_lost: OnLost,
     fair: Option<bool>,
@@ -68,7 +108,7 @@ impl LockRequest {
             runtime,
             key,
             lease: None,
-            wait: None,
+            wait: Wait::Default,
             watchdog: true,
             on_lost: OnLost::Abort,
             fair: None,
@@ -95,13 +135,13 @@ impl LockRequest {
     /// by the same `try_timeout`: so it returns by the deadline plus
     /// `try_timeout` at the latest, whatever the network does.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(Some(wait));
+        self.wait = Wait::For(wait);
         self
     }
 
     /// Waits as long as it takes, whatever the runtime's default.
     pub fn wait_forever(mut self) -> Self {
-        self.wait = Some(None);
+        self.wait = Wait::Forever;
         self
     }
 
@@ -167,25 +207,19 @@ impl LockRequest {
         }
     }
 
-    pub(crate) fn apply(
-        mut self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-        watchdog: bool,
-        on_lost: OnLost,
-        fair: Option<bool>,
-    ) -> Self {
-        if lease.is_some() {
-            self.lease = lease;
+    /// The attribute's options over this request's.
+    pub(crate) fn apply(mut self, options: Options) -> Self {
+        if options.lease.is_some() {
+            self.lease = options.lease;
         }
-        if fair.is_some() {
-            self.fair = fair;
+        if options.fair.is_some() {
+            self.fair = options.fair;
         }
-        if let Some(wait) = wait {
-            self.wait = Some(Some(wait));
+        if let Some(wait) = options.wait {
+            self.wait = Wait::For(wait);
         }
-        self.watchdog = watchdog;
-        self.on_lost = on_lost;
+        self.watchdog = options.watchdog;
+        self.on_lost = options.on_lost;
         self
     }
 
@@ -197,13 +231,17 @@ impl LockRequest {
         validate_key(&self.key)?;
         let lease = self.lease.unwrap_or(runtime.default_lease());
         validate_lease(lease)?;
-        let wait = self.wait.unwrap_or(runtime.default_wait());
-        let hash = LockNames::hash(runtime.prefix(), &self.key);
+        let wait = match self.wait {
+            Wait::Default => runtime.default_wait(),
+            Wait::For(wait) => Some(wait),
+            Wait::Forever => None,
+        };
+        let lock_key = LockNames::lock_key(runtime.prefix(), &self.key);
         let fair = self.fair.unwrap_or(runtime.default_fair())
             && runtime.backend().queues_across_processes();
         let want = Want {
             key: self.key,
-            lock_key: hash,
+            lock_key,
             scope,
             lease,
             wait,
@@ -269,35 +307,6 @@ fn validate_lease(lease: Duration) -> Result<(), LockError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn assert_send<T: Send>(_: &T) {}
-
-    /// The locked future is `Send` whenever the body is, so annotated
-    /// handlers stay usable with `tokio::spawn` and multi-threaded servers.
-    #[test]
-    fn locked_future_is_send_when_the_body_is() {
-        let request = LockRequest::new(None, "k".to_owned());
-        let fut = crate::with_lock(request, async { Ok::<_, LockError>(1) });
-        assert_send(&fut);
-        let fut =
-            crate::__private::locked("k".to_owned(), crate::__private::Options::DEFAULT, async {
-                Ok::<_, LockError>(())
-            });
-        assert_send(&fut);
-    }
-
-    /// Every waiting acquire keeps this state for as long as it waits
-    /// (bench S7: resident bytes per waiting task). Past causes of growth:
-    /// an `async fn` wrapper keeping a second copy of what it wraps, and
-    /// parameters of an `async fn` copied into locals.
-    #[tokio::test]
-    async fn a_waiting_acquire_stays_small() {
-        let runtime = LockRuntime::builder().memory().build().await.unwrap();
-        let acquire = runtime.lock("k").acquire();
-        let size = std::mem::size_of_val(&acquire);
-        eprintln!("an acquire() future: {size} bytes");
-        assert!(size <= 1280, "an acquire() future takes {size} bytes");
-    }
 
     #[test]
     fn keys_and_leases_are_checked() {

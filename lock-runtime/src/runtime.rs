@@ -135,8 +135,8 @@ impl LockRuntime {
     /// when there was a lock. An administrative tool: the holder finds out at
     /// its next renewal (`Lost`).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
-        let hash = LockNames::hash(&self.inner.settings.prefix, key);
-        Ok(self.run(self.inner.backend.force_unlock(&hash)).await?)
+        let lock_key = LockNames::lock_key(&self.inner.settings.prefix, key);
+        Ok(self.run(self.inner.backend.force_unlock(&lock_key)).await?)
     }
 
     /// Gives back every lock this runtime holds and takes no more: for a
@@ -175,7 +175,7 @@ impl LockRuntime {
             self.inner.watchdog.remove(held.id);
             held.mark_lost();
             self.inner.backend.release_in_background(
-                held.hash.clone(),
+                held.lock_key.clone(),
                 held.holder.clone(),
                 held.fair,
             );
@@ -237,7 +237,7 @@ impl LockRuntime {
 
     /// Backend name of `key` (prefix and hash tag applied), e.g. `lock:{order:1}`.
     pub fn backend_key(&self, key: &str) -> String {
-        LockNames::hash(&self.inner.settings.prefix, key)
+        LockNames::lock_key(&self.inner.settings.prefix, key)
     }
 
     /// Polls `fut` in the runtime's tokio context when the caller has none

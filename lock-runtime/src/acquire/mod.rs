@@ -274,7 +274,7 @@ impl Acquisition {
     fn hold(&mut self, holder: String, fence: u64) -> Hold {
         Hold {
             key: std::mem::take(&mut self.want.key),
-            hash: std::mem::take(&mut self.want.lock_key),
+            lock_key: std::mem::take(&mut self.want.lock_key),
             holder,
             owner: self.want.scope.id,
             fence,

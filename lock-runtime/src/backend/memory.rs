@@ -47,9 +47,9 @@ struct State {
 
 impl State {
     /// The key's last token, unless its record expired (as a Redis `GET`).
-    fn token(&self, hash: &str, now: Instant) -> u64 {
+    fn token(&self, lock_key: &str, now: Instant) -> u64 {
         self.fences
-            .get(hash)
+            .get(lock_key)
             .filter(|f| f.expires_at > now)
             .map_or(0, |f| f.token)
     }
@@ -88,30 +88,34 @@ impl MemoryBackend {
     }
 
     /// Mirrors `acquire.lua`.
-    pub(crate) fn acquire(&self, hash: &str, holder: &str, lease: Duration) -> Acquire {
+    pub(crate) fn acquire(&self, lock_key: &str, holder: &str, lease: Duration) -> Acquire {
         let now = Instant::now();
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let state = &mut *guard;
         state.sweep(now, self.window);
-        if state.locks.get(hash).is_some_and(|e| e.expires_at <= now) {
-            state.locks.remove(hash);
+        if state
+            .locks
+            .get(lock_key)
+            .is_some_and(|e| e.expires_at <= now)
+        {
+            state.locks.remove(lock_key);
         }
-        match state.locks.get_mut(hash) {
+        match state.locks.get_mut(lock_key) {
             None => {
                 // As acquire.lua: max(counter + 1, the clock in µs).
                 let fence = state
-                    .token(hash, now)
+                    .token(lock_key, now)
                     .saturating_add(1)
                     .max(micros_since_epoch());
                 state.fences.insert(
-                    hash.to_owned(),
+                    lock_key.to_owned(),
                     Fence {
                         token: fence,
                         expires_at: now + self.window,
                     },
                 );
                 state.locks.insert(
-                    hash.to_owned(),
+                    lock_key.to_owned(),
                     Entry {
                         holder: holder.to_owned(),
                         holds: 1,
@@ -139,10 +143,10 @@ impl MemoryBackend {
     }
 
     /// Mirrors `release.lua`.
-    pub(crate) fn release(&self, hash: &str, holder: &str) -> Release {
+    pub(crate) fn release(&self, lock_key: &str, holder: &str) -> Release {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(entry) = state.locks.get_mut(hash) else {
+        let Some(entry) = state.locks.get_mut(lock_key) else {
             return Release::NotHeld;
         };
         if entry.holder != holder || entry.expires_at <= now {
@@ -152,19 +156,19 @@ impl MemoryBackend {
         if entry.holds > 0 {
             return Release::StillHeld;
         }
-        state.locks.remove(hash);
+        state.locks.remove(lock_key);
         drop(state);
         if let Some(wakeups) = self.wakeups.upgrade() {
-            wakeups.released(hash);
+            wakeups.released(lock_key);
         }
         Release::Freed
     }
 
     /// Mirrors `renew.lua`.
-    pub(crate) fn renew(&self, hash: &str, holder: &str, lease: Duration) -> bool {
+    pub(crate) fn renew(&self, lock_key: &str, holder: &str, lease: Duration) -> bool {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match state.locks.get_mut(hash) {
+        match state.locks.get_mut(lock_key) {
             Some(entry) if entry.holder == holder && entry.expires_at > now => {
                 entry.expires_at = now + lease;
                 true
@@ -174,13 +178,13 @@ impl MemoryBackend {
     }
 
     /// Mirrors `force_unlock.lua`: deletes a lock whatever its holder.
-    pub(crate) fn delete(&self, hash: &str) -> bool {
+    pub(crate) fn delete(&self, lock_key: &str) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let removed = state.locks.remove(hash).is_some();
+        let removed = state.locks.remove(lock_key).is_some();
         drop(state);
         if removed {
             if let Some(wakeups) = self.wakeups.upgrade() {
-                wakeups.released(hash);
+                wakeups.released(lock_key);
             }
         }
         removed
@@ -222,10 +226,10 @@ mod tests {
         MemoryBackend::new(std::sync::Weak::<Nobody>::new(), WINDOW)
     }
 
-    fn token(store: &MemoryBackend, hash: &str, holder: &str, lease: Duration) -> u64 {
-        match store.acquire(hash, holder, lease) {
+    fn token(store: &MemoryBackend, lock_key: &str, holder: &str, lease: Duration) -> u64 {
+        match store.acquire(lock_key, holder, lease) {
             Acquire::Held { fence, .. } => fence,
-            busy => panic!("{hash}: {busy:?}"),
+            busy => panic!("{lock_key}: {busy:?}"),
         }
     }
 
@@ -238,9 +242,9 @@ mod tests {
     fn released_keys_leave_nothing_once_the_window_has_passed() {
         let store = store();
         for n in 0..2000 {
-            let hash = format!("lock:{{order:{n}}}");
-            token(&store, &hash, "h:1", LEASE);
-            assert_eq!(store.release(&hash, "h:1"), Release::Freed);
+            let lock_key = format!("lock:{{order:{n}}}");
+            token(&store, &lock_key, "h:1", LEASE);
+            assert_eq!(store.release(&lock_key, "h:1"), Release::Freed);
         }
         past_the_window();
         token(&store, "lock:{next}", "h:2", LEASE);
@@ -260,30 +264,30 @@ mod tests {
     #[test]
     fn tokens_grow_across_the_window_and_a_long_hold_keeps_its_own() {
         let store = store();
-        let hash = "lock:{k}";
-        let first = token(&store, hash, "h:1", LEASE);
-        assert_eq!(store.release(hash, "h:1"), Release::Freed);
+        let lock_key = "lock:{k}";
+        let first = token(&store, lock_key, "h:1", LEASE);
+        assert_eq!(store.release(lock_key, "h:1"), Release::Freed);
         past_the_window();
-        let second = token(&store, hash, "h:2", Duration::from_millis(30));
+        let second = token(&store, lock_key, "h:2", Duration::from_millis(30));
         assert!(second > first, "{second} <= {first}");
         // Renewed past the window: the key's record expires, the hold keeps
         // its token for a re-entry.
         for _ in 0..4 {
             std::thread::sleep(Duration::from_millis(15));
-            assert!(store.renew(hash, "h:2", Duration::from_millis(30)));
+            assert!(store.renew(lock_key, "h:2", Duration::from_millis(30)));
         }
-        assert_eq!(token(&store, hash, "h:2", LEASE), second, "re-entry");
-        assert_eq!(store.release(hash, "h:2"), Release::StillHeld);
-        assert_eq!(store.release(hash, "h:2"), Release::Freed);
-        let third = token(&store, hash, "h:3", LEASE);
+        assert_eq!(token(&store, lock_key, "h:2", LEASE), second, "re-entry");
+        assert_eq!(store.release(lock_key, "h:2"), Release::StillHeld);
+        assert_eq!(store.release(lock_key, "h:2"), Release::Freed);
+        let third = token(&store, lock_key, "h:3", LEASE);
         assert!(third > second, "{third} <= {second}");
     }
 
     #[test]
     fn a_token_ahead_of_the_clock_is_kept_until_the_window_has_passed() {
         let store = store();
-        let hash = "lock:{ahead}";
-        token(&store, hash, "h:1", LEASE);
+        let lock_key = "lock:{ahead}";
+        token(&store, lock_key, "h:1", LEASE);
         // As if the clock had stepped back an hour after this token.
         let ahead = micros_since_epoch() + 3_600_000_000;
         store
@@ -291,10 +295,10 @@ mod tests {
             .lock()
             .unwrap()
             .fences
-            .get_mut(hash)
+            .get_mut(lock_key)
             .unwrap()
             .token = ahead;
-        assert!(store.delete(hash));
-        assert_eq!(token(&store, hash, "h:2", LEASE), ahead + 1);
+        assert!(store.delete(lock_key));
+        assert_eq!(token(&store, lock_key, "h:2", LEASE), ahead + 1);
     }
 }

@@ -174,14 +174,14 @@ impl Backend {
     /// local waiter queue is already first come first served, ignores it.
     pub(crate) async fn acquire(
         &self,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         lease: Duration,
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(r) => r.acquire(hash, holder, lease, queue).await,
-            Backend::Memory(m) => Ok(m.acquire(hash, holder, lease)),
+            Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
+            Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
         }
     }
 
@@ -189,13 +189,13 @@ impl Backend {
     /// the key's queue; for a queued holder id, leave the queue).
     pub(crate) async fn release(
         &self,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         fair: bool,
     ) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(r) => r.release(hash, holder, fair).await,
-            Backend::Memory(m) => Ok(m.release(hash, holder)),
+            Backend::Redis(r) => r.release(lock_key, holder, fair).await,
+            Backend::Memory(m) => Ok(m.release(lock_key, holder)),
         }
     }
 
@@ -208,38 +208,38 @@ impl Backend {
     }
 
     /// Deletes the lock whoever holds it; `true` when there was one.
-    pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
+    pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
         match self {
-            Backend::Redis(r) => r.force_unlock(hash).await,
-            Backend::Memory(m) => Ok(m.delete(hash)),
+            Backend::Redis(r) => r.force_unlock(lock_key).await,
+            Backend::Memory(m) => Ok(m.delete(lock_key)),
         }
     }
 
     /// Releases without waiting for the outcome; callable from `Drop`, with
     /// or without a tokio context.
-    pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
+    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
         match self {
-            Backend::Redis(r) => r.release_in_background(hash, holder, fair),
+            Backend::Redis(r) => r.release_in_background(lock_key, holder, fair),
             Backend::Memory(m) => {
-                m.release(&hash, &holder);
+                m.release(&lock_key, &holder);
             }
         }
     }
 
-    /// Whether a background release of `hash` is queued and not yet
+    /// Whether a background release of `lock_key` is queued and not yet
     /// answered (never on the embedded backend, which frees at once).
-    pub(crate) fn release_pending(&self, hash: &str) -> bool {
+    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
         match self {
-            Backend::Redis(r) => r.pending().is_pending(hash),
+            Backend::Redis(r) => r.pending().is_pending(lock_key),
             Backend::Memory(_) => false,
         }
     }
 
-    /// Resolves once every background release of `hash` queued so far has
+    /// Resolves once every background release of `lock_key` queued so far has
     /// been answered.
-    pub(crate) async fn releases_settled(&self, hash: &str) {
+    pub(crate) async fn releases_settled(&self, lock_key: &str) {
         if let Backend::Redis(r) = self {
-            r.pending().settled(hash).await;
+            r.pending().settled(lock_key).await;
         }
     }
 
@@ -261,7 +261,7 @@ impl Backend {
             Backend::Redis(r) => r.renew_many(batch).await,
             Backend::Memory(m) => Ok(batch
                 .iter()
-                .map(|l| Some(m.renew(&l.hash, &l.holder, l.lease)))
+                .map(|l| Some(m.renew(&l.lock_key, &l.holder, l.lease)))
                 .collect()),
         }
     }

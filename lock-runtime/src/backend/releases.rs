@@ -41,12 +41,12 @@ impl ReleaseQueue {
 
     /// Queues a release; `false` when the releaser has stopped (the runtime
     /// is gone: the lease frees the lock).
-    pub(crate) fn send(&self, hash: String, holder: String, fair: bool) -> bool {
-        self.pending.add(&hash);
-        match self.jobs.send((hash, holder, fair)) {
+    pub(crate) fn send(&self, lock_key: String, holder: String, fair: bool) -> bool {
+        self.pending.add(&lock_key);
+        match self.jobs.send((lock_key, holder, fair)) {
             Ok(()) => true,
-            Err(mpsc::error::SendError((hash, _, _))) => {
-                self.pending.done([hash.as_str()]);
+            Err(mpsc::error::SendError((lock_key, _, _))) => {
+                self.pending.done([lock_key.as_str()]);
                 false
             }
         }
@@ -74,9 +74,9 @@ impl PendingReleases {
         self.by_lock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a release of `hash` about to be queued.
-    pub(crate) fn add(&self, hash: &str) {
-        *self.by_lock().entry(hash.to_owned()).or_default() += 1;
+    /// Records a release of `lock_key` about to be queued.
+    pub(crate) fn add(&self, lock_key: &str) {
+        *self.by_lock().entry(lock_key.to_owned()).or_default() += 1;
         self.total.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -84,11 +84,11 @@ impl PendingReleases {
     pub(crate) fn done<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) {
         {
             let mut by_lock = self.by_lock();
-            for hash in hashes {
-                if let Some(count) = by_lock.get_mut(hash) {
+            for lock_key in hashes {
+                if let Some(count) = by_lock.get_mut(lock_key) {
                     *count -= 1;
                     if *count == 0 {
-                        by_lock.remove(hash);
+                        by_lock.remove(lock_key);
                     }
                     self.total.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -97,17 +97,17 @@ impl PendingReleases {
         self.answered.notify_waiters();
     }
 
-    /// Whether a release of `hash` is queued and not yet answered.
-    pub(crate) fn is_pending(&self, hash: &str) -> bool {
-        self.total.load(Ordering::Acquire) > 0 && self.by_lock().contains_key(hash)
+    /// Whether a release of `lock_key` is queued and not yet answered.
+    pub(crate) fn is_pending(&self, lock_key: &str) -> bool {
+        self.total.load(Ordering::Acquire) > 0 && self.by_lock().contains_key(lock_key)
     }
 
-    /// Resolves once no release of `hash` is pending (at once when none is).
-    pub(crate) async fn settled(&self, hash: &str) {
-        while self.is_pending(hash) {
+    /// Resolves once no release of `lock_key` is pending (at once when none is).
+    pub(crate) async fn settled(&self, lock_key: &str) {
+        while self.is_pending(lock_key) {
             let mut answered = pin!(self.answered.notified());
             answered.as_mut().enable();
-            if !self.is_pending(hash) {
+            if !self.is_pending(lock_key) {
                 return;
             }
             answered.await;

@@ -12,7 +12,7 @@ use super::{KeyWaiters, WaitTicket};
 
 /// This process's place in a key's fair queue in Redis.
 #[derive(Debug, Default)]
-pub(super) struct Place {
+pub(super) struct FairPlace {
     /// Holder id queued in Redis (None: not queued).
     pub(super) id: Option<String>,
     /// A moment before the id was last seen queued and not yet handed the
@@ -30,13 +30,13 @@ pub(super) struct Place {
     generation: u64,
 }
 
-impl Place {
+impl FairPlace {
     /// Forgets the place (the next attempt makes a new one); returns its id.
     pub(super) fn reset(&mut self) -> Option<String> {
         let id = self.id.take();
-        *self = Place {
+        *self = FairPlace {
             generation: self.generation.wrapping_add(1),
-            ..Place::default()
+            ..FairPlace::default()
         };
         id
     }

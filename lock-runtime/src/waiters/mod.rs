@@ -37,11 +37,11 @@ use crate::backend::{Wakeups, Watched, Watches};
 mod fair;
 
 use crate::owner::Node;
-use fair::Place;
+use fair::FairPlace;
 
 /// One waiter's place in its key's queue.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct LocalWaiter {
     /// Notified when it is this waiter's turn to try (a permit is kept if it
     /// is not listening at that moment, so no wake-up is lost).
     pub(crate) wake: Notify,
@@ -51,7 +51,7 @@ pub(crate) struct Slot {
 /// The waiters of one key.
 #[derive(Debug, Default)]
 pub(crate) struct KeyWaiters {
-    queue: Mutex<VecDeque<Arc<Slot>>>,
+    queue: Mutex<VecDeque<Arc<LocalWaiter>>>,
     ready: AtomicBool,
     ready_changed: Notify,
     /// Set when the last waiter left (a subscribe still being retried for
@@ -62,7 +62,7 @@ pub(crate) struct KeyWaiters {
     busy_until: Mutex<Option<Instant>>,
     /// Notified when `busy_until` moves earlier (sleepers wake sooner).
     busy_changed: Notify,
-    place: Mutex<Place>,
+    place: Mutex<FairPlace>,
 }
 
 impl Watched for KeyWaiters {
@@ -91,11 +91,11 @@ impl KeyWaiters {
         }
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Slot>>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<LocalWaiter>>> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn place(&self) -> std::sync::MutexGuard<'_, Place> {
+    fn place(&self) -> std::sync::MutexGuard<'_, FairPlace> {
         self.place.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -167,7 +167,7 @@ impl Waiters {
     /// Queues one waiter of owner scope `owner` on `channel`; the first one
     /// subscribes.
     pub(crate) fn register(self: &Arc<Self>, channel: String, scope: Arc<Node>) -> WaitTicket {
-        let slot = Arc::new(Slot {
+        let slot = Arc::new(LocalWaiter {
             wake: Notify::new(),
             scope,
         });
@@ -302,7 +302,7 @@ pub(crate) struct WaitTicket {
     waiters: Arc<Waiters>,
     channel: String,
     entry: Arc<KeyWaiters>,
-    slot: Arc<Slot>,
+    slot: Arc<LocalWaiter>,
     took_lock: bool,
     /// Wake the (new) head on leaving even when this waiter was not the head.
     wake_head_on_leave: bool,
@@ -310,7 +310,7 @@ pub(crate) struct WaitTicket {
 
 impl WaitTicket {
     /// This waiter's slot.
-    pub(crate) fn slot(&self) -> &Arc<Slot> {
+    pub(crate) fn slot(&self) -> &Arc<LocalWaiter> {
         &self.slot
     }
 

@@ -71,12 +71,12 @@ impl RedisBackend {
 
     pub(crate) async fn acquire(
         &self,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         lease: Duration,
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
-        let fence_key = LockNames::fence(hash);
+        let fence_key = LockNames::fence(lock_key);
         let lease = ms(lease);
         let mut con = self.con.clone();
         // (The caller boxes this whole future, so it stays out of the state of
@@ -85,12 +85,12 @@ impl RedisBackend {
             eval(
                 &mut con,
                 &self.scripts.acquire,
-                &[hash, &fence_key],
+                &[lock_key, &fence_key],
                 &[holder, &lease, &self.window],
             )
             .await
         } else {
-            self.acquire_fair(&mut con, hash, holder, &lease, queue)
+            self.acquire_fair(&mut con, lock_key, holder, &lease, queue)
                 .await
         };
         let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
@@ -110,7 +110,7 @@ impl RedisBackend {
     async fn acquire_fair(
         &self,
         con: &mut ConnectionManager,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         lease: &str,
         queue: Queue,
@@ -125,22 +125,23 @@ impl RedisBackend {
             lease,
             join,
             &ms(QUEUE_ENTRY_LIFE),
-            &LockNames::channel(hash),
+            &LockNames::channel(lock_key),
             &handoff_lease,
             &self.window,
         ];
-        by_sha(con, |sha| self.scripts.fair(sha, hash, &args)).await
+        by_sha(con, |sha| self.scripts.fair(sha, lock_key, &args)).await
     }
 
     pub(crate) async fn release(
         &self,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         fair: bool,
     ) -> Result<Release, BackendError> {
         let mut con = self.con.clone();
         let left: i64 = by_sha(&mut con, |sha| {
-            self.scripts.release(sha, hash, holder, fair, &self.window)
+            self.scripts
+                .release(sha, lock_key, holder, fair, &self.window)
         })
         .await
         .map_err(|e| self.failed("release failed", e))?;
@@ -160,12 +161,17 @@ impl RedisBackend {
         Ok(())
     }
 
-    pub(crate) async fn force_unlock(&self, hash: &str) -> Result<bool, BackendError> {
-        let channel = LockNames::channel(hash);
+    pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
+        let channel = LockNames::channel(lock_key);
         let mut con = self.con.clone();
-        let deleted: i64 = eval(&mut con, &self.scripts.force_unlock, &[hash], &[&channel])
-            .await
-            .map_err(|e| self.failed("force unlock failed", e))?;
+        let deleted: i64 = eval(
+            &mut con,
+            &self.scripts.force_unlock,
+            &[lock_key],
+            &[&channel],
+        )
+        .await
+        .map_err(|e| self.failed("force unlock failed", e))?;
         Ok(deleted == 1)
     }
 
@@ -173,8 +179,8 @@ impl RedisBackend {
         self.releases.pending()
     }
 
-    pub(crate) fn release_in_background(&self, hash: String, holder: String, fair: bool) {
-        if !self.releases.send(hash, holder, fair) {
+    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        if !self.releases.send(lock_key, holder, fair) {
             // The runtime is shutting down; the lease frees the lock.
             tracing::debug!("lock runtime stopped; a lock will be freed by its lease");
         }
@@ -192,7 +198,7 @@ impl RedisBackend {
                 let lease = ms(lock.lease);
                 pipe.add_command(self.scripts.renew.call(
                     by_sha,
-                    &[&lock.hash],
+                    &[&lock.lock_key],
                     &[&lock.holder, &lease],
                 ));
             }

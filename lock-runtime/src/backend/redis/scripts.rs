@@ -60,13 +60,13 @@ impl Scripts {
     }
 
     /// A call of the fair script (`args[0]` is the operation) on the lock
-    /// `hash`: its four keys are the lock, fence, queue and queue entries.
-    pub(super) fn fair(&self, by_sha: bool, hash: &str, args: &[&str]) -> Cmd {
+    /// `lock_key`: its four keys are the lock, fence, queue and queue entries.
+    pub(super) fn fair(&self, by_sha: bool, lock_key: &str, args: &[&str]) -> Cmd {
         let keys = [
-            hash,
-            &LockNames::fence(hash),
-            &LockNames::queue(hash),
-            &LockNames::queued(hash),
+            lock_key,
+            &LockNames::fence(lock_key),
+            &LockNames::queue(lock_key),
+            &LockNames::queued(lock_key),
         ];
         self.fair.call(by_sha, &keys, args)
     }
@@ -76,16 +76,16 @@ impl Scripts {
     pub(super) fn release(
         &self,
         by_sha: bool,
-        hash: &str,
+        lock_key: &str,
         holder: &str,
         fair: bool,
         window: &str,
     ) -> Cmd {
-        let channel = LockNames::channel(hash);
+        let channel = LockNames::channel(lock_key);
         if fair {
-            self.fair(by_sha, hash, &["release", holder, &channel, window])
+            self.fair(by_sha, lock_key, &["release", holder, &channel, window])
         } else {
-            self.release.call(by_sha, &[hash], &[holder, &channel])
+            self.release.call(by_sha, &[lock_key], &[holder, &channel])
         }
     }
 }

@@ -97,8 +97,8 @@ pub(super) async fn releaser(
         loop {
             attempt += 1;
             let mut pipe = redis::pipe();
-            for (hash, holder, fair) in &batch {
-                pipe.add_command(scripts.release(by_sha, hash, holder, *fair, &window));
+            for (lock_key, holder, fair) in &batch {
+                pipe.add_command(scripts.release(by_sha, lock_key, holder, *fair, &window));
             }
             let outcome: RedisResult<Vec<RedisResult<i64>>> =
                 pipe.ignore_errors().query_async(&mut con).await;
@@ -123,7 +123,7 @@ pub(super) async fn releaser(
                 }
             }
         }
-        pending.done(batch.iter().map(|(hash, _, _)| hash.as_str()));
+        pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
         batch.clear();
     }
 }
