@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::backend::redis::RedisSettings;
-use crate::backend::{Backend, BackendConfig, Wakeups};
+use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
 use crate::error::{BackendError, LockError};
 use crate::runtime::{LockRuntime, Settings, Started};
 use crate::waiters::Waiters;
@@ -281,7 +280,7 @@ impl LockRuntimeBuilder {
             },
             Choice::Redis(url) => BackendConfig::Redis(
                 url.clone(),
-                RedisSettings {
+                ConnectSettings {
                     connect_timeout: self.connect_timeout,
                     response_timeout: self.response_timeout,
                     tls_root_ca: self.tls_root_ca.clone(),

@@ -71,11 +71,27 @@ pub(crate) enum Release {
 pub(crate) enum BackendConfig {
     /// The embedded store; tokens' counters expire `fence_window` after use.
     Memory {
-        /// See [`RedisSettings::fence_window`](redis::RedisSettings).
+        /// See [`ConnectSettings::fence_window`].
         fence_window: Duration,
     },
     /// A Redis server at a URL (which may hold a password: never shown).
-    Redis(String, redis::RedisSettings),
+    Redis(String, ConnectSettings),
+}
+
+/// How to reach a server backend, as the builder configured it (the same
+/// for every networked backend: timeouts, TLS, the fence window).
+#[derive(Clone, Default)]
+pub(crate) struct ConnectSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM of a private CA to trust instead of the system roots (TLS URLs).
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    /// PEM certificate chain and key for mutual TLS.
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// How long a key's last token is kept after it was issued.
+    pub(crate) fence_window: Duration,
 }
 
 /// What a backend tells this process's waiters. The waiter registry

@@ -13,29 +13,14 @@ use super::scripts::{load_scripts, Scripts};
 use super::tasks::{releaser, subscriptions, SubscriptionCommand};
 use super::{ms, RedisBackend};
 use crate::backend::releases::ReleaseQueue;
-use crate::backend::{Wakeups, Watched, Watches};
+use crate::backend::{ConnectSettings, Wakeups, Watched, Watches};
 use crate::error::{BackendError, LockError};
 use crate::names::LockNames;
-
-/// Connection settings the builder passes in.
-#[derive(Clone, Default)]
-pub(crate) struct RedisSettings {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    /// PEM of a private CA to trust instead of the system roots (`rediss://`).
-    pub(crate) tls_root_ca: Option<Vec<u8>>,
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    /// PEM certificate chain and key for mutual TLS.
-    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
-    /// How long a key's last token is kept after it was issued.
-    pub(crate) fence_window: Duration,
-}
 
 /// Makes the client, with TLS settings when the URL asks for TLS.
 fn client_for(
     info: redis::ConnectionInfo,
-    settings: &RedisSettings,
+    settings: &ConnectSettings,
 ) -> Result<redis::Client, LockError> {
     let tls = url_is_tls(&info);
     if !tls {
@@ -52,7 +37,7 @@ fn url_is_tls(info: &redis::ConnectionInfo) -> bool {
 #[cfg(feature = "tls")]
 fn tls_client(
     info: redis::ConnectionInfo,
-    settings: &RedisSettings,
+    settings: &ConnectSettings,
 ) -> Result<redis::Client, LockError> {
     // rustls needs a process-wide crypto provider; another part of the
     // program may have installed one already, which is fine.
@@ -82,7 +67,7 @@ fn tls_client(
 #[cfg(not(feature = "tls"))]
 fn tls_client(
     _info: redis::ConnectionInfo,
-    _settings: &RedisSettings,
+    _settings: &ConnectSettings,
 ) -> Result<redis::Client, LockError> {
     Err(LockError::InvalidConfig(
         "rediss:// (TLS) needs the `tls` feature of lock-runtime: \
@@ -153,7 +138,7 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
 /// subscription task and the releaser through the returned [`Watches`].
 pub(crate) async fn connect(
     url: &str,
-    settings: &RedisSettings,
+    settings: &ConnectSettings,
     wakeups: Weak<dyn Wakeups>,
 ) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
     let fence_window = settings.fence_window;

@@ -26,7 +26,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 
-pub(crate) use connect::{connect, RedisSettings};
+pub(crate) use connect::connect;
 use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
