@@ -11,31 +11,23 @@
 //! this module alone.
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
-use syn::{Attribute, Ident, Path, ReturnType, Signature, Type, Visibility};
+use syn::{Ident, Path, ReturnType, Signature, Type};
 
 pub(crate) use crate::args::{DurationArg, OnLost, Options};
 pub(crate) use crate::async_trait::AsyncTraitBody;
+pub(crate) use crate::item::LockFn;
 pub(crate) use crate::template::Template;
 
 use crate::args::Args;
 use crate::async_trait;
 use crate::errors::Errors;
-use crate::item::LockFn;
 use crate::template::Params;
 use crate::written::written;
 
 /// A fn the attribute can lock, checked, with everything its expansion needs.
 pub(crate) struct LockedFn {
-    /// Outer attributes, kept.
-    pub attrs: Vec<Attribute>,
-    /// Visibility, kept.
-    pub vis: Visibility,
-    /// Signature, kept (the expansion only moves parameters into the body).
-    pub sig: Signature,
-    /// Inner attributes at the top of the body, kept there.
-    pub inner_attrs: Vec<Attribute>,
-    /// What runs under the lock.
-    pub body: Body,
+    /// The fn as written, its body split into what runs under the lock.
+    pub item: LockFn<Body>,
     /// The type the fn's future outputs, as declared; `None` after `#[async_trait]` when
     /// its return type has an unexpected form.
     pub output: Option<Type>,
@@ -62,20 +54,14 @@ pub(crate) fn check(
     item: syn::Result<LockFn>,
     mut errors: Errors,
 ) -> syn::Result<LockedFn> {
-    let LockFn {
-        attrs,
-        vis,
-        sig,
-        inner_attrs,
-        body,
-    } = match item {
-        Ok(lock_fn) => lock_fn,
+    let item = match item {
+        Ok(item) => item.map_body(|sig, body| check_async(sig, body, &mut errors)),
         Err(error) => return Err(errors.fail(error)),
     };
-    let body = check_async(&sig, body, &mut errors);
-    let output = output_type(&sig, &body).cloned();
+    let sig = &item.sig;
+    let output = output_type(sig, &item.body).cloned();
     // After #[async_trait], a return type of another form is left to the type checker.
-    if matches!(body, Body::Block(_)) || output.is_some() {
+    if matches!(item.body, Body::Block(_)) || output.is_some() {
         errors.take(check_returns_result(
             &sig.ident,
             output.as_ref(),
@@ -86,16 +72,12 @@ pub(crate) fn check(
         Ok(key) => key,
         Err(reported) => return Err(errors.stop(reported)),
     };
-    let key = match Template::new(&key.value(), key.span(), &Params::of(&sig), &sig.ident) {
+    let key = match Template::new(&key.value(), key.span(), &Params::of(sig), &sig.ident) {
         Ok(key) => key,
         Err(error) => return Err(errors.fail(error)),
     };
     errors.finish(LockedFn {
-        attrs,
-        vis,
-        sig,
-        inner_attrs,
-        body,
+        item,
         output,
         key,
         options: args.options,

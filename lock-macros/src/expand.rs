@@ -12,18 +12,21 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, Pat, Signature, Type};
 
-use crate::check::{AsyncTraitBody, Body, DurationArg, LockedFn, OnLost, Options};
+use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, OnLost, Options};
 use crate::rebind::{self, Rebinding};
 use crate::spans::{generated, relocate};
 
 /// The locked fn.
 pub(crate) fn expand(locked: LockedFn) -> TokenStream {
     let LockedFn {
-        attrs,
-        vis,
-        mut sig,
-        inner_attrs,
-        body,
+        item:
+            LockFn {
+                attrs,
+                vis,
+                mut sig,
+                inner_attrs,
+                body,
+            },
         output,
         key,
         options,

@@ -9,8 +9,9 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Attribute, Item, Signature, Token, Visibility};
 
-/// An annotated fn: signature parsed, body kept as tokens.
-pub(crate) struct LockFn {
+/// An annotated fn: signature parsed, body kept as tokens (a `Group`) until `check.rs`
+/// tells what in it runs under the lock.
+pub(crate) struct LockFn<Body = Group> {
     /// Outer attributes (`///` docs, `#[inline]`, …), kept as they are.
     pub attrs: Vec<Attribute>,
     /// Visibility, kept.
@@ -20,7 +21,28 @@ pub(crate) struct LockFn {
     /// Inner attributes (`#![allow(…)]`) at the top of the body, kept at the top of the body.
     pub inner_attrs: Vec<Attribute>,
     /// The body's statements, braces included.
-    pub body: Group,
+    pub body: Body,
+}
+
+impl<Body> LockFn<Body> {
+    /// The same fn with `to` applied to its body.
+    pub(crate) fn map_body<To>(self, to: impl FnOnce(&Signature, Body) -> To) -> LockFn<To> {
+        let LockFn {
+            attrs,
+            vis,
+            sig,
+            inner_attrs,
+            body,
+        } = self;
+        let body = to(&sig, body);
+        LockFn {
+            attrs,
+            vis,
+            sig,
+            inner_attrs,
+            body,
+        }
+    }
 }
 
 impl Parse for LockFn {
