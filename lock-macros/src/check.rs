@@ -364,4 +364,21 @@ mod tests {
         );
         assert_eq!(found.len(), 2, "{found:?}");
     }
+
+    #[test]
+    fn a_missing_key_is_reported_among_the_arguments_before_the_fn() {
+        let found = errors(
+            quote!(lease = "1x"),
+            quote!(
+                fn f() -> u64 {
+                    1
+                }
+            ),
+        );
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(found[0].contains("invalid duration"));
+        assert!(found[1].contains("missing `key`"));
+        assert!(found[2].contains("needs an `async fn`"));
+        assert!(found[3].contains("returns `u64`"));
+    }
 }

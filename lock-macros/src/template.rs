@@ -657,4 +657,17 @@ mod tests {
             .to_string();
         assert!(error.contains("destructured"), "{error}");
     }
+
+    #[test]
+    fn raw_names_and_indices_reach_the_key_expression() {
+        let t = template("<r#type.0>:<p.r#in>", "fn f(r#type: (u8,), p: P)").unwrap();
+        let params = [
+            Ident::new_raw("type", Span::call_site()),
+            Ident::new("p", Span::call_site()),
+        ];
+        assert_eq!(
+            t.to_key_expr(&params).to_string(),
+            ":: std :: format ! (\"{}:{}\" , r#type . 0 , p . r#in)"
+        );
+    }
 }
