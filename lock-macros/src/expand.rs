@@ -10,7 +10,7 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, Pat, Signature, Type};
+use syn::{FnArg, Ident, Pat, Path, Signature, Type};
 
 use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, OnLost, Options};
 use crate::rebind::{self, Rebinding};
@@ -32,17 +32,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
         options,
         krate,
     } = locked;
-    // Where a type error about the call itself should point: the declared return type (for
-    // example when its error type has no `From<LockError>`).
-    let output_span = output.as_ref().map_or_else(Span::call_site, Spanned::span);
-    let at_output = generated(output_span);
-    let krate = krate.to_token_stream();
-    // `lift` is where the type checker requires `From<LockError>` of the error type: at the
-    // return type, once (see `__private::locked_with`).
-    let locked = relocate(quote!(#krate::__private::locked_with), output_span);
-    let lift = relocate(quote!(#krate::__private::lift), output_span);
-    let options = options_expr(options, &krate);
-
+    let call = LockCall::new(output.as_ref(), &krate, options);
     let new_body = match body {
         // The boxed future already moves the parameters and carries a type hint: wrap it.
         Body::AsyncTrait(AsyncTraitBody {
@@ -50,8 +40,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             pin,
             future,
         }) => {
-            let key = key.to_key_expr(&bound_names(&sig));
-            let call = quote_spanned!(at_output=> #locked(#key, #options, #lift, #future).await);
+            let call = call.around(key.to_key_expr(&bound_names(&sig)), future);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
@@ -64,16 +53,15 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             body.set_span(generated(body.span()));
             let read_by_key: Vec<&Ident> = key.roots().collect();
             let Rebinding { stmts, names } = rebind::rebind(&mut sig, &read_by_key);
-            let key = key.to_key_expr(&names);
             let hint = return_type_hint(output.as_ref());
-            quote_spanned! {at_output=>
-                #locked(#key, #options, #lift, async move {
+            let future = quote_spanned! {call.at=>
+                async move {
                     #hint
                     #(#stmts)*
                     #body
-                })
-                .await
-            }
+                }
+            };
+            call.around(key.to_key_expr(&names), future)
         }
     };
     quote! {
@@ -82,6 +70,46 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             #(#inner_attrs)*
             #new_body
         }
+    }
+}
+
+/// `__private::locked_with(key, options, lift, future).await`, but for the key and the future.
+struct LockCall {
+    /// `locked_with`, at the return type.
+    locked_with: TokenStream,
+    /// The options' struct expression.
+    options: TokenStream,
+    /// `lift`, at the return type.
+    lift: TokenStream,
+    /// The span of the call's own tokens: the macro's, at the return type.
+    at: Span,
+}
+
+impl LockCall {
+    /// The call for a fn declaring `output`, calling into `krate`.
+    fn new(output: Option<&Type>, krate: &Path, options: Options) -> LockCall {
+        // Where a type error about the call itself should point: the declared return type
+        // (for example when its error type has no `From<LockError>`).
+        let output_span = output.map_or_else(Span::call_site, Spanned::span);
+        // `lift` is where the type checker requires `From<LockError>` of the error type: at
+        // the return type, once (see `__private::locked_with`).
+        LockCall {
+            locked_with: relocate(quote!(#krate::__private::locked_with), output_span),
+            options: options_expr(options, &krate.to_token_stream()),
+            lift: relocate(quote!(#krate::__private::lift), output_span),
+            at: generated(output_span),
+        }
+    }
+
+    /// The call, awaited, that runs `future` holding the lock `key` names.
+    fn around(&self, key: TokenStream, future: impl ToTokens) -> TokenStream {
+        let LockCall {
+            locked_with,
+            options,
+            lift,
+            at,
+        } = self;
+        quote_spanned!(*at=> #locked_with(#key, #options, #lift, #future).await)
     }
 }
 
