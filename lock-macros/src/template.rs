@@ -1,8 +1,9 @@
 //! The key template: `"order:<id>"` → literal text and placeholders, checked against the fn.
 //!
 //! A template is parsed once into [`Segment`]s. Placeholders are then checked against the fn's
-//! parameters ([`Params`]), and finally turned into one `format!` call whose arguments are
-//! place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
+//! parameters ([`Params`]); a checked [`Template`] holds only text and placeholders, each
+//! placeholder with its parameter and fields already parsed as Rust names, and is finally
+//! turned into one `format!` call whose arguments are place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
 //! key is built without cloning or moving any argument, before the body takes them.
 //!
 //! Spans: the generated tokens sit at the key literal, so an error about a value (a field that
