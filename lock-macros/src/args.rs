@@ -3,8 +3,8 @@
 //! Parsing happens in two passes so that one mistake does not hide the next: the list is
 //! first split into `name = value` pairs (only a broken list stops here), then every pair is
 //! checked on its own and all the errors are combined. The key template is kept as a string
-//! literal here; it is checked against the fn's parameters later, in `template.rs`, once the
-//! fn has been parsed.
+//! literal here; `check.rs` checks it against the fn's parameters once the fn has been
+//! parsed.
 //!
 //! Written inside `macro_rules!`, an argument passed in as a fragment (`key = $key` with
 //! `$key:literal` or `$key:expr`) reaches the attribute wrapped in an invisible group, which
@@ -19,6 +19,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::duration;
+use crate::errors::Errors;
 use crate::suggest;
 
 /// Every argument name, in the order the docs present them.
@@ -48,23 +49,31 @@ const MAX_LEASE_MILLIS: u64 = 24 * 3_600_000;
 /// third of the lease, and a shorter period would only spin.
 const MIN_LEASE_MILLIS: u64 = 10;
 
-/// The checked arguments of one `#[distributed_lock(...)]`.
-#[derive(Default)]
+/// The arguments of one `#[distributed_lock(...)]`, each value checked on its own.
 pub(crate) struct Args {
-    /// `key = "…"`: the template text, spanned at the literal (`None` only after an error).
-    pub key: Option<LitStr>,
-    /// `lease = …`; `None` leaves the runtime default.
-    pub lease: Option<DurationArg>,
-    /// `wait = …`; `None` leaves the runtime default.
-    pub wait: Option<DurationArg>,
-    /// `watchdog = false`; `None` leaves the runtime default (on).
-    pub watchdog: Option<bool>,
-    /// `on_lost = "…"`; `None` leaves the runtime default (abort).
-    pub on_lost: Option<OnLost>,
-    /// `fair = true | false`; `None` leaves the runtime default.
-    pub fair: Option<bool>,
+    /// `key = "…"`: the template text, spanned at the literal; or, when there is no usable
+    /// key (missing, not a string, or a list that does not parse), the error that says so,
+    /// already among the errors `Args::parse` reported.
+    pub key: syn::Result<LitStr>,
+    /// How the lock is taken and held.
+    pub options: Options,
     /// `crate = "path"`; `None` means `::lock_runtime`.
     pub krate: Option<Path>,
+}
+
+/// The lock's options, as given; each `None` leaves the runtime's default.
+#[derive(Default)]
+pub(crate) struct Options {
+    /// `lease = …`; the runtime's default is 30s.
+    pub lease: Option<DurationArg>,
+    /// `wait = …`; the runtime's default is 30s unless configured.
+    pub wait: Option<DurationArg>,
+    /// `watchdog = false`; the runtime's default is on.
+    pub watchdog: Option<bool>,
+    /// `on_lost = "…"`; the runtime's default is abort.
+    pub on_lost: Option<OnLost>,
+    /// `fair = true | false`; the runtime's default is off unless configured.
+    pub fair: Option<bool>,
 }
 
 /// A duration argument.
@@ -136,100 +145,121 @@ impl Parse for Argument {
 }
 
 /// The arguments of an attribute, as written.
-struct Pairs(Punctuated<Argument, Token![,]>);
+struct Arguments(Punctuated<Argument, Token![,]>);
 
-impl Parse for Pairs {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Pairs> {
-        Punctuated::parse_terminated(input).map(Pairs)
-    }
-}
-
-/// Adds `error` to `errors`.
-pub(crate) fn push(errors: &mut Option<syn::Error>, error: syn::Error) {
-    match errors {
-        Some(errors) => errors.combine(error),
-        None => *errors = Some(error),
+impl Parse for Arguments {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Arguments> {
+        Punctuated::parse_terminated(input).map(Arguments)
     }
 }
 
 impl Args {
-    /// Parses and checks the tokens inside `#[distributed_lock(...)]`. Every bad argument is
-    /// added to `errors` and the good ones are still returned, so the key can be checked
-    /// against the fn even when, say, `lease` is wrong. `attr_span` is where to point when
-    /// `key` is missing.
+    /// Parses the tokens inside `#[distributed_lock(...)]`, checking each value. Every bad
+    /// argument is added to `errors` and the good ones are still returned, so the key can be
+    /// checked against the fn even when, say, `lease` is wrong. `attr_span` is where to point
+    /// when `key` is missing.
     pub(crate) fn parse(
         tokens: proc_macro2::TokenStream,
         attr_span: Span,
-        errors: &mut Option<syn::Error>,
+        errors: &mut Errors,
     ) -> Args {
-        let mut args = Args::default();
-        let pairs = match syn::parse2::<Pairs>(tokens) {
-            Ok(Pairs(pairs)) => pairs,
+        let arguments = match syn::parse2::<Arguments>(tokens) {
+            Ok(Arguments(arguments)) => arguments,
+            // Nothing to read, and so no key to check against the fn.
             Err(error) => {
-                push(errors, error);
-                return args;
+                return Args {
+                    key: errors.keep(Err(error)),
+                    options: Options::default(),
+                    krate: None,
+                }
             }
         };
-        let mut seen: Vec<String> = Vec::new();
-        let mut bare_key = false;
-        for argument in pairs {
-            let Pair { name, value } = match argument {
-                Argument::Pair(pair) => pair,
-                Argument::Bare(lit) => {
-                    push(
-                        errors,
-                        syn::Error::new(
-                            lit.span(),
-                            format!(
-                                "a string on its own is not an argument of #[distributed_lock]: \
-                                 write the key as `key = {}`",
-                                lit.token()
-                            ),
-                        ),
-                    );
-                    // Still checked against the fn, so that its mistakes show now too.
-                    bare_key = true;
-                    args.key.get_or_insert(lit);
-                    continue;
-                }
-            };
-            let text = name.to_string();
-            if seen.contains(&text) {
-                push(
-                    errors,
-                    syn::Error::new(
-                        name.span(),
-                        format!("duplicate argument `{text}`: give it once"),
-                    ),
-                );
-                continue;
-            }
-            seen.push(text.clone());
-            let checked = match text.as_str() {
-                "key" => string(&value, "key", "\"order:<id>\"").map(|lit| args.key = Some(lit)),
-                "lease" => lease_arg(value).map(|arg| args.lease = Some(arg)),
-                "wait" => duration_arg(value, "wait").map(|arg| args.wait = Some(arg)),
-                "watchdog" => bool_arg(&value, "watchdog").map(|b| args.watchdog = Some(b)),
-                "on_lost" => on_lost_arg(&value).map(|o| args.on_lost = Some(o)),
-                "fair" => bool_arg(&value, "fair").map(|b| args.fair = Some(b)),
-                "crate" => crate_arg(value).map(|p| args.krate = Some(p)),
-                _ => Err(unknown(&name)),
-            };
-            if let Err(error) = checked {
-                push(errors, error);
+        let mut reading = Reading::default();
+        for argument in arguments {
+            match argument {
+                Argument::Pair(pair) => reading.pair(pair, errors),
+                Argument::Bare(lit) => reading.bare_key(lit, errors),
             }
         }
-        if !bare_key && !seen.iter().any(|name| name == "key") {
-            push(
-                errors,
-                syn::Error::new(
-                    attr_span,
-                    "missing `key`: #[distributed_lock] needs the lock's name, \
-                     as in #[distributed_lock(key = \"order:<id>\")]",
-                ),
-            );
+        let key = match reading.key {
+            Some(key) => key,
+            None => errors.keep(Err(syn::Error::new(
+                attr_span,
+                "missing `key`: #[distributed_lock] needs the lock's name, \
+                 as in #[distributed_lock(key = \"order:<id>\")]",
+            ))),
+        };
+        Args {
+            key,
+            options: reading.options,
+            krate: reading.krate,
         }
-        args
+    }
+}
+
+/// The arguments read so far.
+#[derive(Default)]
+struct Reading {
+    /// The key: a literal once one was read, else the first error about it.
+    key: Option<syn::Result<LitStr>>,
+    options: Options,
+    krate: Option<Path>,
+    /// The names given so far, to refuse a second `lease`.
+    seen: Vec<String>,
+}
+
+impl Reading {
+    /// Reads `name = value`; a bad one is added to `errors`.
+    fn pair(&mut self, Pair { name, value }: Pair, errors: &mut Errors) {
+        let text = name.to_string();
+        if self.seen.contains(&text) {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("duplicate argument `{text}`: give it once"),
+            ));
+            return;
+        }
+        self.seen.push(text.clone());
+        let options = &mut self.options;
+        let read = match text.as_str() {
+            "key" => {
+                let key = errors.keep(string(&value, "key", "\"order:<id>\""));
+                self.named_key(key);
+                Ok(())
+            }
+            "lease" => lease_arg(value).map(|arg| options.lease = Some(arg)),
+            "wait" => duration_arg(value, "wait").map(|arg| options.wait = Some(arg)),
+            "watchdog" => bool_arg(&value, "watchdog").map(|b| options.watchdog = Some(b)),
+            "on_lost" => on_lost_arg(&value).map(|o| options.on_lost = Some(o)),
+            "fair" => bool_arg(&value, "fair").map(|b| options.fair = Some(b)),
+            "crate" => crate_arg(value).map(|p| self.krate = Some(p)),
+            _ => Err(unknown(&name)),
+        };
+        errors.take(read);
+    }
+
+    /// `key = …`: a literal replaces any key read before; an error only stands for a key
+    /// not yet read.
+    fn named_key(&mut self, key: syn::Result<LitStr>) {
+        if key.is_ok() || !matches!(self.key, Some(Ok(_))) {
+            self.key = Some(key);
+        }
+    }
+
+    /// A string on its own: refused, and still taken for the key (unless one was read), so
+    /// that the key's mistakes show now too.
+    fn bare_key(&mut self, lit: LitStr, errors: &mut Errors) {
+        errors.push(syn::Error::new(
+            lit.span(),
+            format!(
+                "a string on its own is not an argument of #[distributed_lock]: \
+                 write the key as `key = {}`",
+                lit.token()
+            ),
+        ));
+        if !matches!(self.key, Some(Ok(_))) {
+            self.key = Some(Ok(lit));
+        }
     }
 }
 
@@ -386,9 +416,9 @@ mod tests {
     use quote::{quote, ToTokens};
 
     fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
-        let mut errors = None;
+        let mut errors = Errors::default();
         let args = Args::parse(tokens, Span::call_site(), &mut errors);
-        errors.map_or(Ok(args), Err)
+        errors.finish(args)
     }
 
     fn errors(tokens: proc_macro2::TokenStream) -> Vec<String> {
@@ -411,11 +441,14 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "order:<id>");
-        assert!(matches!(args.lease, Some(DurationArg::Millis(90_000, _))));
-        assert!(matches!(args.wait, Some(DurationArg::Millis(0, _))));
-        assert_eq!(args.watchdog, Some(false));
-        assert_eq!(args.on_lost, Some(OnLost::Continue));
-        assert_eq!(args.fair, Some(true));
+        assert!(matches!(
+            args.options.lease,
+            Some(DurationArg::Millis(90_000, _))
+        ));
+        assert!(matches!(args.options.wait, Some(DurationArg::Millis(0, _))));
+        assert_eq!(args.options.watchdog, Some(false));
+        assert_eq!(args.options.on_lost, Some(OnLost::Continue));
+        assert_eq!(args.options.fair, Some(true));
         let krate = args.krate.unwrap();
         assert_eq!(quote!(#krate).to_string(), quote!(::my_locks).to_string());
     }
@@ -423,8 +456,14 @@ mod tests {
     #[test]
     fn only_key_is_required() {
         let args = parse(quote!(key = "k")).unwrap();
-        assert!(args.lease.is_none() && args.wait.is_none() && args.krate.is_none());
-        assert!(args.watchdog.is_none() && args.on_lost.is_none() && args.fair.is_none());
+        assert!(
+            args.options.lease.is_none() && args.options.wait.is_none() && args.krate.is_none()
+        );
+        assert!(
+            args.options.watchdog.is_none()
+                && args.options.on_lost.is_none()
+                && args.options.fair.is_none()
+        );
     }
 
     #[test]
@@ -435,8 +474,8 @@ mod tests {
             wait = Duration::from_secs(1)
         ))
         .unwrap();
-        assert!(matches!(args.lease, Some(DurationArg::Expr(_))));
-        assert!(matches!(args.wait, Some(DurationArg::Expr(_))));
+        assert!(matches!(args.options.lease, Some(DurationArg::Expr(_))));
+        assert!(matches!(args.options.wait, Some(DurationArg::Expr(_))));
     }
 
     #[test]
@@ -508,7 +547,7 @@ mod tests {
     #[test]
     fn fair_takes_a_bool() {
         assert_eq!(
-            parse(quote!(key = "k", fair = false)).unwrap().fair,
+            parse(quote!(key = "k", fair = false)).unwrap().options.fair,
             Some(false)
         );
         for bad in [quote!("yes"), quote!(1), quote!(FAIR), quote!(!true)] {
@@ -544,14 +583,23 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "order:<id>");
-        assert!(matches!(args.lease, Some(DurationArg::Millis(30_000, _))));
-        assert!(matches!(args.wait, Some(DurationArg::Millis(30_000, _))));
-        assert_eq!((args.watchdog, args.fair), (Some(false), Some(true)));
-        assert_eq!(args.on_lost, Some(OnLost::Continue));
+        assert!(matches!(
+            args.options.lease,
+            Some(DurationArg::Millis(30_000, _))
+        ));
+        assert!(matches!(
+            args.options.wait,
+            Some(DurationArg::Millis(30_000, _))
+        ));
+        assert_eq!(
+            (args.options.watchdog, args.options.fair),
+            (Some(false), Some(true))
+        );
+        assert_eq!(args.options.on_lost, Some(OnLost::Continue));
         let expr = group(quote!(Duration::from_secs(1)));
         let args = parse(quote!(key = "k", lease = #expr)).unwrap();
         assert!(
-            matches!(args.lease, Some(DurationArg::Expr(expr)) if matches!(*expr, Expr::Call(_)))
+            matches!(args.options.lease, Some(DurationArg::Expr(expr)) if matches!(*expr, Expr::Call(_)))
         );
     }
 
@@ -564,12 +612,13 @@ mod tests {
             "{found:?}"
         );
         assert!(found[1].contains("invalid duration"), "{found:?}");
-        let mut errors = None;
+        let mut errors = Errors::default();
         let args = Args::parse(quote!("order:<id>"), Span::call_site(), &mut errors);
         assert_eq!(
-            args.key.map(|key| key.value()).as_deref(),
+            args.key.ok().map(|key| key.value()).as_deref(),
             Some("order:<id>")
         );
+        let errors = errors.finish(()).unwrap_err();
         assert_eq!(errors.into_iter().count(), 1, "no `missing key` as well");
     }
 

@@ -97,22 +97,40 @@
 //!
 //! # Layout
 //!
-//! `args.rs` parses the arguments into `Args`; `item.rs` parses the fn (signature only; the
-//! body stays raw tokens, so a typo in it is reported by rustc at the typo) and checks its
-//! shape; `template.rs` parses the key and checks it against the parameters; `duration.rs`
-//! parses `"1m30s"`; `expand.rs` writes the new fn, with `rebind.rs` moving the parameters
-//! into its body; `suggest.rs` finds "did you mean" names.
+//! Parse, then check, then expand; each module depends only on the ones below it:
+//!
+//! - `lib.rs` runs the three steps.
+//! - `check.rs` checks the arguments against the fn and builds the one `LockedFn` the
+//!   expansion reads; it uses:
+//!   - `args.rs`, the arguments parsed into `Args` (`duration.rs` parses `"1m30s"`);
+//!   - `item.rs`, the fn parsed (signature only; the body stays raw tokens, so a typo in it
+//!     is reported by rustc at the typo);
+//!   - `async_trait.rs`, which recognises a method `#[async_trait]` has already rewritten;
+//!   - `template.rs`, the key parsed and checked against the parameters.
+//! - `expand.rs` writes the new fn from a `LockedFn` alone, with `rebind.rs` moving the
+//!   parameters into its body.
+//! - At the bottom, used by several: `errors.rs` (errors collected, not stopped at),
+//!   `suggest.rs` ("did you mean"), `spans.rs` (where generated tokens point) and
+//!   `written.rs` (tokens quoted in messages).
 
 use proc_macro::TokenStream;
-use quote::ToTokens;
+use proc_macro2::Span;
+
+use crate::args::Args;
+use crate::errors::Errors;
 
 mod args;
+mod async_trait;
+mod check;
 mod duration;
+mod errors;
 mod expand;
 mod item;
 mod rebind;
+mod spans;
 mod suggest;
 mod template;
+mod written;
 
 /// Runs an `async fn`'s body holding a distributed lock named by its arguments.
 ///
@@ -362,7 +380,7 @@ mod template;
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);
-    match expand::expand(args.into(), item.clone()) {
+    match lock(args.into(), item.clone()) {
         Ok(expanded) => expanded.into(),
         Err(errors) => {
             // Keep the item, so that its users compile and only the attribute's errors show.
@@ -372,30 +390,15 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// A span for a token the macro writes at `at`: located there (so an error about it points
-/// at the user's token), resolved at the call site, and marked as the macro's own, so that
-/// lints (`unused_qualifications`, `unreachable_code`, clippy's) treat it as generated code
-/// and leave the user's code alone.
-pub(crate) fn generated(at: proc_macro2::Span) -> proc_macro2::Span {
-    proc_macro2::Span::call_site().located_at(at)
-}
-
-/// Tokens as a person writes them, for messages: `Option<u8>`, not `Option < u8 >`.
-pub(crate) fn written(tokens: &impl ToTokens) -> String {
-    let mut text = tokens.to_token_stream().to_string();
-    for (from, to) in [
-        (" < ", "<"),
-        ("< ", "<"),
-        (" <", "<"),
-        (" >", ">"),
-        (" ,", ","),
-        (" :: ", "::"),
-        (":: ", "::"),
-        ("& ", "&"),
-        ("( ", "("),
-        (" )", ")"),
-    ] {
-        text = text.replace(from, to);
-    }
-    text
+/// `#[distributed_lock(args)] item`: parsed, checked, expanded; or every error found.
+fn lock(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> syn::Result<proc_macro2::TokenStream> {
+    let mut errors = Errors::default();
+    // For an attribute macro the call site is the attribute itself.
+    let args = Args::parse(args, Span::call_site(), &mut errors);
+    let item = item::parse(item);
+    let locked = check::check(args, item, errors)?;
+    Ok(expand::expand(locked))
 }

@@ -37,10 +37,12 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote_spanned, ToTokens};
 use syn::punctuated::Punctuated;
-use syn::{token, Attribute, FnArg, Ident, Meta, Pat, PatIdent, PatParen, Signature, Token};
+use syn::{
+    token, Attribute, FnArg, Ident, Meta, Pat, PatIdent, PatParen, PatType, Receiver, Signature,
+    Token,
+};
 
-use crate::generated;
-use crate::template::Template;
+use crate::spans::generated;
 
 /// The statements that move the parameters into the body, and the names the signature binds.
 pub(crate) struct Rebinding {
@@ -52,79 +54,104 @@ pub(crate) struct Rebinding {
 }
 
 /// Rewrites the parameters of `sig` where the body has to take them (see the module docs)
-/// and returns the statements that do it.
-pub(crate) fn rebind(sig: &mut Signature, template: &Template) -> Rebinding {
-    let mut stmts = Vec::new();
-    let mut names = Vec::new();
+/// and returns the statements that do it. `read_by_key` are the parameters the key reads.
+pub(crate) fn rebind(sig: &mut Signature, read_by_key: &[&Ident]) -> Rebinding {
+    let mut rebinding = Rebinding {
+        stmts: Vec::new(),
+        names: Vec::new(),
+    };
     for (index, input) in sig.inputs.iter_mut().enumerate() {
-        let typed = match input {
-            FnArg::Receiver(receiver) => {
-                let self_token = receiver.self_token;
-                let span = generated(self_token.span);
-                stmts.push(quote_spanned!(span=> let _ = &#self_token;));
-                names.push(Ident::from(self_token));
-                continue;
-            }
-            FnArg::Typed(typed) => typed,
-        };
-        let carried = Carried::of(&mut typed.attrs);
-        let Carried { cfg, all } = &carried;
-        match &mut *typed.pat {
-            Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
-                let user = pat.ident.clone();
-                let mutability = pat.mutability.take();
-                let span = generated(user.span());
-                if user.to_string().trim_start_matches("r#").starts_with('_') {
-                    let mut hidden = user.clone();
-                    hidden.set_span(Span::mixed_site().located_at(user.span()));
-                    pat.ident = hidden.clone();
-                    stmts.push(quote_spanned! {span=>
-                        #(#all)* let #mutability #user = { #hidden };
-                    });
-                    names.push(hidden);
-                } else {
-                    stmts.push(quote_spanned! {span=>
-                        #(#all)* let #mutability #user = #user;
-                    });
-                    // The key reads it: a use, as the parameter was used.
-                    if template.roots().any(|root| user == root) {
-                        stmts.push(quote_spanned!(span=> #(#cfg)* let _ = &#user;));
-                    }
-                    names.push(user);
-                }
-            }
-            pattern => {
-                let span = generated(
-                    pattern
-                        .to_token_stream()
-                        .into_iter()
-                        .next()
-                        .map_or_else(Span::call_site, |token| token.span()),
-                );
-                let hidden = format_ident!("__arg{}", index, span = Span::mixed_site());
-                let binding = Pat::Ident(PatIdent {
-                    attrs: Vec::new(),
-                    by_ref: None,
-                    mutability: None,
-                    ident: hidden.clone(),
-                    subpat: None,
-                });
-                let pattern = std::mem::replace(
-                    pattern,
-                    Pat::Paren(PatParen {
-                        attrs: Vec::new(),
-                        paren_token: token::Paren(span),
-                        pat: Box::new(binding),
-                    }),
-                );
-                stmts.push(quote_spanned!(span=> #(#cfg)* let #hidden = #hidden;));
-                if !matches!(pattern, Pat::Wild(_)) {
-                    stmts.push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
-                }
-            }
+        match input {
+            FnArg::Receiver(receiver) => rebinding.receiver(receiver),
+            FnArg::Typed(typed) => rebinding.typed(typed, index, read_by_key),
         }
     }
-    Rebinding { stmts, names }
+    rebinding
+}
+
+impl Rebinding {
+    /// `self` cannot be rebound: `let _ = &self;` makes the block take all of it.
+    fn receiver(&mut self, receiver: &Receiver) {
+        let self_token = receiver.self_token;
+        let span = generated(self_token.span);
+        self.stmts
+            .push(quote_spanned!(span=> let _ = &#self_token;));
+        self.names.push(Ident::from(self_token));
+    }
+
+    /// A parameter with a type: `x`, `mut x`, `_x`, `_` or a pattern.
+    fn typed(&mut self, typed: &mut PatType, index: usize, read_by_key: &[&Ident]) {
+        let carried = Carried::of(&mut typed.attrs);
+        match &mut *typed.pat {
+            Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                self.named(pat, &carried, read_by_key);
+            }
+            pattern => self.pattern(pattern, index, &carried),
+        }
+    }
+
+    /// `x` and `mut x`: `let mut x = x;`; `_x`: a hygienic `_x` in the signature, and
+    /// `let _x = { _x };` in the body.
+    fn named(&mut self, pat: &mut PatIdent, carried: &Carried, read_by_key: &[&Ident]) {
+        let Carried { cfg, all } = carried;
+        let user = pat.ident.clone();
+        let mutability = pat.mutability.take();
+        let span = generated(user.span());
+        if user.to_string().trim_start_matches("r#").starts_with('_') {
+            let mut hidden = user.clone();
+            hidden.set_span(Span::mixed_site().located_at(user.span()));
+            pat.ident = hidden.clone();
+            self.stmts.push(quote_spanned! {span=>
+                #(#all)* let #mutability #user = { #hidden };
+            });
+            self.names.push(hidden);
+        } else {
+            self.stmts.push(quote_spanned! {span=>
+                #(#all)* let #mutability #user = #user;
+            });
+            // The key reads it: a use, as the parameter was used.
+            if read_by_key.iter().any(|root| user == **root) {
+                self.stmts
+                    .push(quote_spanned!(span=> #(#cfg)* let _ = &#user;));
+            }
+            self.names.push(user);
+        }
+    }
+
+    /// `_` and patterns: the signature binds a hygienic `(__argN)`, moved first, then
+    /// destructured.
+    fn pattern(&mut self, pattern: &mut Pat, index: usize, carried: &Carried) {
+        let Carried { cfg, all } = carried;
+        let span = generated(
+            pattern
+                .to_token_stream()
+                .into_iter()
+                .next()
+                .map_or_else(Span::call_site, |token| token.span()),
+        );
+        let hidden = format_ident!("__arg{}", index, span = Span::mixed_site());
+        let binding = Pat::Ident(PatIdent {
+            attrs: Vec::new(),
+            by_ref: None,
+            mutability: None,
+            ident: hidden.clone(),
+            subpat: None,
+        });
+        let pattern = std::mem::replace(
+            pattern,
+            Pat::Paren(PatParen {
+                attrs: Vec::new(),
+                paren_token: token::Paren(span),
+                pat: Box::new(binding),
+            }),
+        );
+        self.stmts
+            .push(quote_spanned!(span=> #(#cfg)* let #hidden = #hidden;));
+        if !matches!(pattern, Pat::Wild(_)) {
+            self.stmts
+                .push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+        }
+    }
 }
 
 /// The attributes of one parameter that its generated statements carry.
@@ -188,8 +215,10 @@ mod tests {
     fn rebound(sig: &str, key: &str) -> (String, Vec<String>) {
         let mut sig: Signature = syn::parse_str(sig).unwrap();
         let params = crate::template::Params::of(&sig);
-        let template = Template::new(key, Span::call_site(), &params, &sig.ident).unwrap();
-        let Rebinding { stmts, names } = rebind(&mut sig, &template);
+        let template =
+            crate::template::Template::new(key, Span::call_site(), &params, &sig.ident).unwrap();
+        let read_by_key: Vec<&Ident> = template.roots().collect();
+        let Rebinding { stmts, names } = rebind(&mut sig, &read_by_key);
         let names = names.iter().map(ToString::to_string).collect();
         (written(quote!(#sig { #(#stmts)* })), names)
     }

@@ -1,8 +1,9 @@
 //! The key template: `"order:<id>"` → literal text and placeholders, checked against the fn.
 //!
 //! A template is parsed once into [`Segment`]s. Placeholders are then checked against the fn's
-//! parameters ([`Params`]), and finally turned into one `format!` call whose arguments are
-//! place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
+//! parameters ([`Params`]); a checked [`Template`] holds only text and placeholders, each
+//! placeholder with its parameter and fields already parsed as Rust names, and is finally
+//! turned into one `format!` call whose arguments are place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
 //! key is built without cloning or moving any argument, before the body takes them.
 //!
 //! Spans: the generated tokens sit at the key literal, so an error about a value (a field that
@@ -27,13 +28,18 @@
 //! literal text `{id}` is written as it would be there, `{{id}}`; a brace group that names no
 //! parameter (`{tenant}` in a fn without `tenant`) stays literal text, as it always was.
 
+use std::fmt;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{quote_spanned, ToTokens};
 use syn::{FnArg, Ident, Member, Pat, Signature};
 
+use crate::errors::Errors;
+use crate::spans::generated;
 use crate::suggest;
+use crate::written::written;
 
-/// One piece of a key template.
+/// One piece of a key template, as parsed.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Segment {
     /// Text copied into the key as is.
@@ -46,24 +52,26 @@ pub(crate) enum Segment {
 }
 
 /// `<root.field.field>`: a parameter and the fields to follow from it.
-#[derive(Debug, PartialEq)]
+#[derive(PartialEq)]
 pub(crate) struct Placeholder {
     /// The parameter name, `self` included.
-    pub root: String,
+    root: Ident,
     /// Field names or tuple indices, in order.
-    pub fields: Vec<String>,
+    fields: Vec<Member>,
+    /// What stands between `<` and `>`, as written, for messages.
+    text: String,
 }
 
 impl Placeholder {
     /// The placeholder as the user wrote it, `<` and `>` included.
     fn written(&self) -> String {
-        let mut out = format!("<{}", self.root);
-        for field in &self.fields {
-            out.push('.');
-            out.push_str(field);
-        }
-        out.push('>');
-        out
+        format!("<{}>", self.text)
+    }
+}
+
+impl fmt::Debug for Placeholder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.written())
     }
 }
 
@@ -90,14 +98,14 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Segment>, String> {
                     ));
                 };
                 let placeholder = parse_placeholder(&after[..close], text)?;
-                flush(&mut literal, &mut segments);
+                segments.extend(take_text(&mut literal).map(Segment::Text));
                 segments.push(Segment::Value(placeholder));
                 rest = &after[close + 1..];
             }
             // `{inner}` with nothing in it that the template gives a meaning to.
             "{" => match after.find(['<', '{', '}']) {
                 Some(close) if after[close..].starts_with('}') => {
-                    flush(&mut literal, &mut segments);
+                    segments.extend(take_text(&mut literal).map(Segment::Text));
                     segments.push(Segment::Braced(after[..close].to_owned()));
                     rest = &after[close + 1..];
                 }
@@ -113,15 +121,13 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Segment>, String> {
         }
     }
     literal.push_str(rest);
-    flush(&mut literal, &mut segments);
+    segments.extend(take_text(&mut literal).map(Segment::Text));
     Ok(segments)
 }
 
-/// Ends the text gathered in `literal`, if any, as a segment.
-fn flush(literal: &mut String, segments: &mut Vec<Segment>) {
-    if !literal.is_empty() {
-        segments.push(Segment::Text(std::mem::take(literal)));
-    }
+/// The text gathered in `literal`, if any, leaving it empty.
+fn take_text(literal: &mut String) -> Option<String> {
+    (!literal.is_empty()).then(|| std::mem::take(literal))
 }
 
 /// Parses what stands between `<` and `>`.
@@ -142,18 +148,17 @@ fn parse_placeholder(inner: &str, text: &str) -> Result<Placeholder, String> {
 /// `name.field.0` as a placeholder, if it is one.
 fn path(inner: &str) -> Option<Placeholder> {
     let mut parts = inner.split('.');
-    let root = parts.next().unwrap_or_default();
-    if root != "self" && syn::parse_str::<Ident>(root).is_err() {
-        return None;
-    }
-    let mut fields = Vec::new();
-    for field in parts {
-        syn::parse_str::<Member>(field).ok()?;
-        fields.push(field.to_owned());
-    }
+    let root = match parts.next().unwrap_or_default() {
+        "self" => Ident::new("self", Span::call_site()),
+        root => syn::parse_str::<Ident>(root).ok()?,
+    };
+    let fields = parts
+        .map(|field| syn::parse_str::<Member>(field).ok())
+        .collect::<Option<Vec<Member>>>()?;
     Some(Placeholder {
-        root: root.to_owned(),
+        root,
         fields,
+        text: inner.to_owned(),
     })
 }
 
@@ -177,7 +182,7 @@ impl Params {
                     Pat::Ident(ident) => params.whole.push(ident.ident.to_string()),
                     Pat::Wild(_) => {}
                     pattern => {
-                        let written = crate::written(pattern);
+                        let written = written(pattern);
                         let mut names = Vec::new();
                         bindings(pattern, &mut names);
                         for name in names {
@@ -192,7 +197,7 @@ impl Params {
 
     /// Checks that `placeholder` starts at a whole parameter.
     fn check(&self, placeholder: &Placeholder, fn_name: &Ident) -> Result<(), String> {
-        let root = &placeholder.root;
+        let root = &placeholder.root.to_string();
         if self.whole.contains(root) {
             return Ok(());
         }
@@ -229,11 +234,11 @@ impl Params {
         let Some(path) = path(name.trim()) else {
             return Ok(());
         };
-        if !self.whole.contains(&path.root) {
+        if !self.whole.contains(&path.root.to_string()) {
             return Ok(());
         }
         let written = path.written();
-        let dotted = &written[1..written.len() - 1];
+        let dotted = &path.text;
         let what = if path.fields.is_empty() {
             format!("the parameter `{dotted}`")
         } else {
@@ -274,10 +279,19 @@ fn bindings(pattern: &Pat, names: &mut Vec<String>) {
     }
 }
 
+/// One piece of a checked key template.
+#[derive(Debug)]
+enum Part {
+    /// Text copied into the key as is.
+    Text(String),
+    /// A value formatted into the key.
+    Value(Placeholder),
+}
+
 /// `segments` with each checked `{inner}` turned back into the literal text it is, and
 /// neighbouring text joined, so that a key without placeholders is one `Text`.
-fn join_text(segments: Vec<Segment>) -> Vec<Segment> {
-    let mut joined = Vec::new();
+fn join_text(segments: Vec<Segment>) -> Vec<Part> {
+    let mut parts = Vec::new();
     let mut literal = String::new();
     for segment in segments {
         match segment {
@@ -288,19 +302,19 @@ fn join_text(segments: Vec<Segment>) -> Vec<Segment> {
                 literal.push('}');
             }
             Segment::Value(placeholder) => {
-                flush(&mut literal, &mut joined);
-                joined.push(Segment::Value(placeholder));
+                parts.extend(take_text(&mut literal).map(Part::Text));
+                parts.push(Part::Value(placeholder));
             }
         }
     }
-    flush(&mut literal, &mut joined);
-    joined
+    parts.extend(take_text(&mut literal).map(Part::Text));
+    parts
 }
 
 /// A parsed and checked key template, ready to expand.
 #[derive(Debug)]
 pub(crate) struct Template {
-    segments: Vec<Segment>,
+    parts: Vec<Part>,
     /// The key literal: every generated token is located there, so errors about a value
     /// (a field that does not exist, a type that is not `Display`) point at the key.
     span: Span,
@@ -322,47 +336,36 @@ impl Template {
             ));
         }
         let segments = parse(text).map_err(|message| syn::Error::new(span, message))?;
-        let mut errors: Option<syn::Error> = None;
+        let mut errors = Errors::default();
         for segment in &segments {
             let checked = match segment {
                 Segment::Value(placeholder) => params.check(placeholder, fn_name),
                 Segment::Braced(inner) => params.check_braced(inner, text),
                 Segment::Text(_) => Ok(()),
             };
-            if let Err(message) = checked {
-                let error = syn::Error::new(span, message);
-                match &mut errors {
-                    Some(errors) => errors.combine(error),
-                    None => errors = Some(error),
-                }
-            }
+            errors.take(checked.map_err(|message| syn::Error::new(span, message)));
         }
-        match errors {
-            Some(errors) => Err(errors),
-            None => Ok(Template {
-                segments: join_text(segments),
-                span,
-            }),
-        }
+        errors.finish(Template {
+            parts: join_text(segments),
+            span,
+        })
     }
 
     /// The parameters the key reads (`id` for `<id>`, `req` for `<req.order_id>`).
-    pub(crate) fn roots(&self) -> impl Iterator<Item = &str> {
-        self.segments.iter().filter_map(|segment| match segment {
-            Segment::Value(placeholder) => Some(placeholder.root.as_str()),
-            Segment::Text(_) | Segment::Braced(_) => None,
+    pub(crate) fn roots(&self) -> impl Iterator<Item = &Ident> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Value(placeholder) => Some(&placeholder.root),
+            Part::Text(_) => None,
         })
     }
 
     /// The `format!` string: text with `{`/`}` doubled, `{}` for each value.
     fn format_string(&self) -> String {
         let mut out = String::new();
-        for segment in &self.segments {
-            match segment {
-                Segment::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
-                Segment::Value(_) => out.push_str("{}"),
-                // Unreachable: `Template::new` joined them to the text.
-                Segment::Braced(inner) => out.push_str(&format!("{{{{{inner}}}}}")),
+        for part in &self.parts {
+            match part {
+                Part::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Part::Value(_) => out.push_str("{}"),
             }
         }
         out
@@ -373,55 +376,46 @@ impl Template {
     /// so that it compiles under `#[no_implicit_prelude]`). `params` are the parameters as the
     /// signature binds them (`self` included): a placeholder's name resolves as they do.
     pub(crate) fn to_key_expr(&self, params: &[Ident]) -> TokenStream {
-        let span = crate::generated(self.span);
-        if let [Segment::Text(text)] = self.segments.as_slice() {
+        let span = generated(self.span);
+        if let [Part::Text(text)] = self.parts.as_slice() {
             let text = syn::LitStr::new(text, span);
             return quote_spanned! {span=>
                 <::std::string::String as ::core::convert::From<&str>>::from(#text)
             };
         }
         let format = syn::LitStr::new(&self.format_string(), span);
-        let values = self.segments.iter().filter_map(|segment| match segment {
-            Segment::Value(placeholder) => Some(self.value_expr(placeholder, params)),
-            Segment::Text(_) | Segment::Braced(_) => None,
+        let values = self.parts.iter().filter_map(|part| match part {
+            Part::Value(placeholder) => Some(self.value_expr(placeholder, params)),
+            Part::Text(_) => None,
         });
         quote_spanned!(span=> ::std::format!(#format #(, #values)*))
     }
 
-    /// `root.field.0`, at the key literal; `root` resolves to the parameter of that name in
-    /// `params`.
+    /// `root.field.0`, at the key literal. `root` is the parameter of that name in `params`,
+    /// so that it resolves as the parameter does; when `params` has none, the placeholder's
+    /// own name, which rustc then reports at the key.
     fn value_expr(&self, placeholder: &Placeholder, params: &[Ident]) -> TokenStream {
-        let span = crate::generated(self.span);
-        let root = match params.iter().find(|param| **param == placeholder.root) {
-            Some(param) => {
-                let mut root = param.clone();
-                root.set_span(param.span().located_at(self.span));
-                root.into_token_stream()
-            }
-            // Unreachable: `Template::new` checked every placeholder against the parameters.
-            None => match syn::parse_str::<Ident>(&placeholder.root) {
-                Ok(mut ident) => {
-                    ident.set_span(self.span);
-                    ident.into_token_stream()
-                }
-                Err(error) => error.to_compile_error(),
-            },
-        };
-        let mut tokens = root;
+        let span = generated(self.span);
+        let param = params
+            .iter()
+            .find(|param| **param == placeholder.root)
+            .unwrap_or(&placeholder.root);
+        let mut root = param.clone();
+        root.set_span(param.span().located_at(self.span));
+        let mut tokens = root.into_token_stream();
         for field in &placeholder.fields {
             // Field names are generated tokens: rustc then reports a missing field without
             // offering to replace the whole key literal with a field name (see the module doc).
-            let member = match syn::parse_str::<Member>(field) {
-                Ok(Member::Named(mut ident)) => {
-                    ident.set_span(span);
-                    Member::Named(ident)
+            let member = match field {
+                Member::Named(name) => {
+                    let mut name = name.clone();
+                    name.set_span(span);
+                    Member::Named(name)
                 }
-                Ok(Member::Unnamed(index)) => Member::Unnamed(syn::Index {
+                Member::Unnamed(index) => Member::Unnamed(syn::Index {
                     index: index.index,
                     span,
                 }),
-                // Unreachable: `parse` accepted only members.
-                Err(error) => return error.to_compile_error(),
             };
             tokens.extend(quote_spanned!(span=> . #member));
         }
@@ -440,10 +434,13 @@ mod tests {
     }
 
     fn value(root: &str, fields: &[&str]) -> Segment {
-        Segment::Value(Placeholder {
-            root: root.to_owned(),
-            fields: fields.iter().map(|f| (*f).to_owned()).collect(),
-        })
+        let text = [root]
+            .iter()
+            .chain(fields)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(".");
+        Segment::Value(path(&text).unwrap())
     }
 
     fn sig(tokens: &str) -> Signature {
@@ -612,7 +609,7 @@ mod tests {
     #[test]
     fn literal_keys_skip_format() {
         let t = template("jobs<<{x}", "fn f()").unwrap();
-        assert!(matches!(t.segments.as_slice(), [Segment::Text(_)]));
+        assert!(matches!(t.parts.as_slice(), [Part::Text(_)]));
         assert_eq!(
             t.to_key_expr(&[]).to_string(),
             quote!(<::std::string::String as ::core::convert::From<&str>>::from("jobs<{x}"))
@@ -660,5 +657,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("destructured"), "{error}");
+    }
+
+    #[test]
+    fn raw_names_and_indices_reach_the_key_expression() {
+        let t = template("<r#type.0>:<p.r#in>", "fn f(r#type: (u8,), p: P)").unwrap();
+        let params = [
+            Ident::new_raw("type", Span::call_site()),
+            Ident::new("p", Span::call_site()),
+        ];
+        assert_eq!(
+            t.to_key_expr(&params).to_string(),
+            ":: std :: format ! (\"{}:{}\" , r#type . 0 , p . r#in)"
+        );
     }
 }

@@ -1,0 +1,132 @@
+//! Methods written by `#[async_trait]`, recognised.
+//!
+//! Inside an `#[async_trait]` impl, async-trait expands before the attribute on one of its
+//! methods and hands it a fn that is not `async`: its body ends in
+//! `Box::pin(async move { … })` and its return type is
+//! `Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>`. That boxed future is what runs
+//! the user's body, so it is the one to run under the lock, and `T` is the type to check.
+
+use proc_macro2::Group;
+use syn::{
+    Block, Expr, ExprAsync, ExprCall, GenericArgument, PathArguments, ReturnType, Stmt, Type,
+    TypeParamBound,
+};
+
+/// A body produced by `#[async_trait]`: the statements before `Box::pin(...)`, the call's
+/// function path (`Box::pin`), and the `async move { … }` future inside it.
+pub(crate) struct AsyncTraitBody {
+    /// Statements before the `Box::pin(...)` tail, kept in place.
+    pub before: Vec<Stmt>,
+    /// `Box::pin`, as written by async-trait.
+    pub pin: Box<Expr>,
+    /// The boxed future: runs the user's body.
+    pub future: ExprAsync,
+}
+
+impl AsyncTraitBody {
+    /// Recognises the body `#[async_trait]` writes for a method: it ends in
+    /// `Box::pin(async move { … })`. Only asked for fns that are not `async` themselves.
+    pub(crate) fn recognise(body: &Group) -> Option<AsyncTraitBody> {
+        let mut stmts = syn::parse::Parser::parse2(Block::parse_within, body.stream()).ok()?;
+        let Some(Stmt::Expr(Expr::Call(ExprCall { func, args, .. }), None)) = stmts.pop() else {
+            return None;
+        };
+        let is_box_pin = matches!(&*func, Expr::Path(path)
+            if path.path.segments.len() >= 2
+                && path.path.segments.iter().rev().take(2).map(|s| s.ident.to_string()).eq(["pin", "Box"]));
+        if !is_box_pin || args.len() != 1 {
+            return None;
+        }
+        match args.into_iter().next() {
+            Some(Expr::Async(future)) if future.capture.is_some() => Some(AsyncTraitBody {
+                before: stmts,
+                pin: func,
+                future,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// `T` in the `Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` that `#[async_trait]`
+/// gives as the return type.
+pub(crate) fn future_output(output: &ReturnType) -> Option<&Type> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let boxed = only_type_argument(ty, "Pin")?;
+    let Type::TraitObject(object) = only_type_argument(boxed, "Box")? else {
+        return None;
+    };
+    object.bounds.iter().find_map(|bound| {
+        let TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let segment = bound.path.segments.last()?;
+        let PathArguments::AngleBracketed(args) = &segment.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+            _ => None,
+        })
+    })
+}
+
+/// The single type argument of `ty` when `ty` is a path ending in `name<…>`.
+fn only_type_argument<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+    let Type::Path(path) = ty else { return None };
+    let segment = path.path.segments.last()?;
+    if segment.ident != name {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &segment.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proc_macro2::Delimiter;
+    use quote::{quote, ToTokens};
+    use syn::Signature;
+
+    #[test]
+    fn async_trait_bodies_are_recognised() {
+        let body = Group::new(
+            Delimiter::Brace,
+            quote!(Box::pin(async move {
+                let __self = self;
+                let __ret: R = { 1 };
+                __ret
+            })),
+        );
+        let found = AsyncTraitBody::recognise(&body).unwrap();
+        assert!(found.before.is_empty());
+        let body = Group::new(Delimiter::Brace, quote!(Box::pin(async { 1 })));
+        assert!(AsyncTraitBody::recognise(&body).is_none());
+        let body = Group::new(Delimiter::Brace, quote!(foo(async move { 1 })));
+        assert!(AsyncTraitBody::recognise(&body).is_none());
+    }
+
+    #[test]
+    fn async_trait_output_is_found() {
+        let sig: Signature = syn::parse2(quote!(
+            fn f<'life0, 'async_trait>(&'life0 self) -> ::core::pin::Pin<Box<
+                dyn ::core::future::Future<Output = Result<u8, E>> + ::core::marker::Send + 'async_trait
+            >>
+        ))
+        .unwrap();
+        let output = future_output(&sig.output).unwrap();
+        assert_eq!(
+            output.to_token_stream().to_string(),
+            quote!(Result<u8, E>).to_string()
+        );
+    }
+}
