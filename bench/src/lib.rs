@@ -9,16 +9,12 @@
 //! `tests/quick.rs` runs the quick variant so the harness cannot rot.
 
 pub mod charts;
-pub mod commandstats;
 pub mod config;
 pub mod handoff;
 pub mod report;
 pub mod scenarios;
-pub mod server;
-pub mod spawn;
 pub mod stats;
 pub mod svg;
-pub mod sys;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -100,7 +96,7 @@ pub async fn run(config: Config) -> Result<Summary> {
     let json_path = config.out_dir.join("results.json");
     let results = json!({
         "machine": {
-            "cores": sys::cores(),
+            "cores": std::thread::available_parallelism().map_or(1, usize::from),
             "redis_version": ctx.lock_server.version(),
         },
         "quick": config.quick,

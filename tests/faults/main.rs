@@ -14,7 +14,6 @@ mod crash;
 mod herd;
 mod nemesis;
 mod restart;
-mod server;
 mod soak;
 mod unreachable;
 
@@ -22,6 +21,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_runtime::LockRuntime;
+use lock_testkit::CommandStats;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
@@ -118,17 +118,6 @@ impl XorShift {
     }
 }
 
-/// Resident set size of this process, in bytes (`/proc/self/statm`).
-pub fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("resident pages in statm");
-    pages * 4096
-}
-
 /// `PUBSUB NUMSUB channel`.
 pub async fn numsub(con: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
     let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
@@ -166,15 +155,6 @@ pub async fn keys(con: &mut redis::aio::MultiplexedConnection, pattern: &str) ->
 
 /// Script calls (`EVALSHA` + `EVAL`) the server has run so far.
 pub async fn script_calls(con: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(con)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next())
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum()
+    let stats = CommandStats::read(con).await.expect("INFO commandstats");
+    stats.calls("evalsha") + stats.calls("eval")
 }

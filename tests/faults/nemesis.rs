@@ -36,12 +36,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_testkit::RedisServer;
 use lock_tests::FaultProxy;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::time::Instant;
 
-use crate::server::FaultServer;
 use crate::{channels, keys, serial, XorShift};
 
 /// Worker processes, each behind its own proxy.
@@ -222,7 +222,7 @@ async fn run(mode: Mode) {
     let prefix = lock_tests::unique("nemesis");
     let prefix = format!("{prefix}:");
 
-    let mut server = FaultServer::start_with_snapshots().await;
+    let mut server = RedisServer::start_with_snapshots();
     let port: u16 = server
         .url()
         .rsplit(':')
@@ -390,7 +390,7 @@ fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
 /// process that holds a lock at that moment; takes a snapshot every 2-4 s
 /// for the restarts from a snapshot.
 async fn drive_faults(
-    server: &mut FaultServer,
+    server: &mut RedisServer,
     proxies: &[FaultProxy],
     live: &[Arc<Live>],
     rng: &mut XorShift,
@@ -560,7 +560,7 @@ fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
 
 /// Waits (bounded) until no lock hash, queue or subscribed channel of the
 /// run is left in Redis; what is still there at the limit is a violation.
-async fn leftovers(server: &FaultServer, prefix: &str, violations: &mut Vec<Violation>) {
+async fn leftovers(server: &RedisServer, prefix: &str, violations: &mut Vec<Violation>) {
     let mut con = server.connection().await;
     let limit = Instant::now() + LEFTOVER_LIMIT;
     // Bounded by `limit` (and a count): leases and queue places run out on

@@ -9,15 +9,15 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use lock_testkit::{CommandStats, Delta};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use super::{s4_commands, Ctx};
-use crate::commandstats::{CommandStats, Delta};
 use crate::handoff::{Analysis, Record};
-use crate::spawn::WorkerProcess;
+use crate::report::commands_json;
 use crate::stats::Samples;
-use crate::worker::Library;
+use crate::worker::{self, Library};
 
 /// Worker processes per run.
 pub const PROCESSES: u32 = 2;
@@ -79,7 +79,7 @@ impl Run {
             "commands_per_acquisition": self.commands_per_acquisition,
             "failed_attempts_per_acquisition": self.failed_attempts,
             "executed_per_acquisition": self.delta.executed() as f64 / a.total as f64,
-            "commands": self.delta.to_json(),
+            "commands": commands_json(&self.delta),
         })
     }
 }
@@ -129,7 +129,7 @@ pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
             (p * TASKS).to_string(),
             duration.as_millis().to_string(),
         ];
-        workers.push(WorkerProcess::spawn(&ctx.config.worker_exe, &args)?);
+        workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
     for w in &mut workers {
         w.expect("ready", Duration::from_secs(60)).await?;

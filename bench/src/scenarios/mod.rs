@@ -19,12 +19,12 @@ pub mod s7_memory;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockRuntime;
+use lock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
 
 use crate::config::{Config, Scale};
 use crate::report::Row;
-use crate::server::RedisServer;
 use crate::stats::Samples;
 
 /// Key prefix of the bench process's own runtime.
@@ -49,8 +49,8 @@ pub struct Ctx {
 impl Ctx {
     /// Starts both servers and connects everything.
     pub async fn start(config: Config) -> Result<Ctx> {
-        let lock_server = RedisServer::start().context("start the lock redis-server")?;
-        let data_server = RedisServer::start().context("start the data redis-server")?;
+        let lock_server = RedisServer::try_start().context("start the lock redis-server")?;
+        let data_server = RedisServer::try_start().context("start the data redis-server")?;
         let runtime = LockRuntime::builder()
             .redis(lock_server.url())
             .key_prefix(PREFIX)
