@@ -3,8 +3,8 @@
 //! The parent re-executes this binary twice with `--worker contend`, waits for
 //! both to be `ready`, reads the lock server's `INFO commandstats`, says `go`,
 //! PINGs alongside while they run, and collects their records and counters.
-//! S3 (`s3_handoff.rs`) and S4 (`s4_commands.rs`) are two readings of the
-//! same runs.
+//! S3 (`handoff.rs`) and S4 (`commands.rs`) are two readings of the same
+//! runs.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use lock_testkit::{CommandStats, Delta};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use super::{s4_commands, Ctx};
+use super::{commands, Ctx};
 use crate::handoff::{Analysis, Record};
 use crate::report::commands_json;
 use crate::stats::Samples;
@@ -168,11 +168,11 @@ pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
         .get(format!("{prefix}{}", crate::worker::COUNTER))
         .await?;
     let analysis = Analysis::of(records, 0..PROCESSES * TASKS);
-    let commands = s4_commands::sent(library, &delta, loaded_pings.len() as u64);
+    let commands = commands::sent(library, &delta, loaded_pings.len() as u64);
     Ok(Run {
         loaded_ping: loaded_pings.p50(),
         commands_per_acquisition: commands as f64 / analysis.total as f64,
-        failed_attempts: s4_commands::failed_attempts(library, &delta, analysis.total) as f64
+        failed_attempts: commands::failed_attempts(library, &delta, analysis.total) as f64
             / analysis.total as f64,
         analysis,
         counter: counter.unwrap_or(0),
