@@ -14,7 +14,6 @@ pub mod handoff;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
-pub mod svg;
 pub mod worker;
 
 use std::path::PathBuf;
