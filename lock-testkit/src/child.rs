@@ -4,8 +4,10 @@
 //! The benchmark's worker processes speak such a protocol (print `ready`
 //! when set up, wait for `go`, print results, end with `done`). A thread per
 //! child turns its stdout into a channel, so every wait here has a timeout
-//! and a silent or dead child is an error, not a hang. A child still running
-//! when its handle is dropped is killed.
+//! and a silent or dead child is an error, not a hang; and since the thread
+//! reads while the parent is busy measuring, a worker never stalls on a full
+//! pipe. A child still running when its handle is dropped is killed.
+//! ([`crate::pipes`] is the plain async form the tests use.)
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};

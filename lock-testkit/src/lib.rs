@@ -21,6 +21,7 @@
 pub mod binary;
 pub mod child;
 pub mod commandstats;
+pub mod pipes;
 pub mod port;
 pub mod process;
 pub mod server;

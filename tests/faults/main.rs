@@ -17,13 +17,12 @@ mod restart;
 mod soak;
 mod unreachable;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use lock_runtime::LockRuntime;
+use lock_testkit::pipes::{self, Lines};
 use lock_testkit::CommandStats;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use tokio::process::Child;
 
 /// One case at a time: timing bounds stay meaningful on a 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -52,29 +51,19 @@ pub fn ms(d: Duration) -> u128 {
 }
 
 /// A contender process with piped stdin/stdout; killed when dropped.
-pub fn spawn_contender(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+pub fn spawn_contender(args: &[&str]) -> (Child, Lines) {
     spawn_contender_env(args, &[])
 }
 
 /// [`spawn_contender`] with extra environment variables (`LOCK_FAIR=1`).
-pub fn spawn_contender_env(
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = tokio::process::Command::new(lock_tests::contender_bin!())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn contender");
-    let stdout = child.stdout.take().expect("contender stdout");
-    (child, BufReader::new(stdout).lines())
+pub fn spawn_contender_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Lines) {
+    let mut command = tokio::process::Command::new(lock_tests::contender_bin!());
+    command.args(args).envs(env.iter().copied());
+    pipes::spawn(&mut command).expect("spawn contender")
 }
 
 /// The next line of a contender, within `limit`.
-pub async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, limit: Duration) -> String {
+pub async fn next_line(lines: &mut Lines, limit: Duration) -> String {
     tokio::time::timeout(limit, lines.next_line())
         .await
         .unwrap_or_else(|_| panic!("no line from the contender within {limit:?}"))

@@ -32,13 +32,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
+use lock_testkit::{pipes, RedisServer};
 use lock_tests::FaultProxy;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::time::Instant;
 
@@ -341,23 +340,18 @@ async fn run(mode: Mode) {
 }
 
 async fn spawn_worker(url: &str, prefix: &str, seed: u64, secs: u64, keys: &str) -> Worker {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"))
-        .args([
-            url,
-            prefix,
-            &seed.to_string(),
-            &secs.to_string(),
-            &TASKS.to_string(),
-            &TIMEOUT.as_millis().to_string(),
-            keys,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn nemesis_worker");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"));
+    command.args([
+        url,
+        prefix,
+        &seed.to_string(),
+        &secs.to_string(),
+        &TASKS.to_string(),
+        &TIMEOUT.as_millis().to_string(),
+        keys,
+    ]);
+    let (mut child, mut lines) = pipes::spawn(&mut command).expect("spawn nemesis_worker");
     let stdin = child.stdin.take().expect("worker stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("worker stdout")).lines();
     let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
         .expect("a worker did not get ready within 20 s")
