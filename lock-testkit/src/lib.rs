@@ -14,9 +14,23 @@
 //! # drop(url);
 //! ```
 //!
-//! Each fallible step comes in two forms: `try_…` returns the error, for the
-//! benchmark; the plain name panics with it, which is how a test fails. A
+//! Starting a server comes in two forms: `try_start…` returns the error, for
+//! the benchmark; `start…` panics with it, which is how a test fails. A
 //! missing `redis-server` is such an error, and it names the install command.
+//! The fault controls (restart, snapshot, freeze) are for tests and panic.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`server`] | [`RedisServer`]: start, kill, restart (empty or from a snapshot), freeze/thaw |
+//! | [`process`] | one `redis-server` process under the wrapper that kills it with us |
+//! | [`binary`] | where `redis-server` is, or [`INSTALL_HINT`] |
+//! | [`port`], [`signal`] | a free loopback port; SIGSTOP/SIGCONT/SIGKILL to a pid |
+//! | [`commandstats`] | `INFO commandstats` parsed, and deltas between two readings |
+//! | [`usage`] | this process's resident memory and CPU time |
+//! | [`child`], [`pipes`] | child processes driven by lines (sync reader thread; async pipes) |
+//!
+//! Dependencies point down: `server` uses `process`, `binary`, `port` and
+//! `signal`; `process` uses `signal`; the rest use nothing of this crate.
 
 pub mod binary;
 pub mod child;
