@@ -1,18 +1,22 @@
 //! The two S3 charts: handoff latency and wait to acquire, ours (plain and
-//! fair mode) vs rslock.
+//! fair mode) vs rslock, as cumulative distributions on a logarithmic time
+//! axis.
 //!
 //! Handoff latency is the figure the target is about; the wait chart is
 //! there because a polling peer's handoffs are rare (the releaser usually
-//! re-grabs the lock), so its cost shows in the waits' tail instead.
+//! re-grabs the lock), so its cost shows in the waits' tail instead. The two
+//! libraries are orders of magnitude apart, so a log-x CDF shows both whole,
+//! the body of each curve and its tail, with the reference lines (round-trip
+//! limit, targets) drawn in. Drawn with `plotters`' SVG backend.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use plotters::prelude::*;
 
 use crate::report::trim;
 use crate::scenarios::Trio;
 use crate::stats::Samples;
-use crate::svg::{cdf_chart, Series};
 
 /// What S3 hands over for charting.
 pub struct S3Charts {
@@ -24,9 +28,22 @@ pub struct S3Charts {
     pub ping_p50: Option<f64>,
 }
 
-const OURS: &str = "#1f77b4";
-const FAIR: &str = "#2ca02c";
-const PEER: &str = "#d62728";
+/// One curve: legend text, colour, samples in microseconds.
+struct Series<'a> {
+    label: String,
+    colour: RGBColor,
+    samples: &'a Samples,
+}
+
+const OURS: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const FAIR: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
+const PEER: RGBColor = RGBColor(0xd6, 0x27, 0x28);
+const MARKER: RGBColor = RGBColor(0x88, 0x88, 0x88);
+
+/// Size of each chart, pixels.
+const SIZE: (u32, u32) = (760, 450);
+/// Points drawn per curve (quantile steps).
+const POINTS: usize = 400;
 
 /// `238 µs`, `1.224 ms`, `0.770 s`.
 fn time(us: f64) -> String {
@@ -82,7 +99,7 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
         "release by one holder → next holder's body starts",
         &trio(&charts.handoffs, "handoffs"),
         &markers,
-    );
+    )?;
     let waits = cdf_chart(
         &format!("S3 wait to acquire, 8 workers in 2 processes{suffix}"),
         "asked for the lock → body starts",
@@ -91,7 +108,7 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
             ("target p99: 5 ms".to_owned(), 5_000.0),
             ("target max: 50 ms".to_owned(), 50_000.0),
         ],
-    );
+    )?;
     let mut paths = Vec::new();
     for (name, svg) in [("handoff.svg", handoff), ("waits.svg", waits)] {
         let path = dir.join(name);
@@ -99,4 +116,136 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// Whole decades (as powers of ten) from the fastest sample's, 1 µs at the
+/// least, to the slowest sample's or marker's, 100 µs at the least.
+fn decades(series: &[Series<'_>], markers: &[(String, f64)]) -> (f64, f64) {
+    let slowest = series
+        .iter()
+        .map(|s| s.samples.max())
+        .chain(markers.iter().map(|m| m.1))
+        .filter(|v| v.is_finite())
+        .fold(100.0_f64, f64::max);
+    let fastest = series
+        .iter()
+        .map(|s| s.samples.quantile(0.0))
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let lo = if fastest.is_finite() {
+        fastest.log10().floor().max(0.0)
+    } else {
+        1.0
+    };
+    let hi = slowest.log10().ceil().max(lo + 1.0);
+    (10f64.powf(lo), 10f64.powf(hi))
+}
+
+/// An SVG CDF chart of `series`, with dashed vertical markers at
+/// `(label, µs)`; `x_label` names the measured time.
+fn cdf_chart(
+    title: &str,
+    x_label: &str,
+    series: &[Series<'_>],
+    markers: &[(String, f64)],
+) -> Result<String> {
+    let (lo, hi) = decades(series, markers);
+    let clamp = |us: f64| us.clamp(lo, hi);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 15))
+            .margin(12)
+            // Room for the last tick label (`100 ms`), centred on the edge.
+            .margin_right(30)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("{x_label} (log scale)"))
+            .y_desc("share of samples at or below")
+            .x_label_formatter(&|us| time(*us))
+            .y_label_formatter(&|q| format!("{:.0}%", q * 100.0))
+            .draw()?;
+        for (i, (text, us)) in markers.iter().enumerate() {
+            let x = clamp(*us);
+            chart.draw_series(DashedLineSeries::new(
+                [(x, 0.0), (x, 1.0)],
+                4,
+                3,
+                MARKER.stroke_width(1),
+            ))?;
+            // Stacked down from the top, clear of the legend (lower right).
+            let y = 0.96 - 0.05 * i as f64;
+            chart.draw_series(std::iter::once(Text::new(
+                text.clone(),
+                (x * 1.05, y),
+                ("sans-serif", 11).into_font().color(&MARKER),
+            )))?;
+        }
+        for s in series {
+            let sorted = s.samples.sorted();
+            if sorted.is_empty() {
+                continue;
+            }
+            let n = sorted.len();
+            let points = (0..=POINTS).map(|k| {
+                let idx = (k * (n - 1)) / POINTS;
+                (clamp(sorted[idx]), (idx + 1) as f64 / n as f64)
+            });
+            let colour = s.colour;
+            chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+                .label(s.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(MARKER)
+            .label_font(("sans-serif", 12))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn chart_has_a_curve_per_series_and_escapes_labels() {
+        let ours = Samples::new(vec![100.0, 150.0, 200.0]);
+        let peer = Samples::new(vec![1e5, 2e5]);
+        let svg = cdf_chart(
+            "t",
+            "x",
+            &[
+                Series {
+                    label: "ours".into(),
+                    colour: OURS,
+                    samples: &ours,
+                },
+                Series {
+                    label: "peer <x>".into(),
+                    colour: PEER,
+                    samples: &peer,
+                },
+            ],
+            &[("PING p50".into(), 50.0)],
+        )
+        .unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("peer &lt;x&gt;"));
+        assert!(svg.contains("PING p50"));
+    }
 }

@@ -9,16 +9,11 @@
 //! `tests/quick.rs` runs the quick variant so the harness cannot rot.
 
 pub mod charts;
-pub mod commandstats;
 pub mod config;
 pub mod handoff;
 pub mod report;
 pub mod scenarios;
-pub mod server;
-pub mod spawn;
 pub mod stats;
-pub mod svg;
-pub mod sys;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -60,18 +55,18 @@ pub async fn run(config: Config) -> Result<Summary> {
         let t = Instant::now();
         eprintln!("lock-bench: running {name} ...");
         let output: Output = match scenario {
-            Scenario::S1 => scenarios::s1_uncontended::run(&ctx).await,
-            Scenario::S2 => scenarios::s2_reentry::run(&ctx).await,
+            Scenario::S1 => scenarios::uncontended::run(&ctx).await,
+            Scenario::S2 => scenarios::reentry::run(&ctx).await,
             Scenario::S3 | Scenario::S4 if contention_done => continue,
             Scenario::S3 | Scenario::S4 => {
                 contention_done = true;
                 let (s3, s4) = (config.wants(Scenario::S3), config.wants(Scenario::S4));
-                scenarios::s3_handoff::run(&ctx, s3, s4).await
+                scenarios::handoff::run(&ctx, s3, s4).await
             }
-            Scenario::S5 => scenarios::s5_many_keys::run(&ctx).await,
-            Scenario::S6 => scenarios::s6_watchdog::run(&ctx).await,
-            Scenario::S7 => scenarios::s7_memory::run(&ctx).await,
-            Scenario::S10 => scenarios::s10_retention::run(&ctx).await,
+            Scenario::S5 => scenarios::many_keys::run(&ctx).await,
+            Scenario::S6 => scenarios::watchdog::run(&ctx).await,
+            Scenario::S7 => scenarios::memory::run(&ctx).await,
+            Scenario::S10 => scenarios::retention::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(
@@ -100,7 +95,7 @@ pub async fn run(config: Config) -> Result<Summary> {
     let json_path = config.out_dir.join("results.json");
     let results = json!({
         "machine": {
-            "cores": sys::cores(),
+            "cores": std::thread::available_parallelism().map_or(1, usize::from),
             "redis_version": ctx.lock_server.version(),
         },
         "quick": config.quick,

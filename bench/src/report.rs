@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use lock_testkit::Delta;
 use serde_json::{json, Value};
 
 /// What a figure must satisfy.
@@ -198,6 +199,18 @@ pub fn table(rows: &[Row]) -> String {
         line(&mut out, row);
     }
     out
+}
+
+/// A command-count delta as JSON (`{"evalsha": {"calls": 3, "usec": 41}}`),
+/// for the results file.
+pub fn commands_json(delta: &Delta) -> Value {
+    Value::Object(
+        delta
+            .0
+            .iter()
+            .map(|(k, c)| (k.clone(), json!({"calls": c.calls, "usec": c.usec})))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -5,10 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
-use lock_tests::{unique, RedisServer};
+use lock_testkit::usage::rss_bytes;
+use lock_testkit::RedisServer;
+use lock_tests::unique;
 use tokio::time::Instant;
 
-use crate::{keys, ms, numsub, rss_bytes, serial, XorShift};
+use crate::{keys, ms, numsub, serial, XorShift};
 
 const KEYS: u64 = 8;
 const TASKS: usize = 64;
@@ -156,13 +158,13 @@ async fn ten_thousand_cancelled_acquisitions_leave_nothing_behind() {
     let warm = storm(&rt, WARM_UP, rng.next_u64()).await;
     assert_eq!(warm.total(), WARM_UP);
     settle(&rt, &mut con, &prefix).await;
-    let baseline = rss_bytes();
+    let baseline = rss_bytes().expect("resident memory");
 
     let begun = Instant::now();
     let tally = storm(&rt, ROUND, rng.next_u64()).await;
     let took = begun.elapsed();
     let settled = settle(&rt, &mut con, &prefix).await;
-    let after = rss_bytes();
+    let after = rss_bytes().expect("resident memory");
 
     println!(
         "cancel storm (seed {seed}): {} acquisitions in {} ms: {} completed, {} Timeout, \

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use lock_tests::{unique, RedisServer};
+use lock_testkit::RedisServer;
+use lock_tests::unique;
 use tokio::time::Instant;
 
 use crate::{ms, next_line, quick_runtime, serial, spawn_contender};

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lock_tests::{unique, RedisServer};
+use lock_testkit::RedisServer;
+use lock_tests::unique;
 use redis::AsyncCommands;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;

@@ -14,16 +14,15 @@ mod crash;
 mod herd;
 mod nemesis;
 mod restart;
-mod server;
 mod soak;
 mod unreachable;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use lock_runtime::LockRuntime;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use lock_testkit::pipes::{self, Lines};
+use lock_testkit::CommandStats;
+use tokio::process::Child;
 
 /// One case at a time: timing bounds stay meaningful on a 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -52,29 +51,19 @@ pub fn ms(d: Duration) -> u128 {
 }
 
 /// A contender process with piped stdin/stdout; killed when dropped.
-pub fn spawn_contender(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+pub fn spawn_contender(args: &[&str]) -> (Child, Lines) {
     spawn_contender_env(args, &[])
 }
 
 /// [`spawn_contender`] with extra environment variables (`LOCK_FAIR=1`).
-pub fn spawn_contender_env(
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = tokio::process::Command::new(lock_tests::contender_bin!())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn contender");
-    let stdout = child.stdout.take().expect("contender stdout");
-    (child, BufReader::new(stdout).lines())
+pub fn spawn_contender_env(args: &[&str], env: &[(&str, &str)]) -> (Child, Lines) {
+    let mut command = tokio::process::Command::new(lock_tests::contender_bin!());
+    command.args(args).envs(env.iter().copied());
+    pipes::spawn(&mut command).expect("spawn contender")
 }
 
 /// The next line of a contender, within `limit`.
-pub async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, limit: Duration) -> String {
+pub async fn next_line(lines: &mut Lines, limit: Duration) -> String {
     tokio::time::timeout(limit, lines.next_line())
         .await
         .unwrap_or_else(|_| panic!("no line from the contender within {limit:?}"))
@@ -118,17 +107,6 @@ impl XorShift {
     }
 }
 
-/// Resident set size of this process, in bytes (`/proc/self/statm`).
-pub fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("resident pages in statm");
-    pages * 4096
-}
-
 /// `PUBSUB NUMSUB channel`.
 pub async fn numsub(con: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
     let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
@@ -166,15 +144,6 @@ pub async fn keys(con: &mut redis::aio::MultiplexedConnection, pattern: &str) ->
 
 /// Script calls (`EVALSHA` + `EVAL`) the server has run so far.
 pub async fn script_calls(con: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(con)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next())
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum()
+    let stats = CommandStats::read(con).await.expect("INFO commandstats");
+    stats.calls("evalsha") + stats.calls("eval")
 }

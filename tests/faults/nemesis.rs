@@ -32,16 +32,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_testkit::{pipes, RedisServer};
 use lock_tests::FaultProxy;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::time::Instant;
 
-use crate::server::FaultServer;
 use crate::{channels, keys, serial, XorShift};
 
 /// Worker processes, each behind its own proxy.
@@ -222,7 +221,7 @@ async fn run(mode: Mode) {
     let prefix = lock_tests::unique("nemesis");
     let prefix = format!("{prefix}:");
 
-    let mut server = FaultServer::start_with_snapshots().await;
+    let mut server = RedisServer::start_with_snapshots();
     let port: u16 = server
         .url()
         .rsplit(':')
@@ -341,23 +340,18 @@ async fn run(mode: Mode) {
 }
 
 async fn spawn_worker(url: &str, prefix: &str, seed: u64, secs: u64, keys: &str) -> Worker {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"))
-        .args([
-            url,
-            prefix,
-            &seed.to_string(),
-            &secs.to_string(),
-            &TASKS.to_string(),
-            &TIMEOUT.as_millis().to_string(),
-            keys,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn nemesis_worker");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"));
+    command.args([
+        url,
+        prefix,
+        &seed.to_string(),
+        &secs.to_string(),
+        &TASKS.to_string(),
+        &TIMEOUT.as_millis().to_string(),
+        keys,
+    ]);
+    let (mut child, mut lines) = pipes::spawn(&mut command).expect("spawn nemesis_worker");
     let stdin = child.stdin.take().expect("worker stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("worker stdout")).lines();
     let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
         .expect("a worker did not get ready within 20 s")
@@ -390,7 +384,7 @@ fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
 /// process that holds a lock at that moment; takes a snapshot every 2-4 s
 /// for the restarts from a snapshot.
 async fn drive_faults(
-    server: &mut FaultServer,
+    server: &mut RedisServer,
     proxies: &[FaultProxy],
     live: &[Arc<Live>],
     rng: &mut XorShift,
@@ -560,7 +554,7 @@ fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
 
 /// Waits (bounded) until no lock hash, queue or subscribed channel of the
 /// run is left in Redis; what is still there at the limit is a violation.
-async fn leftovers(server: &FaultServer, prefix: &str, violations: &mut Vec<Violation>) {
+async fn leftovers(server: &RedisServer, prefix: &str, violations: &mut Vec<Violation>) {
     let mut con = server.connection().await;
     let limit = Instant::now() + LEFTOVER_LIMIT;
     // Bounded by `limit` (and a count): leases and queue places run out on

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, OnLost};
+use lock_testkit::RedisServer;
 use lock_tests::unique;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::server::FaultServer;
 use crate::{ms, numsub, quick_runtime, serial};
 
 const LEASE: Duration = Duration::from_millis(600);
@@ -36,7 +36,7 @@ struct Span {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences() {
     let _turn = serial().await;
-    let mut server = FaultServer::start().await;
+    let mut server = RedisServer::start();
     let prefix = unique("restart");
     let holders = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
     let waiters = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;

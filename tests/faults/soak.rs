@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lock_tests::{unique, RedisServer};
+use lock_testkit::RedisServer;
+use lock_tests::unique;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 

@@ -2,11 +2,12 @@
 //! and the runtime's connections killed by the server (`CLIENT KILL`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
-use lock_tests::{unique, RedisServer};
+use lock_testkit::signal::{self, Signal};
+use lock_testkit::RedisServer;
+use lock_tests::unique;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -16,26 +17,18 @@ const LEASE: Duration = Duration::from_millis(600);
 const TIMEOUTS: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_secs(1);
 
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid} failed");
-}
-
 /// SIGSTOPs the server; SIGCONTs it when dropped (also on a failed assert).
 struct Frozen(Option<u32>);
 
 impl Frozen {
     fn stop(pid: u32) -> Frozen {
-        signal(pid, "-STOP");
+        signal::send(pid, Signal::Stop).unwrap();
         Frozen(Some(pid))
     }
 
     fn thaw(mut self) {
         if let Some(pid) = self.0.take() {
-            signal(pid, "-CONT");
+            signal::send(pid, Signal::Cont).unwrap();
         }
     }
 }
@@ -43,9 +36,7 @@ impl Frozen {
 impl Drop for Frozen {
     fn drop(&mut self) {
         if let Some(pid) = self.0.take() {
-            let _ = Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status();
+            let _ = signal::send(pid, Signal::Cont);
         }
     }
 }

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{redis, unique, RedisServer};
+use lock_testkit::RedisServer;
+use lock_tests::{redis, unique};
 
 #[tokio::test]
 async fn malformed_url_is_invalid_config_without_echoing_it() {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{on_both_backends, redis, unique, Kind, RedisServer};
+use lock_testkit::{CommandStats, RedisServer};
+use lock_tests::{on_both_backends, redis, unique, Kind};
 use redis::AsyncCommands;
 
 on_both_backends!(fair_waiters_each_get_the_lock_once_and_exclude);
@@ -116,13 +117,8 @@ async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> (u64, Strin
         .query_async(con)
         .await
         .unwrap();
-    let calls = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    (calls("evalsha") + calls("eval"), info)
+    let stats = CommandStats::parse(&info);
+    (stats.calls("evalsha") + stats.calls("eval"), info)
 }
 
 /// On a private server where a holder took the lock (one script) and one

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{on_both_backends, redis, unique, FaultProxy, Kind, RedisServer, ServerProcess};
+use lock_testkit::RedisServer;
+use lock_tests::{on_both_backends, redis, unique, FaultProxy, Kind};
 use tokio::time::Instant;
 
 /// One timing case at a time.
@@ -85,76 +86,6 @@ async fn every_hold_is_told_lost_by_its_own_lease_end_while_a_renewal_hangs() {
     drop(taken);
 }
 
-/// A server on a fixed port with a data directory, for restarts that load
-/// a snapshot.
-struct SnapshotServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    process: Option<ServerProcess>,
-}
-
-impl SnapshotServer {
-    fn start(name: &str) -> SnapshotServer {
-        let dir = std::env::temp_dir().join(unique(name));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut server = SnapshotServer {
-            port: lock_tests::free_port(),
-            dir,
-            process: None,
-        };
-        server.boot(&[]);
-        server
-    }
-
-    fn boot(&mut self, extra: &[&str]) {
-        let dir = self.dir.to_string_lossy().into_owned();
-        let mut args = vec!["--dir", &dir, "--dbfilename", "dump.rdb"];
-        args.extend_from_slice(extra);
-        self.process = Some(ServerProcess::spawn(self.port, &args));
-        let client = redis::Client::open(self.url()).unwrap();
-        for _ in 0..500 {
-            if let Ok(mut con) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {} did not come up", self.port);
-    }
-
-    /// SIGKILL, then start again on the same port from the last snapshot.
-    fn restart_from_snapshot(&mut self) {
-        if let Some(process) = self.process.take() {
-            process.kill();
-        }
-        self.boot(&[]);
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn command(&self, args: &[&str]) -> redis::Value {
-        let mut con = redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query(&mut con).unwrap()
-    }
-}
-
-impl Drop for SnapshotServer {
-    fn drop(&mut self) {
-        drop(self.process.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 async fn token_of(runtime: &LockRuntime, key: &str) -> u64 {
     let guard = runtime
         .lock(key)
@@ -172,12 +103,12 @@ async fn token_of(runtime: &LockRuntime, key: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_grow_past_a_restart_from_an_older_snapshot() {
     let _turn = SERIAL.lock().await;
-    let mut server = SnapshotServer::start("snapshot");
+    let mut server = RedisServer::start_with_snapshots();
     let prefix = unique("snap");
     let before = {
         let runtime = runtime_at(&server.url(), &prefix).await;
         let first = token_of(&runtime, "k").await;
-        server.command(&["SAVE"]);
+        server.snapshot().await;
         let mut last = first;
         for _ in 0..3 {
             last = token_of(&runtime, "k").await;
@@ -185,7 +116,7 @@ async fn tokens_grow_past_a_restart_from_an_older_snapshot() {
         assert!(last > first);
         last
     };
-    server.restart_from_snapshot();
+    server.restart_from_snapshot().await;
     let runtime = runtime_at(&server.url(), &prefix).await;
     let after = token_of(&runtime, "k").await;
     eprintln!("snapshot restore: last token before {before}, first after {after}");

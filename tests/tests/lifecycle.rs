@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, OnLost};
+use lock_testkit::pipes;
 use lock_tests::{contender_bin, on_both_backends, redis, unique, Kind};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -104,20 +104,15 @@ async fn holder_killed_frees_lock_after_about_one_lease() {
     let key = unique("killed-key");
     let runtime = Kind::Redis.runtime(&prefix).await;
 
-    let mut child = tokio::process::Command::new(contender_bin!())
-        .args([
-            server.url().as_str(),
-            prefix.as_str(),
-            "hold",
-            key.as_str(),
-            &PROCESS_LEASE.as_millis().to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn contender");
-    let stdout = child.stdout.take().expect("contender stdout");
-    let mut lines = BufReader::new(stdout).lines();
+    let mut command = tokio::process::Command::new(contender_bin!());
+    command.args([
+        server.url().as_str(),
+        prefix.as_str(),
+        "hold",
+        key.as_str(),
+        &PROCESS_LEASE.as_millis().to_string(),
+    ]);
+    let (mut child, mut lines) = pipes::spawn(&mut command).expect("spawn contender");
     let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
         .await
         .expect("the contender took the lock within 10 s")

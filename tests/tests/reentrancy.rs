@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use lock_runtime::{fence, inherit, with_lock, LockError, LockRuntime};
-use lock_tests::{on_both_backends, unique, Kind, Occupancy, RedisServer};
+use lock_testkit::RedisServer;
+use lock_tests::{on_both_backends, unique, Kind, Occupancy};
 
 on_both_backends!(
     sibling_calls_on_a_held_key_take_turns,

@@ -7,7 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
-use lock_tests::{free_port, redis, unique, RedisServer};
+use lock_testkit::{free_port, RedisServer};
+use lock_tests::{redis, unique};
 use redis::AsyncCommands;
 
 /// A throw-away CA and a server certificate for 127.0.0.1/localhost, made

@@ -3,21 +3,21 @@
 //! The parent re-executes this binary twice with `--worker contend`, waits for
 //! both to be `ready`, reads the lock server's `INFO commandstats`, says `go`,
 //! PINGs alongside while they run, and collects their records and counters.
-//! S3 (`s3_handoff.rs`) and S4 (`s4_commands.rs`) are two readings of the
-//! same runs.
+//! S3 (`handoff.rs`) and S4 (`commands.rs`) are two readings of the same
+//! runs.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use lock_testkit::{CommandStats, Delta};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use super::{s4_commands, Ctx};
-use crate::commandstats::{CommandStats, Delta};
+use super::{commands, Ctx};
 use crate::handoff::{Analysis, Record};
-use crate::spawn::WorkerProcess;
+use crate::report::commands_json;
 use crate::stats::Samples;
-use crate::worker::Library;
+use crate::worker::{self, Library};
 
 /// Worker processes per run.
 pub const PROCESSES: u32 = 2;
@@ -79,7 +79,7 @@ impl Run {
             "commands_per_acquisition": self.commands_per_acquisition,
             "failed_attempts_per_acquisition": self.failed_attempts,
             "executed_per_acquisition": self.delta.executed() as f64 / a.total as f64,
-            "commands": self.delta.to_json(),
+            "commands": commands_json(&self.delta),
         })
     }
 }
@@ -129,7 +129,7 @@ pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
             (p * TASKS).to_string(),
             duration.as_millis().to_string(),
         ];
-        workers.push(WorkerProcess::spawn(&ctx.config.worker_exe, &args)?);
+        workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
     for w in &mut workers {
         w.expect("ready", Duration::from_secs(60)).await?;
@@ -168,11 +168,11 @@ pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
         .get(format!("{prefix}{}", crate::worker::COUNTER))
         .await?;
     let analysis = Analysis::of(records, 0..PROCESSES * TASKS);
-    let commands = s4_commands::sent(library, &delta, loaded_pings.len() as u64);
+    let commands = commands::sent(library, &delta, loaded_pings.len() as u64);
     Ok(Run {
         loaded_ping: loaded_pings.p50(),
         commands_per_acquisition: commands as f64 / analysis.total as f64,
-        failed_attempts: s4_commands::failed_attempts(library, &delta, analysis.total) as f64
+        failed_attempts: commands::failed_attempts(library, &delta, analysis.total) as f64
             / analysis.total as f64,
         analysis,
         counter: counter.unwrap_or(0),

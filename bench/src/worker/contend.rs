@@ -7,7 +7,7 @@
 //! on rslock (`acquire` with its default retry settings, then `release`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 use lock_runtime::{with_lock, LockError, LockRuntime};
@@ -16,7 +16,6 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use crate::handoff::Record;
-use crate::sys::now_us;
 
 /// How long one acquire may wait before it counts as a timeout. Generous:
 /// a cancelled rslock acquire can leave its key behind for a whole TTL.
@@ -229,4 +228,14 @@ async fn once(
         },
     }
     Ok(())
+}
+
+/// Microseconds since the Unix epoch on the system clock. Unlike `Instant`,
+/// it is comparable between processes of one machine, which is what the
+/// cross-process handoff measurement needs.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }

@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use lock_runtime::{LockGuard, LockRuntime};
+use lock_testkit::usage::rss_bytes;
+use lock_testkit::CommandStats;
 use tokio::time::Instant;
-
-use crate::commandstats::CommandStats;
-use crate::sys::rss_bytes;
 
 /// How long parking all the waiters may take.
 const PARK_LIMIT: Duration = Duration::from_secs(60);

@@ -9,16 +9,25 @@
 //! ```
 //!
 //! Both print `ready` once set up (contend then waits for `go` on stdin),
-//! and `done` at the end; see `spawn.rs` for the parent's side.
+//! and `done` at the end; [`start`] is the parent's side.
 
 mod contend;
 mod memory;
 
 use std::io::Write;
+use std::path::Path;
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use lock_testkit::LineChild;
 
 pub use contend::{Library, COUNTER, WAIT_LIMIT};
+
+/// Starts `exe --worker <args...>` (the parent's side), to be driven by lines.
+pub fn start(exe: &Path, args: &[String]) -> Result<LineChild> {
+    let name = format!("worker {}", args.first().map_or("", String::as_str));
+    LineChild::spawn(Command::new(exe).arg("--worker").args(args), &name)
+}
 
 /// Runs the worker described by `args` (what follows `--worker`).
 pub async fn main(args: &[String]) -> Result<()> {

@@ -4,10 +4,12 @@
 //! every command a client sent, plus each PUBLISH (our release script issues
 //! it inside Redis, but it is a message on the wire to every subscriber),
 //! minus the harness's own PINGs. What a library's scripts run *inside* Redis
-//! is left out: that is server work, not traffic (see `commandstats.rs`).
+//! is left out: that is server work, not traffic (see `lock_testkit::commandstats`).
+
+use lock_testkit::commandstats::commands_in_script;
+use lock_testkit::Delta;
 
 use super::contention::Run;
-use crate::commandstats::{commands_in_script, Delta};
 use crate::report::{Row, Target};
 use crate::stats::median_of;
 use crate::worker::Library;

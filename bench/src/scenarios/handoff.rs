@@ -4,14 +4,14 @@
 //! one key, a GET + SET body on the data server), alternating our library and
 //! rslock, with the idle PING measured before each; then reads handoff
 //! latency, waits, shares, barging, exclusion and the counter from the
-//! workers' records (`handoff.rs`). S4's rows come from the same runs.
+//! workers' records ([`crate::handoff`]). S4's rows come from the same runs.
 
 use anyhow::Result;
 use serde_json::json;
 
 use super::baseline::{plain_ping_p50, runtime_ping_p50};
 use super::contention::{self, Run, PROCESSES, TASKS};
-use super::{s4_commands, Ctx, Output};
+use super::{commands, Ctx, Output};
 use crate::handoff::Analysis;
 use crate::report::{Row, Target};
 use crate::stats::{median, median_of, Samples};
@@ -127,7 +127,7 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         ]);
     }
     if show_s4 {
-        rows.extend(s4_commands::rows(&ours, &fair, &peer));
+        rows.extend(commands::rows(&ours, &fair, &peer));
     }
     let pool = |runs: &[Run], pick: fn(&Analysis) -> &Samples| {
         Samples::new(

@@ -1,44 +1,53 @@
-//! The parent's side of a worker process: start it, talk to it by lines.
+//! A child process driven by lines: start it, send it lines, read its lines
+//! with a timeout.
 //!
-//! Scenarios that need other processes (S3's second client, S7's fresh heap)
-//! re-execute this binary with `--worker ...`. The worker prints `ready` when
-//! set up, waits for `go` on stdin, and prints its results as lines ending
-//! with `done`. A thread per child turns its stdout into a channel, so every
-//! wait here has a timeout, and a child still running when its handle is
-//! dropped is killed.
+//! The benchmark's worker processes speak such a protocol (print `ready`
+//! when set up, wait for `go`, print results, end with `done`). A thread per
+//! child turns its stdout into a channel, so every wait here has a timeout
+//! and a silent or dead child is an error, not a hang; and since the thread
+//! reads while the parent is busy measuring, a worker never stalls on a full
+//! pipe. A child still running when its handle is dropped is killed.
+//! ([`crate::pipes`] is the plain async form the tests use.)
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use tokio::sync::mpsc;
 
-/// A running worker process.
-pub struct WorkerProcess {
+/// A running child process with piped stdin and stdout.
+pub struct LineChild {
     name: String,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::UnboundedReceiver<String>,
 }
 
-impl WorkerProcess {
-    /// Starts `exe --worker <args...>`.
-    pub fn spawn(exe: &Path, args: &[String]) -> Result<Self> {
-        let mut child = Command::new(exe)
-            .arg("--worker")
-            .args(args)
+impl LineChild {
+    /// Starts `command` with its stdin and stdout piped to us (stderr
+    /// inherited); `name` is what errors call it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anyhow::Result<()> {
+    /// use std::time::Duration;
+    /// let mut cat = lock_testkit::LineChild::spawn(&mut std::process::Command::new("cat"), "cat")?;
+    /// cat.send("ready")?;
+    /// cat.expect("ready", Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn spawn(command: &mut Command, name: &str) -> Result<Self> {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("start worker {}", exe.display()))?;
-        let stdout = child.stdout.take().context("worker stdout")?;
+            .with_context(|| format!("start {name}"))?;
+        let stdout = child.stdout.take().context("child stdout")?;
         let stdin = child.stdin.take();
         let (tx, lines) = mpsc::unbounded_channel();
         std::thread::Builder::new()
-            .name("worker-stdout".to_owned())
+            .name("child-stdout".to_owned())
             .spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
@@ -48,8 +57,8 @@ impl WorkerProcess {
                 }
             })
             .context("start a reader thread")?;
-        Ok(WorkerProcess {
-            name: args.first().cloned().unwrap_or_default(),
+        Ok(LineChild {
+            name: name.to_owned(),
             child,
             stdin,
             lines,
@@ -60,8 +69,8 @@ impl WorkerProcess {
     pub async fn next_line(&mut self, limit: Duration) -> Result<String> {
         match tokio::time::timeout(limit, self.lines.recv()).await {
             Ok(Some(line)) => Ok(line),
-            Ok(None) => bail!("worker {} exited early", self.name),
-            Err(_) => bail!("worker {} sent nothing for {limit:?}", self.name),
+            Ok(None) => bail!("{} exited early", self.name),
+            Err(_) => bail!("{} sent nothing for {limit:?}", self.name),
         }
     }
 
@@ -69,14 +78,14 @@ impl WorkerProcess {
     pub async fn expect(&mut self, expected: &str, limit: Duration) -> Result<()> {
         let line = self.next_line(limit).await?;
         if line.trim() != expected {
-            bail!("worker {} said {line:?}, expected {expected:?}", self.name);
+            bail!("{} said {line:?}, expected {expected:?}", self.name);
         }
         Ok(())
     }
 
-    /// Sends one line to the worker's stdin.
+    /// Sends one line to the child's stdin.
     pub fn send(&mut self, line: &str) -> Result<()> {
-        let stdin = self.stdin.as_mut().context("worker stdin closed")?;
+        let stdin = self.stdin.as_mut().context("child stdin closed")?;
         writeln!(stdin, "{line}")?;
         stdin.flush()?;
         Ok(())
@@ -97,15 +106,15 @@ impl WorkerProcess {
             }
             out.push(line);
         }
-        bail!("worker {} sent more than {max_lines} lines", self.name)
+        bail!("{} sent more than {max_lines} lines", self.name)
     }
 }
 
-impl Drop for WorkerProcess {
+impl Drop for LineChild {
     fn drop(&mut self) {
         self.stdin = None;
         if matches!(self.child.try_wait(), Ok(None)) {
-            // Give a finishing worker a moment, then make sure it is gone.
+            // Give a finishing child a moment, then make sure it is gone.
             std::thread::sleep(Duration::from_millis(50));
             if matches!(self.child.try_wait(), Ok(None)) {
                 let _ = self.child.kill();

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::{Ctx, Output};
 use crate::report::{Row, Target};
-use crate::spawn::WorkerProcess;
 use crate::stats::median_of;
+use crate::worker;
 
 /// Figures of one run, bytes per item.
 struct Run {
@@ -33,7 +33,7 @@ async fn measure(ctx: &Ctx, mode: &str, run: usize) -> Result<f64> {
         format!("s7:{run}:{mode}:"),
         n.to_string(),
     ];
-    let mut worker = WorkerProcess::spawn(&ctx.config.worker_exe, &args)?;
+    let mut worker = worker::start(&ctx.config.worker_exe, &args)?;
     worker.expect("ready", Duration::from_secs(60)).await?;
     let lines = worker
         .collect_until_done(Duration::from_secs(120), 10)

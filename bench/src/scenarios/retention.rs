@@ -16,15 +16,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use lock_runtime::{with_lock, LockRuntime};
+use lock_testkit::{CommandStats, RedisServer};
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Ctx, Output};
-use crate::commandstats::CommandStats;
 use crate::report::{Row, Target};
-use crate::server::RedisServer;
 use crate::stats::median_of;
 
 /// Concurrent tasks locking keys.
@@ -132,7 +131,7 @@ async fn lock_distinct_keys(runtime: &LockRuntime, n: u64) -> Result<()> {
 /// One run in one mode, on a server of its own.
 async fn measure(ctx: &Ctx, fair: bool) -> Result<Run> {
     let scale = ctx.scale();
-    let server = RedisServer::start()?;
+    let server = RedisServer::try_start()?;
     let mut con = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;

@@ -1,24 +1,15 @@
-//! What the process itself costs: wall clock, CPU time and resident memory.
+//! What this process costs: CPU time and resident memory.
 //!
-//! Read from `/proc/self` (Linux), since the targets are about the client's
-//! own CPU and memory and the workspace forbids `unsafe` (no `libc` calls).
+//! Read from `/proc/self` (Linux): the benchmark's targets and the leak
+//! tests are about the client's own CPU and memory, and the workspace
+//! forbids `unsafe` (no `libc` calls).
+//!
 //! The two unit sizes `/proc` uses, clock ticks and pages, are asked of
 //! `getconf` once.
 
 use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-
-/// Microseconds since the Unix epoch on the system clock. Unlike `Instant`,
-/// it is comparable between processes of one machine, which is what the
-/// cross-process handoff measurement needs.
-pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 fn getconf(name: &str, fallback: u64) -> u64 {
     std::process::Command::new("getconf")
@@ -42,6 +33,10 @@ fn page_size() -> u64 {
 
 /// CPU time (user + system, all threads, living and exited) this process has
 /// used so far, in seconds.
+///
+/// ```
+/// assert!(lock_testkit::usage::cpu_seconds().unwrap() >= 0.0);
+/// ```
 pub fn cpu_seconds() -> Result<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").context("read /proc/self/stat")?;
     // The command name (field 2) may hold spaces; count fields after its `)`.
@@ -56,7 +51,12 @@ pub fn cpu_seconds() -> Result<f64> {
     Ok((utime + stime) as f64 / clock_ticks_per_second() as f64)
 }
 
-/// Resident set size of this process, in bytes.
+/// Resident set size of this process, in bytes (pages in `/proc/self/statm`
+/// times the page size `getconf` reports, not an assumed 4 KiB).
+///
+/// ```
+/// assert!(lock_testkit::usage::rss_bytes().unwrap() > 0);
+/// ```
 pub fn rss_bytes() -> Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").context("read /proc/self/statm")?;
     let pages: u64 = statm
@@ -65,11 +65,6 @@ pub fn rss_bytes() -> Result<u64> {
         .context("unexpected /proc/self/statm format")?
         .parse()?;
     Ok(pages * page_size())
-}
-
-/// Number of CPUs this process may run on.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 #[cfg(test)]
@@ -81,6 +76,5 @@ mod tests {
     fn proc_figures_are_plausible() {
         assert!(cpu_seconds().unwrap() >= 0.0);
         assert!(rss_bytes().unwrap() > 1024 * 1024);
-        assert!(now_us() > 1_600_000_000_000_000);
     }
 }

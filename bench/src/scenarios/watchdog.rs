@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockGuard;
+use lock_testkit::usage::cpu_seconds;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -17,7 +18,6 @@ use tokio::time::Instant;
 use super::{Ctx, Output};
 use crate::report::{Row, Target};
 use crate::stats::median_of;
-use crate::sys::cpu_seconds;
 
 /// Tasks taking (and giving back) the locks.
 const TASKS: usize = 64;

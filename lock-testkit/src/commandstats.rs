@@ -6,7 +6,7 @@
 //! a library's scripts (named by the caller) and the harness's own `INFO`.
 //! `PUBLISH` is the exception the targets ask for: issued inside our release
 //! script, it still puts one message on the wire to every subscriber, so the
-//! figure used for S4 is `sent + publish`.
+//! benchmark's S4 counts `sent + publish`.
 
 use std::collections::BTreeMap;
 
@@ -54,6 +54,17 @@ impl CommandStats {
             calls.insert(name.to_owned(), counters);
         }
         CommandStats(calls)
+    }
+
+    /// Calls of `name` so far (0 when it never ran).
+    ///
+    /// ```
+    /// let stats = lock_testkit::CommandStats::parse("cmdstat_evalsha:calls=3,usec=9\r\n");
+    /// assert_eq!(stats.calls("evalsha"), 3);
+    /// assert_eq!(stats.calls("eval"), 0);
+    /// ```
+    pub fn calls(&self, name: &str) -> u64 {
+        self.0.get(name).map_or(0, |c| c.calls)
     }
 
     /// Reads the server's counters now.
@@ -112,21 +123,6 @@ impl Delta {
             .filter(|(name, _)| !inside_scripts.iter().any(|s| s == *name))
             .map(|(_, c)| c.calls)
             .sum()
-    }
-
-    /// As JSON, for the results file.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::Value::Object(
-            self.0
-                .iter()
-                .map(|(k, c)| {
-                    (
-                        k.clone(),
-                        serde_json::json!({"calls": c.calls, "usec": c.usec}),
-                    )
-                })
-                .collect(),
-        )
     }
 }
 

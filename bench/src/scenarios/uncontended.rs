@@ -9,12 +9,12 @@
 
 use anyhow::Result;
 use lock_runtime::{with_lock, LockError};
+use lock_testkit::{CommandStats, Delta};
 use serde_json::json;
 
 use super::baseline::{plain_pings, runtime_pings, timed};
 use super::{Ctx, Output};
-use crate::commandstats::{CommandStats, Delta};
-use crate::report::{Row, Target};
+use crate::report::{commands_json, Row, Target};
 use crate::stats::median_of;
 
 /// Operations per kind in one block.
@@ -123,7 +123,7 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             "ours": r.ours, "two_pings_runtime": r.ping2,
             "rslock": r.peer, "two_pings_plain": r.plain_ping2,
             "server_us_lock_unlock": r.server_ours, "server_us_two_pings": r.server_ping2,
-            "server_commands_per_block": r.server_detail.to_json(),
+            "server_commands_per_block": commands_json(&r.server_detail),
         })).collect::<Vec<_>>(),
     });
     Ok(Output {

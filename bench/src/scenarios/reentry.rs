@@ -8,11 +8,11 @@
 
 use anyhow::Result;
 use lock_runtime::with_lock;
+use lock_testkit::CommandStats;
 use serde_json::json;
 
 use super::baseline::{runtime_ping_p50, timed};
 use super::{Ctx, Output};
-use crate::commandstats::CommandStats;
 use crate::report::{Row, Target};
 use crate::stats::median_of;
 
