@@ -70,6 +70,14 @@ pub(crate) struct Want {
     pub(crate) fair: bool,
 }
 
+/// What was taken without a round trip.
+enum Taken {
+    /// A new frame of a hold this scope's ancestry has (re-entry).
+    Frame(Arc<HeldLock>, u64),
+    /// A lock handed to this process's fair place.
+    Guard(LockGuard),
+}
+
 /// One acquisition in progress: what it wants, and where its wait stands.
 pub(crate) struct Acquisition {
     runtime: LockRuntime,
@@ -113,8 +121,15 @@ impl Acquisition {
     pub(crate) fn run(mut self) -> impl Future<Output = Result<LockGuard, LockError>> {
         async move {
             loop {
-                if let Some(done) = self.take_without_round_trip().await {
-                    return done;
+                match self.take_without_round_trip().await {
+                    Some(Ok(Taken::Frame(held, frame))) => {
+                        // The runtime and scope move into the guard: no
+                        // clone on the re-entry path (bench S2).
+                        return Ok(LockGuard::new(self.runtime, held, frame, self.want.scope));
+                    }
+                    Some(Ok(Taken::Guard(guard))) => return Ok(guard),
+                    Some(Err(error)) => return Err(error),
+                    None => {}
                 }
                 self.check_deadline()?;
                 let queued_behind = self.queue_behind_local_waiters();
@@ -149,7 +164,7 @@ impl Acquisition {
     /// this scope's ancestry is re-entered (after waiting for a sibling
     /// scope that is inside); in fair mode, a handoff to this process's
     /// place is taken.
-    async fn take_without_round_trip(&mut self) -> Option<Result<LockGuard, LockError>> {
+    async fn take_without_round_trip(&mut self) -> Option<Result<Taken, LockError>> {
         if self.runtime.is_shut_down() {
             return Some(Err(LockError::ShutDown));
         }
@@ -169,8 +184,7 @@ impl Acquisition {
             }
         }
         if let Reentry::Held(held, frame) = reentry {
-            let (runtime, scope) = (self.runtime.clone(), self.want.scope.clone());
-            return Some(Ok(LockGuard::new(runtime, held, frame, scope)));
+            return Some(Ok(Taken::Frame(held, frame)));
         }
         // Fair mode: a release may have handed the lock to our place. (A
         // fixed lease longer than the handoff's claim is not taken from the
@@ -188,7 +202,7 @@ impl Acquisition {
         let held = HeldLock::new(self.hold(handoff.holder, handoff.fence));
         let scope = self.want.scope.clone();
         let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
-        Some(Ok(guard))
+        Some(Ok(Taken::Guard(guard)))
     }
 
     /// Step 2: a deadline that passed allows one last try, then ends the
