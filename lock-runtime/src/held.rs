@@ -291,6 +291,17 @@ impl HeldTable {
         last
     }
 
+    /// How many live holds of `lock_key` belong to `scope` or the scopes it
+    /// is nested in.
+    pub(crate) fn holds_in(&self, lock_key: &str, scope: &Node) -> usize {
+        self.locks().get(lock_key).map_or(0, |frames| {
+            frames
+                .iter()
+                .filter(|f| !f.held.is_lost() && scope.descends_from(f.owner))
+                .count()
+        })
+    }
+
     /// Whether a live hold of `lock_key` was taken by the tokio task (or
     /// `block_on`) running now: a wait for it can only end if another branch
     /// of this task gives it back. `false` on other executors.

@@ -64,6 +64,7 @@ mod env;
 mod error;
 mod guard;
 mod held;
+mod inspect;
 mod locked;
 mod names;
 mod owner;
@@ -82,6 +83,7 @@ pub use builder::{
 pub use env::init_from_env;
 pub use error::{BackendError, LockError};
 pub use guard::LockGuard;
+pub use inspect::{held, hold_count, LockInfo};
 pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
 pub use owner::{fence, inherit};

@@ -281,7 +281,7 @@ pub fn lock(key: impl Into<String>) -> LockRequest {
     LockRequest::new(LockRuntime::global().ok(), key.into())
 }
 
-fn validate_key(key: &str) -> Result<(), LockError> {
+pub(crate) fn validate_key(key: &str) -> Result<(), LockError> {
     if key.is_empty() {
         return Err(LockError::invalid_key(key, "the key is empty"));
     }

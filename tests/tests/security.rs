@@ -219,6 +219,9 @@ async fn acl_user_with_password_can_lock_and_wait() {
             "+rpush",
             "+lrem",
             "+hdel",
+            // inspect
+            "+hgetall",
+            "+lrange",
         ])
         .query_async(&mut admin)
         .await
@@ -237,6 +240,8 @@ async fn acl_user_with_password_can_lock_and_wait() {
         .await
         .unwrap();
     let held = a.lock("k").acquire().await.unwrap();
+    let info = b.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.fence, Some(held.fence()));
     let waiter = tokio::spawn(async move {
         b.lock("k")
             .wait(Duration::from_secs(5))

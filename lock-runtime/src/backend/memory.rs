@@ -87,6 +87,20 @@ impl MemoryBackend {
         }
     }
 
+    /// Mirrors `inspect.lua` (the embedded store keeps no fair queue).
+    pub(crate) fn inspect(&self, lock_key: &str) -> Option<super::Recorded> {
+        let now = Instant::now();
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = state.locks.get(lock_key).filter(|e| e.expires_at > now)?;
+        Some(super::Recorded {
+            holder: entry.holder.clone(),
+            holds: entry.holds,
+            remaining: Some(entry.expires_at - now),
+            fence: Some(entry.fence),
+            queue: Vec::new(),
+        })
+    }
+
     /// Mirrors `acquire.lua`.
     pub(crate) fn acquire(&self, lock_key: &str, holder: &str, lease: Duration) -> Acquire {
         let now = Instant::now();

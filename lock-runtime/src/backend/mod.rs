@@ -134,6 +134,21 @@ pub(crate) trait Watches: Send + Sync + std::fmt::Debug {
     fn give_back_place(&self, lock: String, holder: String);
 }
 
+/// What the backend records of a held lock (see [`Backend::inspect`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// Holder id: `<process-uuid>:<n>`.
+    pub(crate) holder: String,
+    /// Holds recorded under it (nested holds of one process count once).
+    pub(crate) holds: u64,
+    /// Remaining lease; `None` when it has no expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// The hold's fencing token, when recorded.
+    pub(crate) fence: Option<u64>,
+    /// Fair mode: holder ids queued for the lock, oldest first.
+    pub(crate) queue: Vec<String>,
+}
+
 /// The backend of one runtime.
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
@@ -220,6 +235,14 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.ping().await,
             Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// What the backend records of the lock now: `None` when it is free.
+    pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.inspect(lock_key).await,
+            Backend::Memory(m) => Ok(m.inspect(lock_key)),
         }
     }
 

@@ -30,7 +30,7 @@ pub(crate) use connect::connect;
 use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
-use super::{Acquire, Queue, Release, QUEUE_ENTRY_LIFE};
+use super::{Acquire, Queue, Recorded, Release, QUEUE_ENTRY_LIFE};
 use crate::error::BackendError;
 use crate::held::HeldLock;
 use crate::names::LockNames;
@@ -159,6 +159,32 @@ impl RedisBackend {
             .await
             .map_err(|e| self.failed("PING failed", e))?;
         Ok(())
+    }
+
+    pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
+        let queue = LockNames::queue(lock_key);
+        let mut con = self.con.clone();
+        let (fields, pttl, queued): (Vec<String>, i64, Vec<String>) =
+            eval(&mut con, &self.scripts.inspect, &[lock_key, &queue], &[])
+                .await
+                .map_err(|e| self.failed("inspect failed", e))?;
+        let mut recorded = Recorded {
+            holder: String::new(),
+            holds: 0,
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence: None,
+            queue: queued,
+        };
+        for pair in fields.chunks_exact(2) {
+            match pair[0].as_str() {
+                "fence" => recorded.fence = pair[1].parse().ok(),
+                holder => {
+                    recorded.holder = holder.to_owned();
+                    recorded.holds = pair[1].parse().unwrap_or(0);
+                }
+            }
+        }
+        Ok((!recorded.holder.is_empty()).then_some(recorded))
     }
 
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {

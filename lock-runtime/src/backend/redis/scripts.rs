@@ -44,6 +44,8 @@ pub(super) struct Scripts {
     pub(super) release: LuaScript,
     pub(super) renew: LuaScript,
     pub(super) force_unlock: LuaScript,
+    /// Read-only: what is recorded of a lock.
+    pub(super) inspect: LuaScript,
     /// Fair mode: acquire and release through the key's queue.
     pub(super) fair: LuaScript,
 }
@@ -55,6 +57,7 @@ impl Scripts {
             release: LuaScript::new(include_str!("../../scripts/release.lua")),
             renew: LuaScript::new(include_str!("../../scripts/renew.lua")),
             force_unlock: LuaScript::new(include_str!("../../scripts/force_unlock.lua")),
+            inspect: LuaScript::new(include_str!("../../scripts/inspect.lua")),
             fair: LuaScript::new(include_str!("../../scripts/fair.lua")),
         }
     }
@@ -99,6 +102,7 @@ pub(super) async fn load_scripts(
         &scripts.release,
         &scripts.renew,
         &scripts.force_unlock,
+        &scripts.inspect,
         &scripts.fair,
     ] {
         let _: String = redis::cmd("SCRIPT")

@@ -1,0 +1,117 @@
+//! Asking about a lock: [`LockRuntime::inspect`] (what the backend records:
+//! holder, holds, remaining lease, token, fair queue), [`LockRuntime::is_locked`],
+//! and for the running owner scope [`held`] and [`hold_count`], the
+//! questions Redisson users know as `isLocked`, `getHoldCount` and
+//! `remainTimeToLive`.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+use crate::names::LockNames;
+use crate::owner;
+use crate::runtime::LockRuntime;
+
+/// What the backend records of a held lock ([`LockRuntime::inspect`]).
+///
+/// A snapshot: by the time it is read the lock may have changed hands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The key as asked for.
+    pub key: String,
+    /// The holder id the backend records: `<process-uuid>:<n>`.
+    pub holder: String,
+    /// Whether the holder is this process (its uuid is this process's).
+    pub held_by_this_process: bool,
+    /// Holds recorded under the holder id. Nested holds of one process are
+    /// counted in the process ([`hold_count`]), so this is usually 1.
+    pub holds: u64,
+    /// How long the lease has left; `None` when it has no expiry.
+    pub remaining_lease: Option<Duration>,
+    /// The holder's fencing token, when recorded.
+    pub fence: Option<u64>,
+    /// Fair mode: the holder ids queued for the lock, oldest first (one per
+    /// waiting process; empty on the embedded backend and in plain mode).
+    pub queue: Vec<String>,
+}
+
+impl LockRuntime {
+    /// What the backend records of the lock `key` now; `Ok(None)` when it
+    /// is free. One read-only round trip on Redis.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// assert!(runtime.inspect("order:42").await?.is_none());
+    /// let guard = runtime.lock("order:42").acquire().await?;
+    /// let info = runtime.inspect("order:42").await?.expect("held");
+    /// assert!(info.held_by_this_process);
+    /// assert_eq!(info.fence, Some(guard.fence()));
+    /// assert!(info.remaining_lease.is_some());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        crate::request::validate_key(key)?;
+        let lock_key = LockNames::lock_key(self.prefix(), key);
+        let recorded = self.run(self.backend().inspect(&lock_key)).await?;
+        let mine = format!("{}:", owner::process_id());
+        Ok(recorded.map(|r| LockInfo {
+            key: key.to_owned(),
+            held_by_this_process: r.holder.starts_with(&mine),
+            holder: r.holder,
+            holds: r.holds,
+            remaining_lease: r.remaining,
+            fence: r.fence,
+            queue: r.queue,
+        }))
+    }
+
+    /// Whether anybody holds the lock `key` now (any process).
+    pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
+        Ok(self.inspect(key).await?.is_some())
+    }
+
+    /// How many holds of `key` in this runtime the running code is inside:
+    /// holds of its owner scope and of the scopes it is nested in (0 outside
+    /// any locked body, or when the lock was lost). No round trip.
+    pub fn hold_count(&self, key: &str) -> usize {
+        let Some(scope) = owner::current() else {
+            return 0;
+        };
+        let lock_key = LockNames::lock_key(self.prefix(), key);
+        self.table().holds_in(&lock_key, &scope.node)
+    }
+}
+
+/// Whether the running code holds `key` on the global runtime: inside a
+/// locked body (or [`LockGuard::scope`](crate::LockGuard::scope)) of that
+/// key, directly or through the calls it is nested in. `false` when no
+/// runtime is installed.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{held, hold_count, lock, with_lock, LockError};
+/// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+/// assert!(!held("report"));
+/// with_lock(lock("report"), async {
+///     assert!(held("report"));
+///     with_lock(lock("report"), async {
+///         assert_eq!(hold_count("report"), 2); // nested: re-entered
+///         Ok::<_, LockError>(())
+///     })
+///     .await
+/// })
+/// .await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub fn held(key: &str) -> bool {
+    hold_count(key) > 0
+}
+
+/// How many holds of `key` on the global runtime the running code is
+/// inside ([`LockRuntime::hold_count`]); 0 when no runtime is installed.
+pub fn hold_count(key: &str) -> usize {
+    LockRuntime::global().map_or(0, |runtime| runtime.hold_count(key))
+}
