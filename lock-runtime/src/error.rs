@@ -37,15 +37,17 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// The wait ran out while the lock was held by the waiting task itself:
-    /// a guard from `acquire()` or a locked call still alive in the same task,
-    /// outside the waiting call's owner scope. Such a wait can only end if
-    /// another branch of the task (a `join!` arm) gives the lock back.
+    /// The wait ran out while the lock was held by the waiting task itself,
+    /// through a guard taken with `acquire()` outside any locked body and
+    /// still alive. Such a wait can only end if the task's own code lets the
+    /// guard go (another branch of it, a `join!` arm). A locked call of the
+    /// same task running beside the waiter (`join!` arms) is not this: its
+    /// body ends by itself, and the waiter gets an ordinary `Timeout`.
     #[error(
         "gave up after {} ms waiting for lock `{key}`, which this same task holds: a guard \
-         from `acquire()` or a locked call of this task is still alive outside the waiting \
-         call. Run the call inside `guard.scope(...)` to re-enter, or release the guard first \
-         (README: \"Where re-entry stops\")",
+         from `acquire()` is still alive around the waiting call. Run the call inside \
+         `guard.scope(...)` to re-enter, or release the guard first (README: \"Where \
+         re-entry stops\")",
         waited.as_millis()
     )]
     SelfDeadlock {

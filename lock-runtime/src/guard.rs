@@ -58,7 +58,7 @@ impl LockGuard {
     ) -> LockGuard {
         let waiters = runtime.waiters();
         let others_waiting = waiters.waiting_keys() > 0;
-        let frame = runtime.table().insert(held.clone(), held.owner);
+        let frame = runtime.table().insert(held.clone(), &scope);
         runtime.watchdog().add(held.clone(), sent_at, in_force);
         if others_waiting {
             // The key's other waiters sleep no longer than this hold's lease

@@ -162,7 +162,8 @@ impl HeldLock {
 struct Frame {
     id: u64,
     owner: u64,
-    /// The tokio task (or `block_on`) that took this hold, when known.
+    /// The tokio task (or `block_on`) that took this hold, when known, if
+    /// it was taken for a guard outside any locked body (see `held_by_this_task`).
     task: Option<Runner>,
     held: Arc<HeldLock>,
 }
@@ -191,11 +192,11 @@ pub(crate) struct HeldTable {
 
 static NEXT_FRAME: AtomicU64 = AtomicU64::new(1);
 
-fn new_frame(owner: u64, held: Arc<HeldLock>) -> Frame {
+fn new_frame(owner: &Node, held: Arc<HeldLock>) -> Frame {
     Frame {
         id: NEXT_FRAME.fetch_add(1, Ordering::Relaxed),
-        owner,
-        task: crate::context::runner(),
+        owner: owner.id,
+        task: owner.for_guard.then(crate::context::runner).flatten(),
         held,
     }
 }
@@ -219,7 +220,7 @@ impl HeldTable {
         if scope.descends_from(innermost.owner) {
             let held = innermost.held.clone();
             held.holds.fetch_add(1, Ordering::Relaxed);
-            let frame = new_frame(scope.id, held.clone());
+            let frame = new_frame(scope, held.clone());
             let id = frame.id;
             frames.push(frame);
             return Reentry::Held(held, id);
@@ -259,7 +260,7 @@ impl HeldTable {
     }
 
     /// Records a fresh backend hold of `owner`; returns its frame id.
-    pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: u64) -> u64 {
+    pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
         let frame = new_frame(owner, held);
         let id = frame.id;
         self.locks()
@@ -302,9 +303,12 @@ impl HeldTable {
         })
     }
 
-    /// Whether a live hold of `lock_key` was taken by the tokio task (or
-    /// `block_on`) running now: a wait for it can only end if another branch
-    /// of this task gives it back. `false` on other executors.
+    /// Whether a live hold of `lock_key` was taken for a guard, outside any
+    /// locked body, by the tokio task (or `block_on`) running now: a wait
+    /// for it ends only if that task's code lets the guard go. (A locked
+    /// call of this task that holds the key is not counted: the waiter then
+    /// runs beside its body, a `join!` arm, and the body's end frees it.)
+    /// `false` on other executors.
     pub(crate) fn held_by_this_task(&self, lock_key: &str) -> bool {
         let Some(task) = crate::context::runner() else {
             return false;

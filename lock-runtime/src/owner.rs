@@ -30,10 +30,15 @@ pub(crate) struct Node {
     /// Process-unique id of the scope.
     pub(crate) id: u64,
     parent: Option<Arc<Node>>,
+    /// Made for a guard taken outside any locked body (`acquire()` at top
+    /// level): nothing runs inside it, so a wait for its hold in the same
+    /// task can only end if the code that holds the guard lets it go.
+    pub(crate) for_guard: bool,
 }
 
 impl Node {
     /// A scope with no parent.
+    #[cfg(test)]
     pub(crate) fn root() -> Arc<Node> {
         Node::child_of(None)
     }
@@ -43,6 +48,7 @@ impl Node {
         Arc::new(Node {
             id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             parent: parent.cloned(),
+            for_guard: false,
         })
     }
 
@@ -82,7 +88,11 @@ pub(crate) fn current() -> Option<Scope> {
 pub(crate) fn current_or_root() -> Arc<Node> {
     match current() {
         Some(scope) => scope.node,
-        None => Node::root(),
+        None => Arc::new(Node {
+            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            parent: None,
+            for_guard: true,
+        }),
     }
 }
 

@@ -16,6 +16,7 @@ on_both_backends!(
     a_guard_scope_lets_calls_on_its_key_reenter_and_see_its_token,
     a_task_waiting_for_its_own_guard_gets_self_deadlock_naming_the_key,
     a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout,
+    a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout,
     locks_work_from_an_executor_other_than_tokio,
     a_dropped_guard_frees_the_key_for_this_process_at_once,
     shutdown_releases_every_held_lock_and_refuses_new_ones,
@@ -105,6 +106,33 @@ async fn a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout(kind: 
     .await
     .unwrap();
     assert!(matches!(child, Err(LockError::Timeout { .. })), "{child:?}");
+}
+
+/// Two locked calls side by side in one task (`join!` arms at the top
+/// level): the holder's body ends by itself, so the waiter's wait is not a
+/// self-deadlock; it takes turns, and here runs out with a plain `Timeout`.
+async fn a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout(kind: Kind) {
+    let runtime = kind.runtime(&unique("joinarms")).await;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = with_lock(runtime.lock("report"), async {
+        let _ = done_rx.await;
+        Ok::<_, LockError>(())
+    });
+    let waiter = async {
+        let wait = Duration::from_millis(200);
+        let outcome = with_lock(runtime.lock("report").wait(wait), async {
+            Ok::<_, LockError>(())
+        })
+        .await;
+        let _ = done_tx.send(());
+        outcome
+    };
+    let (held, waited) = tokio::join!(holder, waiter);
+    held.unwrap();
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
 }
 
 /// A minimal executor that is not tokio: polls on the calling thread and

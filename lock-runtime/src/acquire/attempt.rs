@@ -199,10 +199,9 @@ impl Acquisition {
         if self.runtime.table().held_by_this_task(&self.want.lock_key) {
             tracing::warn!(
                 key = %self.want.key,
-                "waiting for a lock that this same task holds (a guard from `acquire()` or \
-                 a locked call still alive): unless another branch of this task releases \
-                 it, this wait ends only with its deadline; run the call inside \
-                 `guard.scope(...)` to re-enter"
+                "waiting for a lock that this same task holds through a guard from \
+                 `acquire()`: unless another branch of this task drops it, this wait ends \
+                 only with its deadline; run the call inside `guard.scope(...)` to re-enter"
             );
         }
         let waiters = self.runtime.waiters();
