@@ -194,6 +194,7 @@ impl LockGuard {
             )
             .await;
         pending.done();
+        tracing::debug!(key = %held.key, fence = held.fence, ?outcome, "lock released");
         match outcome {
             Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => Ok(()),
             Ok(Release::NotHeld) if !held.is_lost() => Err(LockError::NotHeld {

@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use crate::error::LockError;
 use crate::held::HeldLock;
 use crate::owner::{self, Scope};
@@ -50,7 +52,9 @@ where
         node,
         fence: Some(guard.fence()),
     };
-    let body = owner::enter(scope, body);
+    // The body runs in a span of the hold: the user's own spans nest in it.
+    let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());
+    let body = owner::enter(scope, body).instrument(hold);
     let result = match on_lost {
         OnLost::Abort => {
             let held: &Arc<HeldLock> = guard.held();
@@ -86,5 +90,74 @@ where
             tracing::warn!(%error, "lock trouble after the body finished; returning its result");
             result
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    use crate::{with_lock, LockError, LockRuntime};
+
+    /// Remembers span names and the `outcome` field of events.
+    #[derive(Default)]
+    struct Seen {
+        spans: Mutex<Vec<String>>,
+        outcomes: Mutex<Vec<String>>,
+    }
+
+    struct Recorder(Arc<Seen>);
+
+    struct Outcome<'a>(&'a Mutex<Vec<String>>);
+
+    impl Visit for Outcome<'_> {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "outcome" {
+                self.0.lock().unwrap().push(value.to_owned());
+            }
+        }
+        fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let mut spans = self.0.spans.lock().unwrap();
+            spans.push(span.metadata().name().to_owned());
+            Id::from_u64(spans.len() as u64)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            event.record(&mut Outcome(&self.0.outcomes));
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// An acquire reports how it ended, and a locked body runs in a
+    /// `lock_hold` span (so the user's own spans nest in it).
+    #[tokio::test(flavor = "current_thread")]
+    async fn acquires_and_holds_are_visible_to_tracing() {
+        let seen = Arc::new(Seen::default());
+        let _default = tracing::subscriber::set_default(Recorder(seen.clone()));
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        with_lock(runtime.lock("k"), async { Ok::<_, LockError>(()) })
+            .await
+            .unwrap();
+        let _guard = runtime.lock("busy").acquire().await.unwrap();
+        let busy = runtime.lock("busy").try_acquire().await.unwrap();
+        assert!(busy.is_none());
+        assert!(seen.spans.lock().unwrap().contains(&"lock_hold".to_owned()));
+        let outcomes = seen.outcomes.lock().unwrap().clone();
+        assert!(outcomes.contains(&"held".to_owned()), "{outcomes:?}");
+        assert!(outcomes.contains(&"timeout".to_owned()), "{outcomes:?}");
     }
 }

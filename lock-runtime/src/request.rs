@@ -5,6 +5,7 @@
 //! (`locked.rs`) runs a body under it.
 
 use std::future::Future;
+
 use std::sync::Arc;
 use std::time::Duration;
 

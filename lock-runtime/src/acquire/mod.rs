@@ -70,6 +70,33 @@ pub(crate) struct Want {
     pub(crate) fair: bool,
 }
 
+/// Reports how an acquisition ended (a `lock_acquire` debug event: key,
+/// mode, how long it waited, outcome; nothing without a subscriber), and
+/// passes it on. An event rather than a span: a span would sit in every
+/// waiting acquire's state.
+fn ended(
+    key: &str,
+    fair: bool,
+    start: Instant,
+    outcome: Result<LockGuard, LockError>,
+) -> Result<LockGuard, LockError> {
+    let name = match &outcome {
+        Ok(_) => "held",
+        Err(LockError::Timeout { .. }) => "timeout",
+        Err(LockError::SelfDeadlock { .. }) => "self_deadlock",
+        Err(LockError::ShutDown) => "shut_down",
+        Err(_) => "error",
+    };
+    tracing::debug!(
+        key,
+        fair,
+        waited_us = start.elapsed().as_micros() as u64,
+        outcome = name,
+        "lock_acquire"
+    );
+    outcome
+}
+
 /// What was taken without a round trip.
 enum Taken {
     /// A new frame of a hold this scope's ancestry has (re-entry).
@@ -125,13 +152,20 @@ impl Acquisition {
                     Some(Ok(Taken::Frame(held, frame))) => {
                         // The runtime and scope move into the guard: no
                         // clone on the re-entry path (bench S2).
-                        return Ok(LockGuard::new(self.runtime, held, frame, self.want.scope));
+                        let guard = LockGuard::new(self.runtime, held, frame, self.want.scope);
+                        return ended(&self.want.key, self.want.fair, self.start, Ok(guard));
                     }
-                    Some(Ok(Taken::Guard(guard))) => return Ok(guard),
-                    Some(Err(error)) => return Err(error),
+                    Some(Ok(Taken::Guard(guard))) => {
+                        return ended(&self.want.key, self.want.fair, self.start, Ok(guard))
+                    }
+                    Some(Err(error)) => {
+                        return ended(&self.want.key, self.want.fair, self.start, Err(error))
+                    }
                     None => {}
                 }
-                self.check_deadline()?;
+                if let Err(error) = self.check_deadline() {
+                    return ended(&self.want.key, self.want.fair, self.start, Err(error));
+                }
                 let queued_behind = self.queue_behind_local_waiters();
                 // Listen before trying, so a release between the try and the
                 // sleep is not missed.
@@ -144,13 +178,28 @@ impl Acquisition {
                 let alarm = if queued_behind {
                     self.lease_alarm(now, None)
                 } else {
-                    match self.attempt().await? {
-                        Attempted::Held(guard) => return Ok(guard),
+                    let attempted = match self.attempt().await {
+                        Ok(attempted) => attempted,
+                        Err(error) => {
+                            return ended(&self.want.key, self.want.fair, self.start, Err(error))
+                        }
+                    };
+                    match attempted {
+                        Attempted::Held(guard) => {
+                            return ended(&self.want.key, self.want.fair, self.start, Ok(guard))
+                        }
                         Attempted::Registered => continue,
                         Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
                         Attempted::PlaceInUse => self.place_alarm(now),
                         Attempted::Failed(error) => {
-                            self.back_off(error).await?;
+                            if let Err(error) = self.back_off(error).await {
+                                return ended(
+                                    &self.want.key,
+                                    self.want.fair,
+                                    self.start,
+                                    Err(error),
+                                );
+                            }
                             continue;
                         }
                     }
