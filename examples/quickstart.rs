@@ -82,7 +82,12 @@ async fn main() -> Result<(), AppError> {
             Err(AppError::Lock(e @ LockError::Timeout { .. })) => {
                 println!("  {:>4} ms  a rival gave up as it should: {e}", ms(t0));
             }
-            other => println!("  {:>4} ms  unexpected: the rival got {other:?}", ms(t0)),
+            other => {
+                // The README's first command is checked by `scripts/test`:
+                // a wrong outcome fails it.
+                eprintln!("  {:>4} ms  unexpected: the rival got {other:?}", ms(t0));
+                std::process::exit(1);
+            }
         }
     });
     report?;
