@@ -37,17 +37,17 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// The wait ran out while the lock was held by the waiting task itself,
-    /// through a guard taken with `acquire()` outside any locked body and
-    /// still alive. Such a wait can only end if the task's own code lets the
+    /// The wait ran out while the lock was held through a guard that the
+    /// waiting task itself took with `acquire()`, outside any locked body,
+    /// and that is still alive (a guard moved to another task since is
+    /// still reported so: the hold remembers the task that took it). Such a wait can only end if the task's own code lets the
     /// guard go (another branch of it, a `join!` arm). A locked call of the
     /// same task running beside the waiter (`join!` arms) is not this: its
     /// body ends by itself, and the waiter gets an ordinary `Timeout`.
     #[error(
-        "gave up after {} ms waiting for lock `{key}`, which this same task holds: a guard \
-         from `acquire()` is still alive around the waiting call. Run the call inside \
-         `guard.scope(...)` to re-enter, or release the guard first (README: \"Where \
-         re-entry stops\")",
+        "gave up after {} ms waiting for lock `{key}`, which a guard this same task took \
+         with `acquire()` still holds. Run the call inside `guard.scope(...)` to re-enter, \
+         or release the guard first (README: \"Where re-entry stops\")",
         waited.as_millis()
     )]
     SelfDeadlock {

@@ -58,8 +58,11 @@ impl LockGuard {
     ) -> LockGuard {
         let waiters = runtime.waiters();
         let others_waiting = waiters.waiting_keys() > 0;
-        let frame = runtime.table().insert(held.clone(), &scope);
+        // Watchdog first: a shutdown that closes the table's frames between
+        // the two then also takes this hold out of the watchdog; the other
+        // way round it would miss it and keep renewing a closed hold.
         runtime.watchdog().add(held.clone(), sent_at, in_force);
+        let frame = runtime.table().insert(held.clone(), &scope);
         if others_waiting {
             // The key's other waiters sleep no longer than this hold's lease
             // (it may end by expiry, with no release message).

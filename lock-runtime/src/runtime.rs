@@ -180,7 +180,10 @@ impl LockRuntime {
                 held.fair,
             );
         }
-        // Waiters see the flag when they wake.
+        // Fair places in the backend's queue go back now (their waiters
+        // would only give them back when next polled), so the drain below
+        // waits for them too; waiters see the flag when they wake.
+        self.inner.waiters.give_back_places();
         self.inner.waiters.wake_all();
         let limit = self.inner.settings.drain_limit;
         let backend = &self.inner.backend;

@@ -43,8 +43,9 @@ macro_rules! on_both_backends_ignored {
 }
 
 on_both_backends_ignored!(
-    "defect: SelfDeadlock blames the task that took a guard, not the one holding it \
-     (held.rs held_by_this_task / Frame::task)":
+    "known limitation: a hold remembers the task that took its guard, so a guard moved to \
+     another task is still reported as SelfDeadlock (the message says the guard was taken \
+     by this task)":
     a_guard_moved_to_another_task_is_not_a_self_deadlock,
 );
 
@@ -71,11 +72,7 @@ on_both_backends!(
     cancelled_acquires_do_not_unbalance_the_pending_releases,
 );
 
-on_both_backends_ignored!(
-    "defect: a hold adopted while shutdown runs stays in the watchdog, which renews it after \
-     shutdown (guard.rs adopt: table.insert before watchdog.add)":
-    no_hold_adopted_during_shutdown_stays_in_the_watchdog,
-);
+on_both_backends!(no_hold_adopted_during_shutdown_stays_in_the_watchdog,);
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -311,7 +308,7 @@ async fn shutdown_racing_acquires_releases_and_bodies_gives_everything_back(kind
     }
 }
 
-/// DEFECT (a race, so this loops until it shows or 40 rounds pass; it
+/// Was a defect, fixed in guard.rs `adopt` (watchdog first). A race, so this loops 40 rounds (it
 /// cannot fail once fixed). `LockGuard::adopt` puts a fresh hold into the
 /// table and then into the watchdog. When `shutdown()` runs in between,
 /// `close_all` takes the frame and `watchdog.remove` comes before the
@@ -394,14 +391,13 @@ async fn shutdown_from_a_foreign_executor_drains_dropped_guards() {
     }
 }
 
-/// DEFECT. A sibling waiting in the process (`join!` arm of a locked body)
+/// Was a defect (fixed: a shutdown check after the sibling wait and before
+/// every script). A sibling waiting in the process (`join!` arm of a locked body)
 /// is woken by `shutdown()`'s `close_all`, finds no frame and goes to the
 /// backend without looking at the flag: it takes the lock in Redis after
 /// shutdown (the key's token counter moves), and only the post-acquire check
 /// gives it back, in the background, after `shutdown()` has returned.
 #[tokio::test]
-#[ignore = "defect: a sibling woken by shutdown takes the lock in the backend \
-            (acquire/mod.rs take_without_round_trip: no shutdown check after frames_changed)"]
 async fn shutdown_wakes_a_sibling_waiter_without_a_backend_round_trip() {
     let prefix = unique("rv-sibling");
     let runtime = Kind::Redis.runtime(&prefix).await;
@@ -441,7 +437,7 @@ async fn shutdown_wakes_a_sibling_waiter_without_a_backend_round_trip() {
     );
 }
 
-/// DEFECT. A fair waiter's place in the key's Redis queue outlives
+/// Was a defect, fixed: `shutdown` gives back every fair place before it drains. A fair waiter's place in the key's Redis queue outlives
 /// `shutdown()`: the call returns before the woken waiters have left, and
 /// their places are only given back when their futures run again. A process
 /// that exits right after `shutdown().await` (as README shows) leaves the
@@ -449,8 +445,6 @@ async fn shutdown_wakes_a_sibling_waiter_without_a_backend_round_trip() {
 /// every other process waits out the handoff claim (up to 3 s) instead of
 /// getting the key "at once".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: shutdown returns with fair places still queued in Redis \
-            (runtime.rs shutdown: places are given back only by waiters polled later)"]
 async fn shutdown_leaves_no_fair_place_behind() {
     let prefix = unique("rv-fair-place");
     let url = redis().url();

@@ -108,6 +108,11 @@ impl Acquisition {
             let by = bound.map_or(settle_by, |b| b.min(settle_by));
             let _ = tokio::time::timeout_at(by, settled).await;
         }
+        if runtime.is_shut_down() {
+            // Nothing goes out after shutdown (it may be waiting for the
+            // releases to drain).
+            return Err(LockError::ShutDown);
+        }
         let sent_at = Instant::now();
         // Boxed: the backend's request future is large, and it would otherwise
         // sit inside every waiting acquire's state, also while it sleeps.

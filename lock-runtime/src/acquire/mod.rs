@@ -225,6 +225,10 @@ impl Acquisition {
             // (Boxed: a rare path, kept out of every waiting acquire's state.)
             let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
             reentry = Box::pin(table.frames_changed(lock_key, scope, self.deadline)).await;
+            if self.runtime.is_shut_down() {
+                // Shutdown closed the sibling's frame: no backend attempt now.
+                return Some(Err(LockError::ShutDown));
+            }
             if let Reentry::Sibling = reentry {
                 return Some(Err(LockError::Timeout {
                     key: self.want.key.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{KeyWaiters, WaitTicket};
+use super::{KeyWaiters, WaitTicket, Waiters};
 
 /// This process's place in a key's fair queue in Redis.
 #[derive(Debug, Default)]
@@ -211,5 +211,25 @@ impl WaitTicket {
             since,
             lease,
         })
+    }
+}
+
+impl Waiters {
+    /// Gives back every fair place of this process (shutdown): each leaves
+    /// its key's queue in the backend, or frees what was handed to it.
+    pub(crate) fn give_back_places(&self) {
+        let Some(watches) = self.watches.get() else {
+            return;
+        };
+        let entries: Vec<(String, std::sync::Arc<KeyWaiters>)> = self
+            .keys()
+            .iter()
+            .map(|(lock, entry)| (lock.clone(), entry.clone()))
+            .collect();
+        for (lock, entry) in entries {
+            if let Some(id) = entry.place().reset() {
+                watches.give_back_place(lock, id);
+            }
+        }
     }
 }
