@@ -146,3 +146,54 @@ macro_rules! contender_bin {
         env!("CARGO_BIN_EXE_contender")
     };
 }
+
+/// A fair-mode runtime on the Redis at `url` (another "process" of a test).
+pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
+    LockRuntime::builder()
+        .redis(url)
+        .key_prefix(prefix)
+        .fair(true)
+        .build()
+        .await
+        .expect("build the lock runtime")
+}
+
+/// Waits (bounded: 5 s) until `ready` says yes: for state with no event to
+/// await (a runtime's counters, say). Panics naming `what` otherwise.
+pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("timed out: {what}");
+}
+
+/// Wakes a thread parked in [`block_on`].
+pub struct Unpark(pub std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A minimal executor that is not tokio: polls `fut` on the calling thread
+/// and parks until woken (bounded: a future never woken within 20 s fails
+/// the test).
+pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll};
+    use std::time::{Duration, Instant};
+    let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        assert!(Instant::now() < give_up, "the future was never woken");
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+}

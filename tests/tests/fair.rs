@@ -9,20 +9,10 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::{CommandStats, RedisServer};
-use lock_tests::{on_both_backends, redis, unique, Kind};
+use lock_tests::{fair_runtime, on_both_backends, redis, unique, Kind};
 use redis::AsyncCommands;
 
 on_both_backends!(fair_waiters_each_get_the_lock_once_and_exclude);
-
-async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(url)
-        .key_prefix(prefix)
-        .fair(true)
-        .build()
-        .await
-        .expect("build the lock runtime")
-}
 
 /// A holder and a waiter (two fair runtimes: two processes) on `server`,
 /// the backend name of key `k`, and a raw connection for inspecting it.

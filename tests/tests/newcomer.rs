@@ -3,14 +3,10 @@
 //! README ("Where re-entry stops", "Shutting down") on both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime};
-use lock_tests::{on_both_backends, unique, Kind};
+use lock_tests::{block_on, on_both_backends, unique, wait_until, Kind};
 
 on_both_backends!(
     a_guard_scope_lets_calls_on_its_key_reenter_and_see_its_token,
@@ -135,28 +131,6 @@ async fn a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout(ki
     );
 }
 
-/// A minimal executor that is not tokio: polls on the calling thread and
-/// parks until woken (bounded, so a lost wake-up fails the test).
-fn block_on<F: Future>(fut: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = pin!(fut);
-    let give_up = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-        assert!(Instant::now() < give_up, "the future was never woken");
-        std::thread::park_timeout(Duration::from_millis(200));
-    }
-}
-
 /// Called from a thread with no tokio runtime, a contended acquire waits
 /// (timers, release messages), runs its body and releases: on Redis too,
 /// where the client's timers used to panic with "there is no reactor
@@ -246,17 +220,6 @@ async fn shutdown_releases_every_held_lock_and_refuses_new_ones(kind: Kind) {
             "`{key}` was still locked after shutdown"
         );
     }
-}
-
-/// Waits (bounded) until `ready` says yes.
-async fn wait_until(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..500 {
-        if ready() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out: {what}");
 }
 
 /// Dropping the last handle of a Redis runtime right after dropping a guard

@@ -10,14 +10,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
-use lock_tests::{on_both_backends, redis, unique, FaultProxy, Kind};
+use lock_tests::{
+    block_on, fair_runtime, on_both_backends, redis, unique, wait_until, FaultProxy, Kind, Unpark,
+};
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 
@@ -78,16 +80,6 @@ on_both_backends!(no_hold_adopted_during_shutdown_stays_in_the_watchdog,);
 // Helpers
 // ---------------------------------------------------------------------------
 
-async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(url)
-        .key_prefix(prefix)
-        .fair(true)
-        .build()
-        .await
-        .expect("build the lock runtime")
-}
-
 /// Length of the key's Redis queue and number of its entries.
 async fn queue_len(con: &mut redis::aio::MultiplexedConnection, hash: &str) -> (usize, usize) {
     let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
@@ -118,41 +110,6 @@ async fn until_exists(con: &mut redis::aio::MultiplexedConnection, hash: &str) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{hash} was never taken");
-}
-
-/// Waits (bounded: 5 s) until `ready` says yes: for state with no event.
-async fn wait_until(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..1000 {
-        if ready() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out: {what}");
-}
-
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// A minimal executor that is not tokio: polls on the calling thread and
-/// parks until woken (bounded, so a lost wake-up fails the test).
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = pin!(fut);
-    let give_up = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-        assert!(Instant::now() < give_up, "the future was never woken");
-        std::thread::park_timeout(Duration::from_millis(200));
-    }
 }
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
