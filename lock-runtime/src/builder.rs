@@ -37,6 +37,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 pub(crate) enum Choice {
     Memory,
     Redis(String),
+    RedisCluster(Vec<String>),
 }
 
 /// Configures and starts a [`LockRuntime`].
@@ -92,6 +93,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
         let backend = match &self.choice {
             Choice::Memory => "memory",
             Choice::Redis(_) => "redis (URL hidden)",
+            Choice::RedisCluster(_) => "redis cluster (URLs hidden)",
         };
         f.debug_struct("LockRuntimeBuilder")
             .field("backend", &backend)
@@ -126,6 +128,26 @@ impl LockRuntimeBuilder {
     /// or `rediss://` for TLS). Needs Redis 6 or later (RESP3).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.choice = Choice::Redis(url.into());
+        self
+    }
+
+    /// Use a Redis Cluster, given the URLs of some of its nodes
+    /// (`redis://[user[:password]@]host:port`, or `rediss://` for TLS; one
+    /// reachable node is enough, the client learns the others and the
+    /// slots from it). Needs Redis 7 or later (sharded pub/sub). Every name
+    /// of one lock shares a hash tag, so each lock lives on one node; see
+    /// README "Deploying".
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder()
+    ///     .redis_cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .build()
+    ///     .await?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn redis_cluster<U: Into<String>>(mut self, urls: impl IntoIterator<Item = U>) -> Self {
+        self.choice = Choice::RedisCluster(urls.into_iter().map(Into::into).collect());
         self
     }
 
@@ -274,20 +296,19 @@ impl LockRuntimeBuilder {
         // How long a stopping runtime (shutdown, or the last handle gone)
         // waits for its queued releases to be answered.
         let drain = self.response_timeout.saturating_mul(2);
+        let settings = ConnectSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            tls_root_ca: self.tls_root_ca.clone(),
+            tls_client: self.tls_client.clone(),
+            fence_window: self.fence_window,
+        };
         let config = match &self.choice {
             Choice::Memory => BackendConfig::Memory {
                 fence_window: self.fence_window,
             },
-            Choice::Redis(url) => BackendConfig::Redis(
-                url.clone(),
-                ConnectSettings {
-                    connect_timeout: self.connect_timeout,
-                    response_timeout: self.response_timeout,
-                    tls_root_ca: self.tls_root_ca.clone(),
-                    tls_client: self.tls_client.clone(),
-                    fence_window: self.fence_window,
-                },
-            ),
+            Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
+            Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())

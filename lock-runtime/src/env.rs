@@ -10,6 +10,7 @@ use crate::runtime::LockRuntime;
 /// | variable | meaning |
 /// |---|---|
 /// | `LOCK_REDIS_URL`, else `REDIS_URL` | the Redis server (`redis://…` or `rediss://…`) |
+/// | `LOCK_REDIS_CLUSTER` | a Redis Cluster instead: node URLs separated by commas (`redis://n1:7000,redis://n2:7000`) |
 /// | `LOCK_BACKEND` | `redis` (needs a URL) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
@@ -66,8 +67,9 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 5] = [
+const ENV_VARIABLES: [&str; 6] = [
     "LOCK_REDIS_URL",
+    "LOCK_REDIS_CLUSTER",
     "REDIS_URL",
     "LOCK_BACKEND",
     "LOCK_PREFIX",
@@ -83,7 +85,26 @@ fn builder_from_env(
     let set = |name: &str| read(name).filter(|v| !v.trim().is_empty());
     let url = set("LOCK_REDIS_URL").or_else(|| set("REDIS_URL"));
     let backend = set("LOCK_BACKEND").map(|b| b.trim().to_ascii_lowercase());
+    let cluster = set("LOCK_REDIS_CLUSTER");
     let mut builder = match (backend.as_deref(), url) {
+        (None | Some("redis"), url) if cluster.is_some() => {
+            if url.is_some() {
+                return Err(LockError::InvalidConfig(
+                    "LOCK_REDIS_CLUSTER and a Redis URL (REDIS_URL or LOCK_REDIS_URL) are \
+                     both set: unset one of them"
+                        .to_owned(),
+                ));
+            }
+            let nodes = cluster.unwrap_or_default();
+            let nodes = nodes.split([',', ' ']).filter(|n| !n.trim().is_empty());
+            LockRuntime::builder().redis_cluster(nodes.map(str::trim))
+        }
+        (Some("memory"), _) if cluster.is_some() => {
+            return Err(LockError::InvalidConfig(
+                "LOCK_BACKEND=memory, but LOCK_REDIS_CLUSTER is set too: unset one of them"
+                    .to_owned(),
+            ))
+        }
         (None | Some("redis"), Some(url)) => LockRuntime::builder().redis(url),
         (Some("memory"), None) => LockRuntime::builder().memory(),
         (Some("memory"), Some(_)) => {
@@ -180,6 +201,7 @@ mod tests {
         match builder.choice {
             Choice::Memory => "memory",
             Choice::Redis(_) => "redis",
+            Choice::RedisCluster(_) => "cluster",
         }
     }
 
@@ -229,6 +251,23 @@ mod tests {
         assert!(no_url.contains("REDIS_URL"), "{no_url}");
         let typo = error(builder_from_env(env(&[("LOCK_BACKEND", "memroy")]), true));
         assert!(typo.contains("redis or memory"), "{typo}");
+    }
+
+    #[test]
+    fn lock_redis_cluster_selects_a_cluster_of_the_listed_nodes() {
+        let nodes = "redis://n1:7000, redis://n2:7000,redis://n3:7000";
+        let builder = builder_from_env(env(&[("LOCK_REDIS_CLUSTER", nodes)]), false).unwrap();
+        match &builder.choice {
+            Choice::RedisCluster(urls) => assert_eq!(
+                urls,
+                &["redis://n1:7000", "redis://n2:7000", "redis://n3:7000"]
+            ),
+            _ => panic!("expected a cluster, got {}", backend(&builder)),
+        }
+        let both = env(&[("LOCK_REDIS_CLUSTER", nodes), ("REDIS_URL", "redis://x:1")]);
+        assert!(error(builder_from_env(both, false)).contains("both set"));
+        let memory = env(&[("LOCK_REDIS_CLUSTER", nodes), ("LOCK_BACKEND", "memory")]);
+        assert!(error(builder_from_env(memory, true)).contains("LOCK_REDIS_CLUSTER"));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`server`] | [`RedisServer`]: start, kill, restart (empty or from a snapshot), freeze/thaw |
+//! | [`cluster`] | [`RedisCluster`]: N masters joined on loopback; move a slot with its keys |
 //! | [`process`] | one `redis-server` process under the wrapper that kills it with us |
 //! | [`binary`] | where `redis-server` is, or [`INSTALL_HINT`] |
 //! | [`port`], [`signal`] | a free loopback port; SIGSTOP/SIGCONT/SIGKILL to a pid |
@@ -29,11 +30,12 @@
 //! | [`usage`] | this process's resident memory and CPU time |
 //! | [`child`], [`pipes`] | child processes driven by lines (sync reader thread; async pipes) |
 //!
-//! Dependencies point down: `server` uses `process`, `binary`, `port` and
+//! Dependencies point down: `cluster` uses `server`; `server` uses `process`, `binary`, `port` and
 //! `signal`; `process` uses `signal`; the rest use nothing of this crate.
 
 pub mod binary;
 pub mod child;
+pub mod cluster;
 pub mod commandstats;
 pub mod pipes;
 pub mod port;
@@ -44,6 +46,7 @@ pub mod usage;
 
 pub use binary::INSTALL_HINT;
 pub use child::LineChild;
+pub use cluster::RedisCluster;
 pub use commandstats::{CommandStats, Delta};
 pub use port::free_port;
 pub use server::RedisServer;

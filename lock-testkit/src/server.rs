@@ -100,6 +100,21 @@ impl RedisServer {
         started.unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// Starts a server with cluster mode on (its node file in a private
+    /// data directory) and no slots yet: a node for
+    /// [`RedisCluster`](crate::RedisCluster) to join.
+    pub fn try_start_cluster_node() -> Result<RedisServer> {
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        Self::try_start_in(&extra, Some(data_dir()?))
+    }
+
     fn try_start_in(extra: &[&str], dir: Option<PathBuf>) -> Result<RedisServer> {
         let binary = binary::redis_server()?;
         for _attempt in 0..5 {

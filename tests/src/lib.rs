@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use lock_runtime::{LockError, LockRuntime};
-use lock_testkit::RedisServer;
+use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
+use lock_testkit::{RedisCluster, RedisServer};
 
 pub mod proxy;
 pub use proxy::FaultProxy;
@@ -20,6 +20,13 @@ pub use proxy::FaultProxy;
 pub fn redis() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
     SERVER.get_or_init(RedisServer::start)
+}
+
+/// The shared 3-master Redis Cluster of this test binary, started on first
+/// use.
+pub fn cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(3))
 }
 
 /// A name no other test of this run uses (for keys and prefixes).
@@ -39,6 +46,8 @@ pub enum Kind {
     Redis,
     /// The embedded backend.
     Memory,
+    /// The shared 3-master test Redis Cluster.
+    Cluster,
 }
 
 impl Kind {
@@ -52,20 +61,32 @@ impl Kind {
 
     /// Like [`runtime`](Self::runtime), returning the error.
     pub async fn try_runtime(self, prefix: &str) -> Result<LockRuntime, LockError> {
+        self.builder(prefix).build().await
+    }
+
+    /// A runtime builder on this backend with this prefix, for a test that
+    /// sets more.
+    pub fn builder(self, prefix: &str) -> LockRuntimeBuilder {
+        let builder = match self {
+            Kind::Redis => LockRuntime::builder().redis(redis().url()),
+            Kind::Memory => LockRuntime::builder().memory(),
+            Kind::Cluster => LockRuntime::builder().redis_cluster(cluster().urls()),
+        };
+        builder.key_prefix(prefix)
+    }
+
+    /// A plain connection to every server of this backend, for a test that
+    /// looks at what is stored (none for the embedded store).
+    pub async fn connections(self) -> Vec<redis::aio::MultiplexedConnection> {
         match self {
-            Kind::Redis => {
-                LockRuntime::builder()
-                    .redis(redis().url())
-                    .key_prefix(prefix)
-                    .build()
-                    .await
-            }
-            Kind::Memory => {
-                LockRuntime::builder()
-                    .memory()
-                    .key_prefix(prefix)
-                    .build()
-                    .await
+            Kind::Redis => vec![redis().connection().await],
+            Kind::Memory => Vec::new(),
+            Kind::Cluster => {
+                let mut all = Vec::new();
+                for node in 0..3 {
+                    all.push(cluster().node(node).connection().await);
+                }
+                all
             }
         }
     }
@@ -74,15 +95,16 @@ impl Kind {
     /// Redis, or — the embedded store being per runtime — the same runtime.
     pub async fn peer(self, first: &LockRuntime, prefix: &str) -> LockRuntime {
         match self {
-            Kind::Redis => self.runtime(prefix).await,
+            Kind::Redis | Kind::Cluster => self.runtime(prefix).await,
             Kind::Memory => first.clone(),
         }
     }
 }
 
-/// Declares one `#[tokio::test]` per backend for `async fn $name(kind: Kind)`.
+/// Declares one `#[tokio::test]` per backend (a Redis server, the embedded
+/// store, a Redis Cluster) for `async fn $name(kind: Kind)`.
 #[macro_export]
-macro_rules! on_both_backends {
+macro_rules! on_every_backend {
     ($($name:ident),+ $(,)?) => {
         $(
             mod $name {
@@ -93,6 +115,10 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn memory() {
                     super::$name($crate::Kind::Memory).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn cluster() {
+                    super::$name($crate::Kind::Cluster).await;
                 }
             }
         )+

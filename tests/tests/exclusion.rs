@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError};
-use lock_tests::{contender_bin, on_both_backends, redis, unique, Kind, Occupancy};
+use lock_tests::{contender_bin, on_every_backend, redis, unique, Kind, Occupancy};
 use redis::AsyncCommands;
 
-on_both_backends!(
+on_every_backend!(
     counter_under_lock_is_exact_with_many_tasks,
     join_of_two_top_level_calls_excludes
 );

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::{CommandStats, RedisServer};
-use lock_tests::{fair_runtime, on_both_backends, redis, unique, Kind};
+use lock_tests::{fair_runtime, on_every_backend, redis, unique, Kind};
 use redis::AsyncCommands;
 
-on_both_backends!(fair_waiters_each_get_the_lock_once_and_exclude);
+on_every_backend!(fair_waiters_each_get_the_lock_once_and_exclude);
 
 /// A holder and a waiter (two fair runtimes: two processes) on `server`,
 /// the backend name of key `k`, and a raw connection for inspecting it.
@@ -461,8 +461,7 @@ async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
     assert_eq!(occupancy.max(), 1, "two holders at once");
     assert_eq!(a.stats().waiting_keys, 0);
     assert_eq!(b.stats().waiting_keys, 0);
-    if kind == Kind::Redis {
-        let mut con = redis().connection().await;
+    for mut con in kind.connections().await {
         until_queued(&mut con, &a.backend_key("k"), 0).await;
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{on_both_backends, redis, unique, FaultProxy, Kind};
+use lock_tests::{on_every_backend, redis, unique, FaultProxy, Kind};
 use tokio::time::Instant;
 
 /// One timing case at a time.
@@ -248,7 +248,7 @@ async fn a_queued_waiter_tries_when_the_holder_lease_ends(kind: Kind) {
     drop(third_guard.expect("the third waiter"));
 }
 
-on_both_backends!(a_queued_waiter_tries_when_the_holder_lease_ends);
+on_every_backend!(a_queued_waiter_tries_when_the_holder_lease_ends);
 
 async fn wait_until(mut done: impl FnMut() -> bool) {
     for _ in 0..500 {

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError};
-use lock_tests::{on_both_backends, unique, Kind};
+use lock_tests::{on_every_backend, unique, Kind};
 
-on_both_backends!(
+on_every_backend!(
     inspect_reports_holder_lease_and_token_and_nothing_once_free,
     hold_count_follows_nesting_and_stays_local,
 );

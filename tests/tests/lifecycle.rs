@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, OnLost};
 use lock_testkit::pipes;
-use lock_tests::{contender_bin, on_both_backends, redis, unique, Kind};
+use lock_tests::{contender_bin, on_every_backend, redis, unique, Kind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-on_both_backends!(
+on_every_backend!(
     body_running_three_leases_stays_exclusive,
     cancelled_holder_frees_lock_within_100ms,
     panicking_body_frees_lock,

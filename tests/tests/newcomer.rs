@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime};
-use lock_tests::{block_on, on_both_backends, unique, wait_until, Kind};
+use lock_tests::{block_on, on_every_backend, unique, wait_until, Kind};
 
-on_both_backends!(
+on_every_backend!(
     a_guard_scope_lets_calls_on_its_key_reenter_and_see_its_token,
     a_task_waiting_for_its_own_guard_gets_self_deadlock_naming_the_key,
     a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout,
@@ -211,7 +211,7 @@ async fn shutdown_releases_every_held_lock_and_refuses_new_ones(kind: Kind) {
     ));
     assert_eq!(runtime.stats().held, 0);
     let other = match kind {
-        Kind::Redis => kind.runtime(&prefix).await,
+        Kind::Redis | Kind::Cluster => kind.runtime(&prefix).await,
         Kind::Memory => runtime.clone(),
     };
     for key in ["a", "b", "c"] {

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use lock_runtime::{fence, inherit, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{on_both_backends, unique, Kind, Occupancy};
+use lock_tests::{on_every_backend, unique, Kind, Occupancy};
 
-on_both_backends!(
+on_every_backend!(
     sibling_calls_on_a_held_key_take_turns,
     an_inherited_child_and_its_parent_take_turns,
     reentrancy_three_deep_holds_one_lock,

@@ -12,7 +12,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::LockRuntime;
-use lock_tests::{on_both_backends, redis, unique, Kind};
+use lock_tests::{on_every_backend, redis, unique, Kind};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::task::JoinSet;
@@ -197,16 +197,13 @@ async fn a_hold_longer_than_the_window_keeps_its_token_and_the_counter_expires()
 /// The token after the counter expired is still above every earlier one.
 async fn tokens_grow_across_the_window(kind: Kind) {
     let prefix = unique("retain-grow");
-    let runtime = match kind {
-        Kind::Redis => runtime(&prefix, false).await,
-        Kind::Memory => LockRuntime::builder()
-            .memory()
-            .key_prefix(&prefix)
-            .fence_window(WINDOW)
-            .build()
-            .await
-            .unwrap(),
-    };
+    let runtime = kind
+        .builder(&prefix)
+        .fair(false)
+        .fence_window(WINDOW)
+        .build()
+        .await
+        .unwrap();
     let mut last = 0;
     for round in 0..2 {
         let guard = runtime.lock("k").acquire().await.unwrap();
@@ -214,18 +211,18 @@ async fn tokens_grow_across_the_window(kind: Kind) {
         assert!(token > last, "round {round}: token {token} <= {last}");
         last = token;
         guard.release().await.unwrap();
-        match kind {
-            Kind::Redis => {
-                let mut con = redis().connection().await;
-                until_nothing_left(&mut con, &prefix, WINDOW + Duration::from_secs(2)).await;
-            }
+        let servers = kind.connections().await;
+        for mut con in servers.iter().cloned() {
+            until_nothing_left(&mut con, &prefix, WINDOW + Duration::from_secs(2)).await;
+        }
+        if servers.is_empty() {
             // Nothing to observe from outside: wait the window out.
-            Kind::Memory => tokio::time::sleep(WINDOW + Duration::from_millis(50)).await,
+            tokio::time::sleep(WINDOW + Duration::from_millis(50)).await;
         }
     }
 }
 
-on_both_backends!(tokens_grow_across_the_window);
+on_every_backend!(tokens_grow_across_the_window);
 
 /// A counter left without a TTL by an earlier version: tokens continue above
 /// it (even when it is ahead of the clock), and it gets a TTL on first use.

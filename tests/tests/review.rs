@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
 use lock_tests::{
-    block_on, fair_runtime, on_both_backends, redis, unique, wait_until, FaultProxy, Kind, Unpark,
+    block_on, fair_runtime, on_every_backend, redis, unique, wait_until, FaultProxy, Kind, Unpark,
 };
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 
-/// `on_both_backends!` for a behaviour that a defect breaks: both tests
+/// `on_every_backend!` for a behaviour that a defect breaks: every test
 /// are ignored with `$reason`.
-macro_rules! on_both_backends_ignored {
+macro_rules! on_every_backend_ignored {
     ($reason:literal: $($name:ident),+ $(,)?) => {
         $(
             mod $name {
@@ -39,31 +39,36 @@ macro_rules! on_both_backends_ignored {
                 async fn memory() {
                     super::$name(lock_tests::Kind::Memory).await;
                 }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = $reason]
+                async fn cluster() {
+                    super::$name(lock_tests::Kind::Cluster).await;
+                }
             }
         )+
     };
 }
 
-on_both_backends_ignored!(
+on_every_backend_ignored!(
     "known limitation: a hold remembers the task that took its guard, so a guard moved to \
      another task is still reported as SelfDeadlock (the message says the guard was taken \
      by this task)":
     a_guard_moved_to_another_task_is_not_a_self_deadlock,
 );
 
-on_both_backends_ignored!(
+on_every_backend_ignored!(
     "defect: every task of a foreign executor polled in a tokio context counts as one \
      block_on (context.rs runner: Runner::BlockOn(thread))":
     two_tasks_of_a_foreign_executor_in_a_tokio_context_are_not_one_task,
 );
 
-on_both_backends_ignored!(
+on_every_backend_ignored!(
     "defect: a tokio context without timers is used as is and the acquire's timers panic \
      (context.rs InContext::poll trusts Handle::try_current)":
     a_tokio_runtime_without_timers_can_take_locks,
 );
 
-on_both_backends!(
+on_every_backend!(
     shutdown_racing_acquires_releases_and_bodies_gives_everything_back,
     shutdown_called_inside_a_locked_body_returns,
     two_local_set_tasks_are_not_one_task,
@@ -74,7 +79,7 @@ on_both_backends!(
     cancelled_acquires_do_not_unbalance_the_pending_releases,
 );
 
-on_both_backends!(no_hold_adopted_during_shutdown_stays_in_the_watchdog,);
+on_every_backend!(no_hold_adopted_during_shutdown_stays_in_the_watchdog,);
 
 // ---------------------------------------------------------------------------
 // Helpers

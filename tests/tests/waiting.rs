@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockError;
-use lock_tests::{on_both_backends, unique, Kind};
+use lock_tests::{on_every_backend, unique, Kind};
 
-on_both_backends!(
+on_every_backend!(
     wait_timeout_returns_timeout_within_ten_percent,
     zero_wait_on_held_lock_times_out_at_once,
     release_wakes_waiter_without_waiting_for_the_lease,

@@ -3,8 +3,8 @@
 //! Both backends offer the same four operations with the same meaning (the
 //! Lua scripts in `scripts/` define it; `memory.rs` mirrors them line by
 //! line). Everything Redis-specific — connections, scripts, pub/sub,
-//! reconnects — stays inside `redis.rs`; the rest of the crate only sees
-//! [`Backend`].
+//! reconnects, a single server or a cluster — stays inside `redis/`; the
+//! rest of the crate only sees [`Backend`].
 
 /// What [`Backend::describe`] says of the embedded backend.
 pub(crate) const EMBEDDED_DESCRIPTION: &str =
@@ -76,6 +76,8 @@ pub(crate) enum BackendConfig {
     },
     /// A Redis server at a URL (which may hold a password: never shown).
     Redis(String, ConnectSettings),
+    /// A Redis Cluster, given URLs of some of its nodes.
+    RedisCluster(Vec<String>, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -173,6 +175,10 @@ impl Backend {
             }
             BackendConfig::Redis(url, settings) => {
                 let (backend, watches) = redis::connect(&url, &settings, wakeups).await?;
+                Ok((Backend::Redis(backend), Some(watches)))
+            }
+            BackendConfig::RedisCluster(urls, settings) => {
+                let (backend, watches) = redis::connect_cluster(&urls, &settings, wakeups).await?;
                 Ok((Backend::Redis(backend), Some(watches)))
             }
         }

@@ -9,6 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::mpsc;
 
+use super::con::Con;
 use super::scripts::{load_scripts, Scripts};
 use super::tasks::{releaser, subscriptions, SubscriptionCommand};
 use super::{ms, RedisBackend};
@@ -132,53 +133,132 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
     None
 }
 
-/// Connects, loads the scripts and starts the subscription and release tasks.
-/// Must run on the runtime's worker thread (the tasks are spawned there).
-/// Releases and handoffs are told to `wakeups`; the waiters reach the
-/// subscription task and the releaser through the returned [`Watches`].
+/// Connects to one server, loads the scripts and starts the subscription
+/// and release tasks. Must run on the runtime's worker thread (the tasks are
+/// spawned there). Releases and handoffs are told to `wakeups`; the waiters
+/// reach the subscription task and the releaser through the returned
+/// [`Watches`].
 pub(crate) async fn connect(
     url: &str,
     settings: &ConnectSettings,
     wakeups: Weak<dyn Wakeups>,
 ) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
-    let fence_window = settings.fence_window;
     let info = parse_url(url)?;
-    let endpoint: Arc<str> = info.addr().to_string().into();
+    let endpoint = info.addr().to_string();
     let client = client_for(info, settings)?;
-
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
-    let sub_tx_retry = sub_tx.clone();
-    let (releases, release_jobs) = ReleaseQueue::new();
-    let on_push = push_handler(wakeups);
     let config = ConnectionManagerConfig::new()
-        .set_push_sender(on_push)
+        .set_push_sender(push_handler(wakeups, sub_tx.clone()))
         .set_automatic_resubscription()
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout))
         .set_number_of_retries(3)
         .set_max_delay(Duration::from_secs(1));
-
-    let unreachable = |source: RedisError| {
-        BackendError::new(format!("cannot connect to Redis at {endpoint}"), source)
-    };
-    let con = match tokio::time::timeout(
-        settings.connect_timeout.saturating_mul(2),
+    let con = within_connect_timeout(
+        settings,
+        &endpoint,
         ConnectionManager::new_with_config(client, config),
     )
-    .await
-    {
-        Ok(Ok(con)) => con,
-        Ok(Err(e)) => return Err(unreachable(e).into()),
-        Err(_) => {
-            return Err(BackendError::msg(format!(
-                "cannot connect to Redis at {endpoint}: no answer within {:?}",
-                settings.connect_timeout.saturating_mul(2)
-            ))
-            .into())
-        }
-    };
+    .await?;
+    start(Con::Single(con), endpoint, settings, (sub_tx, sub_rx)).await
+}
 
-    let scripts = Arc::new(Scripts::new());
+/// [`connect`] for a Redis Cluster, given some of its nodes (the client
+/// learns the rest, and the slots, from them).
+pub(crate) async fn connect_cluster(
+    urls: &[String],
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
+    if urls.is_empty() {
+        return Err(LockError::InvalidConfig(
+            "redis_cluster needs the URL of at least one cluster node".to_owned(),
+        ));
+    }
+    let infos = urls
+        .iter()
+        .map(|url| parse_url(url))
+        .collect::<Result<Vec<_>, _>>()?;
+    let nodes: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
+    let endpoint = format!("cluster nodes {}", nodes.join(", "));
+    let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let builder = redis::cluster::ClusterClientBuilder::new(infos)
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(push_handler(wakeups, sub_tx.clone()))
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .retries(3)
+        .max_retry_wait(1000);
+    let client = cluster_tls(builder, settings)?.build().map_err(|e| {
+        LockError::InvalidConfig(format!(
+            "invalid Redis Cluster configuration: {}",
+            e.detail().unwrap_or("the node URLs do not agree")
+        ))
+    })?;
+    let con = within_connect_timeout(settings, &endpoint, client.get_async_connection()).await?;
+    start(Con::Cluster(con), endpoint, settings, (sub_tx, sub_rx)).await
+}
+
+#[cfg(feature = "tls")]
+fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    settings: &ConnectSettings,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if settings.tls_root_ca.is_none() && settings.tls_client.is_none() {
+        return Ok(builder);
+    }
+    Ok(builder.certs(redis::TlsCertificates {
+        client_tls: settings
+            .tls_client
+            .clone()
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: settings.tls_root_ca.clone(),
+    }))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    _settings: &ConnectSettings,
+) -> Result<redis::cluster::ClusterClientBuilder, LockError> {
+    Ok(builder)
+}
+
+/// Awaits a connection attempt, bounded by twice the connect timeout.
+async fn within_connect_timeout<C>(
+    settings: &ConnectSettings,
+    endpoint: &str,
+    connecting: impl std::future::Future<Output = Result<C, RedisError>>,
+) -> Result<C, LockError> {
+    let limit = settings.connect_timeout.saturating_mul(2);
+    match tokio::time::timeout(limit, connecting).await {
+        Ok(Ok(con)) => Ok(con),
+        Ok(Err(e)) => {
+            Err(BackendError::new(format!("cannot connect to Redis at {endpoint}"), e).into())
+        }
+        Err(_) => Err(BackendError::msg(format!(
+            "cannot connect to Redis at {endpoint}: no answer within {limit:?}"
+        ))
+        .into()),
+    }
+}
+
+/// Loads the scripts over `con` and starts the backend's tasks.
+async fn start(
+    con: Con,
+    endpoint: String,
+    settings: &ConnectSettings,
+    (sub_tx, sub_rx): (
+        mpsc::UnboundedSender<SubscriptionCommand>,
+        mpsc::UnboundedReceiver<SubscriptionCommand>,
+    ),
+) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
+    let endpoint: Arc<str> = endpoint.into();
+    let scripts = Arc::new(Scripts::new(con.is_cluster()));
     load_scripts(&mut con.clone(), &scripts)
         .await
         .map_err(|e| {
@@ -188,8 +268,9 @@ pub(crate) async fn connect(
             )
         })?;
 
-    let window: Arc<str> = ms(fence_window).into();
-    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx_retry));
+    let (releases, release_jobs) = ReleaseQueue::new();
+    let window: Arc<str> = ms(settings.fence_window).into();
+    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx.clone()));
     tokio::spawn(releaser(
         con.clone(),
         scripts.clone(),
@@ -244,14 +325,26 @@ impl Watches for RedisWatches {
 
 /// Routes RESP3 pushes: a release message wakes one waiter of its key, a
 /// handoff message ("g <holder> <fence>", fair mode) is delivered to the
-/// process it names; a lost connection wakes everyone.
-fn push_handler(wakeups: Weak<dyn Wakeups>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+/// process it names; a lost connection wakes everyone. On a cluster, a
+/// node that gives a slot away unsubscribes its clients from the slot's
+/// sharded channels: the subscription task is asked to subscribe again
+/// (at the slot's new node) if the channel is still wanted.
+fn push_handler(
+    wakeups: Weak<dyn Wakeups>,
+    subscriptions: mpsc::UnboundedSender<SubscriptionCommand>,
+) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
     move |push: PushInfo| {
         let Some(wakeups) = wakeups.upgrade() else {
             return Err(());
         };
         match push.kind {
-            PushKind::Message => {
+            PushKind::SUnsubscribe => {
+                if let Some(channel) = text(push.data.first()) {
+                    let again = SubscriptionCommand::Resubscribe(channel.to_owned());
+                    let _ = subscriptions.send(again);
+                }
+            }
+            PushKind::Message | PushKind::SMessage => {
                 if let Some(channel) = text(push.data.first()) {
                     let lock = LockNames::hash_of_channel(channel);
                     match text(push.data.get(1)).and_then(parse_handoff) {

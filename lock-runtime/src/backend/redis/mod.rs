@@ -16,6 +16,7 @@
 //! (subscribe/unsubscribe in order) and the releaser, which sends the releases
 //! queued by dropped guards and cancelled acquires, pipelined.
 
+mod con;
 mod connect;
 mod scripts;
 mod tasks;
@@ -23,10 +24,10 @@ mod tasks;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 
-pub(crate) use connect::connect;
+use con::Con;
+pub(crate) use connect::{connect, connect_cluster};
 use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
@@ -38,7 +39,7 @@ use crate::names::LockNames;
 /// Handle to the Redis backend of one runtime (cheap to clone).
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
-    con: ConnectionManager,
+    con: Con,
     scripts: Arc<Scripts>,
     releases: ReleaseQueue,
     endpoint: Arc<str>,
@@ -109,7 +110,7 @@ impl RedisBackend {
     /// The fair mode's acquire script (see `scripts/fair.lua`).
     async fn acquire_fair(
         &self,
-        con: &mut ConnectionManager,
+        con: &mut Con,
         lock_key: &str,
         holder: &str,
         lease: &str,
@@ -216,21 +217,16 @@ impl RedisBackend {
         &self,
         batch: &[Arc<HeldLock>],
     ) -> Result<Vec<Option<bool>>, BackendError> {
-        let mut con = self.con.clone();
         let mut by_sha = true;
         loop {
-            let mut pipe = redis::pipe();
-            for lock in batch {
-                let lease = ms(lock.lease);
-                pipe.add_command(self.scripts.renew.call(
-                    by_sha,
-                    &[&lock.lock_key],
-                    &[&lock.holder, &lease],
-                ));
-            }
-            let replies: Vec<RedisResult<i64>> = pipe
-                .ignore_errors()
-                .query_async(&mut con)
+            let replies: Vec<RedisResult<i64>> = self
+                .con
+                .pipelined(batch, |lock| {
+                    let lease = ms(lock.lease);
+                    self.scripts
+                        .renew
+                        .call(by_sha, &[&lock.lock_key], &[&lock.holder, &lease])
+                })
                 .await
                 .map_err(|e| self.failed("renewal failed", e))?;
             if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {

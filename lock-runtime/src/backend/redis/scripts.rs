@@ -1,23 +1,36 @@
 //! The Lua scripts as values, and calling them by SHA with a fallback to
 //! the source when the server answers `NOSCRIPT`.
+//!
+//! On a Redis Cluster the scripts publish release news with `SPUBLISH` (a
+//! sharded channel in the lock's own slot) instead of `PUBLISH`: the one
+//! difference between the two script sets, made when they are loaded.
 
-use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+
+use super::con::Con;
 
 use crate::names::LockNames;
 
 /// One Lua script: its source and SHA1.
 #[derive(Debug)]
 pub(super) struct LuaScript {
-    source: &'static str,
+    source: String,
     sha: String,
 }
 
 impl LuaScript {
-    pub(super) fn new(source: &'static str) -> Self {
+    /// The script `source`; with `sharded`, its release messages go out
+    /// with `SPUBLISH` (every `redis.call('publish', …)` becomes
+    /// `redis.call('spublish', …)`).
+    pub(super) fn new(source: &'static str, sharded: bool) -> Self {
+        let source = if sharded {
+            source.replace("redis.call('publish',", "redis.call('spublish',")
+        } else {
+            source.to_owned()
+        };
         LuaScript {
+            sha: Script::new(&source).get_hash().to_owned(),
             source,
-            sha: Script::new(source).get_hash().to_owned(),
         }
     }
 
@@ -29,7 +42,7 @@ impl LuaScript {
             c
         } else {
             let mut c = redis::cmd("EVAL");
-            c.arg(self.source);
+            c.arg(&self.source);
             c
         };
         cmd.arg(keys.len()).arg(keys).arg(args);
@@ -51,14 +64,16 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn new() -> Self {
+    /// The scripts; `sharded` for a cluster (see the module docs).
+    pub(super) fn new(sharded: bool) -> Self {
+        let script = |source| LuaScript::new(source, sharded);
         Scripts {
-            acquire: LuaScript::new(include_str!("../../scripts/acquire.lua")),
-            release: LuaScript::new(include_str!("../../scripts/release.lua")),
-            renew: LuaScript::new(include_str!("../../scripts/renew.lua")),
-            force_unlock: LuaScript::new(include_str!("../../scripts/force_unlock.lua")),
-            inspect: LuaScript::new(include_str!("../../scripts/inspect.lua")),
-            fair: LuaScript::new(include_str!("../../scripts/fair.lua")),
+            acquire: script(include_str!("../../scripts/acquire.lua")),
+            release: script(include_str!("../../scripts/release.lua")),
+            renew: script(include_str!("../../scripts/renew.lua")),
+            force_unlock: script(include_str!("../../scripts/force_unlock.lua")),
+            inspect: script(include_str!("../../scripts/inspect.lua")),
+            fair: script(include_str!("../../scripts/fair.lua")),
         }
     }
 
@@ -93,10 +108,7 @@ impl Scripts {
     }
 }
 
-pub(super) async fn load_scripts(
-    con: &mut ConnectionManager,
-    scripts: &Scripts,
-) -> RedisResult<()> {
+pub(super) async fn load_scripts(con: &mut Con, scripts: &Scripts) -> RedisResult<()> {
     for script in [
         &scripts.acquire,
         &scripts.release,
@@ -107,7 +119,7 @@ pub(super) async fn load_scripts(
     ] {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(script.source)
+            .arg(&script.source)
             .query_async(con)
             .await?;
     }
@@ -121,7 +133,7 @@ pub(super) fn is_noscript(error: &RedisError) -> bool {
 /// Runs one script call made by `call(by_sha)`: by SHA, falling back to the
 /// source on `NOSCRIPT`.
 pub(super) async fn by_sha<T: redis::FromRedisValue>(
-    con: &mut ConnectionManager,
+    con: &mut Con,
     call: impl Fn(bool) -> Cmd,
 ) -> RedisResult<T> {
     match call(true).query_async(con).await {
@@ -132,7 +144,7 @@ pub(super) async fn by_sha<T: redis::FromRedisValue>(
 
 /// [`by_sha`] for a script with these keys and arguments.
 pub(super) async fn eval<T: redis::FromRedisValue>(
-    con: &mut ConnectionManager,
+    con: &mut Con,
     script: &LuaScript,
     keys: &[&str],
     args: &[&str],

@@ -2,13 +2,14 @@
 //! subscription task (subscribe and unsubscribe release channels, in order)
 //! and the releaser (releases nobody awaits, pipelined).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::RedisResult;
 use tokio::sync::mpsc;
 
+use super::con::Con;
 use super::scripts::{is_noscript, Scripts};
 use crate::backend::releases::{PendingReleases, ReleaseJob};
 use crate::backend::Watched;
@@ -21,6 +22,9 @@ pub(super) enum SubscriptionCommand {
     Subscribe(String, Arc<dyn Watched>),
     /// Unsubscribe from a channel nobody waits on any more.
     Unsubscribe(String),
+    /// The server dropped this subscription (a cluster node gave the
+    /// channel's slot away): subscribe again if it is still wanted.
+    Resubscribe(String),
 }
 
 /// Pause before a failed subscribe is sent again (doubling up to the max).
@@ -31,47 +35,62 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 /// subscribe that fails is queued again after a pause, for as long as its
 /// key has waiters (the queue keeps it in order with that key's unsubscribe:
 /// an entry that closed meanwhile is skipped); when a retry goes through, the
-/// key's head waiter is woken, as a release may have gone unheard.
+/// key's head waiter is woken, as a release may have gone unheard. The same
+/// holds for a subscription the server dropped: it is made again, and the
+/// head waiter woken.
 pub(super) async fn subscriptions(
-    mut con: ConnectionManager,
+    mut con: Con,
     mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
     again: mpsc::UnboundedSender<SubscriptionCommand>,
 ) {
-    let mut backoff: std::collections::HashMap<String, Duration> = Default::default();
+    let mut backoff: HashMap<String, Duration> = HashMap::new();
+    let mut wanted: HashMap<String, Arc<dyn Watched>> = HashMap::new();
     while let Some(command) = commands.recv().await {
-        match command {
-            SubscriptionCommand::Subscribe(channel, entry) => {
-                if entry.is_closed() {
-                    backoff.remove(&channel);
-                    continue;
+        let (channel, entry) = match command {
+            SubscriptionCommand::Subscribe(channel, entry) => (channel, entry),
+            SubscriptionCommand::Resubscribe(channel) => match wanted.get(&channel) {
+                // A gap in the subscription: treat it like a failed one, so
+                // the head waiter is woken once it is back.
+                Some(entry) => {
+                    backoff.entry(channel.clone()).or_insert(Duration::ZERO);
+                    (channel, entry.clone())
                 }
-                match con.subscribe(&channel).await {
-                    Ok(()) => {
-                        if backoff.remove(&channel).is_some() {
-                            entry.wake_first();
-                        }
-                        entry.set_ready();
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "subscribe failed; trying again");
-                        let pause = backoff
-                            .get(&channel)
-                            .map_or(RESUBSCRIBE_MIN, |p| (*p * 2).min(RESUBSCRIBE_MAX));
-                        backoff.insert(channel.clone(), pause);
-                        // Waiters fall back to the holder's lease meanwhile.
-                        entry.set_ready();
-                        let again = again.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(pause).await;
-                            let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
-                        });
-                    }
-                }
-            }
+                None => continue,
+            },
             SubscriptionCommand::Unsubscribe(channel) => {
+                wanted.remove(&channel);
                 if let Err(error) = con.unsubscribe(&channel).await {
                     tracing::debug!(%error, "unsubscribe failed");
                 }
+                continue;
+            }
+        };
+        if entry.is_closed() {
+            backoff.remove(&channel);
+            wanted.remove(&channel);
+            continue;
+        }
+        wanted.insert(channel.clone(), entry.clone());
+        match con.subscribe(&channel).await {
+            Ok(()) => {
+                if backoff.remove(&channel).is_some() {
+                    entry.wake_first();
+                }
+                entry.set_ready();
+            }
+            Err(error) => {
+                tracing::debug!(%error, "subscribe failed; trying again");
+                let pause = backoff.get(&channel).map_or(RESUBSCRIBE_MIN, |p| {
+                    (*p * 2).clamp(RESUBSCRIBE_MIN, RESUBSCRIBE_MAX)
+                });
+                backoff.insert(channel.clone(), pause);
+                // Waiters fall back to the holder's lease meanwhile.
+                entry.set_ready();
+                let again = again.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
+                });
             }
         }
     }
@@ -84,7 +103,7 @@ const RELEASE_ATTEMPTS: u32 = 3;
 
 /// Sends queued releases, pipelined, retrying a failing batch a few times.
 pub(super) async fn releaser(
-    mut con: ConnectionManager,
+    con: Con,
     scripts: Arc<Scripts>,
     window: Arc<str>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
@@ -96,12 +115,11 @@ pub(super) async fn releaser(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut pipe = redis::pipe();
-            for (lock_key, holder, fair) in &batch {
-                pipe.add_command(scripts.release(by_sha, lock_key, holder, *fair, &window));
-            }
-            let outcome: RedisResult<Vec<RedisResult<i64>>> =
-                pipe.ignore_errors().query_async(&mut con).await;
+            let outcome: RedisResult<Vec<RedisResult<i64>>> = con
+                .pipelined(&batch, |(lock_key, holder, fair)| {
+                    scripts.release(by_sha, lock_key, holder, *fair, &window)
+                })
+                .await;
             match outcome {
                 Ok(replies)
                     if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) =>
