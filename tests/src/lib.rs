@@ -91,6 +91,22 @@ impl Kind {
         }
     }
 
+    /// A plain connection to the server that stores `name` (a backend name,
+    /// see `LockRuntime::backend_key`); none for the embedded store.
+    pub async fn connection_storing(
+        self,
+        name: &str,
+    ) -> Option<redis::aio::MultiplexedConnection> {
+        match self {
+            Kind::Redis => Some(redis().connection().await),
+            Kind::Memory => None,
+            Kind::Cluster => {
+                let owner = cluster().owner_of(cluster().slot_of(name));
+                Some(cluster().node(owner).connection().await)
+            }
+        }
+    }
+
     /// A second client of the same lock store: another runtime on the same
     /// Redis, or — the embedded store being per runtime — the same runtime.
     pub async fn peer(self, first: &LockRuntime, prefix: &str) -> LockRuntime {

@@ -280,27 +280,27 @@ async fn shutdown_racing_acquires_releases_and_bodies_gives_everything_back(kind
 async fn no_hold_adopted_during_shutdown_stays_in_the_watchdog(kind: Kind) {
     for round in 0..40 {
         let runtime = kind.runtime(&unique("rv-adopt-race")).await;
+        let taken = Arc::new(AtomicU64::new(0));
         let mut tasks = tokio::task::JoinSet::new();
         for t in 0..8 {
             let rt = runtime.clone();
+            let taken = taken.clone();
             tasks.spawn(async move {
                 for n in 0.. {
                     let key = format!("t{t}-{n}");
-                    if rt
-                        .lock(key)
-                        .lease(Duration::from_secs(30))
-                        .acquire()
-                        .await
-                        .is_err()
-                    {
+                    let acquired = rt.lock(key).lease(Duration::from_secs(30)).acquire().await;
+                    if acquired.is_err() {
                         return;
                     }
+                    taken.fetch_add(1, Ordering::Relaxed);
                     // (the embedded backend never makes an acquire wait)
                     tokio::task::yield_now().await;
                 }
             });
         }
-        wait_until("the tasks got going", || runtime.stats().held > 0).await;
+        // (A hold lasts microseconds here, too briefly for `stats().held`
+        // to be seen reliably: count the acquisitions instead.)
+        wait_until("the tasks got going", || taken.load(Ordering::Relaxed) >= 8).await;
         runtime.shutdown().await.unwrap();
         while tasks.join_next().await.is_some() {}
         runtime.shutdown().await.unwrap();
