@@ -93,10 +93,7 @@ impl Kind {
 
     /// A plain connection to the server that stores `name` (a backend name,
     /// see `LockRuntime::backend_key`); none for the embedded store.
-    pub async fn connection_storing(
-        self,
-        name: &str,
-    ) -> Option<redis::aio::MultiplexedConnection> {
+    pub async fn connection_storing(self, name: &str) -> Option<redis::aio::MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
             Kind::Memory => None,
