@@ -113,8 +113,9 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
     }
     if scheme.contains("cluster") {
         return Some(
-            "invalid Redis URL: Redis Cluster is not supported yet; give one server as \
-             redis://host:port",
+            "invalid Redis URL: a Redis Cluster is given as its nodes' redis://host:port URLs \
+             to LockRuntimeBuilder::redis_cluster, or in LOCK_REDIS_CLUSTER \
+             (redis://n1:7000,redis://n2:7000)",
         );
     }
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
@@ -399,7 +400,7 @@ mod tests {
             assert!(!text.contains("secret"), "{text}");
         }
         for url in ["redis+cluster://n1:7000", "redis-cluster://n1:7000,n2:7001"] {
-            assert!(error(url).contains("Cluster is not supported yet"), "{url}");
+            assert!(error(url).contains("redis_cluster"), "{url}");
         }
         for url in [
             "redis://:secret@n1:7000,n2:7001",

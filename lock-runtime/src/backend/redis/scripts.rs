@@ -151,3 +151,32 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
 ) -> RedisResult<T> {
     by_sha(con, |sha| script.call(sha, keys, args)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Scripts;
+
+    #[test]
+    fn cluster_scripts_publish_every_release_on_the_sharded_channel() {
+        let single = Scripts::new(false);
+        let sharded = Scripts::new(true);
+        for (plain, cluster) in [
+            (&single.release, &sharded.release),
+            (&single.fair, &sharded.fair),
+            (&single.force_unlock, &sharded.force_unlock),
+        ] {
+            let publishes = plain.source.matches("redis.call('publish',").count();
+            assert!(publishes > 0);
+            assert_eq!(
+                cluster.source.matches("redis.call('spublish',").count(),
+                publishes
+            );
+            assert!(!cluster.source.contains("'publish'"));
+            assert_ne!(plain.sha, cluster.sha);
+        }
+        assert_eq!(
+            single.acquire.sha, sharded.acquire.sha,
+            "acquire publishes nothing"
+        );
+    }
+}
