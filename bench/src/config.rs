@@ -28,11 +28,13 @@ pub enum Scenario {
     S7,
     /// What 100,000 distinct keys locked once leave in Redis.
     S10,
+    /// S1 and S3 on a 3-master Redis Cluster, beside the single server.
+    S11,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -41,6 +43,7 @@ impl Scenario {
         Scenario::S6,
         Scenario::S7,
         Scenario::S10,
+        Scenario::S11,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {

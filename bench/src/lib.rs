@@ -67,6 +67,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S6 => scenarios::watchdog::run(&ctx).await,
             Scenario::S7 => scenarios::memory::run(&ctx).await,
             Scenario::S10 => scenarios::retention::run(&ctx).await,
+            Scenario::S11 => scenarios::cluster::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(

@@ -38,7 +38,7 @@ fn rslock_script_commands() -> Vec<String> {
 /// the `harness_pings` the parent sent meanwhile.
 pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
     let inside = match library {
-        Library::Ours | Library::OursFair => our_script_commands(),
+        Library::Ours | Library::OursFair | Library::OursCluster => our_script_commands(),
         Library::Rslock => rslock_script_commands(),
     };
     let publishes = if inside.iter().any(|c| c == "publish") {
@@ -54,7 +54,7 @@ pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
 /// rslock sends one SET NX per attempt.
 pub fn failed_attempts(library: Library, delta: &Delta, acquisitions: usize) -> u64 {
     match library {
-        Library::Ours | Library::OursFair => delta.get("pttl"),
+        Library::Ours | Library::OursFair | Library::OursCluster => delta.get("pttl"),
         Library::Rslock => delta.get("set").saturating_sub(acquisitions as u64),
     }
 }

@@ -99,7 +99,7 @@ fn pings_during(
         while tokio::time::Instant::now() < end && samples.len() < 100_000 {
             let start = tokio::time::Instant::now();
             match library {
-                Library::Ours | Library::OursFair => {
+                Library::Ours | Library::OursFair | Library::OursCluster => {
                     runtime.ping().await?;
                 }
                 Library::Rslock => {
@@ -117,12 +117,16 @@ fn pings_during(
 pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
     let duration = ctx.scale().s3_duration;
     let prefix = format!("s3:{run}:{}:", library.name());
+    let lock_url = match library {
+        Library::OursCluster => ctx.cluster()?.urls().join(","),
+        _ => ctx.lock_server.url(),
+    };
     let mut workers = Vec::new();
     for p in 0..PROCESSES {
         let args = [
             "contend".to_owned(),
             library.name().to_owned(),
-            ctx.lock_server.url(),
+            lock_url.clone(),
             ctx.data_server.url(),
             prefix.clone(),
             TASKS.to_string(),

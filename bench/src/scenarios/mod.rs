@@ -9,9 +9,11 @@
 //! Files are named by the behaviour measured; the ids of BENCHMARKS.md map
 //! to them as S1 `uncontended`, S2 `reentry`, S3 `handoff`, S4 `commands`
 //! (both from the runs of `contention`), S5 `many_keys`, S6 `watchdog`,
-//! S7 `memory`, S10 `retention`; `baseline` measures the round-trip limit.
+//! S7 `memory`, S10 `retention`, S11 `cluster` (S1 and S3 again on a
+//! 3-master Redis Cluster); `baseline` measures the round-trip limit.
 
 pub mod baseline;
+pub mod cluster;
 pub mod commands;
 pub mod contention;
 pub mod handoff;
@@ -24,7 +26,7 @@ pub mod watchdog;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockRuntime;
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
 
@@ -49,6 +51,8 @@ pub struct Ctx {
     pub plain: MultiplexedConnection,
     /// The peer's lock manager, on the lock server.
     pub peer: rslock::LockManager,
+    /// A 3-master Redis Cluster, started when a scenario first asks.
+    cluster: std::sync::OnceLock<RedisCluster>,
 }
 
 impl Ctx {
@@ -72,7 +76,17 @@ impl Ctx {
             runtime,
             plain,
             peer,
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The bench's Redis Cluster (3 masters), started on first use.
+    pub fn cluster(&self) -> Result<&RedisCluster> {
+        if self.cluster.get().is_none() {
+            let started = RedisCluster::try_start(3).context("start the Redis Cluster")?;
+            let _ = self.cluster.set(started);
+        }
+        self.cluster.get().context("the Redis Cluster")
     }
 
     /// Counts of this variant.

@@ -38,6 +38,9 @@ pub enum Library {
     OursFair,
     /// rslock (Redlock, one instance).
     Rslock,
+    /// lock-runtime on a Redis Cluster (the lock URL lists its nodes,
+    /// separated by commas).
+    OursCluster,
 }
 
 impl Library {
@@ -47,6 +50,7 @@ impl Library {
             Library::Ours => "ours",
             Library::OursFair => "ours-fair",
             Library::Rslock => "rslock",
+            Library::OursCluster => "ours-cluster",
         }
     }
 }
@@ -65,12 +69,13 @@ pub struct Args {
 impl Args {
     pub(super) fn parse(args: &[String]) -> Result<Self> {
         let [library, lock_url, data_url, prefix, tasks, first_id, millis] = args else {
-            bail!("usage: --worker contend <ours|ours-fair|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>");
+            bail!("usage: --worker contend <ours|ours-fair|ours-cluster|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>");
         };
         let library = match library.as_str() {
             "ours" => Library::Ours,
             "ours-fair" => Library::OursFair,
             "rslock" => Library::Rslock,
+            "ours-cluster" => Library::OursCluster,
             other => bail!("unknown library {other:?}"),
         };
         Ok(Args {
@@ -111,6 +116,14 @@ pub(super) async fn run(args: Args) -> Result<()> {
                 .redis(args.lock_url.as_str())
                 .key_prefix(args.prefix.as_str())
                 .fair(args.library == Library::OursFair)
+                .build()
+                .await?,
+        ),
+        Library::OursCluster => Client::Ours(
+            LockRuntime::builder()
+                .redis_cluster(args.lock_url.split(','))
+                .key_prefix(args.prefix.as_str())
+                .fair(false)
                 .build()
                 .await?,
         ),
