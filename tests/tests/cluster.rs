@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockRuntime;
+use lock_testkit::RedisCluster;
 use lock_tests::{cluster, unique, Kind, Occupancy};
 
 /// Keys whose locks live on `masters` different masters, `per_master` each.
@@ -129,11 +130,13 @@ async fn cluster_renewals_across_slots_keep_every_lock() {
 /// release still wakes the waiter at once, long before the lease would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_moved_mid_hold_keeps_the_holder_and_still_wakes_the_waiter() {
+    // A cluster of its own: moving a slot would disturb the other tests.
+    let cluster = &*Box::leak(Box::new(RedisCluster::start(3)));
     let prefix = unique("cl-move");
-    let holder = Kind::Cluster.runtime(&prefix).await;
-    let waiter = Kind::Cluster.runtime(&prefix).await;
+    let holder = runtime_on(cluster, &prefix).await;
+    let waiter = runtime_on(cluster, &prefix).await;
     let key = "order:7";
-    let slot = cluster().slot_of(&holder.backend_key(key));
+    let slot = cluster.slot_of(&holder.backend_key(key));
     // Long enough that a waiter retrying at the holder's lease end could not
     // be mistaken for one woken by the release.
     let lease = Duration::from_secs(4);
@@ -154,41 +157,23 @@ async fn cluster_slot_moved_mid_hold_keeps_the_holder_and_still_wakes_the_waiter
     };
     lock_tests::wait_until("the waiter waits", || waiter.stats().waiting_keys == 1).await;
 
-    let from = cluster().owner_of(slot);
+    let from = cluster.owner_of(slot);
     let to = (from + 1) % 3;
-    tokio::task::spawn_blocking(move || cluster().move_slot(slot, to))
+    tokio::task::spawn_blocking(move || cluster.move_slot(slot, to))
         .await
         .unwrap();
-    assert_eq!(cluster().owner_of(slot), to, "the slot did not move");
+    assert_eq!(cluster.owner_of(slot), to, "the slot did not move");
 
     // The waiter's subscription follows the slot to its new master.
     let channel = format!("{}:released", holder.backend_key(key));
-    let subscribers = |node: usize| {
-        let channel = channel.clone();
-        async move {
-            let mut con = cluster().node(node).connection().await;
-            let reply: (String, u64) = redis::cmd("PUBSUB")
-                .arg("SHARDNUMSUB")
-                .arg(&channel)
-                .query_async(&mut con)
-                .await
-                .unwrap();
-            reply.1
-        }
-    };
-    for _ in 0..200 {
-        if subscribers(to).await == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        subscribers(to).await,
-        1,
-        "no subscription at the new master"
+    let moved = Instant::now();
+    until_subscribed(cluster, to, &channel).await;
+    eprintln!(
+        "re-subscribed at the new master {:?} after the move",
+        moved.elapsed()
     );
     assert_eq!(
-        subscribers(from).await,
+        subscribers(cluster, from, &channel).await,
         0,
         "still subscribed at the old master"
     );
@@ -218,6 +203,99 @@ async fn cluster_slot_moved_mid_hold_keeps_the_holder_and_still_wakes_the_waiter
     assert!(
         second.fence() > first_token,
         "tokens must grow across the move"
+    );
+    second.release().await.unwrap();
+}
+
+/// A runtime on `cluster` (a test's own).
+async fn runtime_on(cluster: &RedisCluster, prefix: &str) -> LockRuntime {
+    LockRuntime::builder()
+        .redis_cluster(cluster.urls())
+        .key_prefix(prefix)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Subscribers of the sharded channel `channel` at master `node`.
+async fn subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> u64 {
+    let mut con = cluster.node(node).connection().await;
+    let reply: (String, u64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    reply.1
+}
+
+/// Waits (bounded: 5 s) until master `node` has one subscriber of `channel`.
+async fn until_subscribed(cluster: &RedisCluster, node: usize, channel: &str) {
+    for _ in 0..500 {
+        if subscribers(cluster, node, channel).await == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no subscriber of {channel} at master {node} within 5 s");
+}
+
+/// The master of a waited-for lock drops the waiter's connection (and with
+/// it the subscription): the client reconnects, subscribes again, and the
+/// release still wakes the waiter at once; the holder never noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_subscriptions_come_back_after_a_dropped_connection() {
+    // A cluster of its own: dropping connections would disturb the others.
+    let cluster = &*Box::leak(Box::new(RedisCluster::start(3)));
+    let prefix = unique("cl-reconnect");
+    let holder = runtime_on(cluster, &prefix).await;
+    let waiter = runtime_on(cluster, &prefix).await;
+    let key = "order:9";
+    let channel = format!("{}:released", holder.backend_key(key));
+    let node = cluster.owner_of(cluster.slot_of(&channel));
+    let lease = Duration::from_secs(4);
+    let guard = holder.lock(key).lease(lease).acquire().await.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    until_subscribed(cluster, node, &channel).await;
+
+    let mut admin = cluster.node(node).connection().await;
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no subscribed connection to drop");
+    let dropped = Instant::now();
+    until_subscribed(cluster, node, &channel).await;
+    eprintln!(
+        "re-subscribed {:?} after the connection was dropped",
+        dropped.elapsed()
+    );
+
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got in while the lock was held"
+    );
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (woken_at, second) = waiting.await.unwrap();
+    let after = woken_at.duration_since(released_at);
+    assert!(
+        after < Duration::from_millis(500),
+        "the waiter took {after:?} after the release (lease {lease:?}): it was not woken"
     );
     second.release().await.unwrap();
 }

@@ -354,7 +354,10 @@ fn push_handler(
                     }
                 }
             }
-            PushKind::Disconnection => wakeups.connection_lost(),
+            PushKind::Disconnection => {
+                wakeups.connection_lost();
+                let _ = subscriptions.send(SubscriptionCommand::ResubscribeAll { again: true });
+            }
             _ => {}
         }
         Ok(())

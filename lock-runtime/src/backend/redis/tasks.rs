@@ -25,7 +25,20 @@ pub(super) enum SubscriptionCommand {
     /// The server dropped this subscription (a cluster node gave the
     /// channel's slot away): subscribe again if it is still wanted.
     Resubscribe(String),
+    /// A connection dropped: subscribe again to every wanted channel, now
+    /// and (`again`) once more a moment later. The redis-rs clients
+    /// re-subscribe by themselves too, but the cluster client was seen to
+    /// lose the subscriptions when they went out while the node's new
+    /// connection was being set up (`tests/tests/cluster.rs`); subscribing
+    /// twice is harmless.
+    ResubscribeAll {
+        /// Send every subscription once more after [`RESUBSCRIBE_AGAIN`].
+        again: bool,
+    },
 }
+
+/// When the subscriptions are sent once more after a dropped connection.
+const RESUBSCRIBE_AGAIN: Duration = Duration::from_millis(500);
 
 /// Pause before a failed subscribe is sent again (doubling up to the max).
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
@@ -57,6 +70,19 @@ pub(super) async fn subscriptions(
                 }
                 None => continue,
             },
+            SubscriptionCommand::ResubscribeAll { again: later } => {
+                for channel in wanted.keys() {
+                    let _ = again.send(SubscriptionCommand::Resubscribe(channel.clone()));
+                }
+                if later {
+                    let again = again.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RESUBSCRIBE_AGAIN).await;
+                        let _ = again.send(SubscriptionCommand::ResubscribeAll { again: false });
+                    });
+                }
+                continue;
+            }
             SubscriptionCommand::Unsubscribe(channel) => {
                 wanted.remove(&channel);
                 if let Err(error) = con.unsubscribe(&channel).await {
