@@ -37,6 +37,8 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 pub(crate) enum Choice {
     Memory,
     Redis(String),
+    /// Redlock over these masters' URLs.
+    Redlock(Vec<String>),
 }
 
 /// Configures and starts a [`LockRuntime`].
@@ -92,6 +94,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
         let backend = match &self.choice {
             Choice::Memory => "memory",
             Choice::Redis(_) => "redis (URL hidden)",
+            Choice::Redlock(_) => "redlock (URLs hidden)",
         };
         f.debug_struct("LockRuntimeBuilder")
             .field("backend", &backend)
@@ -126,6 +129,34 @@ impl LockRuntimeBuilder {
     /// or `rediss://` for TLS). Needs Redis 6 or later (RESP3).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.choice = Choice::Redis(url.into());
+        self
+    }
+
+    /// Use Redlock over these independent Redis masters (each
+    /// `redis://…` or `rediss://…`, at least three; an odd count is best, as
+    /// N and N+1 masters tolerate the same number of failures): a lock is
+    /// held while a majority (N/2+1) of them hold it, so it survives the loss
+    /// of a minority. Fair mode is not available on it: `build` refuses a
+    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). README,
+    /// "Deploying", says what it guarantees.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let built = lock_runtime::LockRuntime::builder()
+    ///     .redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
+    ///     .fair(false)
+    ///     .build()
+    ///     .await;
+    /// assert!(built.unwrap_err().to_string().contains("at least 3 masters"));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo());
+    /// ```
+    pub fn redlock<I>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.choice = Choice::Redlock(urls.into_iter().map(Into::into).collect());
         self
     }
 
@@ -269,6 +300,9 @@ impl LockRuntimeBuilder {
                     .to_owned(),
             ));
         }
+        if let Choice::Redlock(urls) = &self.choice {
+            check_redlock(urls.len(), self.fair)?;
+        }
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // How long a stopping runtime (shutdown, or the last handle gone)
@@ -278,16 +312,8 @@ impl LockRuntimeBuilder {
             Choice::Memory => BackendConfig::Memory {
                 fence_window: self.fence_window,
             },
-            Choice::Redis(url) => BackendConfig::Redis(
-                url.clone(),
-                ConnectSettings {
-                    connect_timeout: self.connect_timeout,
-                    response_timeout: self.response_timeout,
-                    tls_root_ca: self.tls_root_ca.clone(),
-                    tls_client: self.tls_client.clone(),
-                    fence_window: self.fence_window,
-                },
-            ),
+            Choice::Redis(url) => BackendConfig::Redis(url.clone(), self.connect_settings()),
+            Choice::Redlock(urls) => BackendConfig::Redlock(urls.clone(), self.connect_settings()),
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
@@ -313,6 +339,44 @@ impl LockRuntimeBuilder {
         };
         Ok(LockRuntime::new(started, settings))
     }
+}
+
+impl LockRuntimeBuilder {
+    /// How to reach a server backend, as configured.
+    fn connect_settings(&self) -> ConnectSettings {
+        ConnectSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            tls_root_ca: self.tls_root_ca.clone(),
+            tls_client: self.tls_client.clone(),
+            fence_window: self.fence_window,
+        }
+    }
+}
+
+/// What `build` refuses of a Redlock configuration: fewer than three
+/// masters (with one
+/// or two, one failure stops every lock: use `.redis(url)` for one server),
+/// and fair mode.
+fn check_redlock(masters: usize, fair: bool) -> Result<(), LockError> {
+    use crate::backend::redlock::{FAIR_UNSUPPORTED, MIN_MASTERS};
+    if masters < MIN_MASTERS {
+        return Err(LockError::InvalidConfig(format!(
+            "Redlock needs at least {MIN_MASTERS} masters, got {masters} (with fewer, one \
+             failure stops every lock; use .redis(url) for a single server)"
+        )));
+    }
+    if fair {
+        return Err(LockError::InvalidConfig(FAIR_UNSUPPORTED.to_owned()));
+    }
+    if masters % 2 == 0 {
+        tracing::warn!(
+            masters,
+            "Redlock over an even number of masters tolerates no more failures than \
+             one master fewer"
+        );
+    }
+    Ok(())
 }
 
 impl LockRuntime {

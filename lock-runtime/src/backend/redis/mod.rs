@@ -38,7 +38,7 @@ use crate::names::LockNames;
 /// Handle to the Redis backend of one runtime (cheap to clone).
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
-    con: ConnectionManager,
+    pub(crate) con: ConnectionManager,
     scripts: Arc<Scripts>,
     releases: ReleaseQueue,
     endpoint: Arc<str>,
