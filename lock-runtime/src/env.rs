@@ -111,7 +111,7 @@ fn builder_from_env(
         }
         (Some(other), _) => {
             return Err(LockError::InvalidConfig(format!(
-                "LOCK_BACKEND={other:?} is not a backend: use redis, redlock or memory"
+                "LOCK_BACKEND={other:?} is not a backend: use redis or memory (or redlock)"
             )))
         }
         (None, None) if debug_build => {
