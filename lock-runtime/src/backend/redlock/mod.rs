@@ -112,6 +112,8 @@ struct Inner {
     /// The fence counter's TTL in ms (the scripts' window).
     window: String,
     fence_script: redis::Script,
+    /// The runtime's worker thread, where a failed attempt's undo runs.
+    worker: tokio::runtime::Handle,
 }
 
 /// What one master answered (or why it did not).
@@ -205,6 +207,7 @@ impl Redlock {
             timeout: settings.response_timeout,
             window: settings.fence_window.as_millis().max(1).to_string(),
             fence_script: redis::Script::new(include_str!("../../scripts/redlock_fence.lua")),
+            worker: tokio::runtime::Handle::current(),
         };
         Ok((
             Redlock {
@@ -429,16 +432,23 @@ impl Redlock {
 
     /// Gives back, in the background, what a failed attempt may have taken:
     /// on every master that said held or did not answer (its acquire may
-    /// still land: the release follows it on the same connection).
+    /// still land: the release follows it on the same connection). Each is
+    /// a task on the worker thread rather than a queued background release,
+    /// which the next acquire of the key would wait for: with masters down
+    /// it would wait for them to time out, to undo a hold nobody else sees.
     fn undo(&self, lock_key: &str, holder: &str, answers: &[Option<Answer<Acquire>>]) {
         for (answer, master) in answers.iter().zip(&self.inner.masters) {
             let taken = !matches!(answer, Some(Ok(Acquire::Busy { .. })));
             if let (true, Some(connected)) = (taken, master.slot.get()) {
-                connected.backend.release_in_background(
-                    lock_key.to_owned(),
-                    holder.to_owned(),
-                    false,
-                );
+                let backend = connected.backend.clone();
+                let (lock_key, holder) = (lock_key.to_owned(), holder.to_owned());
+                let bound = self.inner.timeout;
+                self.inner.worker.spawn(async move {
+                    let release = backend.release(&lock_key, &holder, false);
+                    if let Ok(Err(error)) = tokio::time::timeout(bound, release).await {
+                        tracing::debug!(%error, "Redlock: undoing a partial hold failed; its lease frees it");
+                    }
+                });
             }
         }
     }
