@@ -13,6 +13,10 @@
 -- ARGV[2]  the hold's token (the majority's largest)
 -- ARGV[3]  window in milliseconds (the counter's TTL, as in acquire.lua)
 --
+-- The hold's 'fence' field is set to the token even where the master's own
+-- token was larger (it answered after the majority had decided): every
+-- master then records the hold's one token, as `inspect` reports it.
+--
 -- returns  1  the master still records the hold (its 'fence' field is now the token)
 --          0  it does not (the counter was raised all the same)
 local token = tonumber(ARGV[2])

@@ -74,6 +74,9 @@ pub(crate) const FAIR_UNSUPPORTED: &str =
     "fair mode is not supported on the Redlock backend (independent masters share no \
      queue): build with .fair(false) and do not set LOCK_FAIR=1 or `fair = true`";
 
+/// The write-back of a hold's token (see the module docs).
+const FENCE_SCRIPT: &str = include_str!("../../scripts/redlock_fence.lua");
+
 /// Fewest masters accepted: with 1 or 2 a single failure stops every lock.
 pub(crate) const MIN_MASTERS: usize = 3;
 
@@ -151,6 +154,7 @@ impl Redlock {
             let slot = Arc::new(OnceLock::new());
             match outcome {
                 Some(Ok((backend, watches))) => {
+                    load_fence_script(&backend).await;
                     let endpoint = backend.endpoint().to_owned();
                     let _ = slot.set(Connected { backend, watches });
                     masters.push(Master { endpoint, slot });
@@ -206,7 +210,7 @@ impl Redlock {
             quorum,
             timeout: settings.response_timeout,
             window: settings.fence_window.as_millis().max(1).to_string(),
-            fence_script: redis::Script::new(include_str!("../../scripts/redlock_fence.lua")),
+            fence_script: redis::Script::new(FENCE_SCRIPT),
             worker: tokio::runtime::Handle::current(),
         };
         Ok((
@@ -288,7 +292,12 @@ impl Redlock {
             .iter()
             .zip(&self.inner.masters)
             .filter_map(|(answer, master)| match answer {
-                Some(Err(error)) => Some(error.to_string()),
+                Some(Err(error)) => Some(
+                    error
+                        .to_string()
+                        .trim_start_matches("lock backend error: ")
+                        .to_owned(),
+                ),
                 None => Some(format!("Redis at {}: no answer yet", master.endpoint)),
                 Some(Ok(_)) => None,
             })
@@ -315,10 +324,17 @@ impl Redlock {
         let quorum = self.inner.quorum;
         let ttl = quorum::padded(lease);
         let calls = self.calls(|m| m.acquire(lock_key, holder, ttl, Queue::No));
+        // Done when a majority said held; or when it can no longer, and it is
+        // known whether that is because the lock is busy (a majority
+        // answered) or because too few masters answer.
         let answers = gather(calls, |answers| {
-            let held = answers.iter().filter(|a| is_held(a)).count();
-            let open = answers.iter().filter(|a| a.is_none()).count();
-            held >= quorum || held + open < quorum
+            let count =
+                |f: fn(&Option<Answer<Acquire>>) -> bool| answers.iter().filter(|a| f(a)).count();
+            let held = count(|a| matches!(a, Some(Ok(Acquire::Held { .. }))));
+            let busy = count(|a| matches!(a, Some(Ok(Acquire::Busy { .. }))));
+            let open = count(Option::is_none);
+            held >= quorum
+                || (held + open < quorum && (held + busy >= quorum || held + busy + open < quorum))
         })
         .await;
         let mut held = Vec::new();
@@ -333,7 +349,12 @@ impl Redlock {
         let in_time = || quorum::validity(lease, started.elapsed()).is_some();
         if held.len() >= quorum && in_time() {
             let fence = held.iter().map(|(_, token)| *token).max().unwrap_or(0);
-            match self.record_fence(lock_key, holder, fence, &held).await {
+            let unanswered = answers.iter().enumerate().filter(|(_, a)| a.is_none());
+            let unanswered: Vec<usize> = unanswered.map(|(i, _)| i).collect();
+            match self
+                .record_fence(lock_key, holder, fence, &held, &unanswered)
+                .await
+            {
                 Ok(()) if in_time() => {
                     return Ok(Acquire::Held {
                         fence,
@@ -366,24 +387,29 @@ impl Redlock {
 
     /// Writes the hold's token back to the masters of its majority whose
     /// own token was smaller, until a majority records it (see the module
-    /// docs: this is what makes tokens grow across majorities).
+    /// docs: this is what makes tokens grow across majorities), and to the
+    /// masters that had not answered, whose acquire may yet land (behind
+    /// it on the same connection), so that every master holding it records
+    /// the same token.
     async fn record_fence(
         &self,
         lock_key: &str,
         holder: &str,
         fence: u64,
         held: &[(usize, u64)],
+        unanswered: &[usize],
     ) -> Result<(), BackendError> {
         let already = held.iter().filter(|(_, token)| *token == fence).count();
         let needed = self.inner.quorum.saturating_sub(already);
-        if needed == 0 {
-            return Ok(());
-        }
         let behind = held
             .iter()
             .filter(|(_, token)| *token < fence)
             .map(|(i, _)| *i);
-        let calls = self.calls_on(behind, |m| self.raise_fence(m, lock_key, holder, fence));
+        let targets: Vec<usize> = behind.chain(unanswered.iter().copied()).collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let calls = self.calls_on(targets, |m| self.raise_fence(m, lock_key, holder, fence));
         let answers = gather(calls, |answers| {
             answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count() >= needed
         })
@@ -661,10 +687,6 @@ impl Redlock {
     }
 }
 
-fn is_held(answer: &Option<Answer<Acquire>>) -> bool {
-    matches!(answer, Some(Ok(Acquire::Held { .. })))
-}
-
 /// A copy of `lock` whose lease is padded with the drift allowance, for the
 /// masters' renewals.
 fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
@@ -682,7 +704,10 @@ fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
 
 /// The record of the holder that a majority of `records` (one per master
 /// that answered; `None`: free there) names, if any: its remaining lease is
-/// how long a majority still has it, its token the largest recorded.
+/// how long a majority still has it, its token the one a majority records
+/// (an acquire returns once a majority records it; a master it reached
+/// late may show its own token until the write-back lands there), else the
+/// largest recorded.
 fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
     let holders = records.iter().flatten();
     holders.clone().find_map(|candidate| {
@@ -707,10 +732,19 @@ fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Record
             holder: candidate.holder.clone(),
             holds: same.iter().map(|r| r.holds).max().unwrap_or(0),
             remaining,
-            fence: same.iter().filter_map(|r| r.fence).max(),
+            fence: majority_fence(&same, quorum),
             queue: Vec::new(),
         })
     })
+}
+
+/// The token that `quorum` of `records` agree on, else the largest.
+fn majority_fence(records: &[&Recorded], quorum: usize) -> Option<u64> {
+    let fences = records.iter().filter_map(|r| r.fence);
+    fences
+        .clone()
+        .find(|f| fences.clone().filter(|g| g == f).count() >= quorum)
+        .or_else(|| fences.max())
 }
 
 /// `host:port` of a URL, without credentials (`None`: unparsable; the
@@ -720,6 +754,21 @@ fn endpoint_of(url: &str) -> Option<String> {
     url.into_connection_info()
         .ok()
         .map(|info| info.addr().to_string())
+}
+
+/// Loads `redlock_fence.lua` into a master's script cache, so that its
+/// first write-back goes by SHA even if the acquire returns before it is
+/// answered (`redis::Script` falls back to the source on `NOSCRIPT`, but
+/// only while its call is awaited). A failure is left to that fallback.
+async fn load_fence_script(master: &RedisBackend) {
+    let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(FENCE_SCRIPT)
+        .query_async(&mut master.con.clone())
+        .await;
+    if let Err(error) = loaded {
+        tracing::debug!(%error, master = master.endpoint(), "Redlock: loading the fence script failed");
+    }
 }
 
 /// Connects, in the background, to a master that was down at start-up,
@@ -738,6 +787,7 @@ async fn reconnect(
             return;
         }
         if let Ok((backend, watches)) = connect(&url, &settings, wakeups.clone()).await {
+            load_fence_script(&backend).await;
             tracing::info!(master = backend.endpoint(), "Redlock: master connected");
             let _ = slot.set(Connected { backend, watches });
             return;
@@ -773,7 +823,19 @@ mod tests {
         assert_eq!(found.holder, "a");
         // Three masters hold it: a majority has it until the third longest runs out.
         assert_eq!(found.remaining, Some(Duration::from_millis(500)));
-        assert_eq!(found.fence, Some(30));
+        assert_eq!(found.fence, Some(30), "no majority agrees: the largest");
+        let mut agreed = records.clone();
+        for r in agreed.iter_mut().flatten() {
+            r.fence = Some(
+                if r.holder == "a" && r.remaining != Some(Duration::from_millis(900)) {
+                    25
+                } else {
+                    40
+                },
+            );
+        }
+        let found = majority_record(&agreed, 2).expect("a holds");
+        assert_eq!(found.fence, Some(25), "what a majority records");
         assert_eq!(majority_record(&records[..4], 3), None, "only two say a");
     }
 }
