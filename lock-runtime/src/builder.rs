@@ -369,7 +369,7 @@ fn check_redlock(masters: usize, fair: bool) -> Result<(), LockError> {
     if fair {
         return Err(LockError::InvalidConfig(FAIR_UNSUPPORTED.to_owned()));
     }
-    if masters % 2 == 0 {
+    if masters.is_multiple_of(2) {
         tracing::warn!(
             masters,
             "Redlock over an even number of masters tolerates no more failures than \

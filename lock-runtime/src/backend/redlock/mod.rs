@@ -51,23 +51,23 @@
 //! lists and scripts, and independent masters would each hand the lock to a
 //! different waiter.
 
+mod connect;
+mod fence;
 mod gather;
 pub(crate) mod quorum;
+mod renew;
 mod watches;
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::redis::{connect, RedisBackend};
-use super::{Acquire, ConnectSettings, Queue, Recorded, Release, Wakeups, Watches};
-use crate::error::{BackendError, LockError};
-use crate::held::{HeldLock, Hold};
-use crate::names::LockNames;
+use super::redis::RedisBackend;
+use super::{Acquire, Queue, Recorded, Release, Watches};
+use crate::error::BackendError;
 use gather::{gather, Call};
-use watches::RedlockWatches;
 
 /// Why fair mode is refused (the builder's and a fair request's error).
 pub(crate) const FAIR_UNSUPPORTED: &str =
@@ -123,104 +123,6 @@ struct Inner {
 type Answer<T> = Result<T, BackendError>;
 
 impl Redlock {
-    /// Connects to every master at once. Fails when a URL is malformed, or
-    /// when fewer than a majority can be reached; a master that is down is
-    /// connected in the background later, and counts as not answering until
-    /// then.
-    pub(crate) async fn start(
-        urls: &[String],
-        settings: &ConnectSettings,
-        wakeups: Weak<dyn Wakeups>,
-    ) -> Result<(Redlock, Arc<dyn Watches>), LockError> {
-        if urls.len() < MIN_MASTERS {
-            return Err(LockError::InvalidConfig(format!(
-                "Redlock needs at least {MIN_MASTERS} masters, got {}",
-                urls.len()
-            )));
-        }
-        let quorum = quorum::quorum(urls.len());
-        type Connecting = Result<(RedisBackend, Arc<dyn Watches>), LockError>;
-        let attempts: Vec<Call<'_, Connecting>> = urls
-            .iter()
-            .map(|url| Box::pin(connect(url, settings, wakeups.clone())) as Call<'_, _>)
-            .collect();
-        let mut masters = Vec::with_capacity(urls.len());
-        let mut down = Vec::new();
-        for (i, (url, outcome)) in urls
-            .iter()
-            .zip(gather(attempts, |_| false).await)
-            .enumerate()
-        {
-            let slot = Arc::new(OnceLock::new());
-            match outcome {
-                Some(Ok((backend, watches))) => {
-                    load_fence_script(&backend).await;
-                    let endpoint = backend.endpoint().to_owned();
-                    let _ = slot.set(Connected { backend, watches });
-                    masters.push(Master { endpoint, slot });
-                }
-                Some(Err(LockError::InvalidConfig(problem))) => {
-                    return Err(LockError::InvalidConfig(format!(
-                        "Redlock master {} of {}: {problem}",
-                        i + 1,
-                        urls.len()
-                    )))
-                }
-                other => {
-                    down.push(match other {
-                        Some(Err(error)) => error.to_string(),
-                        _ => "no answer".to_owned(),
-                    });
-                    tokio::spawn(reconnect(
-                        url.clone(),
-                        settings.clone(),
-                        wakeups.clone(),
-                        slot.clone(),
-                    ));
-                    masters.push(Master {
-                        endpoint: endpoint_of(url).unwrap_or_else(|| format!("master {}", i + 1)),
-                        slot,
-                    });
-                }
-            }
-        }
-        let up = masters.len() - down.len();
-        if up < quorum {
-            return Err(BackendError::msg(format!(
-                "Redlock: only {up} of {} masters could be reached, a quorum is {quorum} ({})",
-                urls.len(),
-                down.join("; ")
-            ))
-            .into());
-        }
-        if !down.is_empty() {
-            tracing::warn!(
-                up,
-                masters = urls.len(),
-                "Redlock started without some masters; connecting them in the background: {}",
-                down.join("; ")
-            );
-        }
-        let watches = Arc::new(RedlockWatches {
-            masters: masters.iter().map(|m| m.slot.clone()).collect(),
-            quorum,
-        });
-        let inner = Inner {
-            masters,
-            quorum,
-            timeout: settings.response_timeout,
-            window: settings.fence_window.as_millis().max(1).to_string(),
-            fence_script: redis::Script::new(FENCE_SCRIPT),
-            worker: tokio::runtime::Handle::current(),
-        };
-        Ok((
-            Redlock {
-                inner: Arc::new(inner),
-            },
-            watches,
-        ))
-    }
-
     /// `"redlock over N masters (host:port, ...)"`: no credentials.
     pub(crate) fn describe(&self) -> String {
         let endpoints: Vec<&str> = self
@@ -385,77 +287,6 @@ impl Redlock {
         })
     }
 
-    /// Writes the hold's token back to the masters of its majority whose
-    /// own token was smaller, until a majority records it (see the module
-    /// docs: this is what makes tokens grow across majorities), and to the
-    /// masters that had not answered, whose acquire may yet land (behind
-    /// it on the same connection), so that every master holding it records
-    /// the same token.
-    async fn record_fence(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fence: u64,
-        held: &[(usize, u64)],
-        unanswered: &[usize],
-    ) -> Result<(), BackendError> {
-        let already = held.iter().filter(|(_, token)| *token == fence).count();
-        let needed = self.inner.quorum.saturating_sub(already);
-        let behind = held
-            .iter()
-            .filter(|(_, token)| *token < fence)
-            .map(|(i, _)| *i);
-        let targets: Vec<usize> = behind.chain(unanswered.iter().copied()).collect();
-        if targets.is_empty() {
-            return Ok(());
-        }
-        let calls = self.calls_on(targets, |m| self.raise_fence(m, lock_key, holder, fence));
-        let answers = gather(calls, |answers| {
-            answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count() >= needed
-        })
-        .await;
-        let recorded = answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count();
-        if recorded >= needed {
-            return Ok(());
-        }
-        Err(BackendError::msg(format!(
-            "Redlock acquire: the fencing token reached only {} of {} masters, a quorum is \
-             {}; given back",
-            already + recorded,
-            self.masters(),
-            self.inner.quorum
-        )))
-    }
-
-    /// Runs `redlock_fence.lua` on one master: its counter is raised to
-    /// `fence`, and the hold's recorded token too while it is there.
-    async fn raise_fence(
-        &self,
-        master: &RedisBackend,
-        lock_key: &str,
-        holder: &str,
-        fence: u64,
-    ) -> Answer<bool> {
-        let mut con = master.con.clone();
-        let recorded: i64 = self
-            .inner
-            .fence_script
-            .key(lock_key)
-            .key(LockNames::fence(lock_key))
-            .arg(holder)
-            .arg(fence.to_string())
-            .arg(&self.inner.window)
-            .invoke_async(&mut con)
-            .await
-            .map_err(|e| {
-                BackendError::new(
-                    format!("fence write-back failed on Redis at {}", master.endpoint()),
-                    e,
-                )
-            })?;
-        Ok(recorded == 1)
-    }
-
     /// Gives back, in the background, what a failed attempt may have taken:
     /// on every master that said held or did not answer (its acquire may
     /// still land: the release follows it on the same connection). Each is
@@ -593,7 +424,7 @@ impl Redlock {
         if records.len() < self.inner.quorum {
             return Err(self.no_quorum("inspect", &answers));
         }
-        Ok(majority_record(&records, self.inner.quorum))
+        Ok(quorum::majority_record(&records, self.inner.quorum))
     }
 
     /// Deletes the lock on every master; `true` when any had it. Fails when
@@ -608,234 +439,5 @@ impl Redlock {
             return Err(self.no_quorum("force unlock", &answers));
         }
         Ok(deleted.contains(&true))
-    }
-
-    /// Renews `batch` on every master at once and combines the answers per
-    /// lock (`quorum::renewal`); ends as soon as every lock is decided.
-    pub(crate) async fn renew_many(
-        &self,
-        batch: &[Arc<HeldLock>],
-    ) -> Result<Vec<Option<bool>>, BackendError> {
-        let masters = self.masters();
-        // The masters are given the lease plus the drift allowance.
-        let padded: Vec<Arc<HeldLock>> = batch.iter().map(|l| padded_copy(l)).collect();
-        let calls = self.calls(|m| m.renew_many(&padded));
-        let tally = |answers: &[Option<Answer<Vec<Option<bool>>>>]| -> Vec<Option<bool>> {
-            (0..batch.len())
-                .map(|j| {
-                    let said = |wanted: bool| {
-                        answers
-                            .iter()
-                            .filter_map(|a| match a {
-                                Some(Ok(replies)) => replies.get(j).copied().flatten(),
-                                _ => None,
-                            })
-                            .filter(|renewed| *renewed == wanted)
-                            .count()
-                    };
-                    quorum::renewal(masters, said(true), said(false))
-                })
-                .collect()
-        };
-        let answers = gather(calls, |answers| tally(answers).iter().all(Option::is_some)).await;
-        let outcome = tally(&answers);
-        self.retake(&padded, &outcome, &answers).await;
-        Ok(outcome)
-    }
-
-    /// Takes a renewed lock again on the masters that said it is not ours
-    /// there (restarted empty, or frozen past the lease). Safe: the renewal
-    /// just confirmed that a majority holds it for us, so no other holder
-    /// can have a majority until our lease ends; a master taken now only
-    /// joins our hold (and is freed by our release, or by its TTL), and one
-    /// that another holder took meanwhile answers busy and is left alone. It
-    /// restores the hold's tolerance of further failures, and raises the
-    /// master's fence counter to our token, which it had forgotten.
-    async fn retake(
-        &self,
-        padded: &[Arc<HeldLock>],
-        outcome: &[Option<bool>],
-        answers: &[Option<Answer<Vec<Option<bool>>>>],
-    ) {
-        let mut calls: Vec<Call<'_, Answer<bool>>> = Vec::new();
-        for (j, lock) in padded.iter().enumerate() {
-            if outcome.get(j) != Some(&Some(true)) {
-                continue;
-            }
-            let gone = answers.iter().enumerate().filter_map(|(i, a)| match a {
-                Some(Ok(replies)) if replies.get(j) == Some(&Some(false)) => Some(i),
-                _ => None,
-            });
-            calls.extend(self.calls_on(gone, |m| async move {
-                let taken = m
-                    .acquire(&lock.lock_key, &lock.holder, lock.lease, Queue::No)
-                    .await?;
-                if !matches!(taken, Acquire::Held { .. }) {
-                    return Ok(false);
-                }
-                tracing::info!(
-                    master = m.endpoint(),
-                    "Redlock: took a held lock again on a master that had lost it"
-                );
-                self.raise_fence(m, &lock.lock_key, &lock.holder, lock.fence)
-                    .await
-            }));
-        }
-        if !calls.is_empty() {
-            let _ = gather(calls, |_| false).await;
-        }
-    }
-}
-
-/// A copy of `lock` whose lease is padded with the drift allowance, for the
-/// masters' renewals.
-fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
-    HeldLock::new(Hold {
-        key: String::new(),
-        lock_key: lock.lock_key.clone(),
-        holder: lock.holder.clone(),
-        owner: lock.owner,
-        fence: lock.fence,
-        lease: quorum::padded(lock.lease),
-        renew: lock.renew,
-        fair: lock.fair,
-    })
-}
-
-/// The record of the holder that a majority of `records` (one per master
-/// that answered; `None`: free there) names, if any: its remaining lease is
-/// how long a majority still has it, its token the one a majority records
-/// (an acquire returns once a majority records it; a master it reached
-/// late may show its own token until the write-back lands there), else the
-/// largest recorded.
-fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
-    let holders = records.iter().flatten();
-    holders.clone().find_map(|candidate| {
-        let same: Vec<&Recorded> = holders
-            .clone()
-            .filter(|r| r.holder == candidate.holder)
-            .collect();
-        if same.len() < quorum {
-            return None;
-        }
-        // A lease without expiry (None) outlasts every other.
-        let mut remaining: Vec<Duration> = same
-            .iter()
-            .map(|r| r.remaining.unwrap_or(Duration::MAX))
-            .collect();
-        remaining.sort_unstable_by(|a, b| b.cmp(a));
-        let remaining = remaining
-            .get(quorum - 1)
-            .copied()
-            .filter(|r| *r != Duration::MAX);
-        Some(Recorded {
-            holder: candidate.holder.clone(),
-            holds: same.iter().map(|r| r.holds).max().unwrap_or(0),
-            remaining,
-            fence: majority_fence(&same, quorum),
-            queue: Vec::new(),
-        })
-    })
-}
-
-/// The token that `quorum` of `records` agree on, else the largest.
-fn majority_fence(records: &[&Recorded], quorum: usize) -> Option<u64> {
-    let fences = records.iter().filter_map(|r| r.fence);
-    fences
-        .clone()
-        .find(|f| fences.clone().filter(|g| g == f).count() >= quorum)
-        .or_else(|| fences.max())
-}
-
-/// `host:port` of a URL, without credentials (`None`: unparsable; the
-/// connection attempt reports that).
-fn endpoint_of(url: &str) -> Option<String> {
-    use redis::IntoConnectionInfo;
-    url.into_connection_info()
-        .ok()
-        .map(|info| info.addr().to_string())
-}
-
-/// Loads `redlock_fence.lua` into a master's script cache, so that its
-/// first write-back goes by SHA even if the acquire returns before it is
-/// answered (`redis::Script` falls back to the source on `NOSCRIPT`, but
-/// only while its call is awaited). A failure is left to that fallback.
-async fn load_fence_script(master: &RedisBackend) {
-    let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(FENCE_SCRIPT)
-        .query_async(&mut master.con.clone())
-        .await;
-    if let Err(error) = loaded {
-        tracing::debug!(%error, master = master.endpoint(), "Redlock: loading the fence script failed");
-    }
-}
-
-/// Connects, in the background, to a master that was down at start-up,
-/// pausing between attempts; ends once connected or when the runtime is
-/// gone.
-async fn reconnect(
-    url: String,
-    settings: ConnectSettings,
-    wakeups: Weak<dyn Wakeups>,
-    slot: Arc<OnceLock<Connected>>,
-) {
-    let mut pause = RECONNECT_MIN;
-    loop {
-        tokio::time::sleep(pause).await;
-        if wakeups.strong_count() == 0 {
-            return;
-        }
-        if let Ok((backend, watches)) = connect(&url, &settings, wakeups.clone()).await {
-            load_fence_script(&backend).await;
-            tracing::info!(master = backend.endpoint(), "Redlock: master connected");
-            let _ = slot.set(Connected { backend, watches });
-            return;
-        }
-        pause = pause.saturating_mul(2).min(RECONNECT_MAX);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(holder: &str, remaining_ms: u64, fence: u64) -> Option<Recorded> {
-        Some(Recorded {
-            holder: holder.to_owned(),
-            holds: 1,
-            remaining: Some(Duration::from_millis(remaining_ms)),
-            fence: Some(fence),
-            queue: Vec::new(),
-        })
-    }
-
-    #[test]
-    fn inspect_reports_the_holder_of_a_majority() {
-        let records = [
-            record("a", 900, 10),
-            record("a", 500, 30),
-            None,
-            record("b", 800, 5),
-            record("a", 700, 20),
-        ];
-        let found = majority_record(&records, 3).expect("a holds a majority");
-        assert_eq!(found.holder, "a");
-        // Three masters hold it: a majority has it until the third longest runs out.
-        assert_eq!(found.remaining, Some(Duration::from_millis(500)));
-        assert_eq!(found.fence, Some(30), "no majority agrees: the largest");
-        let mut agreed = records.clone();
-        for r in agreed.iter_mut().flatten() {
-            r.fence = Some(
-                if r.holder == "a" && r.remaining != Some(Duration::from_millis(900)) {
-                    25
-                } else {
-                    40
-                },
-            );
-        }
-        let found = majority_record(&agreed, 2).expect("a holds");
-        assert_eq!(found.fence, Some(25), "what a majority records");
-        assert_eq!(majority_record(&records[..4], 3), None, "only two say a");
     }
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::backend::Recorded;
+
 /// The fixed part of the clock-drift allowance: covers the resolution of
 /// the masters' expiry timers (Redis checks TTLs to the millisecond) and a
 /// little scheduling jitter.
@@ -75,7 +77,53 @@ pub(crate) fn renewal(masters: usize, yes: usize, no: usize) -> Option<bool> {
     }
 }
 
+/// The record of the holder that a majority of `records` (one per master
+/// that answered; `None`: free there) names, if any: its remaining lease is
+/// how long a majority still has it, its token the one a majority records
+/// (an acquire returns once a majority records it; a master it reached
+/// late may show its own token until the write-back lands there), else the
+/// largest recorded.
+pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
+    let holders = records.iter().flatten();
+    holders.clone().find_map(|candidate| {
+        let same: Vec<&Recorded> = holders
+            .clone()
+            .filter(|r| r.holder == candidate.holder)
+            .collect();
+        if same.len() < quorum {
+            return None;
+        }
+        // A lease without expiry (None) outlasts every other.
+        let mut remaining: Vec<Duration> = same
+            .iter()
+            .map(|r| r.remaining.unwrap_or(Duration::MAX))
+            .collect();
+        remaining.sort_unstable_by(|a, b| b.cmp(a));
+        let remaining = remaining
+            .get(quorum - 1)
+            .copied()
+            .filter(|r| *r != Duration::MAX);
+        Some(Recorded {
+            holder: candidate.holder.clone(),
+            holds: same.iter().map(|r| r.holds).max().unwrap_or(0),
+            remaining,
+            fence: majority_fence(&same, quorum),
+            queue: Vec::new(),
+        })
+    })
+}
+
+/// The token that `quorum` of `records` agree on, else the largest.
+pub(super) fn majority_fence(records: &[&Recorded], quorum: usize) -> Option<u64> {
+    let fences = records.iter().filter_map(|r| r.fence);
+    fences
+        .clone()
+        .find(|f| fences.clone().filter(|g| g == f).count() >= quorum)
+        .or_else(|| fences.max())
+}
+
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -124,5 +172,44 @@ mod tests {
         assert_eq!(renewal(5, 2, 3), Some(false));
         assert_eq!(renewal(5, 0, 0), None, "nobody answered");
         assert_eq!(renewal(4, 2, 2), Some(false), "4 masters need 3");
+    }
+
+    fn record(holder: &str, remaining_ms: u64, fence: u64) -> Option<Recorded> {
+        Some(Recorded {
+            holder: holder.to_owned(),
+            holds: 1,
+            remaining: Some(Duration::from_millis(remaining_ms)),
+            fence: Some(fence),
+            queue: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn inspect_reports_the_holder_of_a_majority() {
+        let records = [
+            record("a", 900, 10),
+            record("a", 500, 30),
+            None,
+            record("b", 800, 5),
+            record("a", 700, 20),
+        ];
+        let found = majority_record(&records, 3).expect("a holds a majority");
+        assert_eq!(found.holder, "a");
+        // Three masters hold it: a majority has it until the third longest runs out.
+        assert_eq!(found.remaining, Some(Duration::from_millis(500)));
+        assert_eq!(found.fence, Some(30), "no majority agrees: the largest");
+        let mut agreed = records.clone();
+        for r in agreed.iter_mut().flatten() {
+            r.fence = Some(
+                if r.holder == "a" && r.remaining != Some(Duration::from_millis(900)) {
+                    25
+                } else {
+                    40
+                },
+            );
+        }
+        let found = majority_record(&agreed, 2).expect("a holds");
+        assert_eq!(found.fence, Some(25), "what a majority records");
+        assert_eq!(majority_record(&records[..4], 3), None, "only two say a");
     }
 }
