@@ -58,15 +58,37 @@ async fn runtime(fleet: &[RedisServer], prefix: &str) -> LockRuntime {
         .expect("build the Redlock runtime")
 }
 
+/// Two runtimes on `fleet` with a fresh prefix: two "processes".
+async fn two_runtimes(fleet: &[RedisServer], name: &str) -> (LockRuntime, LockRuntime) {
+    let prefix = unique(name);
+    (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await)
+}
+
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     server.connection().await
+}
+
+/// Whether `server` has the key `name` now (asked directly, not through a
+/// runtime).
+async fn has_key(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(name)
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap()
+}
+
+fn assert_growing(tokens: &[u64]) {
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens did not grow from holder to holder: {tokens:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_excludes_holders_of_two_runtimes_and_their_tokens_only_grow() {
     let fleet = shared_fleet();
-    let prefix = unique("redlock-exclusion");
-    let (a, b) = (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await);
+    let (a, b) = two_runtimes(fleet, "redlock-exclusion").await;
     assert!(
         a.describe()
             .starts_with("redlock over 5 masters (127.0.0.1:"),
@@ -103,17 +125,13 @@ async fn redlock_excludes_holders_of_two_runtimes_and_their_tokens_only_grow() {
     assert_eq!(inside.max(), 1, "two holders were inside at once");
     let tokens = tokens.lock().unwrap();
     assert_eq!(tokens.len(), 40);
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "tokens did not grow from holder to holder: {tokens:?}"
-    );
+    assert_growing(&tokens);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile() {
     let fleet = shared_fleet();
-    let prefix = unique("redlock-reentry");
-    let (a, b) = (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await);
+    let (a, b) = two_runtimes(fleet, "redlock-reentry").await;
     let guard = a.lock("order:7").acquire().await.unwrap();
     let outer = guard.fence();
     let nested = guard.scope(with_lock(a.lock("order:7"), async {
@@ -148,8 +166,7 @@ async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
     let fleet = shared_fleet();
-    let prefix = unique("redlock-wake");
-    let (a, b) = (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await);
+    let (a, b) = two_runtimes(fleet, "redlock-wake").await;
     let held = a
         .lock("k")
         .lease(Duration::from_secs(20))
@@ -219,10 +236,7 @@ async fn redlock_acquire_and_release_cost_a_few_round_trips_beside_one_server() 
         "acquire + release, uncontended, 200 rounds: one server p50 {one_p50:?} p99 {one_p99:?}; \
          redlock over 5 masters p50 {five_p50:?} p99 {five_p99:?}"
     );
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "tokens did not grow"
-    );
+    assert_growing(&tokens);
     // Acquire, token write-back and release: three round trips to the
     // masters at once, not five in a row nor a wait for a timeout.
     assert!(
@@ -234,8 +248,7 @@ async fn redlock_acquire_and_release_cost_a_few_round_trips_beside_one_server() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_inspect_force_unlock_and_ping_answer_for_the_majority() {
     let fleet = shared_fleet();
-    let prefix = unique("redlock-admin");
-    let (a, b) = (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await);
+    let (a, b) = two_runtimes(fleet, "redlock-admin").await;
     a.ping().await.unwrap();
     let guard = a
         .lock("k")
@@ -254,12 +267,8 @@ async fn redlock_inspect_force_unlock_and_ping_answer_for_the_majority() {
     assert!(b.force_unlock("k").await.unwrap());
     assert!(b.inspect("k").await.unwrap().is_none());
     for server in fleet {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(a.backend_key("k"))
-            .query_async(&mut raw(server).await)
-            .await
-            .unwrap();
-        assert!(!exists, "force_unlock left the lock on {}", server.url());
+        let left = has_key(server, &a.backend_key("k")).await;
+        assert!(!left, "force_unlock left the lock on {}", server.url());
     }
     assert!(
         !b.force_unlock("k").await.unwrap(),
@@ -298,11 +307,7 @@ async fn redlock_refuses_fair_mode_with_a_clear_error() {
 async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
     let _turn = SERIAL.lock().await;
     let mut fleet = start_fleet();
-    let prefix = unique("redlock-clocks");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
+    let (a, b) = two_runtimes(&fleet, "redlock-clocks").await;
     // Master 0 behaves as if its clock ran 1000 s ahead: its counter is there.
     let fence_key = format!("{}:fence", a.backend_key("k"));
     let now_us: u64 = {
@@ -344,11 +349,7 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
 async fn redlock_locks_with_two_of_five_masters_down() {
     let _turn = SERIAL.lock().await;
     let mut fleet = start_fleet();
-    let prefix = unique("redlock-two-down");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
+    let (a, b) = two_runtimes(&fleet, "redlock-two-down").await;
     let healthy = Instant::now();
     a.lock("warmup")
         .acquire()
@@ -430,14 +431,9 @@ async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
     );
     // The partial holds on the two masters that answered are given back.
     for server in &fleet[3..] {
-        let mut con = raw(server).await;
         let mut left = true;
         for _ in 0..40 {
-            left = redis::cmd("EXISTS")
-                .arg(a.backend_key("k"))
-                .query_async(&mut con)
-                .await
-                .unwrap();
+            left = has_key(server, &a.backend_key("k")).await;
             if !left {
                 break;
             }
@@ -452,11 +448,7 @@ async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
 async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     let _turn = SERIAL.lock().await;
     let mut fleet = start_fleet();
-    let prefix = unique("redlock-restart");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
+    let (a, b) = two_runtimes(&fleet, "redlock-restart").await;
     let lock_key = a.backend_key("k");
     let guard = a
         .lock("k")
@@ -465,22 +457,10 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
         .await
         .unwrap();
     fleet[0].restart().await;
-    let exists = |server: &RedisServer| {
-        let (url, lock_key) = (server.url(), lock_key.clone());
-        async move {
-            let mut con = redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            redis::cmd("EXISTS")
-                .arg(lock_key)
-                .query_async::<bool>(&mut con)
-                .await
-                .unwrap()
-        }
-    };
-    assert!(!exists(&fleet[0]).await, "the restarted master is empty");
+    assert!(
+        !has_key(&fleet[0], &lock_key).await,
+        "the restarted master is empty"
+    );
     assert!(
         b.lock("k").try_acquire().await.unwrap().is_none(),
         "a second holder got in with one master restarted empty"
@@ -489,7 +469,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     let begun = Instant::now();
     let mut retaken = false;
     for _ in 0..200 {
-        if exists(&fleet[0]).await {
+        if has_key(&fleet[0], &lock_key).await {
             retaken = true;
             break;
         }
@@ -523,11 +503,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
 async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in() {
     let _turn = SERIAL.lock().await;
     let fleet = start_fleet();
-    let prefix = unique("redlock-majority-lost");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
+    let (a, b) = two_runtimes(&fleet, "redlock-majority-lost").await;
     let lease = Duration::from_millis(1500);
     let guard = a.lock("k").lease(lease).acquire().await.unwrap();
     let first = guard.fence();
