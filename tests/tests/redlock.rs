@@ -378,6 +378,15 @@ async fn redlock_locks_with_two_of_five_masters_down() {
         "the acquire waited {took:?} for the frozen master instead of deciding on the majority"
     );
     assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    let asked = Instant::now();
+    let info = b.inspect("k").await.unwrap().expect("held by a majority");
+    b.ping().await.unwrap();
+    let answered = asked.elapsed();
+    assert_eq!(info.fence, Some(guard.fence()));
+    assert!(
+        answered < RESPONSE,
+        "inspect and ping waited {answered:?} for the frozen master"
+    );
     // The watchdog keeps it over two leases on the three masters left.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(

@@ -337,6 +337,19 @@ impl Redlock {
             count(Release::StillHeld),
             count(Release::NotHeld),
         );
+        // Masters that have not answered (frozen, reconnecting) or failed
+        // get the release again from their background releaser, which
+        // retries: their copy of the hold must not wait for its TTL. (A
+        // second release of a holder id is harmless: it finds nothing.)
+        for (answer, master) in answers.iter().zip(&self.inner.masters) {
+            if let (None | Some(Err(_)), Some(connected)) = (answer, master.slot.get()) {
+                connected.backend.release_in_background(
+                    lock_key.to_owned(),
+                    holder.to_owned(),
+                    fair,
+                );
+            }
+        }
         if still > 0 {
             Ok(Release::StillHeld)
         } else if freed >= quorum {
@@ -413,18 +426,31 @@ impl Redlock {
     /// majority, with the time until fewer than a majority still have it,
     /// and the largest token recorded; `None` when no holder has a majority.
     pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
-        let answers = gather(self.calls(|m| m.inspect(lock_key)), |_| false).await;
-        let records: Vec<Option<Recorded>> = answers
-            .iter()
-            .filter_map(|a| match a {
-                Some(Ok(recorded)) => Some(recorded.clone()),
-                _ => None,
-            })
-            .collect();
-        if records.len() < self.inner.quorum {
+        let quorum = self.inner.quorum;
+        let records = |answers: &[Option<Answer<Option<Recorded>>>]| -> Vec<Option<Recorded>> {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(recorded)) => Some(recorded.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Done once a majority answered and the masters still out cannot
+        // change the verdict (a holder has a majority, or none can get one).
+        let answers = gather(self.calls(|m| m.inspect(lock_key)), |answers| {
+            let open = answers.iter().filter(|a| a.is_none()).count();
+            let seen = records(answers);
+            seen.len() >= quorum
+                && (quorum::majority_record(&seen, quorum).is_some()
+                    || quorum::majority_record(&seen, quorum.saturating_sub(open)).is_none())
+        })
+        .await;
+        let seen = records(&answers);
+        if seen.len() < quorum {
             return Err(self.no_quorum("inspect", &answers));
         }
-        Ok(quorum::majority_record(&records, self.inner.quorum))
+        Ok(quorum::majority_record(&seen, quorum))
     }
 
     /// Deletes the lock on every master; `true` when any had it. Fails when

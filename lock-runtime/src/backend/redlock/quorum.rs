@@ -100,7 +100,7 @@ pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Op
             .collect();
         remaining.sort_unstable_by(|a, b| b.cmp(a));
         let remaining = remaining
-            .get(quorum - 1)
+            .get(quorum.saturating_sub(1))
             .copied()
             .filter(|r| *r != Duration::MAX);
         Some(Recorded {
