@@ -32,14 +32,15 @@
 //! majority shares a master with this one, whose counter is then at least
 //! this token, so its token is larger: tokens only grow, whatever the
 //! masters' clocks say. The limits are those of one server's counter, on
-//! the master they share: the counter lives for the fence window (60 s)
-//! after it was written, after which that master's clock must be past the
-//! token, so a master whose clock is behind the fastest master's by more
-//! than the window may hand out a smaller token; and a master restarted
-//! empty forgot both the hold and the counter, so until it has been down
-//! for a lease (the Redlock "delayed restart") a later majority may meet
-//! the old one only there: exclusion and growth then rest on the other
-//! shared masters.
+//! the master the two majorities share. The counter lives for the fence
+//! window (60 s) after it was written, and then that master's clock must be
+//! past the token: a master whose clock is behind the fastest master's by
+//! more than the window may hand out a smaller token. And a master
+//! restarted empty has forgotten the hold and the counter: when it is the
+//! only master two majorities share, neither exclusion nor growth holds
+//! (keep a restarted master out for longer than the longest lease, the
+//! Redlock "delayed restart"; a holder also takes a restarted master back
+//! at its next renewal, see `renew.rs`).
 //!
 //! **Renew, release.** Both go to every master. A lock is renewed when a
 //! majority renewed it, lost as soon as more than a minority said it is not
@@ -424,7 +425,8 @@ impl Redlock {
 
     /// What a majority of masters records: the holder recorded on a
     /// majority, with the time until fewer than a majority still have it,
-    /// and the largest token recorded; `None` when no holder has a majority.
+    /// and its token (`quorum::majority_record`); `None` when no holder has
+    /// a majority.
     pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
         let quorum = self.inner.quorum;
         let records = |answers: &[Option<Answer<Option<Recorded>>>]| -> Vec<Option<Recorded>> {

@@ -50,7 +50,9 @@ impl Redlock {
     /// joins our hold (and is freed by our release, or by its TTL), and one
     /// that another holder took meanwhile answers busy and is left alone. It
     /// restores the hold's tolerance of further failures, and raises the
-    /// master's fence counter to our token, which it had forgotten.
+    /// master's fence counter to our token, which it had forgotten. (A
+    /// release sent while the retake is out may reach that master first:
+    /// the retaken copy then lasts until its TTL, on one master only.)
     async fn retake(
         &self,
         padded: &[Arc<HeldLock>],
