@@ -554,3 +554,60 @@ async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in()
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
     second.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let prefix = unique("redlock-start");
+    fleet[0].kill();
+    fleet[1].kill();
+    fleet[2].kill();
+    let begun = Instant::now();
+    let refused = LockRuntime::builder()
+        .redlock(urls(&fleet))
+        .fair(false)
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    let message = refused.unwrap_err().to_string();
+    println!(
+        "redlock start with 3 of 5 down: {:?}: {message}",
+        begun.elapsed()
+    );
+    assert!(
+        message.contains("only 2 of 5 masters could be reached, a quorum is 3"),
+        "{message}"
+    );
+
+    fleet[1].restart().await;
+    fleet[2].restart().await;
+    let a = runtime(&fleet, &prefix).await;
+    assert!(a
+        .describe()
+        .contains(&format!("127.0.0.1:{}", fleet[0].port())));
+    a.lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Master 0 comes back: the runtime connects it in the background and
+    // takes locks there too.
+    fleet[0].restart().await;
+    let mut reached = false;
+    for _ in 0..100 {
+        let guard = a.lock("k").acquire().await.unwrap();
+        reached = has_key(&fleet[0], &a.backend_key("k")).await;
+        guard.release().await.unwrap();
+        if reached {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        reached,
+        "the master that was down at start-up never took a lock"
+    );
+}

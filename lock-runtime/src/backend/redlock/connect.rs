@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use super::gather::{gather, Call};
 use super::watches::RedlockWatches;
 use super::{
-    quorum, Connected, Inner, Master, Redlock, FENCE_SCRIPT, MIN_MASTERS, RECONNECT_MAX,
+    quorum, reason, Connected, Inner, Master, Redlock, FENCE_SCRIPT, MIN_MASTERS, RECONNECT_MAX,
     RECONNECT_MIN,
 };
 use crate::backend::redis::{connect, RedisBackend};
@@ -60,7 +60,7 @@ impl Redlock {
                 }
                 other => {
                     down.push(match other {
-                        Some(Err(error)) => error.to_string(),
+                        Some(Err(error)) => reason(&error),
                         _ => "no answer".to_owned(),
                     });
                     tokio::spawn(reconnect(

@@ -120,6 +120,14 @@ struct Inner {
     worker: tokio::runtime::Handle,
 }
 
+/// Why one master failed, for a message that lists every master's reason
+/// (without repeating the "lock backend error" prefix of each).
+fn reason(error: &impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    text.strip_prefix("lock backend error: ")
+        .map_or(text.clone(), str::to_owned)
+}
+
 /// What one master answered (or why it did not).
 type Answer<T> = Result<T, BackendError>;
 
@@ -195,12 +203,7 @@ impl Redlock {
             .iter()
             .zip(&self.inner.masters)
             .filter_map(|(answer, master)| match answer {
-                Some(Err(error)) => Some(
-                    error
-                        .to_string()
-                        .trim_start_matches("lock backend error: ")
-                        .to_owned(),
-                ),
+                Some(Err(error)) => Some(reason(error)),
                 None => Some(format!("Redis at {}: no answer yet", master.endpoint)),
                 Some(Ok(_)) => None,
             })
