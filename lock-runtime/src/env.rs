@@ -10,7 +10,7 @@ use crate::runtime::LockRuntime;
 /// | variable | meaning |
 /// |---|---|
 /// | `LOCK_REDIS_URL`, else `REDIS_URL` | the Redis server (`redis://…` or `rediss://…`) |
-/// | `LOCK_REDLOCK_URLS`, else `REDLOCK_URLS` | Redlock: the independent masters' URLs, comma-separated (at least three) |
+/// | `LOCK_REDLOCK_URLS`, else `REDLOCK_URLS` | Redlock: the independent masters' URLs, comma-separated (at least three; with `LOCK_FAIR=1` the build fails: Redlock has no fair mode) |
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
