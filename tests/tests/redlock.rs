@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{unique, wait_until, Occupancy};
+use lock_tests::{unique, wait_until, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -610,4 +610,70 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
         reached,
         "the master that was down at start-up never took a lock"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_contender_gets_in() {
+    let _turn = SERIAL.lock().await;
+    let fleet = start_fleet();
+    let prefix = unique("redlock-cut-off");
+    // The holder reaches masters 0..3 through proxies; the contender
+    // reaches every master directly.
+    let mut proxies = Vec::new();
+    for server in &fleet[..3] {
+        proxies.push(FaultProxy::start(server.port()).await);
+    }
+    let through: Vec<String> = proxies
+        .iter()
+        .map(FaultProxy::url)
+        .chain(fleet[3..].iter().map(RedisServer::url))
+        .collect();
+    let a = LockRuntime::builder()
+        .redlock(through)
+        .key_prefix(&prefix)
+        .fair(false)
+        .response_timeout(RESPONSE)
+        .build()
+        .await
+        .unwrap();
+    let b = runtime(&fleet, &prefix).await;
+    let lease = Duration::from_millis(1500);
+    let guard = Arc::new(a.lock("k").lease(lease).acquire().await.unwrap());
+    let first = guard.fence();
+    for proxy in &proxies {
+        proxy.stall();
+    }
+    let cut = Instant::now();
+    // The contender gets in as soon as those three masters let the hold
+    // expire; at that moment the holder must already count it as lost.
+    let contender = {
+        let (b, held) = (b.clone(), guard.clone());
+        tokio::spawn(async move {
+            let got = b.lock("k").wait(Duration::from_secs(8)).acquire().await;
+            (got, held.is_lost(), Instant::now())
+        })
+    };
+    tokio::time::timeout(lease + SLACK, guard.lost())
+        .await
+        .expect("the holder was not told it lost its majority within a lease");
+    let lost = cut.elapsed();
+    let (got, holder_knew, entered) = contender.await.unwrap();
+    let second = got.expect("the contender got the lock once the majority let it go");
+    println!(
+        "redlock holder cut off from 3 of 5: told lost after {lost:?}, contender in after {:?} \
+         (tokens {first} then {})",
+        entered - cut,
+        second.fence()
+    );
+    assert!(
+        holder_knew,
+        "the contender got in while the old holder still counted the lock as held"
+    );
+    assert!(second.fence() > first);
+    second.release().await.unwrap();
+    for proxy in &proxies {
+        proxy.resume();
+    }
+    let guard = Arc::into_inner(guard).unwrap();
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
