@@ -355,9 +355,9 @@ impl LockRuntimeBuilder {
 }
 
 /// What `build` refuses of a Redlock configuration: fewer than three
-/// masters (with one
-/// or two, one failure stops every lock: use `.redis(url)` for one server),
-/// and fair mode.
+/// masters (with one or two, one failure stops every lock: use
+/// `.redis(url)` for one server), and fair mode. An even count is allowed,
+/// with a warning.
 fn check_redlock(masters: usize, fair: bool) -> Result<(), LockError> {
     use crate::backend::redlock::{FAIR_UNSUPPORTED, MIN_MASTERS};
     if masters < MIN_MASTERS {
