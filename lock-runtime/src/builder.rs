@@ -38,6 +38,8 @@ pub(crate) enum Choice {
     Memory,
     Redis(String),
     RedisCluster(Vec<String>),
+    /// Redlock over these masters' URLs.
+    Redlock(Vec<String>),
 }
 
 /// Configures and starts a [`LockRuntime`].
@@ -94,6 +96,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
             Choice::Memory => "memory",
             Choice::Redis(_) => "redis (URL hidden)",
             Choice::RedisCluster(_) => "redis cluster (URLs hidden)",
+            Choice::Redlock(_) => "redlock (URLs hidden)",
         };
         f.debug_struct("LockRuntimeBuilder")
             .field("backend", &backend)
@@ -148,6 +151,34 @@ impl LockRuntimeBuilder {
     /// ```
     pub fn redis_cluster<U: Into<String>>(mut self, urls: impl IntoIterator<Item = U>) -> Self {
         self.choice = Choice::RedisCluster(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Use Redlock over these independent Redis masters (each
+    /// `redis://…` or `rediss://…`, at least three; an odd count is best, as
+    /// N and N+1 masters tolerate the same number of failures): a lock is
+    /// held while a majority (N/2+1) of them hold it, so it survives the loss
+    /// of a minority. Fair mode is not available on it: `build` refuses a
+    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). README,
+    /// "Deploying", says what it guarantees.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let built = lock_runtime::LockRuntime::builder()
+    ///     .redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
+    ///     .fair(false)
+    ///     .build()
+    ///     .await;
+    /// assert!(built.unwrap_err().to_string().contains("at least 3 masters"));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo());
+    /// ```
+    pub fn redlock<I>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.choice = Choice::Redlock(urls.into_iter().map(Into::into).collect());
         self
     }
 
@@ -291,24 +322,22 @@ impl LockRuntimeBuilder {
                     .to_owned(),
             ));
         }
+        if let Choice::Redlock(urls) = &self.choice {
+            check_redlock(urls.len(), self.fair)?;
+        }
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // How long a stopping runtime (shutdown, or the last handle gone)
         // waits for its queued releases to be answered.
         let drain = self.response_timeout.saturating_mul(2);
-        let settings = ConnectSettings {
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
-            tls_root_ca: self.tls_root_ca.clone(),
-            tls_client: self.tls_client.clone(),
-            fence_window: self.fence_window,
-        };
+        let settings = self.connect_settings();
         let config = match &self.choice {
             Choice::Memory => BackendConfig::Memory {
                 fence_window: self.fence_window,
             },
             Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
             Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
+            Choice::Redlock(urls) => BackendConfig::Redlock(urls.clone(), settings),
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
@@ -334,6 +363,44 @@ impl LockRuntimeBuilder {
         };
         Ok(LockRuntime::new(started, settings))
     }
+}
+
+impl LockRuntimeBuilder {
+    /// How to reach a server backend, as configured.
+    fn connect_settings(&self) -> ConnectSettings {
+        ConnectSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            tls_root_ca: self.tls_root_ca.clone(),
+            tls_client: self.tls_client.clone(),
+            fence_window: self.fence_window,
+        }
+    }
+}
+
+/// What `build` refuses of a Redlock configuration: fewer than three
+/// masters (with one or two, one failure stops every lock: use
+/// `.redis(url)` for one server), and fair mode. An even count is allowed,
+/// with a warning.
+fn check_redlock(masters: usize, fair: bool) -> Result<(), LockError> {
+    use crate::backend::redlock::{FAIR_UNSUPPORTED, MIN_MASTERS};
+    if masters < MIN_MASTERS {
+        return Err(LockError::InvalidConfig(format!(
+            "Redlock needs at least {MIN_MASTERS} masters, got {masters} (with fewer, one \
+             failure stops every lock; use .redis(url) for a single server)"
+        )));
+    }
+    if fair {
+        return Err(LockError::InvalidConfig(FAIR_UNSUPPORTED.to_owned()));
+    }
+    if masters.is_multiple_of(2) {
+        tracing::warn!(
+            masters,
+            "Redlock over an even number of masters tolerates no more failures than \
+             one master fewer"
+        );
+    }
+    Ok(())
 }
 
 impl LockRuntime {

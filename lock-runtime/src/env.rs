@@ -11,7 +11,8 @@ use crate::runtime::LockRuntime;
 /// |---|---|
 /// | `LOCK_REDIS_URL`, else `REDIS_URL` | the Redis server (`redis://…` or `rediss://…`) |
 /// | `LOCK_REDIS_CLUSTER` | a Redis Cluster instead: node URLs separated by commas (`redis://n1:7000,redis://n2:7000`) |
-/// | `LOCK_BACKEND` | `redis` (needs a URL) or `memory` (the embedded backend, on purpose) |
+/// | `LOCK_REDLOCK_URLS`, else `REDLOCK_URLS` | Redlock: the independent masters' URLs, comma-separated (at least three; with `LOCK_FAIR=1` the build fails: Redlock has no fair mode) |
+/// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
 ///
@@ -67,9 +68,11 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 6] = [
+const ENV_VARIABLES: [&str; 8] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
+    "LOCK_REDLOCK_URLS",
+    "REDLOCK_URLS",
     "REDIS_URL",
     "LOCK_BACKEND",
     "LOCK_PREFIX",
@@ -86,12 +89,13 @@ fn builder_from_env(
     let url = set("LOCK_REDIS_URL").or_else(|| set("REDIS_URL"));
     let backend = set("LOCK_BACKEND").map(|b| b.trim().to_ascii_lowercase());
     let cluster = set("LOCK_REDIS_CLUSTER");
+    let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
     let mut builder = match (backend.as_deref(), url) {
         (None | Some("redis"), url) if cluster.is_some() => {
-            if url.is_some() {
+            if url.is_some() || redlock.is_some() {
                 return Err(LockError::InvalidConfig(
-                    "LOCK_REDIS_CLUSTER and a Redis URL (REDIS_URL or LOCK_REDIS_URL) are \
-                     both set: unset one of them"
+                    "LOCK_REDIS_CLUSTER and a Redis URL (REDIS_URL or LOCK_REDIS_URL) or \
+                     Redlock masters (REDLOCK_URLS) are both set: unset one of them"
                         .to_owned(),
                 ));
             }
@@ -104,6 +108,11 @@ fn builder_from_env(
                 "LOCK_BACKEND=memory, but LOCK_REDIS_CLUSTER is set too: unset one of them"
                     .to_owned(),
             ))
+        }
+        (backend @ (None | Some("redlock" | "memory")), url)
+            if redlock.is_some() || backend == Some("redlock") =>
+        {
+            redlock_from_env(backend, url.is_some(), redlock)?
         }
         (None | Some("redis"), Some(url)) => LockRuntime::builder().redis(url),
         (Some("memory"), None) => LockRuntime::builder().memory(),
@@ -123,7 +132,7 @@ fn builder_from_env(
         }
         (Some(other), _) => {
             return Err(LockError::InvalidConfig(format!(
-                "LOCK_BACKEND={other:?} is not a backend: use redis or memory"
+                "LOCK_BACKEND={other:?} is not a backend: use redis or memory (or redlock)"
             )))
         }
         (None, None) if debug_build => {
@@ -146,6 +155,41 @@ fn builder_from_env(
         builder = builder.key_prefix(prefix);
     }
     Ok(builder.fair(read("LOCK_FAIR").is_some_and(|v| v.trim() == "1")))
+}
+
+/// The Redlock part of [`builder_from_env`]: `urls` is the comma-separated
+/// list (`LOCK_REDLOCK_URLS` or `REDLOCK_URLS`), `backend` the
+/// `LOCK_BACKEND` asked for (`None`, `redlock` or `memory`), `redis_url`
+/// whether a single server's URL is set too.
+fn redlock_from_env(
+    backend: Option<&str>,
+    redis_url: bool,
+    urls: Option<String>,
+) -> Result<LockRuntimeBuilder, LockError> {
+    let Some(urls) = urls else {
+        return Err(LockError::InvalidConfig(
+            "LOCK_BACKEND=redlock, but no masters: set REDLOCK_URLS (or LOCK_REDLOCK_URLS) \
+             to redis://host1:port,redis://host2:port,redis://host3:port"
+                .to_owned(),
+        ));
+    };
+    if backend == Some("memory") {
+        return Err(LockError::InvalidConfig(
+            "LOCK_BACKEND=memory, but Redlock masters are set too (REDLOCK_URLS or \
+             LOCK_REDLOCK_URLS): unset one of them"
+                .to_owned(),
+        ));
+    }
+    if backend.is_none() && redis_url {
+        return Err(LockError::InvalidConfig(
+            "both a Redis URL (REDIS_URL or LOCK_REDIS_URL) and Redlock masters \
+             (REDLOCK_URLS or LOCK_REDLOCK_URLS) are set: choose with LOCK_BACKEND=redis \
+             or LOCK_BACKEND=redlock"
+                .to_owned(),
+        ));
+    }
+    let urls = urls.split(',').map(str::trim).filter(|u| !u.is_empty());
+    Ok(LockRuntime::builder().redlock(urls.map(str::to_owned)))
 }
 
 /// The `LOCK_*` names among `names` that [`init_from_env`] does not read,
@@ -202,6 +246,7 @@ mod tests {
             Choice::Memory => "memory",
             Choice::Redis(_) => "redis",
             Choice::RedisCluster(_) => "cluster",
+            Choice::Redlock(_) => "redlock",
         }
     }
 
@@ -268,6 +313,61 @@ mod tests {
         assert!(error(builder_from_env(both, false)).contains("both set"));
         let memory = env(&[("LOCK_REDIS_CLUSTER", nodes), ("LOCK_BACKEND", "memory")]);
         assert!(error(builder_from_env(memory, true)).contains("LOCK_REDIS_CLUSTER"));
+    }
+
+    #[test]
+    fn redlock_urls_select_redlock_and_conflicts_are_errors() {
+        let three = "redis://a:1, redis://b:2,redis://c:3";
+        for pairs in [
+            &[("REDLOCK_URLS", three)][..],
+            &[("LOCK_REDLOCK_URLS", three)][..],
+            &[("LOCK_BACKEND", "redlock"), ("REDLOCK_URLS", three)][..],
+            &[
+                ("LOCK_BACKEND", "redlock"),
+                ("REDLOCK_URLS", three),
+                ("REDIS_URL", "redis://h:1"),
+            ][..],
+        ] {
+            let builder = builder_from_env(env(pairs), false).unwrap();
+            match &builder.choice {
+                Choice::Redlock(urls) => {
+                    assert_eq!(urls, &["redis://a:1", "redis://b:2", "redis://c:3"]);
+                }
+                _ => panic!("{pairs:?} should select redlock"),
+            }
+        }
+        // LOCK_BACKEND=redis picks the single server even with masters set.
+        let pairs = [
+            ("LOCK_BACKEND", "redis"),
+            ("REDLOCK_URLS", three),
+            ("REDIS_URL", "redis://h:1"),
+        ];
+        assert_eq!(
+            backend(&builder_from_env(env(&pairs), false).unwrap()),
+            "redis"
+        );
+        let both = [("REDLOCK_URLS", three), ("REDIS_URL", "redis://h:1")];
+        assert!(error(builder_from_env(env(&both), false)).contains("choose with LOCK_BACKEND"));
+        let none = error(builder_from_env(env(&[("LOCK_BACKEND", "redlock")]), true));
+        assert!(none.contains("REDLOCK_URLS"), "{none}");
+        let memory = [("LOCK_BACKEND", "memory"), ("REDLOCK_URLS", three)];
+        assert!(error(builder_from_env(env(&memory), true)).contains("unset one"));
+    }
+
+    #[tokio::test]
+    async fn redlock_refuses_fewer_than_three_masters_and_fair_mode() {
+        let two = LockRuntime::builder()
+            .redlock(["redis://a:1", "redis://b:2"])
+            .fair(false)
+            .build()
+            .await;
+        assert!(matches!(&two, Err(LockError::InvalidConfig(m)) if m.contains("at least 3")));
+        let fair = LockRuntime::builder()
+            .redlock(["redis://a:1", "redis://b:2", "redis://c:3"])
+            .fair(true)
+            .build()
+            .await;
+        assert!(matches!(&fair, Err(LockError::InvalidConfig(m)) if m.contains("fair mode")));
     }
 
     #[test]

@@ -238,6 +238,9 @@ impl LockRequest {
             Wait::Forever => None,
         };
         let lock_key = LockNames::lock_key(runtime.prefix(), &self.key);
+        if let (Some(true), Some(why)) = (self.fair, runtime.backend().fair_unsupported()) {
+            return Err(LockError::InvalidConfig(why.to_owned()));
+        }
         let fair = self.fair.unwrap_or(runtime.default_fair())
             && runtime.backend().queues_across_processes();
         let want = Want {

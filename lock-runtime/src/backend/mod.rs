@@ -12,6 +12,7 @@ pub(crate) const EMBEDDED_DESCRIPTION: &str =
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod releases;
 
 use std::sync::{Arc, Weak};
@@ -78,6 +79,8 @@ pub(crate) enum BackendConfig {
     Redis(String, ConnectSettings),
     /// A Redis Cluster, given URLs of some of its nodes.
     RedisCluster(Vec<String>, ConnectSettings),
+    /// Redlock over these independent Redis masters (at least three).
+    Redlock(Vec<String>, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -158,6 +161,8 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     /// The embedded store.
     Memory(Arc<memory::MemoryBackend>),
+    /// Redlock over independent Redis masters.
+    Redlock(redlock::Redlock),
 }
 
 impl Backend {
@@ -181,6 +186,10 @@ impl Backend {
                 let (backend, watches) = redis::connect_cluster(&urls, &settings, wakeups).await?;
                 Ok((Backend::Redis(backend), Some(watches)))
             }
+            BackendConfig::Redlock(urls, settings) => {
+                let (backend, watches) = redlock::Redlock::start(&urls, &settings, wakeups).await?;
+                Ok((Backend::Redlock(backend), Some(watches)))
+            }
         }
     }
 
@@ -190,6 +199,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => format!("redis at {}", r.endpoint()),
             Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
+            Backend::Redlock(r) => r.describe(),
         }
     }
 
@@ -200,9 +210,16 @@ impl Backend {
 
     /// Whether fair mode changes anything: the backend keeps a queue across
     /// processes. (The embedded store has one process, whose local waiters
-    /// are always served in order.)
+    /// are always served in order; Redlock has no shared queue and refuses
+    /// fair mode, see [`Backend::fair_unsupported`].)
     pub(crate) fn queues_across_processes(&self) -> bool {
         matches!(self, Backend::Redis(_))
+    }
+
+    /// Why a lock that asks for fair mode must be refused on this backend,
+    /// if it must (rather than quietly served in plain mode).
+    pub(crate) fn fair_unsupported(&self) -> Option<&'static str> {
+        matches!(self, Backend::Redlock(_)).then_some(redlock::FAIR_UNSUPPORTED)
     }
 
     /// One acquire attempt for `holder`. `queue` asks for the fair mode: when
@@ -219,6 +236,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
+            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
         }
     }
 
@@ -233,6 +251,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.release(lock_key, holder, fair).await,
             Backend::Memory(m) => Ok(m.release(lock_key, holder)),
+            Backend::Redlock(r) => r.release(lock_key, holder, fair).await,
         }
     }
 
@@ -241,6 +260,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.ping().await,
             Backend::Memory(_) => Ok(()),
+            Backend::Redlock(r) => r.ping().await,
         }
     }
 
@@ -249,6 +269,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.inspect(lock_key).await,
             Backend::Memory(m) => Ok(m.inspect(lock_key)),
+            Backend::Redlock(r) => r.inspect(lock_key).await,
         }
     }
 
@@ -257,6 +278,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.force_unlock(lock_key).await,
             Backend::Memory(m) => Ok(m.delete(lock_key)),
+            Backend::Redlock(r) => r.force_unlock(lock_key).await,
         }
     }
 
@@ -268,6 +290,7 @@ impl Backend {
             Backend::Memory(m) => {
                 m.release(&lock_key, &holder);
             }
+            Backend::Redlock(r) => r.release_in_background(lock_key, holder, fair),
         }
     }
 
@@ -277,22 +300,27 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.pending().is_pending(lock_key),
             Backend::Memory(_) => false,
+            Backend::Redlock(r) => r.release_pending(lock_key),
         }
     }
 
     /// Resolves once every background release of `lock_key` queued so far has
     /// been answered.
     pub(crate) async fn releases_settled(&self, lock_key: &str) {
-        if let Backend::Redis(r) = self {
-            r.pending().settled(lock_key).await;
+        match self {
+            Backend::Redis(r) => r.pending().settled(lock_key).await,
+            Backend::Redlock(r) => r.releases_settled(lock_key).await,
+            Backend::Memory(_) => {}
         }
     }
 
     /// Resolves once every background release queued so far has been
     /// answered.
     pub(crate) async fn all_releases_settled(&self) {
-        if let Backend::Redis(r) = self {
-            r.pending().all_settled().await;
+        match self {
+            Backend::Redis(r) => r.pending().all_settled().await,
+            Backend::Redlock(r) => r.all_releases_settled().await,
+            Backend::Memory(_) => {}
         }
     }
 
@@ -308,6 +336,7 @@ impl Backend {
                 .iter()
                 .map(|l| Some(m.renew(&l.lock_key, &l.holder, l.lease)))
                 .collect()),
+            Backend::Redlock(r) => r.renew_many(batch).await,
         }
     }
 }

@@ -39,7 +39,7 @@ use crate::names::LockNames;
 /// Handle to the Redis backend of one runtime (cheap to clone).
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
-    con: Con,
+    pub(crate) con: Con,
     scripts: Arc<Scripts>,
     releases: ReleaseQueue,
     endpoint: Arc<str>,

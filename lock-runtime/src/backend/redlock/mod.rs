@@ -1,0 +1,474 @@
+//! Redlock: one lock over N independent Redis masters, held while a
+//! majority (N/2+1) of them hold it.
+//!
+//! Why: a single Redis primary is a single point of failure, and a replica
+//! promoted after it died may not have seen the last locks. Redlock needs
+//! no replication: each master is a separate single-server backend (the
+//! `redis` module's, with its own connection, scripts, release-channel
+//! subscriptions and background releaser), and a lock counts as held when a
+//! majority said yes within the lease. Any two majorities share a master,
+//! and a master holds a key for one holder at a time, so two holders cannot
+//! both have a majority while their leases run.
+//!
+//! **Acquire.** The acquire script runs on every master at once, each call
+//! bounded by the response timeout, and the wait ends as soon as the
+//! answers decide (a majority said held, or one can no longer be reached:
+//! a frozen master must not slow every lock down). Each master is given the
+//! lease plus the clock-drift allowance (`quorum::drift`: lease/100 + 2 ms),
+//! and a majority that took longer than the lease minus that allowance
+//! counts as a failure. So the hold's client-side end (the acquire's send
+//! time plus the lease, which the watchdog enforces as for one server)
+//! comes before any master of the majority lets the key go, even if its
+//! clock runs up to 1 % fast. A failed attempt gives back what it took (in
+//! the background, on the masters that said yes or did not answer) and
+//! answers busy with the time until enough busy masters free up for a
+//! majority (`quorum::busy_ttl`), or fails naming how many masters of how
+//! many answered when fewer than a majority did.
+//!
+//! **Fencing token.** Each master answers `max(its counter + 1, its clock
+//! in µs)` (`acquire.lua`); the hold's token is the largest of its
+//! majority's, written back to those masters (`redlock_fence.lua` raises
+//! each counter to it) before the acquire returns. The next holder's
+//! majority shares a master with this one, whose counter is then at least
+//! this token, so its token is larger: tokens only grow, whatever the
+//! masters' clocks say. The limits are those of one server's counter, on
+//! the master the two majorities share. The counter lives for the fence
+//! window (60 s) after it was written, and then that master's clock must be
+//! past the token: a master whose clock is behind the fastest master's by
+//! more than the window may hand out a smaller token. And a master
+//! restarted empty has forgotten the hold and the counter: when it is the
+//! only master two majorities share, neither exclusion nor growth holds
+//! (keep a restarted master out for longer than the longest lease, the
+//! Redlock "delayed restart"; a holder also takes a restarted master back
+//! at its next renewal, see `renew.rs`).
+//!
+//! **Renew, release.** Both go to every master. A lock is renewed when a
+//! majority renewed it, lost as soon as more than a minority said it is not
+//! ours, and unknown otherwise (the watchdog retries until the lease end).
+//! A master that said "not ours" while a majority renewed (it restarted
+//! empty, or stayed frozen past the lease) gets the hold back at once.
+//!
+//! **Fair mode** is refused: its queue and handoff live in one server's
+//! lists and scripts, and independent masters would each hand the lock to a
+//! different waiter.
+
+mod connect;
+mod fence;
+mod gather;
+pub(crate) mod quorum;
+mod renew;
+mod watches;
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::redis::RedisBackend;
+use super::{Acquire, Queue, Recorded, Release, Watches};
+use crate::error::BackendError;
+use gather::{gather, Call};
+
+/// Why fair mode is refused (the builder's and a fair request's error).
+pub(crate) const FAIR_UNSUPPORTED: &str =
+    "fair mode is not supported on the Redlock backend (independent masters share no \
+     queue): build with .fair(false) and do not set LOCK_FAIR=1 or `fair = true`";
+
+/// The write-back of a hold's token (see the module docs).
+const FENCE_SCRIPT: &str = include_str!("../../scripts/redlock_fence.lua");
+
+/// Fewest masters accepted: with 1 or 2 a single failure stops every lock.
+pub(crate) const MIN_MASTERS: usize = 3;
+
+/// Pause before connecting again to a master that was down at start-up
+/// (doubling up to [`RECONNECT_MAX`]).
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// A connected master: its single-server backend and its waiters' watches.
+#[derive(Debug)]
+pub(crate) struct Connected {
+    backend: RedisBackend,
+    watches: Arc<dyn Watches>,
+}
+
+/// One master: where it is, and its backend once connected.
+#[derive(Debug)]
+struct Master {
+    /// `host:port` (no credentials).
+    endpoint: String,
+    slot: Arc<OnceLock<Connected>>,
+}
+
+/// Handle to the Redlock backend of one runtime (cheap to clone).
+#[derive(Clone, Debug)]
+pub(crate) struct Redlock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    masters: Vec<Master>,
+    quorum: usize,
+    /// Bound of each master's answer (the response timeout).
+    timeout: Duration,
+    /// The fence counter's TTL in ms (the scripts' window).
+    window: String,
+    fence_script: redis::Script,
+    /// The runtime's worker thread, where a failed attempt's undo runs.
+    worker: tokio::runtime::Handle,
+}
+
+/// Why one master failed, for a message that lists every master's reason
+/// (without repeating the "lock backend error" prefix of each).
+fn reason(error: &impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    text.strip_prefix("lock backend error: ")
+        .map_or(text.clone(), str::to_owned)
+}
+
+/// What one master answered (or why it did not).
+type Answer<T> = Result<T, BackendError>;
+
+impl Redlock {
+    /// `"redlock over N masters (host:port, ...)"`: no credentials.
+    pub(crate) fn describe(&self) -> String {
+        let endpoints: Vec<&str> = self
+            .inner
+            .masters
+            .iter()
+            .map(|m| m.endpoint.as_str())
+            .collect();
+        format!(
+            "redlock over {} masters ({})",
+            endpoints.len(),
+            endpoints.join(", ")
+        )
+    }
+
+    fn masters(&self) -> usize {
+        self.inner.masters.len()
+    }
+
+    /// One call per master in `which`, each bounded by the response timeout;
+    /// a master not connected answers with an error at once.
+    fn calls_on<'a, T, F, Fut>(
+        &'a self,
+        which: impl IntoIterator<Item = usize>,
+        op: F,
+    ) -> Vec<Call<'a, Answer<T>>>
+    where
+        T: Send + 'a,
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: Future<Output = Answer<T>> + Send + 'a,
+    {
+        let bound = self.inner.timeout;
+        which
+            .into_iter()
+            .filter_map(|i| self.inner.masters.get(i))
+            .map(|master| {
+                let call = master.slot.get().map(|c| op(&c.backend));
+                let endpoint = master.endpoint.as_str();
+                Box::pin(async move {
+                    let Some(call) = call else {
+                        return Err(BackendError::msg(format!(
+                            "Redis at {endpoint} is not connected"
+                        )));
+                    };
+                    tokio::time::timeout(bound, call).await.unwrap_or_else(|_| {
+                        Err(BackendError::msg(format!(
+                            "no answer from Redis at {endpoint} within {bound:?}"
+                        )))
+                    })
+                }) as Call<'a, Answer<T>>
+            })
+            .collect()
+    }
+
+    /// [`calls_on`](Self::calls_on) every master.
+    fn calls<'a, T, F, Fut>(&'a self, op: F) -> Vec<Call<'a, Answer<T>>>
+    where
+        T: Send + 'a,
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: Future<Output = Answer<T>> + Send + 'a,
+    {
+        self.calls_on(0..self.masters(), op)
+    }
+
+    /// The error of an operation that fewer than a majority answered.
+    fn no_quorum<T>(&self, what: &str, answers: &[Option<Answer<T>>]) -> BackendError {
+        let answered = answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count();
+        let reasons: Vec<String> = answers
+            .iter()
+            .zip(&self.inner.masters)
+            .filter_map(|(answer, master)| match answer {
+                Some(Err(error)) => Some(reason(error)),
+                None => Some(format!("Redis at {}: no answer yet", master.endpoint)),
+                Some(Ok(_)) => None,
+            })
+            .collect();
+        BackendError::msg(format!(
+            "Redlock {what}: only {answered} of {} masters answered, a quorum is {} ({})",
+            self.masters(),
+            self.inner.quorum,
+            reasons.join("; ")
+        ))
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        if queue != Queue::No {
+            return Err(BackendError::msg(FAIR_UNSUPPORTED));
+        }
+        let started = Instant::now();
+        let quorum = self.inner.quorum;
+        let ttl = quorum::padded(lease);
+        let calls = self.calls(|m| m.acquire(lock_key, holder, ttl, Queue::No));
+        // Done when a majority said held; or when it can no longer, and it is
+        // known whether that is because the lock is busy (a majority
+        // answered) or because too few masters answer.
+        let answers = gather(calls, |answers| {
+            let count =
+                |f: fn(&Option<Answer<Acquire>>) -> bool| answers.iter().filter(|a| f(a)).count();
+            let held = count(|a| matches!(a, Some(Ok(Acquire::Held { .. }))));
+            let busy = count(|a| matches!(a, Some(Ok(Acquire::Busy { .. }))));
+            let open = count(Option::is_none);
+            held >= quorum
+                || (held + open < quorum && (held + busy >= quorum || held + busy + open < quorum))
+        })
+        .await;
+        let mut held = Vec::new();
+        let mut busy = Vec::new();
+        for (i, answer) in answers.iter().enumerate() {
+            match answer {
+                Some(Ok(Acquire::Held { fence, .. })) => held.push((i, *fence)),
+                Some(Ok(Acquire::Busy { ttl })) => busy.push(*ttl),
+                _ => {}
+            }
+        }
+        let in_time = || quorum::validity(lease, started.elapsed()).is_some();
+        if held.len() >= quorum && in_time() {
+            let fence = held.iter().map(|(_, token)| *token).max().unwrap_or(0);
+            let unanswered = answers.iter().enumerate().filter(|(_, a)| a.is_none());
+            let unanswered: Vec<usize> = unanswered.map(|(i, _)| i).collect();
+            match self
+                .record_fence(lock_key, holder, fence, &held, &unanswered)
+                .await
+            {
+                Ok(()) if in_time() => {
+                    return Ok(Acquire::Held {
+                        fence,
+                        handed: false,
+                    })
+                }
+                Ok(()) => {}
+                Err(error) => {
+                    self.undo(lock_key, holder, &answers);
+                    return Err(error);
+                }
+            }
+        }
+        self.undo(lock_key, holder, &answers);
+        if held.len() >= quorum {
+            return Err(BackendError::msg(format!(
+                "Redlock acquire: a majority said yes, but after {:?}, which leaves less \
+                 than the clock-drift allowance ({:?}) of the {lease:?} lease; given back",
+                started.elapsed(),
+                quorum::drift(lease)
+            )));
+        }
+        if held.len() + busy.len() < quorum {
+            return Err(self.no_quorum("acquire", &answers));
+        }
+        Ok(Acquire::Busy {
+            ttl: quorum::busy_ttl(quorum, held.len(), &busy),
+        })
+    }
+
+    /// Gives back, in the background, what a failed attempt may have taken:
+    /// on every master that said held or did not answer (its acquire may
+    /// still land: the release follows it on the same connection). Each is
+    /// a task on the worker thread rather than a queued background release,
+    /// which the next acquire of the key would wait for: with masters down
+    /// it would wait for them to time out, to undo a hold nobody else sees.
+    fn undo(&self, lock_key: &str, holder: &str, answers: &[Option<Answer<Acquire>>]) {
+        for (answer, master) in answers.iter().zip(&self.inner.masters) {
+            let taken = !matches!(answer, Some(Ok(Acquire::Busy { .. })));
+            if let (true, Some(connected)) = (taken, master.slot.get()) {
+                let backend = connected.backend.clone();
+                let (lock_key, holder) = (lock_key.to_owned(), holder.to_owned());
+                let bound = self.inner.timeout;
+                self.inner.worker.spawn(async move {
+                    let release = backend.release(&lock_key, &holder, false);
+                    if let Ok(Err(error)) = tokio::time::timeout(bound, release).await {
+                        tracing::debug!(%error, "Redlock: undoing a partial hold failed; its lease frees it");
+                    }
+                });
+            }
+        }
+    }
+
+    pub(crate) async fn release(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
+        let quorum = self.inner.quorum;
+        let calls = self.calls(|m| m.release(lock_key, holder, fair));
+        let answers = gather(calls, |answers| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Some(Ok(Release::Freed))))
+                .count()
+                >= quorum
+        })
+        .await;
+        let count = |wanted: Release| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Some(Ok(r)) if *r == wanted))
+                .count()
+        };
+        let (freed, still, not_held) = (
+            count(Release::Freed),
+            count(Release::StillHeld),
+            count(Release::NotHeld),
+        );
+        // Masters that have not answered (frozen, reconnecting) or failed
+        // get the release again from their background releaser, which
+        // retries: their copy of the hold must not wait for its TTL. (A
+        // second release of a holder id is harmless: it finds nothing.)
+        for (answer, master) in answers.iter().zip(&self.inner.masters) {
+            if let (None | Some(Err(_)), Some(connected)) = (answer, master.slot.get()) {
+                connected.backend.release_in_background(
+                    lock_key.to_owned(),
+                    holder.to_owned(),
+                    fair,
+                );
+            }
+        }
+        if still > 0 {
+            Ok(Release::StillHeld)
+        } else if freed >= quorum {
+            Ok(Release::Freed)
+        } else if freed + not_held >= quorum {
+            Ok(Release::NotHeld)
+        } else {
+            Err(self.no_quorum("release", &answers))
+        }
+    }
+
+    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        for connected in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
+            connected
+                .backend
+                .release_in_background(lock_key.clone(), holder.clone(), fair);
+        }
+    }
+
+    /// Whether background releases of `lock_key` are still out on so many
+    /// masters that a majority cannot be free yet. (Out on a minority only —
+    /// a frozen master, say — they do not stand in the way of the next
+    /// acquire, which must not wait for that master.)
+    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
+        let pending = self
+            .inner
+            .masters
+            .iter()
+            .filter_map(|m| m.slot.get())
+            .filter(|c| c.backend.pending().is_pending(lock_key))
+            .count();
+        pending > self.masters() - self.inner.quorum
+    }
+
+    /// Resolves once a majority of masters has no background release of
+    /// `lock_key` out.
+    pub(crate) async fn releases_settled(&self, lock_key: &str) {
+        let quorum = self.inner.quorum;
+        let calls = self.calls(|m| async move {
+            m.pending().settled(lock_key).await;
+            Ok::<(), BackendError>(())
+        });
+        let _ = gather(calls, |answers| answers.iter().flatten().count() >= quorum).await;
+    }
+
+    /// Resolves once every background release queued so far on every
+    /// master has been answered (or given up).
+    pub(crate) async fn all_releases_settled(&self) {
+        let settled = self
+            .inner
+            .masters
+            .iter()
+            .filter_map(|m| m.slot.get())
+            .map(|c| Box::pin(c.backend.pending().all_settled()) as Call<'_, ()>)
+            .collect();
+        let _ = gather(settled, |_| false).await;
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let quorum = self.inner.quorum;
+        let answers = gather(self.calls(|m| m.ping()), |answers| {
+            answers.iter().filter(|a| matches!(a, Some(Ok(())))).count() >= quorum
+        })
+        .await;
+        let answered = answers.iter().filter(|a| matches!(a, Some(Ok(())))).count();
+        if answered >= quorum {
+            Ok(())
+        } else {
+            Err(self.no_quorum("ping", &answers))
+        }
+    }
+
+    /// What a majority of masters records: the holder recorded on a
+    /// majority, with the time until fewer than a majority still have it,
+    /// and its token (`quorum::majority_record`); `None` when no holder has
+    /// a majority.
+    pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
+        let quorum = self.inner.quorum;
+        let records = |answers: &[Option<Answer<Option<Recorded>>>]| -> Vec<Option<Recorded>> {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(recorded)) => Some(recorded.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Done once a majority answered and the masters still out cannot
+        // change the verdict (a holder has a majority, or none can get one).
+        let answers = gather(self.calls(|m| m.inspect(lock_key)), |answers| {
+            let open = answers.iter().filter(|a| a.is_none()).count();
+            let seen = records(answers);
+            seen.len() >= quorum
+                && (quorum::majority_record(&seen, quorum).is_some()
+                    || quorum::majority_record(&seen, quorum.saturating_sub(open)).is_none())
+        })
+        .await;
+        let seen = records(&answers);
+        if seen.len() < quorum {
+            return Err(self.no_quorum("inspect", &answers));
+        }
+        Ok(quorum::majority_record(&seen, quorum))
+    }
+
+    /// Deletes the lock on every master; `true` when any had it. Fails when
+    /// fewer than a majority answered (the lock may then still be held).
+    pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
+        let answers = gather(self.calls(|m| m.force_unlock(lock_key)), |_| false).await;
+        let deleted: Vec<bool> = answers
+            .iter()
+            .filter_map(|a| a.as_ref().and_then(|r| r.as_ref().ok()).copied())
+            .collect();
+        if deleted.len() < self.inner.quorum {
+            return Err(self.no_quorum("force unlock", &answers));
+        }
+        Ok(deleted.contains(&true))
+    }
+}

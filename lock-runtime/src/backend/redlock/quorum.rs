@@ -1,0 +1,215 @@
+//! The Redlock arithmetic, apart from any I/O: the quorum, the clock-drift
+//! allowance, whether an acquisition is still valid, and how the masters'
+//! answers combine into one answer (held, busy and for how long, renewed or
+//! lost).
+
+use std::time::Duration;
+
+use crate::backend::Recorded;
+
+/// The fixed part of the clock-drift allowance: covers the resolution of
+/// the masters' expiry timers (Redis checks TTLs to the millisecond) and a
+/// little scheduling jitter.
+pub(crate) const DRIFT_BASE: Duration = Duration::from_millis(2);
+
+/// The proportional part of the clock-drift allowance, as a divisor of the
+/// lease: 1 %, a bound on how much faster than ours a master's clock may
+/// run over one lease (real quartz drift is far smaller; this is the figure
+/// of the Redlock description).
+pub(crate) const DRIFT_DIVISOR: u32 = 100;
+
+/// How many masters make a majority of `masters`.
+pub(crate) fn quorum(masters: usize) -> usize {
+    masters / 2 + 1
+}
+
+/// The clock-drift allowance of a lease: `lease / 100 + 2 ms`. Each master
+/// is given the lease plus this, and an acquisition that took longer than
+/// the lease minus this counts as failed, so the hold's client-side end
+/// (the send time of the acquire or renewal plus the lease) comes before
+/// any majority master lets the key go.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / DRIFT_DIVISOR).saturating_add(DRIFT_BASE)
+}
+
+/// The TTL each master is given for a hold of `lease`.
+pub(crate) fn padded(lease: Duration) -> Duration {
+    lease.saturating_add(drift(lease))
+}
+
+/// What is left of a hold of `lease` whose acquisition took `elapsed`, once
+/// the drift allowance is taken off: `None` when nothing is (too slow: the
+/// acquisition failed even if a majority said yes).
+pub(crate) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
+    lease
+        .checked_sub(elapsed)
+        .and_then(|left| left.checked_sub(drift(lease)))
+        .filter(|left| !left.is_zero())
+}
+
+/// How long a waiter should sleep after a failed attempt (absent a release
+/// message): until enough of the busy masters' holds run out for a majority
+/// to be free. The `held` masters that said yes to us are free again once
+/// our partial holds are undone; of the `busy` masters' remaining leases the
+/// `quorum - held` shortest must run out. `None` when that is unknown (a
+/// lease without expiry among them, or too few busy masters known).
+pub(crate) fn busy_ttl(quorum: usize, held: usize, busy: &[Option<Duration>]) -> Option<Duration> {
+    let needed = quorum.saturating_sub(held);
+    if needed == 0 {
+        return Some(Duration::ZERO);
+    }
+    let mut known: Vec<Duration> = busy.iter().copied().collect::<Option<Vec<_>>>()?;
+    known.sort_unstable();
+    known.get(needed - 1).copied()
+}
+
+/// One lock's renewal over every master: renewed when a majority said yes,
+/// lost when more than a minority said no (a majority can no longer hold
+/// it), unknown otherwise (too many masters did not answer).
+pub(crate) fn renewal(masters: usize, yes: usize, no: usize) -> Option<bool> {
+    let quorum = quorum(masters);
+    if yes >= quorum {
+        Some(true)
+    } else if no > masters - quorum {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The record of the holder that a majority of `records` (one per master
+/// that answered; `None`: free there) names, if any: its remaining lease is
+/// how long a majority still has it, its token the one a majority records
+/// (an acquire returns once a majority records it; a master it reached
+/// late may show its own token until the write-back lands there), else the
+/// largest recorded.
+pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
+    let holders = records.iter().flatten();
+    holders.clone().find_map(|candidate| {
+        let same: Vec<&Recorded> = holders
+            .clone()
+            .filter(|r| r.holder == candidate.holder)
+            .collect();
+        if same.len() < quorum {
+            return None;
+        }
+        // A lease without expiry (None) outlasts every other.
+        let mut remaining: Vec<Duration> = same
+            .iter()
+            .map(|r| r.remaining.unwrap_or(Duration::MAX))
+            .collect();
+        remaining.sort_unstable_by(|a, b| b.cmp(a));
+        let remaining = remaining
+            .get(quorum.saturating_sub(1))
+            .copied()
+            .filter(|r| *r != Duration::MAX);
+        Some(Recorded {
+            holder: candidate.holder.clone(),
+            holds: same.iter().map(|r| r.holds).max().unwrap_or(0),
+            remaining,
+            fence: majority_fence(&same, quorum),
+            queue: Vec::new(),
+        })
+    })
+}
+
+/// The token that `quorum` of `records` agree on, else the largest.
+pub(super) fn majority_fence(records: &[&Recorded], quorum: usize) -> Option<u64> {
+    let fences = records.iter().filter_map(|r| r.fence);
+    fences
+        .clone()
+        .find(|f| fences.clone().filter(|g| g == f).count() >= quorum)
+        .or_else(|| fences.max())
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 6, 7].map(quorum),
+            [1, 2, 2, 3, 3, 4, 4],
+            "N/2+1"
+        );
+    }
+
+    #[test]
+    fn validity_is_the_lease_less_the_time_taken_and_the_drift() {
+        // 1 s lease: drift 10 ms + 2 ms.
+        assert_eq!(drift(MS(1000)), MS(12));
+        assert_eq!(padded(MS(1000)), MS(1012));
+        assert_eq!(validity(MS(1000), MS(100)), Some(MS(888)));
+        assert_eq!(validity(MS(1000), MS(988)), None, "nothing left");
+        assert_eq!(validity(MS(1000), MS(987)), Some(MS(1)));
+        assert_eq!(validity(MS(1000), Duration::MAX), None);
+        // Durations near MAX saturate instead of panicking.
+        assert_eq!(padded(Duration::MAX), Duration::MAX);
+        assert!(validity(Duration::MAX, MS(5)).is_some());
+    }
+
+    #[test]
+    fn a_waiter_sleeps_until_enough_busy_masters_free_up() {
+        let busy = [Some(MS(300)), Some(MS(100)), Some(MS(200))];
+        // 5 masters, quorum 3; 2 said yes to us (undone): one more must free.
+        assert_eq!(busy_ttl(3, 2, &busy), Some(MS(100)));
+        // None said yes: the three shortest, so the longest of these three.
+        assert_eq!(busy_ttl(3, 0, &busy), Some(MS(300)));
+        assert_eq!(busy_ttl(3, 0, &busy[..2]), None, "too few known");
+        assert_eq!(busy_ttl(3, 1, &[Some(MS(1)), None]), None, "no expiry");
+        assert_eq!(busy_ttl(3, 3, &[]), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_renewal_is_lost_once_a_majority_is_out_of_reach() {
+        assert_eq!(renewal(5, 3, 2), Some(true));
+        assert_eq!(renewal(5, 3, 0), Some(true));
+        assert_eq!(renewal(5, 2, 2), None, "one unknown could still decide");
+        assert_eq!(renewal(5, 2, 3), Some(false));
+        assert_eq!(renewal(5, 0, 0), None, "nobody answered");
+        assert_eq!(renewal(4, 2, 2), Some(false), "4 masters need 3");
+    }
+
+    fn record(holder: &str, remaining_ms: u64, fence: u64) -> Option<Recorded> {
+        Some(Recorded {
+            holder: holder.to_owned(),
+            holds: 1,
+            remaining: Some(Duration::from_millis(remaining_ms)),
+            fence: Some(fence),
+            queue: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn inspect_reports_the_holder_of_a_majority() {
+        let records = [
+            record("a", 900, 10),
+            record("a", 500, 30),
+            None,
+            record("b", 800, 5),
+            record("a", 700, 20),
+        ];
+        let found = majority_record(&records, 3).expect("a holds a majority");
+        assert_eq!(found.holder, "a");
+        // Three masters hold it: a majority has it until the third longest runs out.
+        assert_eq!(found.remaining, Some(Duration::from_millis(500)));
+        assert_eq!(found.fence, Some(30), "no majority agrees: the largest");
+        let mut agreed = records.clone();
+        for r in agreed.iter_mut().flatten() {
+            r.fence = Some(
+                if r.holder == "a" && r.remaining != Some(Duration::from_millis(900)) {
+                    25
+                } else {
+                    40
+                },
+            );
+        }
+        let found = majority_record(&agreed, 2).expect("a holds");
+        assert_eq!(found.fence, Some(25), "what a majority records");
+        assert_eq!(majority_record(&records[..4], 3), None, "only two say a");
+    }
+}

@@ -1,0 +1,679 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Redlock over five real `redis-server`s: exclusion, re-entry and wake-ups
+//! across two runtimes (two "processes"), tokens that grow across different
+//! majorities, and the faults the quorum is for: two masters down, three
+//! down, a master restarted empty under a hold, a holder that loses its
+//! majority.
+//!
+//! The healthy tests share one fleet of masters; every fault test starts a
+//! fleet of its own and takes its turn (they measure timing, and the
+//! machine has few cores). Every runtime is built with `.fair(false)`:
+//! Redlock refuses fair mode, and `scripts/test` runs this file a second
+//! time with `LOCK_FAIR=1` (see `redlock_refuses_fair_mode_with_a_clear_error`).
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use lock_runtime::{fence, with_lock, LockError, LockRuntime};
+use lock_testkit::RedisServer;
+use lock_tests::{unique, wait_until, FaultProxy, Occupancy};
+use tokio::time::Instant;
+
+/// How many masters every fleet has (a quorum is three).
+const MASTERS: usize = 5;
+
+/// Scheduling slack allowed on top of every computed bound.
+const SLACK: Duration = Duration::from_millis(300);
+
+/// Per-master answer bound of the fault tests' runtimes.
+const RESPONSE: Duration = Duration::from_millis(400);
+
+/// One fault test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn start_fleet() -> Vec<RedisServer> {
+    (0..MASTERS).map(|_| RedisServer::start()).collect()
+}
+
+/// The healthy fleet the non-fault tests share.
+fn shared_fleet() -> &'static [RedisServer] {
+    static FLEET: OnceLock<Vec<RedisServer>> = OnceLock::new();
+    FLEET.get_or_init(start_fleet)
+}
+
+fn urls(fleet: &[RedisServer]) -> Vec<String> {
+    fleet.iter().map(RedisServer::url).collect()
+}
+
+/// A runtime on `fleet` (one "process" of a test).
+async fn runtime(fleet: &[RedisServer], prefix: &str) -> LockRuntime {
+    LockRuntime::builder()
+        .redlock(urls(fleet))
+        .key_prefix(prefix)
+        .fair(false)
+        .response_timeout(RESPONSE)
+        .try_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("build the Redlock runtime")
+}
+
+/// Two runtimes on `fleet` with a fresh prefix: two "processes".
+async fn two_runtimes(fleet: &[RedisServer], name: &str) -> (LockRuntime, LockRuntime) {
+    let prefix = unique(name);
+    (runtime(fleet, &prefix).await, runtime(fleet, &prefix).await)
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    server.connection().await
+}
+
+/// Whether `server` has the key `name` now (asked directly, not through a
+/// runtime).
+async fn has_key(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(name)
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap()
+}
+
+fn assert_growing(tokens: &[u64]) {
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens did not grow from holder to holder: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_excludes_holders_of_two_runtimes_and_their_tokens_only_grow() {
+    let fleet = shared_fleet();
+    let (a, b) = two_runtimes(fleet, "redlock-exclusion").await;
+    assert!(
+        a.describe()
+            .starts_with("redlock over 5 masters (127.0.0.1:"),
+        "{}",
+        a.describe()
+    );
+    let inside = Arc::new(Occupancy::new());
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for worker in 0..4 {
+        let runtime = if worker % 2 == 0 {
+            a.clone()
+        } else {
+            b.clone()
+        };
+        let (inside, tokens) = (inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let request = runtime.lock("counter").wait(Duration::from_secs(10));
+                with_lock(request, async {
+                    let _in = inside.enter();
+                    tokens.lock().unwrap().push(fence().unwrap());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(inside.max(), 1, "two holders were inside at once");
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 40);
+    assert_growing(&tokens);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile() {
+    let fleet = shared_fleet();
+    let (a, b) = two_runtimes(fleet, "redlock-reentry").await;
+    let guard = a.lock("order:7").acquire().await.unwrap();
+    let outer = guard.fence();
+    let nested = guard.scope(with_lock(a.lock("order:7"), async {
+        let inner = fence();
+        let again = with_lock(a.lock("order:7"), async { Ok::<_, LockError>(fence()) }).await?;
+        Ok::<_, LockError>((inner, again, a.hold_count("order:7")))
+    }));
+    let (inner, again, depth) = tokio::time::timeout(Duration::from_secs(2), nested)
+        .await
+        .expect("a nested hold waited")
+        .unwrap();
+    assert_eq!((inner, again), (Some(outer), Some(outer)));
+    assert_eq!(depth, 2, "the guard's hold and the outer nested call");
+    assert!(
+        b.lock("order:7").try_acquire().await.unwrap().is_none(),
+        "the other runtime got in while the guard held the lock"
+    );
+    let info = b
+        .inspect("order:7")
+        .await
+        .unwrap()
+        .expect("held by a majority");
+    assert_eq!(
+        info.fence,
+        Some(outer),
+        "a majority records the hold's token"
+    );
+    guard.release().await.unwrap();
+    assert!(b.inspect("order:7").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
+    let fleet = shared_fleet();
+    let (a, b) = two_runtimes(fleet, "redlock-wake").await;
+    let held = a
+        .lock("k")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let guard = b.lock("k").wait(Duration::from_secs(10)).acquire().await;
+            (guard, Instant::now())
+        })
+    };
+    wait_until("the other runtime waits for the key", || {
+        b.stats().waiting_keys == 1
+    })
+    .await;
+    // Let its first retry (after the subscriptions) find the key busy too.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (guard, woke) = waiter.await.unwrap();
+    let guard = guard.expect("the waiter got the lock");
+    let delay = woke - released;
+    println!("redlock wake-up after release: {delay:?}");
+    assert!(
+        delay < Duration::from_millis(500),
+        "woken {delay:?} after the release of a 20 s lease: polling, not a release message"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Median and 99th percentile of `rounds` uncontended acquire + release
+/// cycles on `runtime`, and the tokens they got.
+async fn cycle_latency(runtime: &LockRuntime, rounds: usize) -> (Duration, Duration, Vec<u64>) {
+    let mut took = Vec::with_capacity(rounds);
+    let mut tokens = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let begun = Instant::now();
+        let guard = runtime.lock("latency").acquire().await.unwrap();
+        tokens.push(guard.fence());
+        guard.release().await.unwrap();
+        took.push(begun.elapsed());
+    }
+    took.sort_unstable();
+    (took[rounds / 2], took[rounds * 99 / 100], tokens)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_acquire_and_release_cost_a_few_round_trips_beside_one_server() {
+    let _turn = SERIAL.lock().await;
+    let fleet = shared_fleet();
+    let prefix = unique("redlock-latency");
+    let redlock = runtime(fleet, &prefix).await;
+    let single = LockRuntime::builder()
+        .redis(fleet[0].url())
+        .key_prefix(unique("single-latency"))
+        .fair(false)
+        .build()
+        .await
+        .unwrap();
+    let _ = cycle_latency(&single, 10).await;
+    let _ = cycle_latency(&redlock, 10).await;
+    let (one_p50, one_p99, _) = cycle_latency(&single, 200).await;
+    let (five_p50, five_p99, tokens) = cycle_latency(&redlock, 200).await;
+    println!(
+        "acquire + release, uncontended, 200 rounds: one server p50 {one_p50:?} p99 {one_p99:?}; \
+         redlock over 5 masters p50 {five_p50:?} p99 {five_p99:?}"
+    );
+    assert_growing(&tokens);
+    // Acquire, token write-back and release: three round trips to the
+    // masters at once, not five in a row nor a wait for a timeout.
+    assert!(
+        five_p50 < one_p50 * 10 + Duration::from_millis(5),
+        "a Redlock cycle took {five_p50:?} against {one_p50:?} on one server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_inspect_force_unlock_and_ping_answer_for_the_majority() {
+    let fleet = shared_fleet();
+    let (a, b) = two_runtimes(fleet, "redlock-admin").await;
+    a.ping().await.unwrap();
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let info = b.inspect("k").await.unwrap().expect("held");
+    assert!(info.held_by_this_process);
+    assert_eq!(info.fence, Some(guard.fence()));
+    let left = info.remaining_lease.unwrap();
+    assert!(
+        left > Duration::from_secs(4) && left <= Duration::from_millis(5052),
+        "{left:?}"
+    );
+    assert!(b.force_unlock("k").await.unwrap());
+    assert!(b.inspect("k").await.unwrap().is_none());
+    for server in fleet {
+        let left = has_key(server, &a.backend_key("k")).await;
+        assert!(!left, "force_unlock left the lock on {}", server.url());
+    }
+    assert!(
+        !b.force_unlock("k").await.unwrap(),
+        "nothing left to delete"
+    );
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_refuses_fair_mode_with_a_clear_error() {
+    let fleet = shared_fleet();
+    let explicit = LockRuntime::builder()
+        .redlock(urls(fleet))
+        .fair(true)
+        .build()
+        .await;
+    let message = explicit.unwrap_err().to_string();
+    assert!(message.contains("fair mode is not supported"), "{message}");
+    // The builder's default follows LOCK_FAIR: with LOCK_FAIR=1 (the second
+    // pass of scripts/test) a Redlock runtime fails closed, as documented.
+    let by_default = LockRuntime::builder().redlock(urls(fleet)).build().await;
+    if std::env::var("LOCK_FAIR").is_ok_and(|v| v.trim() == "1") {
+        assert!(matches!(by_default, Err(LockError::InvalidConfig(_))));
+    } else {
+        by_default.unwrap();
+    }
+    let plain = runtime(fleet, &unique("redlock-fair")).await;
+    let asked = plain.lock("k").fair(true).acquire().await;
+    assert!(
+        matches!(&asked, Err(LockError::InvalidConfig(m)) if m.contains("fair mode")),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let (a, b) = two_runtimes(&fleet, "redlock-clocks").await;
+    // Master 0 behaves as if its clock ran 1000 s ahead: its counter is there.
+    let fence_key = format!("{}:fence", a.backend_key("k"));
+    let now_us: u64 = {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut raw(&fleet[1]).await)
+            .await
+            .unwrap();
+        s * 1_000_000 + us
+    };
+    let ahead = now_us + 1_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg(ahead)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw(&fleet[0]).await)
+        .await
+        .unwrap();
+    let first = a.lock("k").acquire().await.unwrap();
+    let first_token = first.fence();
+    assert!(first_token > ahead, "the token is the majority's largest");
+    first.release().await.unwrap();
+    // The next majority does not include master 0.
+    fleet[0].kill();
+    let second = b.lock("k").acquire().await.unwrap();
+    println!(
+        "redlock tokens across majorities: {first_token} then {} (master 0 ahead by 1000 s, then killed)",
+        second.fence()
+    );
+    assert!(
+        second.fence() > first_token,
+        "the second holder's token {} is not above the first's {first_token}",
+        second.fence()
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_locks_with_two_of_five_masters_down() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let (a, b) = two_runtimes(&fleet, "redlock-two-down").await;
+    let healthy = Instant::now();
+    a.lock("warmup")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let healthy = healthy.elapsed();
+    fleet[0].kill();
+    fleet[1].freeze();
+
+    let begun = Instant::now();
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    let took = begun.elapsed();
+    println!(
+        "redlock acquire: {healthy:?} healthy, {took:?} with one master killed and one frozen"
+    );
+    assert!(
+        took < RESPONSE,
+        "the acquire waited {took:?} for the frozen master instead of deciding on the majority"
+    );
+    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    let asked = Instant::now();
+    let info = b.inspect("k").await.unwrap().expect("held by a majority");
+    b.ping().await.unwrap();
+    let answered = asked.elapsed();
+    assert_eq!(info.fence, Some(guard.fence()));
+    assert!(
+        answered < RESPONSE,
+        "inspect and ping waited {answered:?} for the frozen master"
+    );
+    // The watchdog keeps it over two leases on the three masters left.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !guard.is_lost(),
+        "renewals on three of five masters kept failing"
+    );
+    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let after = b
+        .lock("k")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    println!(
+        "redlock release + next acquire with two down: {:?}",
+        released.elapsed()
+    );
+    assert!(after.fence() > 0);
+    after.release().await.unwrap();
+    fleet[1].thaw();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let prefix = unique("redlock-three-down");
+    let a = runtime(&fleet, &prefix).await;
+    fleet[0].kill();
+    fleet[1].kill();
+    fleet[2].freeze();
+
+    let begun = Instant::now();
+    let failed = a.lock("k").try_acquire().await;
+    let took = begun.elapsed();
+    let message = match failed {
+        Err(LockError::Backend(error)) => error.to_string(),
+        other => panic!("expected a backend error, got {other:?}"),
+    };
+    println!("redlock with three of five down: {took:?}: {message}");
+    assert!(
+        message.contains("only 2 of 5 masters answered"),
+        "{message}"
+    );
+    assert!(message.contains("a quorum is 3"), "{message}");
+    assert!(
+        took < RESPONSE + SLACK,
+        "it took {took:?}, beyond the response timeout {RESPONSE:?}"
+    );
+    // The partial holds on the two masters that answered are given back.
+    for server in &fleet[3..] {
+        let mut left = true;
+        for _ in 0..40 {
+            left = has_key(server, &a.backend_key("k")).await;
+            if !left {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(!left, "a partial hold stayed on {}", server.url());
+    }
+    fleet[2].thaw();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let (a, b) = two_runtimes(&fleet, "redlock-restart").await;
+    let lock_key = a.backend_key("k");
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap();
+    fleet[0].restart().await;
+    assert!(
+        !has_key(&fleet[0], &lock_key).await,
+        "the restarted master is empty"
+    );
+    assert!(
+        b.lock("k").try_acquire().await.unwrap().is_none(),
+        "a second holder got in with one master restarted empty"
+    );
+    // The holder's next renewal finds the master empty and takes it again.
+    let begun = Instant::now();
+    let mut retaken = false;
+    for _ in 0..200 {
+        if has_key(&fleet[0], &lock_key).await {
+            retaken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "redlock: restarted master held again after {:?}",
+        begun.elapsed()
+    );
+    assert!(
+        retaken,
+        "the holder did not take the restarted master again"
+    );
+    // Now only two others besides it: restart a second one; still no way in.
+    fleet[1].restart().await;
+    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!guard.is_lost());
+    let first = guard.fence();
+    guard.release().await.unwrap();
+    let next = b
+        .lock("k")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after release");
+    assert!(next.fence() > first);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in() {
+    let _turn = SERIAL.lock().await;
+    let fleet = start_fleet();
+    let (a, b) = two_runtimes(&fleet, "redlock-majority-lost").await;
+    let lease = Duration::from_millis(1500);
+    let guard = a.lock("k").lease(lease).acquire().await.unwrap();
+    let first = guard.fence();
+    for server in &fleet[..3] {
+        server.freeze();
+    }
+    let frozen = Instant::now();
+    let contender = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let got = b.lock("k").wait(Duration::from_secs(8)).acquire().await;
+            (got, Instant::now())
+        })
+    };
+    tokio::time::timeout(lease + SLACK, guard.lost())
+        .await
+        .expect("the holder was not told it lost its majority within a lease");
+    let lost = Instant::now();
+    assert!(guard.is_lost());
+    // The masters come back as soon as the holder knows: their copies of
+    // the hold run out no earlier than its client-side end.
+    for server in &fleet[..3] {
+        server.thaw();
+    }
+    let (got, entered) = contender.await.unwrap();
+    let second = got.expect("the contender got the lock once a majority freed up");
+    println!(
+        "redlock majority lost: holder told after {:?}, contender in after {:?} (tokens {first} then {})",
+        lost - frozen,
+        entered - frozen,
+        second.fence()
+    );
+    assert!(
+        entered >= lost,
+        "the contender got in {:?} before the holder was told",
+        lost - entered
+    );
+    assert!(second.fence() > first);
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = start_fleet();
+    let prefix = unique("redlock-start");
+    fleet[0].kill();
+    fleet[1].kill();
+    fleet[2].kill();
+    let begun = Instant::now();
+    let refused = LockRuntime::builder()
+        .redlock(urls(&fleet))
+        .fair(false)
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    let message = refused.unwrap_err().to_string();
+    println!(
+        "redlock start with 3 of 5 down: {:?}: {message}",
+        begun.elapsed()
+    );
+    assert!(
+        message.contains("only 2 of 5 masters could be reached, a quorum is 3"),
+        "{message}"
+    );
+
+    fleet[1].restart().await;
+    fleet[2].restart().await;
+    let a = runtime(&fleet, &prefix).await;
+    assert!(a
+        .describe()
+        .contains(&format!("127.0.0.1:{}", fleet[0].port())));
+    a.lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Master 0 comes back: the runtime connects it in the background and
+    // takes locks there too.
+    fleet[0].restart().await;
+    let mut reached = false;
+    for _ in 0..100 {
+        let guard = a.lock("k").acquire().await.unwrap();
+        reached = has_key(&fleet[0], &a.backend_key("k")).await;
+        guard.release().await.unwrap();
+        if reached {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        reached,
+        "the master that was down at start-up never took a lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_contender_gets_in() {
+    let _turn = SERIAL.lock().await;
+    let fleet = start_fleet();
+    let prefix = unique("redlock-cut-off");
+    // The holder reaches masters 0..3 through proxies; the contender
+    // reaches every master directly.
+    let mut proxies = Vec::new();
+    for server in &fleet[..3] {
+        proxies.push(FaultProxy::start(server.port()).await);
+    }
+    let through: Vec<String> = proxies
+        .iter()
+        .map(FaultProxy::url)
+        .chain(fleet[3..].iter().map(RedisServer::url))
+        .collect();
+    let a = LockRuntime::builder()
+        .redlock(through)
+        .key_prefix(&prefix)
+        .fair(false)
+        .response_timeout(RESPONSE)
+        .build()
+        .await
+        .unwrap();
+    let b = runtime(&fleet, &prefix).await;
+    let lease = Duration::from_millis(1500);
+    let guard = Arc::new(a.lock("k").lease(lease).acquire().await.unwrap());
+    let first = guard.fence();
+    for proxy in &proxies {
+        proxy.stall();
+    }
+    let cut = Instant::now();
+    // The contender gets in as soon as those three masters let the hold
+    // expire; at that moment the holder must already count it as lost.
+    let contender = {
+        let (b, held) = (b.clone(), guard.clone());
+        tokio::spawn(async move {
+            let got = b.lock("k").wait(Duration::from_secs(8)).acquire().await;
+            (got, held.is_lost(), Instant::now())
+        })
+    };
+    tokio::time::timeout(lease + SLACK, guard.lost())
+        .await
+        .expect("the holder was not told it lost its majority within a lease");
+    let lost = cut.elapsed();
+    let (got, holder_knew, entered) = contender.await.unwrap();
+    let second = got.expect("the contender got the lock once the majority let it go");
+    println!(
+        "redlock holder cut off from 3 of 5: told lost after {lost:?}, contender in after {:?} \
+         (tokens {first} then {})",
+        entered - cut,
+        second.fence()
+    );
+    assert!(
+        holder_knew,
+        "the contender got in while the old holder still counted the lock as held"
+    );
+    assert!(second.fence() > first);
+    second.release().await.unwrap();
+    for proxy in &proxies {
+        proxy.resume();
+    }
+    let guard = Arc::into_inner(guard).unwrap();
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
