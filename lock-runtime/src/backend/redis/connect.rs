@@ -47,17 +47,7 @@ fn tls_client(
         return redis::Client::open(info)
             .map_err(|_| LockError::InvalidConfig("invalid Redis URL".to_owned()));
     }
-    let certificates = redis::TlsCertificates {
-        client_tls: settings
-            .tls_client
-            .clone()
-            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
-                client_cert,
-                client_key,
-            }),
-        root_cert: settings.tls_root_ca.clone(),
-    };
-    redis::Client::build_with_tls(info, certificates).map_err(|e| {
+    redis::Client::build_with_tls(info, certificates(settings)).map_err(|e| {
         LockError::InvalidConfig(format!(
             "unusable TLS certificates (PEM expected): {}",
             e.detail().unwrap_or("could not parse them")
@@ -209,7 +199,13 @@ fn cluster_tls(
     if settings.tls_root_ca.is_none() && settings.tls_client.is_none() {
         return Ok(builder);
     }
-    Ok(builder.certs(redis::TlsCertificates {
+    Ok(builder.certs(certificates(settings)))
+}
+
+/// The configured private CA and client certificate, for redis-rs.
+#[cfg(feature = "tls")]
+fn certificates(settings: &ConnectSettings) -> redis::TlsCertificates {
+    redis::TlsCertificates {
         client_tls: settings
             .tls_client
             .clone()
@@ -218,7 +214,7 @@ fn cluster_tls(
                 client_key,
             }),
         root_cert: settings.tls_root_ca.clone(),
-    }))
+    }
 }
 
 #[cfg(not(feature = "tls"))]
