@@ -66,10 +66,12 @@ mod guard;
 mod held;
 mod inspect;
 mod locked;
+mod meter;
 mod names;
 mod owner;
 mod request;
 mod runtime;
+mod traced;
 mod waiters;
 mod watchdog;
 
@@ -86,6 +88,8 @@ pub use guard::LockGuard;
 pub use inspect::{held, hold_count, LockInfo};
 pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
+#[cfg(feature = "metrics")]
+pub use meter::describe_metrics;
 pub use owner::{fence, inherit};
 pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{shutdown, LockRuntime, RuntimeStats};
