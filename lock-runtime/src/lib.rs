@@ -90,6 +90,7 @@ pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
 #[cfg(feature = "metrics")]
 pub use meter::describe_metrics;
+pub use names::layout;
 pub use owner::{fence, inherit};
 pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{shutdown, LockRuntime, RuntimeStats};
