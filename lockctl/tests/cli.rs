@@ -275,8 +275,7 @@ async fn watch_prints_releases_and_acquisitions_as_they_happen() {
     let second = holder.lock("k").acquire().await.unwrap();
     let acquired = next_line(&mut lines).await;
     assert!(
-        acquired.contains(&format!("k: acquired by "))
-            && acquired.contains(&second.fence().to_string()),
+        acquired.contains("k: acquired by ") && acquired.contains(&second.fence().to_string()),
         "{acquired}"
     );
     let status = tokio::time::timeout(RUN_LIMIT, child.wait())
