@@ -44,10 +44,11 @@ pub enum StoreError {
 }
 
 /// Checks the token and records one charge, atomically (KEYS[1]: the
-/// order's hash; ARGV: token, amount; returns {1, token} or {0, highest}).
+/// order's hash; ARGV: token, amount; returns {1, token} or {0, highest}; tokens stay
+/// strings on the way out, since Lua would print a large number as `1.7e+15`).
 const CHARGE: &str = r"
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < seen then return {0, tostring(seen)} end
+local seen = redis.call('HGET', KEYS[1], 'fence') or '0'
+if tonumber(ARGV[1]) < tonumber(seen) then return {0, seen} end
 redis.call('HSET', KEYS[1], 'fence', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'charges', 1)
 redis.call('HINCRBY', KEYS[1], 'total', ARGV[2])
