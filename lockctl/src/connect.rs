@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{layout, LockError, LockRuntime};
+use lock_runtime::{layout, LockError, LockInfo, LockRuntime};
 
 use crate::Failure;
 
@@ -76,6 +76,18 @@ impl Target {
     /// The error of a lock operation (a lost connection is a failure too).
     pub(crate) fn lock_failure(&self, error: &LockError) -> Failure {
         self.failure(error)
+    }
+
+    /// What `runtime` records of the lock `key` now (`None`: free).
+    pub(crate) async fn inspect(
+        &self,
+        runtime: &LockRuntime,
+        key: &str,
+    ) -> Result<Option<LockInfo>, Failure> {
+        runtime
+            .inspect(key)
+            .await
+            .map_err(|e| self.lock_failure(&e))
     }
 
     /// `text` with the URL's password (if any) masked wherever it appears.

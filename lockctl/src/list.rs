@@ -19,11 +19,7 @@ pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Out
     let mut held = Vec::new();
     for key in &keys {
         // Released between the scan and now: not listed.
-        if let Some(info) = runtime
-            .inspect(key)
-            .await
-            .map_err(|e| target.lock_failure(&e))?
-        {
+        if let Some(info) = target.inspect(&runtime, key).await? {
             held.push(info);
         }
     }

@@ -23,10 +23,7 @@ pub(crate) async fn run(
         )));
     }
     let runtime = target.runtime().await?;
-    let info = runtime
-        .inspect(key)
-        .await
-        .map_err(|e| target.lock_failure(&e))?;
+    let info = target.inspect(&runtime, key).await?;
     let Some(info) = info else {
         match json {
             false => println!("{key}: free, nothing to release"),

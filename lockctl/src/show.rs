@@ -7,10 +7,7 @@ use crate::{Failure, Outcome};
 /// Prints the lock `key`; [`Outcome::NotFound`] when it is free.
 pub(crate) async fn run(target: &Target, key: &str, json: bool) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
-    let info = runtime
-        .inspect(key)
-        .await
-        .map_err(|e| target.lock_failure(&e))?;
+    let info = target.inspect(&runtime, key).await?;
     let Some(info) = info else {
         match json {
             false => println!("{key}: free"),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_runtime::{layout, LockInfo, LockRuntime};
+use lock_runtime::{layout, LockInfo};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -57,7 +57,7 @@ pub(crate) async fn run(
         start,
         events: 0,
     };
-    let first = look(target, &runtime, key).await?;
+    let first = target.inspect(&runtime, key).await?;
     printer.state(first.as_ref());
     let mut last = first.map(|i| seen(&i));
     let ctrl_c = tokio::signal::ctrl_c();
@@ -73,7 +73,7 @@ pub(crate) async fn run(
             () = sleep_until(end) => break,
             _ = &mut ctrl_c => break,
         }
-        let now = look(target, &runtime, key).await?.map(|i| (seen(&i), i));
+        let now = target.inspect(&runtime, key).await?.map(|i| (seen(&i), i));
         let now_seen = now.as_ref().map(|(s, _)| s.clone());
         if let Some(payload) = released.as_deref() {
             // A release; whom it freed is the holder seen last (unknown when
@@ -100,17 +100,6 @@ async fn sleep_until(end: Option<Instant>) {
         Some(end) => tokio::time::sleep_until(end).await,
         None => std::future::pending().await,
     }
-}
-
-async fn look(
-    target: &Target,
-    runtime: &LockRuntime,
-    key: &str,
-) -> Result<Option<LockInfo>, Failure> {
-    runtime
-        .inspect(key)
-        .await
-        .map_err(|e| target.lock_failure(&e))
 }
 
 fn seen(info: &LockInfo) -> Seen {

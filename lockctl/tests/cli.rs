@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Output, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_runtime::LockRuntime;
@@ -17,8 +16,7 @@ use tokio::process::Command;
 const RUN_LIMIT: Duration = Duration::from_secs(20);
 
 fn redis() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(RedisServer::start)
+    RedisServer::shared()
 }
 
 /// A prefix of this test alone.

@@ -8,7 +8,6 @@
 //! fails with the install command; nothing is skipped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::RedisServer;
@@ -18,8 +17,7 @@ pub use proxy::FaultProxy;
 
 /// The shared server of this test binary, started on first use.
 pub fn redis() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(RedisServer::start)
+    RedisServer::shared()
 }
 
 /// A name no other test of this run uses (for keys and prefixes).

@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockRuntime;
@@ -18,8 +17,7 @@ use tokio::process::{Child, ChildStdout, Command};
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn redis() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(RedisServer::start)
+    RedisServer::shared()
 }
 
 /// A lock prefix of this test alone (the orders are stored under it too).

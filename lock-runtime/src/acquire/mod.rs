@@ -162,48 +162,20 @@ impl Acquisition {
     #[allow(clippy::manual_async_fn)]
     pub(crate) fn run(mut self) -> impl Future<Output = Result<LockGuard, LockError>> {
         async move {
-            loop {
+            let outcome = 'run: loop {
                 match self.take_without_round_trip().await {
                     Some(Ok(Taken::Frame(held, frame))) => {
                         // The runtime and scope move into the guard: no
                         // clone on the re-entry path (bench S2).
                         let guard = LockGuard::new(self.runtime, held, frame, self.want.scope);
-                        return ended(
-                            &self.want.key,
-                            self.want.fair,
-                            self.try_once,
-                            self.start,
-                            Ok(guard),
-                        );
+                        break 'run Ok(guard);
                     }
-                    Some(Ok(Taken::Guard(guard))) => {
-                        return ended(
-                            &self.want.key,
-                            self.want.fair,
-                            self.try_once,
-                            self.start,
-                            Ok(guard),
-                        )
-                    }
-                    Some(Err(error)) => {
-                        return ended(
-                            &self.want.key,
-                            self.want.fair,
-                            self.try_once,
-                            self.start,
-                            Err(error),
-                        )
-                    }
+                    Some(Ok(Taken::Guard(guard))) => break 'run Ok(guard),
+                    Some(Err(error)) => break 'run Err(error),
                     None => {}
                 }
                 if let Err(error) = self.check_deadline() {
-                    return ended(
-                        &self.want.key,
-                        self.want.fair,
-                        self.try_once,
-                        self.start,
-                        Err(error),
-                    );
+                    break 'run Err(error);
                 }
                 let queued_behind = self.queue_behind_local_waiters();
                 // Listen before trying, so a release between the try and the
@@ -219,45 +191,31 @@ impl Acquisition {
                 } else {
                     let attempted = match self.attempt().await {
                         Ok(attempted) => attempted,
-                        Err(error) => {
-                            return ended(
-                                &self.want.key,
-                                self.want.fair,
-                                self.try_once,
-                                self.start,
-                                Err(error),
-                            )
-                        }
+                        Err(error) => break 'run Err(error),
                     };
                     match attempted {
-                        Attempted::Held(guard) => {
-                            return ended(
-                                &self.want.key,
-                                self.want.fair,
-                                self.try_once,
-                                self.start,
-                                Ok(guard),
-                            )
-                        }
+                        Attempted::Held(guard) => break 'run Ok(guard),
                         Attempted::Registered => continue,
                         Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
                         Attempted::PlaceInUse => self.place_alarm(now),
                         Attempted::Failed(error) => {
                             if let Err(error) = self.back_off(error).await {
-                                return ended(
-                                    &self.want.key,
-                                    self.want.fair,
-                                    self.try_once,
-                                    self.start,
-                                    Err(error),
-                                );
+                                break 'run Err(error);
                             }
                             continue;
                         }
                     }
                 };
                 self.wait_for_wake_up(woken.as_mut(), alarm).await;
-            }
+            };
+            // Every way out passes here once: reported, then returned.
+            ended(
+                &self.want.key,
+                self.want.fair,
+                self.try_once,
+                self.start,
+                outcome,
+            )
         }
     }
 
