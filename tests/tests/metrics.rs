@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{redis, unique, wait_until};
+use lock_tests::{redis, unique, wait_until, FaultProxy};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
@@ -123,8 +123,9 @@ const ACQUIRED: &str = "lock_acquisitions_total{outcome=acquired}";
 const BUSY: &str = "lock_acquisitions_total{outcome=busy}";
 const TIMEOUT: &str = "lock_acquisitions_total{outcome=timeout}";
 
-/// Acquired, busy and timed-out acquires, holds, waiters, renewals and a
-/// lost lock each move their metric by exactly what happened.
+/// Acquired, busy and timed-out acquires, holds, waiters, renewals (good
+/// and failed) and lost locks each move their metric by exactly what
+/// happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
     let seen = seen();
@@ -214,4 +215,34 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
     assert_eq!(counter("lock_renewal_failures_total"), 0);
     drop(guard);
     wait_until("no hold left", || gauge("lock_held") == 0.0).await;
+
+    // Renewals that get no answer (a stalled network) are failures; the
+    // lock is lost at its lease end, and counted so.
+    let proxy = FaultProxy::start(redis().port()).await;
+    let through = LockRuntime::builder()
+        .redis(proxy.url())
+        .key_prefix(&prefix)
+        // Short, so that its stop does not wait long for the stalled releases.
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lost = counter("lock_lost_total");
+    let guard = through
+        .lock("order:3")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    proxy.stall();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost at its lease end");
+    wait_until("a failed renewal", || {
+        counter("lock_renewal_failures_total") >= 1
+    })
+    .await;
+    assert_eq!(counter("lock_lost_total"), lost + 1);
+    drop(guard);
+    proxy.resume();
 }
