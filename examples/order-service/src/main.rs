@@ -14,10 +14,14 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use order_service::load::{self, Plan};
 use order_service::routes::{self, AppState};
 use order_service::store::Store;
+
+/// Bucket bounds of the lock histograms, in seconds: from a re-entry
+/// (microseconds) to a wait that ran out (the default wait is 30 s).
+const LOCK_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0];
 
 /// What the command line asks for.
 struct Args {
@@ -108,7 +112,11 @@ async fn main() -> ExitCode {
 /// in flight `grace` to finish, and gives back every lock still held.
 async fn serve(addr: &str, grace: Duration) -> Result<ExitCode, String> {
     // The recorder first: the runtime reports from its first acquire on.
+    // Lock waits and holds as Prometheus histograms (buckets add up across
+    // the service's processes, quantiles would not).
     let metrics = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("lock_".to_owned()), LOCK_BUCKETS)
+        .map_err(|e| format!("metrics buckets: {e}"))?
         .install_recorder()
         .map_err(|e| format!("metrics recorder: {e}"))?;
     lock_runtime::describe_metrics();
