@@ -6,32 +6,13 @@
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use lock_runtime::LockRuntime;
-use lock_testkit::RedisServer;
+use lock_tests::{redis, unique, Kind};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 /// How long one `lockctl` run may take before the test fails.
 const RUN_LIMIT: Duration = Duration::from_secs(20);
-
-fn redis() -> &'static RedisServer {
-    RedisServer::shared()
-}
-
-/// A prefix of this test alone.
-fn prefix_for(name: &str) -> String {
-    format!("ctl-{name}-{}:", std::process::id())
-}
-
-async fn runtime(prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(redis().url())
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap()
-}
 
 /// `lockctl` with no URL or prefix from the environment.
 fn lockctl(args: &[&str]) -> Command {
@@ -86,8 +67,8 @@ fn code(output: &Output) -> i32 {
 /// records, as text and as JSON, exit 0; a free key prints `free`, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_tells_holder_token_and_lease_of_a_lock_held_elsewhere() {
-    let prefix = prefix_for("show");
-    let holder = runtime(&prefix).await;
+    let prefix = unique("ctl-show");
+    let holder = Kind::Redis.runtime(&prefix).await;
     let guard = holder
         .lock("order:42")
         .lease(Duration::from_secs(30))
@@ -140,9 +121,9 @@ async fn show_tells_holder_token_and_lease_of_a_lock_held_elsewhere() {
 /// prefixes; with none held it says so, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_the_locks_of_its_prefix_only() {
-    let prefix = prefix_for("list");
-    let holder = runtime(&prefix).await;
-    let other = runtime(&format!("{prefix}other:")).await;
+    let prefix = unique("ctl-list");
+    let holder = Kind::Redis.runtime(&prefix).await;
+    let other = Kind::Redis.runtime(&format!("{prefix}other:")).await;
     let a = holder.lock("job:a").acquire().await.unwrap();
     let b = holder.lock("}odd").acquire().await.unwrap();
     let elsewhere = other.lock("job:z").acquire().await.unwrap();
@@ -166,7 +147,7 @@ async fn list_shows_the_locks_of_its_prefix_only() {
         .collect();
     assert_eq!(keys, ["job:a", "}odd"]);
 
-    let none = run(&prefix_for("list-none"), &["list"], "").await;
+    let none = run(&unique("ctl-list-none"), &["list"], "").await;
     assert_eq!(code(&none), 1);
     assert!(
         stdout(&none).starts_with("no locks held"),
@@ -183,8 +164,8 @@ async fn list_shows_the_locks_of_its_prefix_only() {
 /// the holder learns it lost the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_asks_and_then_frees_the_lock_from_its_holder() {
-    let prefix = prefix_for("release");
-    let holder = runtime(&prefix).await;
+    let prefix = unique("ctl-release");
+    let holder = Kind::Redis.runtime(&prefix).await;
     let guard = holder
         .lock("stuck")
         .lease(Duration::from_secs(3))
@@ -237,8 +218,8 @@ async fn release_asks_and_then_frees_the_lock_from_its_holder() {
 /// they happen, and stops after `--count` events with exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_prints_releases_and_acquisitions_as_they_happen() {
-    let prefix = prefix_for("watch");
-    let holder = runtime(&prefix).await;
+    let prefix = unique("ctl-watch");
+    let holder = Kind::Redis.runtime(&prefix).await;
     let first = holder.lock("k").acquire().await.unwrap();
     let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
     let url = redis().url();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{redis, unique, wait_until, FaultProxy};
+use lock_tests::{redis, unique, wait_until, FaultProxy, Kind};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
@@ -110,15 +110,6 @@ fn samples(name: &str) -> Vec<f64> {
         .map_or(Vec::new(), |h| h.0.lock().unwrap().clone())
 }
 
-async fn runtime(prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(redis().url())
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap()
-}
-
 const ACQUIRED: &str = "lock_acquisitions_total{outcome=acquired}";
 const BUSY: &str = "lock_acquisitions_total{outcome=busy}";
 const TIMEOUT: &str = "lock_acquisitions_total{outcome=timeout}";
@@ -141,7 +132,10 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
         );
     }
     let prefix = unique("metrics");
-    let (a, b) = (runtime(&prefix).await, runtime(&prefix).await);
+    let (a, b) = (
+        Kind::Redis.runtime(&prefix).await,
+        Kind::Redis.runtime(&prefix).await,
+    );
 
     // An acquire that takes the lock: one acquisition, one wait sample, one hold.
     let acquired = counter(ACQUIRED);

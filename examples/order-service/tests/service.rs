@@ -5,9 +5,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lock_runtime::LockRuntime;
 use lock_testkit::signal::{self, Signal};
-use lock_testkit::RedisServer;
+use lock_tests::{redis, unique, Kind};
 use order_service::client::{self, Response};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -15,15 +14,6 @@ use tokio::process::{Child, ChildStdout, Command};
 
 /// How long a start, a request or an exit may take before the test fails.
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn redis() -> &'static RedisServer {
-    RedisServer::shared()
-}
-
-/// A lock prefix of this test alone (the orders are stored under it too).
-fn prefix_for(name: &str) -> String {
-    format!("svc-{name}-{}:", std::process::id())
-}
 
 /// `order-service` with the test server and `prefix`, and nothing else
 /// from the environment.
@@ -80,20 +70,11 @@ async fn next_line(out: &mut Lines<BufReader<ChildStdout>>) -> String {
         .expect("a line")
 }
 
-async fn runtime(prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(redis().url())
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap()
-}
-
 /// A payment runs `pay`, whose nested locked check re-enters the order's
 /// lock (two holds, one backend lock); a second payment finds it paid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_reenters_its_lock_in_the_nested_check_and_charges_once() {
-    let service = Service::start(&prefix_for("pay"), &[]).await;
+    let service = Service::start(&unique("svc-pay"), &[]).await;
     let (status, paid) = service
         .call("POST", "/orders/1/pay?amount=100&work_ms=1")
         .await;
@@ -117,7 +98,7 @@ async fn a_payment_reenters_its_lock_in_the_nested_check_and_charges_once() {
 /// (paused past its lease) is refused by the store, and nothing changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_refuses_a_write_with_a_stale_fencing_token() {
-    let service = Service::start(&prefix_for("fence"), &[]).await;
+    let service = Service::start(&unique("svc-fence"), &[]).await;
     let (status, paid) = service
         .call("POST", "/orders/2/pay?amount=100&work_ms=1")
         .await;
@@ -146,9 +127,9 @@ async fn the_store_refuses_a_write_with_a_stale_fencing_token() {
 /// process with its holder and token, then free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inspect_endpoint_shows_a_lock_held_by_another_process() {
-    let prefix = prefix_for("inspect");
+    let prefix = unique("svc-inspect");
     let service = Service::start(&prefix, &[]).await;
-    let other = runtime(&prefix).await;
+    let other = Kind::Redis.runtime(&prefix).await;
     let guard = other
         .lock("order:7")
         .lease(Duration::from_secs(20))
@@ -176,7 +157,7 @@ async fn the_inspect_endpoint_shows_a_lock_held_by_another_process() {
 /// service's own, counting what happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_endpoint_counts_acquisitions_holds_and_payments() {
-    let service = Service::start(&prefix_for("metrics"), &[]).await;
+    let service = Service::start(&unique("svc-metrics"), &[]).await;
     service
         .call("POST", "/orders/3/pay?amount=5&work_ms=1")
         .await;
@@ -205,7 +186,7 @@ async fn the_metrics_endpoint_counts_acquisitions_holds_and_payments() {
 /// orders concurrently through all of them, and finds each charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_mode_finds_no_order_charged_twice_across_processes() {
-    let run = command(&prefix_for("load"))
+    let run = command(&unique("svc-load"))
         .args([
             "--load",
             "--processes",
@@ -240,9 +221,9 @@ async fn the_load_mode_finds_no_order_charged_twice_across_processes() {
 /// before its 10 s lease would end); that payment answers 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_the_locks_still_held_at_once() {
-    let prefix = prefix_for("sigterm");
+    let prefix = unique("svc-sigterm");
     let mut service = Service::start(&prefix, &["--grace-ms", "200"]).await;
-    let observer = runtime(&prefix).await;
+    let observer = Kind::Redis.runtime(&prefix).await;
     let url = service.url.clone();
     let slow = tokio::spawn(async move {
         client::request(&url, "POST", "/orders/9/pay?amount=1&work_ms=60000").await
