@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::context::Runner;
+use crate::meter;
 use crate::owner::Node;
 
 /// One lock held by one owner scope of this process.
@@ -51,6 +52,21 @@ pub(crate) struct HeldLock {
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
     lost_changed: Notify,
+    /// When the hold began (for the hold-time histogram).
+    #[cfg(feature = "metrics")]
+    taken_at: std::time::Instant,
+}
+
+/// A hold ends when the last guard, table entry and renewal holding it let
+/// go of it: the one place every hold passes on its way out (release, drop,
+/// shutdown, loss).
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        meter::hold_ended(&self.key, self.taken_at.elapsed());
+        #[cfg(not(feature = "metrics"))]
+        meter::hold_ended(&self.key, Duration::ZERO);
+    }
 }
 
 /// Instants as nanoseconds since a process-wide origin, for atomics.
@@ -91,6 +107,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl HeldLock {
     pub(crate) fn new(hold: Hold) -> Arc<Self> {
+        meter::hold_started();
         Arc::new(HeldLock {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key: hold.key,
@@ -106,6 +123,8 @@ impl HeldLock {
             closed: AtomicBool::new(false),
             valid_until: AtomicU64::new(u64::MAX),
             lost_changed: Notify::new(),
+            #[cfg(feature = "metrics")]
+            taken_at: std::time::Instant::now(),
         })
     }
 
@@ -128,7 +147,8 @@ impl HeldLock {
         if !self.lost.swap(true, Ordering::AcqRel) {
             self.valid_until.store(0, Ordering::Release);
             if !self.closed.load(Ordering::Acquire) {
-                tracing::warn!(key = %self.key, "lock lost while held");
+                meter::lost(&self.key);
+                tracing::warn!(key = %self.key, fence = self.fence, "lock lost while held");
             }
         }
         self.lost_changed.notify_waiters();

@@ -51,6 +51,12 @@
 //! At the end, [`shutdown`] gives back every lock still held. The futures of
 //! this crate work on any executor (the runtime has its own thread).
 //!
+//! Observability: `tracing` spans and events (`lock_acquire`, `lock_hold`,
+//! `lock released`, `lock lost while held`; the library never installs a
+//! subscriber), and with the cargo feature `metrics` counters, gauges and
+//! histograms through the `metrics` facade (see `describe_metrics`).
+//! [`layout`] names the Redis keys for tools such as `lockctl`.
+//!
 //! Waiters of one process are always served in arrival order. Across
 //! processes, [`LockRequest::fair`] (or [`LockRuntimeBuilder::fair`],
 //! `fair = true`, `LOCK_FAIR=1`) queues them in Redis and has each release
@@ -66,10 +72,12 @@ mod guard;
 mod held;
 mod inspect;
 mod locked;
+mod meter;
 mod names;
 mod owner;
 mod request;
 mod runtime;
+mod traced;
 mod waiters;
 mod watchdog;
 
@@ -86,6 +94,9 @@ pub use guard::LockGuard;
 pub use inspect::{held, hold_count, LockInfo};
 pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
+#[cfg(feature = "metrics")]
+pub use meter::describe_metrics;
+pub use names::layout;
 pub use owner::{fence, inherit};
 pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{shutdown, LockRuntime, RuntimeStats};

@@ -58,10 +58,92 @@ impl LockNames {
     }
 }
 
+/// The Redis names of a lock, for tools that read the data layout from
+/// outside a runtime (`lockctl list` and `watch`): what the runtime itself
+/// writes, so the layout is spelled in one place. Applications do not need
+/// it: [`LockRuntime::inspect`](crate::LockRuntime::inspect) and
+/// [`force_unlock`](crate::LockRuntime::force_unlock) read and change locks.
+///
+/// ```
+/// use lock_runtime::layout;
+/// let name = layout::lock_name(layout::DEFAULT_PREFIX, "order:42");
+/// assert_eq!(name, "lock:{order:42}");
+/// assert_eq!(layout::key_of(layout::DEFAULT_PREFIX, &name).as_deref(), Some("order:42"));
+/// assert_eq!(layout::release_channel(&name), "lock:{order:42}:released");
+/// assert_eq!(layout::scan_pattern("lock:"), "lock:{*}");
+/// ```
+pub mod layout {
+    use super::LockNames;
+
+    /// The key prefix of a runtime built without
+    /// [`key_prefix`](crate::LockRuntimeBuilder::key_prefix) or `LOCK_PREFIX`.
+    pub const DEFAULT_PREFIX: &str = "lock:";
+
+    /// The name of the lock hash of `key` under `prefix`: `<prefix>{<key>}`.
+    pub fn lock_name(prefix: &str, key: &str) -> String {
+        LockNames::lock_key(prefix, key)
+    }
+
+    /// The key a lock hash named `name` belongs to under `prefix`; `None`
+    /// for any other name (a fence counter, a channel, a queue, another
+    /// prefix's lock).
+    pub fn key_of(prefix: &str, name: &str) -> Option<String> {
+        let inner = name
+            .strip_prefix(prefix)?
+            .strip_prefix('{')?
+            .strip_suffix('}')?;
+        // A key starting with `}` or `\` was written with one `\` in front.
+        Some(inner.strip_prefix('\\').unwrap_or(inner).to_owned())
+    }
+
+    /// The channel on which releases of the lock named `name` are announced.
+    pub fn release_channel(name: &str) -> String {
+        LockNames::channel(name)
+    }
+
+    /// A `SCAN MATCH` pattern for every name under `prefix` that may be a
+    /// lock hash (glob characters of the prefix escaped); keep those for which
+    /// [`key_of`] says which key they belong to.
+    pub fn scan_pattern(prefix: &str) -> String {
+        let mut pattern = String::with_capacity(prefix.len() + 3);
+        for c in prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push_str("{*}");
+        pattern
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::LockNames;
+    use super::{layout, LockNames};
+
+    #[test]
+    fn every_lock_name_maps_back_to_its_key_and_no_other_name_does() {
+        for key in ["a", "}", "}x", "\\}x", "\\x", "x{y}z", "{", "a:fence", "a}"] {
+            let name = layout::lock_name("p:", key);
+            assert_eq!(layout::key_of("p:", &name).as_deref(), Some(key), "{name}");
+            for other in [
+                LockNames::fence(&name),
+                LockNames::channel(&name),
+                LockNames::queue(&name),
+                LockNames::queued(&name),
+            ] {
+                assert_eq!(layout::key_of("p:", &other), None, "{other}");
+            }
+            assert_eq!(layout::key_of("q:", &name), None);
+        }
+        assert_eq!(layout::scan_pattern("a*[b]?\\:"), "a\\*\\[b\\]\\?\\\\:{*}");
+    }
+
+    #[test]
+    fn the_default_prefix_is_the_builders() {
+        assert_eq!(crate::LockRuntime::builder().prefix, layout::DEFAULT_PREFIX);
+    }
 
     #[test]
     fn names_share_a_nonempty_hash_tag_and_never_collide() {

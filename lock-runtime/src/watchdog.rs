@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::held::HeldLock;
+use crate::meter;
 
 /// Most renewals sent in one pipelined round trip.
 pub(crate) const BATCH: usize = 1000;
@@ -255,6 +256,7 @@ pub(crate) async fn run(
         }
         for batch in due.chunks(BATCH) {
             watchdog.round_trips.fetch_add(1, Relaxed);
+            meter::renewal_sent();
             tokio::spawn(renew_batch(
                 watchdog.clone(),
                 backend.clone(),
@@ -280,10 +282,39 @@ async fn renew_batch(watchdog: Arc<Watchdog>, backend: Backend, batch: Vec<Arc<H
     let outcome = match tokio::time::timeout_at(deadline, backend.renew_many(&batch)).await {
         Ok(Ok(results)) => results,
         Ok(Err(error)) => {
-            tracing::debug!(%error, "lock renewal failed; retrying");
+            meter::renewal_failed();
+            tracing::debug!(
+                %error,
+                locks = batch.len(),
+                keys = ?Keys(&batch),
+                "lock renewal failed; retrying until the lease ends"
+            );
             vec![None; batch.len()]
         }
-        Err(_) => vec![None; batch.len()],
+        Err(_) => {
+            meter::renewal_failed();
+            tracing::debug!(
+                locks = batch.len(),
+                keys = ?Keys(&batch),
+                "lock renewal got no answer before the earliest lease end in its batch"
+            );
+            vec![None; batch.len()]
+        }
     };
     watchdog.settle(&batch, &outcome, sent_at);
+}
+
+/// The keys of a batch, for a log line: the first few, and how many more.
+struct Keys<'a>(&'a [Arc<HeldLock>]);
+
+impl std::fmt::Debug for Keys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 5;
+        let mut list = f.debug_list();
+        list.entries(self.0.iter().take(SHOWN).map(|l| &l.key));
+        if self.0.len() > SHOWN {
+            list.entry(&format_args!("… {} more", self.0.len() - SHOWN));
+        }
+        list.finish()
+    }
 }

@@ -86,6 +86,17 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
+    /// The server shared by every test of this test binary: started (with
+    /// [`start`](Self::start)) on first use, stopped when the process ends.
+    ///
+    /// ```no_run
+    /// let url = lock_testkit::RedisServer::shared().url();
+    /// ```
+    pub fn shared() -> &'static RedisServer {
+        static SERVER: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+        SERVER.get_or_init(RedisServer::start)
+    }
+
     /// [`try_start_with`](Self::try_start_with), panicking with the error.
     pub fn start_with(extra: &[&str]) -> RedisServer {
         Self::try_start_with(extra).unwrap_or_else(|e| panic!("{e:#}"))

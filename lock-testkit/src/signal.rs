@@ -17,6 +17,9 @@ pub enum Signal {
     Cont,
     /// End it now, with no chance to clean up.
     Kill,
+    /// Ask it to stop (what orchestrators send first): a service shuts
+    /// down gracefully.
+    Term,
 }
 
 impl Signal {
@@ -25,6 +28,7 @@ impl Signal {
             Signal::Stop => "-STOP",
             Signal::Cont => "-CONT",
             Signal::Kill => "-KILL",
+            Signal::Term => "-TERM",
         }
     }
 }

@@ -18,8 +18,7 @@ pub use proxy::FaultProxy;
 
 /// The shared server of this test binary, started on first use.
 pub fn redis() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(RedisServer::start)
+    RedisServer::shared()
 }
 
 /// The shared 3-master Redis Cluster of this test binary, started on first

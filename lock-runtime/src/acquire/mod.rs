@@ -28,6 +28,7 @@ use crate::backend::QUEUE_ENTRY_LIFE;
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, Hold, Reentry};
+use crate::meter::{self, Outcome};
 use crate::owner::Node;
 use crate::runtime::LockRuntime;
 use crate::waiters::WaitTicket;
@@ -53,6 +54,9 @@ const ERROR_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// others of its process tries by itself (the head tries at the lease end).
 const QUEUED_SLACK: Duration = Duration::from_millis(20);
 
+/// The name of the span around an acquire (see `request.rs`).
+pub(crate) const ACQUIRE_SPAN: &str = "lock_acquire";
+
 /// What a validated request asks for.
 pub(crate) struct Want {
     /// The key as the caller gave it.
@@ -70,30 +74,41 @@ pub(crate) struct Want {
     pub(crate) fair: bool,
 }
 
-/// Reports how an acquisition ended (a `lock_acquire` debug event: key,
-/// mode, how long it waited, outcome; nothing without a subscriber), and
-/// passes it on. An event rather than a span: a span would sit in every
-/// waiting acquire's state.
+/// Reports how an acquisition ended, and passes it on: the fields
+/// `waited_us` and `outcome` of the `lock_acquire` span around the acquire
+/// (opened in `request.rs`), a `lock_acquire` debug event with key, mode,
+/// wait and outcome (nothing without a subscriber), and the acquisition
+/// metrics (nothing without the feature `metrics`).
 fn ended(
     key: &str,
     fair: bool,
+    try_once: bool,
     start: Instant,
     outcome: Result<LockGuard, LockError>,
 ) -> Result<LockGuard, LockError> {
-    let name = match &outcome {
-        Ok(_) => "held",
-        Err(LockError::Timeout { .. }) => "timeout",
-        Err(LockError::SelfDeadlock { .. }) => "self_deadlock",
-        Err(LockError::ShutDown) => "shut_down",
-        Err(_) => "error",
+    let reported = match &outcome {
+        Ok(_) => Outcome::Acquired,
+        Err(LockError::Timeout { .. }) if try_once => Outcome::Busy,
+        Err(LockError::Timeout { .. }) => Outcome::Timeout,
+        Err(LockError::SelfDeadlock { .. }) => Outcome::SelfDeadlock,
+        Err(LockError::ShutDown) => Outcome::ShutDown,
+        Err(_) => Outcome::Error,
     };
-    tracing::debug!(
-        key,
-        fair,
-        waited_us = start.elapsed().as_micros() as u64,
-        outcome = name,
-        "lock_acquire"
-    );
+    let waited = start.elapsed();
+    meter::acquire_ended(key, reported, waited);
+    let waited_us = waited.as_micros() as u64;
+    let name = reported.as_str();
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let span = tracing::Span::current();
+        // Only our own span: when a filter dropped it, the current span is
+        // the caller's, whose fields are not ours to fill.
+        if span.metadata().is_some_and(|m| m.name() == ACQUIRE_SPAN) {
+            span.record("waited_us", waited_us);
+            span.record("outcome", name);
+        }
+    }
+    let mode = if fair { "fair" } else { "plain" };
+    tracing::debug!(key, mode, waited_us, outcome = name, "lock_acquire");
     outcome
 }
 
@@ -147,24 +162,20 @@ impl Acquisition {
     #[allow(clippy::manual_async_fn)]
     pub(crate) fn run(mut self) -> impl Future<Output = Result<LockGuard, LockError>> {
         async move {
-            loop {
+            let outcome = 'run: loop {
                 match self.take_without_round_trip().await {
                     Some(Ok(Taken::Frame(held, frame))) => {
                         // The runtime and scope move into the guard: no
                         // clone on the re-entry path (bench S2).
                         let guard = LockGuard::new(self.runtime, held, frame, self.want.scope);
-                        return ended(&self.want.key, self.want.fair, self.start, Ok(guard));
+                        break 'run Ok(guard);
                     }
-                    Some(Ok(Taken::Guard(guard))) => {
-                        return ended(&self.want.key, self.want.fair, self.start, Ok(guard))
-                    }
-                    Some(Err(error)) => {
-                        return ended(&self.want.key, self.want.fair, self.start, Err(error))
-                    }
+                    Some(Ok(Taken::Guard(guard))) => break 'run Ok(guard),
+                    Some(Err(error)) => break 'run Err(error),
                     None => {}
                 }
                 if let Err(error) = self.check_deadline() {
-                    return ended(&self.want.key, self.want.fair, self.start, Err(error));
+                    break 'run Err(error);
                 }
                 let queued_behind = self.queue_behind_local_waiters();
                 // Listen before trying, so a release between the try and the
@@ -180,32 +191,31 @@ impl Acquisition {
                 } else {
                     let attempted = match self.attempt().await {
                         Ok(attempted) => attempted,
-                        Err(error) => {
-                            return ended(&self.want.key, self.want.fair, self.start, Err(error))
-                        }
+                        Err(error) => break 'run Err(error),
                     };
                     match attempted {
-                        Attempted::Held(guard) => {
-                            return ended(&self.want.key, self.want.fair, self.start, Ok(guard))
-                        }
+                        Attempted::Held(guard) => break 'run Ok(guard),
                         Attempted::Registered => continue,
                         Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
                         Attempted::PlaceInUse => self.place_alarm(now),
                         Attempted::Failed(error) => {
                             if let Err(error) = self.back_off(error).await {
-                                return ended(
-                                    &self.want.key,
-                                    self.want.fair,
-                                    self.start,
-                                    Err(error),
-                                );
+                                break 'run Err(error);
                             }
                             continue;
                         }
                     }
                 };
                 self.wait_for_wake_up(woken.as_mut(), alarm).await;
-            }
+            };
+            // Every way out passes here once: reported, then returned.
+            ended(
+                &self.want.key,
+                self.want.fair,
+                self.try_once,
+                self.start,
+                outcome,
+            )
         }
     }
 

@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Wakeups, Watched, Watches};
+use crate::meter;
 
 mod fair;
 
@@ -186,6 +187,7 @@ impl Waiters {
         };
         entry.queue().push_back(slot.clone());
         drop(keys);
+        meter::waiter_joined();
         WaitTicket {
             waiters: self.clone(),
             channel,
@@ -357,6 +359,7 @@ impl WaitTicket {
 
 impl Drop for WaitTicket {
     fn drop(&mut self) {
+        meter::waiter_left();
         self.waiters.unregister(self);
     }
 }

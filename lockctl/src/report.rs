@@ -1,0 +1,49 @@
+//! How a lock is printed: text for people, JSON for scripts (the same
+//! fields, lease in milliseconds).
+
+use std::time::Duration;
+
+use lock_runtime::LockInfo;
+use serde_json::{json, Value};
+
+/// A held lock as JSON.
+pub(crate) fn info_json(info: &LockInfo) -> Value {
+    json!({
+        "key": info.key,
+        "held": true,
+        "holder": info.holder,
+        "holds": info.holds,
+        "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
+        "fence": info.fence,
+        "queue": info.queue,
+    })
+}
+
+/// A free lock as JSON.
+pub(crate) fn free_json(key: &str) -> Value {
+    json!({ "key": key, "held": false })
+}
+
+/// A held lock as text, one field a line.
+pub(crate) fn info_text(info: &LockInfo) -> String {
+    let mut text = format!("{}: held\n", info.key);
+    text.push_str(&format!("  holder      {}\n", info.holder));
+    text.push_str(&format!("  holds       {}\n", info.holds));
+    text.push_str(&format!("  lease left  {}\n", lease(info.remaining_lease)));
+    text.push_str(&format!("  fence       {}\n", fence(info.fence)));
+    text.push_str(&format!("  queue       {} waiting", info.queue.len()));
+    for (n, holder) in info.queue.iter().enumerate() {
+        text.push_str(&format!("\n    {}. {holder}", n + 1));
+    }
+    text
+}
+
+/// A lease left, for people: `29.512s`, or `none` when it does not expire.
+pub(crate) fn lease(left: Option<Duration>) -> String {
+    left.map_or("none".to_owned(), |d| format!("{:.3}s", d.as_secs_f64()))
+}
+
+/// A fencing token, for people (`-` when not recorded).
+pub(crate) fn fence(token: Option<u64>) -> String {
+    token.map_or("-".to_owned(), |t| t.to_string())
+}

@@ -1,0 +1,202 @@
+//! `lockctl watch KEY`: acquisitions and releases of one lock as they
+//! happen. Releases arrive at once, on the lock's release channel (the one
+//! the runtime's waiters listen on); an acquisition sends no message, so
+//! the holder is read again at each release and every `--interval`.
+//! Bounded: it stops at ctrl-c, after `--for`, or after `--count` events.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lock_runtime::{layout, LockInfo};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::connect::Target;
+use crate::report;
+use crate::{Failure, Outcome};
+
+/// When to stop, and how often to look.
+pub(crate) struct Limits {
+    pub(crate) duration: Option<Duration>,
+    pub(crate) count: Option<u64>,
+    pub(crate) interval: Duration,
+}
+
+/// The hold last seen: who, with which token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    holder: String,
+    fence: Option<u64>,
+}
+
+/// Prints the lock's state, then one line per acquisition and release.
+pub(crate) async fn run(
+    target: &Target,
+    key: &str,
+    limits: Limits,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let runtime = target.runtime().await?;
+    let client = target.client()?;
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(|e| target.failure(&e))?;
+    let channel = layout::release_channel(&layout::lock_name(&target.prefix, key));
+    // Subscribe before the first look, so no release after it is missed.
+    pubsub
+        .subscribe(&channel)
+        .await
+        .map_err(|e| target.failure(&e))?;
+    let mut messages = pubsub.on_message();
+    let start = Instant::now();
+    let end = limits.duration.map(|d| start + d);
+    let mut printer = Printer {
+        key,
+        json,
+        start,
+        events: 0,
+    };
+    let first = target.inspect(&runtime, key).await?;
+    printer.state(first.as_ref());
+    let mut last = first.map(|i| seen(&i));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    while limits.count.is_none_or(|n| printer.events < n) {
+        let mut released = None;
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(message) => released = Some(message.get_payload::<String>().unwrap_or_default()),
+                None => return Err(Failure("the connection to Redis was closed".to_owned())),
+            },
+            () = tokio::time::sleep(limits.interval) => {}
+            () = sleep_until(end) => break,
+            _ = &mut ctrl_c => break,
+        }
+        let now = target.inspect(&runtime, key).await?.map(|i| (seen(&i), i));
+        let now_seen = now.as_ref().map(|(s, _)| s.clone());
+        if let Some(payload) = released.as_deref() {
+            // A release; whom it freed is the holder seen last (unknown when
+            // it came and went between two looks).
+            printer.released(last.as_ref(), handed_to(payload));
+        } else if last.is_some() && last != now_seen {
+            // Gone or replaced without our seeing the message (a lease
+            // that ran out sends none).
+            printer.released(last.as_ref(), None);
+        }
+        if let Some((s, info)) = &now {
+            if last.as_ref() != Some(s) && limits.count.is_none_or(|n| printer.events < n) {
+                printer.acquired(info);
+            }
+        }
+        last = now_seen;
+    }
+    Ok(Outcome::Found)
+}
+
+/// Sleeps until `end`, or for ever without one.
+async fn sleep_until(end: Option<Instant>) {
+    match end {
+        Some(end) => tokio::time::sleep_until(end).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn seen(info: &LockInfo) -> Seen {
+    Seen {
+        holder: info.holder.clone(),
+        fence: info.fence,
+    }
+}
+
+/// The holder a fair release handed the lock to (`g <holder> <fence>`).
+fn handed_to(payload: &str) -> Option<&str> {
+    let mut words = payload.split(' ');
+    (words.next() == Some("g")).then(|| words.next()).flatten()
+}
+
+/// Prints events as text or JSON lines, each with the time since the start.
+struct Printer<'a> {
+    key: &'a str,
+    json: bool,
+    start: Instant,
+    /// Acquisitions and releases printed so far.
+    events: u64,
+}
+
+impl Printer<'_> {
+    fn at_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn state(&self, info: Option<&LockInfo>) {
+        match (info, self.json) {
+            (Some(info), true) => {
+                let mut state = report::info_json(info);
+                state["event"] = json!("state");
+                state["at_ms"] = json!(0);
+                println!("{state}");
+            }
+            (None, true) => println!(
+                "{}",
+                json!({ "event": "state", "at_ms": 0, "key": self.key, "held": false })
+            ),
+            (Some(info), false) => println!(
+                "{:>8.3}s {}: held by {} (fence {}, lease left {})",
+                0.0,
+                self.key,
+                info.holder,
+                report::fence(info.fence),
+                report::lease(info.remaining_lease)
+            ),
+            (None, false) => println!("{:>8.3}s {}: free", 0.0, self.key),
+        }
+    }
+
+    fn acquired(&mut self, info: &LockInfo) {
+        self.events += 1;
+        let at = self.at_ms();
+        if self.json {
+            let mut event = report::info_json(info);
+            event["event"] = json!("acquired");
+            event["at_ms"] = json!(at);
+            println!("{event}");
+        } else {
+            println!(
+                "{:>8.3}s {}: acquired by {} (fence {})",
+                at as f64 / 1000.0,
+                self.key,
+                info.holder,
+                report::fence(info.fence)
+            );
+        }
+    }
+
+    fn released(&mut self, by: Option<&Seen>, handed_to: Option<&str>) {
+        self.events += 1;
+        let at = self.at_ms();
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "event": "released",
+                    "at_ms": at,
+                    "key": self.key,
+                    "holder": by.map(|s| &s.holder),
+                    "fence": by.and_then(|s| s.fence),
+                    "handed_to": handed_to,
+                })
+            );
+        } else {
+            let by = by.map_or("a holder not seen".to_owned(), |s| {
+                format!("{} (fence {})", s.holder, report::fence(s.fence))
+            });
+            let to = handed_to.map_or(String::new(), |h| format!(", handed to {h}"));
+            println!(
+                "{:>8.3}s {}: released by {by}{to}",
+                at as f64 / 1000.0,
+                self.key
+            );
+        }
+    }
+}
