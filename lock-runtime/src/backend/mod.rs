@@ -13,6 +13,7 @@ pub(crate) const EMBEDDED_DESCRIPTION: &str =
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod releases;
+pub(crate) mod sentinel;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -76,6 +77,8 @@ pub(crate) enum BackendConfig {
     },
     /// A Redis server at a URL (which may hold a password: never shown).
     Redis(String, ConnectSettings),
+    /// A primary found through Redis Sentinel, followed across failovers.
+    Sentinel(sentinel::SentinelConfig, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -156,6 +159,8 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     /// The embedded store.
     Memory(Arc<memory::MemoryBackend>),
+    /// The primary of a Redis Sentinel service.
+    Sentinel(sentinel::SentinelBackend),
 }
 
 impl Backend {
@@ -175,6 +180,10 @@ impl Backend {
                 let (backend, watches) = redis::connect(&url, &settings, wakeups).await?;
                 Ok((Backend::Redis(backend), Some(watches)))
             }
+            BackendConfig::Sentinel(config, settings) => {
+                let (backend, watches) = sentinel::connect(config, &settings, wakeups).await?;
+                Ok((Backend::Sentinel(backend), Some(watches)))
+            }
         }
     }
 
@@ -184,6 +193,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => format!("redis at {}", r.endpoint()),
             Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
+            Backend::Sentinel(s) => s.describe(),
         }
     }
 
@@ -196,7 +206,7 @@ impl Backend {
     /// processes. (The embedded store has one process, whose local waiters
     /// are always served in order.)
     pub(crate) fn queues_across_processes(&self) -> bool {
-        matches!(self, Backend::Redis(_))
+        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
     }
 
     /// One acquire attempt for `holder`. `queue` asks for the fair mode: when
@@ -213,6 +223,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
+            Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
         }
     }
 
@@ -227,6 +238,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.release(lock_key, holder, fair).await,
             Backend::Memory(m) => Ok(m.release(lock_key, holder)),
+            Backend::Sentinel(s) => s.release(lock_key, holder, fair).await,
         }
     }
 
@@ -235,6 +247,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.ping().await,
             Backend::Memory(_) => Ok(()),
+            Backend::Sentinel(s) => s.ping().await,
         }
     }
 
@@ -243,6 +256,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.inspect(lock_key).await,
             Backend::Memory(m) => Ok(m.inspect(lock_key)),
+            Backend::Sentinel(s) => s.inspect(lock_key).await,
         }
     }
 
@@ -251,6 +265,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.force_unlock(lock_key).await,
             Backend::Memory(m) => Ok(m.delete(lock_key)),
+            Backend::Sentinel(s) => s.force_unlock(lock_key).await,
         }
     }
 
@@ -262,6 +277,7 @@ impl Backend {
             Backend::Memory(m) => {
                 m.release(&lock_key, &holder);
             }
+            Backend::Sentinel(s) => s.release_in_background(lock_key, holder, fair),
         }
     }
 
@@ -271,22 +287,27 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.pending().is_pending(lock_key),
             Backend::Memory(_) => false,
+            Backend::Sentinel(s) => s.release_pending(lock_key),
         }
     }
 
     /// Resolves once every background release of `lock_key` queued so far has
     /// been answered.
     pub(crate) async fn releases_settled(&self, lock_key: &str) {
-        if let Backend::Redis(r) = self {
-            r.pending().settled(lock_key).await;
+        match self {
+            Backend::Redis(r) => r.pending().settled(lock_key).await,
+            Backend::Sentinel(s) => s.releases_settled(lock_key).await,
+            Backend::Memory(_) => {}
         }
     }
 
     /// Resolves once every background release queued so far has been
     /// answered.
     pub(crate) async fn all_releases_settled(&self) {
-        if let Backend::Redis(r) = self {
-            r.pending().all_settled().await;
+        match self {
+            Backend::Redis(r) => r.pending().all_settled().await,
+            Backend::Sentinel(s) => s.all_releases_settled().await,
+            Backend::Memory(_) => {}
         }
     }
 
@@ -302,6 +323,7 @@ impl Backend {
                 .iter()
                 .map(|l| Some(m.renew(&l.lock_key, &l.holder, l.lease)))
                 .collect()),
+            Backend::Sentinel(s) => s.renew_many(batch).await,
         }
     }
 }

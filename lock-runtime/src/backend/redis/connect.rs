@@ -147,7 +147,7 @@ pub(crate) async fn connect(
     let client = client_for(info, settings)?;
 
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
-    let sub_tx_retry = sub_tx.clone();
+    let sub_tx_retry = sub_tx.downgrade();
     let (releases, release_jobs) = ReleaseQueue::new();
     let on_push = push_handler(wakeups);
     let config = ConnectionManagerConfig::new()

@@ -31,11 +31,13 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 /// subscribe that fails is queued again after a pause, for as long as its
 /// key has waiters (the queue keeps it in order with that key's unsubscribe:
 /// an entry that closed meanwhile is skipped); when a retry goes through, the
-/// key's head waiter is woken, as a release may have gone unheard.
+/// key's head waiter is woken, as a release may have gone unheard. `again`
+/// is weak, so the task ends once the backend's watches are dropped (a
+/// Sentinel failover drops the old primary's backend).
 pub(super) async fn subscriptions(
     mut con: ConnectionManager,
     mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
-    again: mpsc::UnboundedSender<SubscriptionCommand>,
+    again: mpsc::WeakUnboundedSender<SubscriptionCommand>,
 ) {
     let mut backoff: std::collections::HashMap<String, Duration> = Default::default();
     while let Some(command) = commands.recv().await {
@@ -63,7 +65,9 @@ pub(super) async fn subscriptions(
                         let again = again.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep(pause).await;
-                            let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
+                            if let Some(again) = again.upgrade() {
+                                let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
+                            }
                         });
                     }
                 }

@@ -1,0 +1,476 @@
+//! Redis Sentinel: the single-server backend, pointed at whichever node the
+//! sentinels say is the primary, and moved when that changes.
+//!
+//! redis-rs's sentinel client resolves the primary once and does not follow
+//! a failover, so this module does it: [`resolve`] asks the sentinels in
+//! turn and confirms the answer with `ROLE`; the primary found is reached
+//! through an ordinary [`RedisBackend`] (`redis::connect`, so scripts,
+//! pushes, subscriptions and the releaser are the single server's).
+//!
+//! **Following a failover.** Any failed call, and any disconnection the
+//! connection manager reports, makes the *monitor* task (one per runtime,
+//! on the runtime's thread) ask the sentinels again: a bounded series of
+//! attempts, backing off from 50 ms to 250 ms, until a node answers `ROLE`
+//! master. That covers a primary that died (its old address refuses, the
+//! sentinels promote a replica) and one that came back as a replica (its
+//! writes answer `READONLY`, the sentinels name another node). When the
+//! primary moved, a new backend is connected, every lock the waiters watch
+//! is watched again on it, it replaces the old one, and every waiter is
+//! woken ([`Wakeups::connection_lost`]): a release may have gone unheard.
+//! The old backend is dropped, which ends its subscription task and its
+//! releaser. Meanwhile calls fail with backend errors, which waiters and
+//! the watchdog already ride out (backoff until their deadline; a held
+//! lock is lost only at its client-side lease end).
+//!
+//! **`sync_replicas(n, timeout)`.** Asynchronous replication may lose a lock
+//! acquired just before a failover: the promoted replica never saw it, and
+//! a second holder gets in. With sync, each acquire is followed by `WAIT n
+//! timeout`, as Redisson's replication-safe mode does; fewer than `n`
+//! acknowledgements release the lock and fail the acquire with a message
+//! that says so. `WAIT` counts only the writes of the connection it is sent
+//! on, and it blocks that connection: on the runtime's one multiplexed
+//! connection it would stall every renewal and release behind it (for the
+//! whole timeout, when a replica is down). So sync acquires, and their
+//! `WAIT`, go over a second connection of their own to the primary (a
+//! second `RedisBackend`, its response timeout lengthened by the `WAIT`
+//! timeout); renewals and releases stay on the first. Sync acquires of one
+//! process queue behind each other's `WAIT` there, which costs one
+//! replication round trip each while the replicas are healthy. A lock a
+//! fair-mode release hands over by message was written by the releasing
+//! process, and is not waited for again.
+
+mod resolve;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+pub(crate) use resolve::NodeAuth;
+use resolve::Sentinel;
+
+use super::redis::{self as single, RedisBackend};
+use super::{Acquire, ConnectSettings, Queue, Recorded, Release, Wakeups, Watched, Watches};
+use crate::error::{BackendError, LockError};
+use crate::held::HeldLock;
+
+/// Attempts of one round of finding the primary after a failure; a later
+/// failure starts another round.
+const FOLLOW_ATTEMPTS: u32 = 80;
+/// Pause between those attempts: doubling from the first to the second.
+const FOLLOW_PAUSE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(250));
+
+/// What the builder configured for Sentinel.
+#[derive(Clone)]
+pub(crate) struct SentinelConfig {
+    /// Sentinel addresses (`redis://[user:password@]host:port` or `host:port`).
+    pub(crate) sentinels: Vec<String>,
+    /// The monitored service (`sentinel monitor <service> ...`).
+    pub(crate) service: String,
+    /// How the data nodes are reached.
+    pub(crate) auth: NodeAuth,
+    /// `WAIT` for this many replicas, this long, after each acquire.
+    pub(crate) sync: Option<(u32, Duration)>,
+}
+
+/// The node the backend talks to now.
+struct Primary {
+    /// `host:port`.
+    address: String,
+    backend: RedisBackend,
+    watches: Arc<dyn Watches>,
+    /// Sync mode: the connection for acquires and their `WAIT`.
+    sync: Option<RedisBackend>,
+    /// Kept alive while this primary is current (the backend holds it weakly).
+    _relay: Arc<Relay>,
+}
+
+/// Handle to the Sentinel backend of one runtime (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct SentinelBackend {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SentinelBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelBackend")
+            .field("service", &self.shared.service)
+            .field("primary", &self.shared.current().address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the backend handles, the waiters' watches and the monitor share.
+struct Shared {
+    sentinels: Vec<Sentinel>,
+    service: String,
+    auth: NodeAuth,
+    sync: Option<(u32, Duration)>,
+    settings: ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+    primary: RwLock<Arc<Primary>>,
+    /// The locks the waiters watch, to watch again on a new primary. Also
+    /// held while the primary is replaced, so a watch is never sent to a
+    /// primary that is on its way out.
+    watched: Mutex<HashMap<String, Arc<dyn Watched>>>,
+    /// Something failed: the monitor should look for the primary.
+    suspect: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelWatches")
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Passes the single-server backend's news on to the waiters, and makes a
+/// lost connection a reason to look for the primary.
+struct Relay {
+    waiters: Weak<dyn Wakeups>,
+    suspect: Arc<Notify>,
+}
+
+impl Wakeups for Relay {
+    fn released(&self, lock: &str) {
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.released(lock);
+        }
+    }
+
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64) {
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.handed_over(lock, holder, fence);
+        }
+    }
+
+    fn connection_lost(&self) {
+        self.suspect.notify_one();
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.connection_lost();
+        }
+    }
+}
+
+/// Finds the primary, connects to it and starts the monitor. Must run on
+/// the runtime's worker thread (tasks are spawned there).
+pub(crate) async fn connect(
+    config: SentinelConfig,
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(SentinelBackend, Arc<dyn Watches>), LockError> {
+    if config.service.trim().is_empty() {
+        return Err(LockError::InvalidConfig(
+            "redis_sentinel needs the name of the service the sentinels monitor".to_owned(),
+        ));
+    }
+    let sentinels = resolve::parse_sentinels(&config.sentinels)?;
+    let address = resolve::primary(&sentinels, &config.service, &config.auth, settings).await?;
+    let suspect = Arc::new(Notify::new());
+    let primary = open_primary(
+        address,
+        &config.auth,
+        config.sync,
+        settings,
+        &wakeups,
+        &suspect,
+    )
+    .await?;
+    let shared = Arc::new(Shared {
+        sentinels,
+        service: config.service,
+        auth: config.auth,
+        sync: config.sync,
+        settings: settings.clone(),
+        wakeups,
+        primary: RwLock::new(Arc::new(primary)),
+        watched: Mutex::new(HashMap::new()),
+        suspect: suspect.clone(),
+    });
+    tokio::spawn(monitor(Arc::downgrade(&shared), suspect));
+    let watches: Arc<dyn Watches> = shared.clone();
+    Ok((SentinelBackend { shared }, watches))
+}
+
+/// Connects the single-server backend (and the sync connection) to the
+/// primary at `address`.
+async fn open_primary(
+    address: String,
+    auth: &NodeAuth,
+    sync: Option<(u32, Duration)>,
+    settings: &ConnectSettings,
+    wakeups: &Weak<dyn Wakeups>,
+    suspect: &Arc<Notify>,
+) -> Result<Primary, LockError> {
+    let url = auth.url(&address);
+    let relay = Arc::new(Relay {
+        waiters: wakeups.clone(),
+        suspect: suspect.clone(),
+    });
+    let to_relay = Arc::downgrade(&relay) as Weak<dyn Wakeups>;
+    let (backend, watches) = single::connect(&url, settings, to_relay).await?;
+    let sync = match sync {
+        Some((_, timeout)) => {
+            let mut settings = settings.clone();
+            settings.response_timeout = settings.response_timeout.saturating_add(timeout);
+            // Nothing is subscribed on it, so it has no news to pass on.
+            let silent = Weak::<Relay>::new() as Weak<dyn Wakeups>;
+            Some(single::connect(&url, &settings, silent).await?.0)
+        }
+        None => None,
+    };
+    Ok(Primary {
+        address,
+        backend,
+        watches,
+        sync,
+        _relay: relay,
+    })
+}
+
+/// The monitor: one round of [`Shared::follow`] per burst of failures,
+/// until the backend is gone.
+async fn monitor(shared: Weak<Shared>, suspect: Arc<Notify>) {
+    loop {
+        suspect.notified().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.follow().await;
+    }
+}
+
+impl Shared {
+    fn current(&self) -> Arc<Primary> {
+        self.primary
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Looks for the primary until a node answers `ROLE` master; moves to
+    /// it when it is not the current one. Bounded: [`FOLLOW_ATTEMPTS`].
+    async fn follow(&self) {
+        let mut pause = FOLLOW_PAUSE.0;
+        let mut last = None;
+        for _ in 0..FOLLOW_ATTEMPTS {
+            let found =
+                resolve::primary(&self.sentinels, &self.service, &self.auth, &self.settings).await;
+            match found {
+                // The same node is still the primary: its connection manager
+                // reconnects by itself.
+                Ok(address) if address == self.current().address => return,
+                Ok(address) => match self.move_to(address).await {
+                    Ok(()) => return,
+                    Err(e) => last = Some(e.to_string()),
+                },
+                Err(e) => last = Some(e.to_string()),
+            }
+            tokio::time::sleep(pause).await;
+            pause = pause.saturating_mul(2).min(FOLLOW_PAUSE.1);
+        }
+        tracing::warn!(
+            service = %self.service,
+            error = last.as_deref().unwrap_or(""),
+            "Redis Sentinel: no primary found yet; looking again at the next failure"
+        );
+    }
+
+    /// Connects to the new primary, moves every watch there, makes it
+    /// current, and wakes every waiter.
+    async fn move_to(&self, address: String) -> Result<(), LockError> {
+        let primary = open_primary(
+            address,
+            &self.auth,
+            self.sync,
+            &self.settings,
+            &self.wakeups,
+            &self.suspect,
+        )
+        .await?;
+        let primary = Arc::new(primary);
+        let old = {
+            let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+            watched.retain(|_, w| !w.is_closed());
+            for (lock, w) in watched.iter() {
+                primary.watches.watch(lock, w.clone());
+            }
+            let mut current = self.primary.write().unwrap_or_else(PoisonError::into_inner);
+            std::mem::replace(&mut *current, primary.clone())
+        };
+        tracing::warn!(
+            service = %self.service,
+            from = %old.address,
+            to = %primary.address,
+            "Redis Sentinel: the primary moved; following it"
+        );
+        drop(old);
+        if let Some(waiters) = self.wakeups.upgrade() {
+            waiters.connection_lost();
+        }
+        Ok(())
+    }
+}
+
+impl Watches for Shared {
+    fn watch(&self, lock: &str, watched: Arc<dyn Watched>) {
+        let mut set = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        set.insert(lock.to_owned(), watched.clone());
+        self.current().watches.watch(lock, watched);
+    }
+
+    fn unwatch(&self, lock: &str) {
+        let mut set = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        set.remove(lock);
+        self.current().watches.unwatch(lock);
+    }
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        self.current().watches.give_back_place(lock, holder);
+    }
+}
+
+impl SentinelBackend {
+    /// `redis sentinel service <name>, primary at host:port`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "redis sentinel service {}, primary at {}",
+            self.shared.service,
+            self.shared.current().address
+        )
+    }
+
+    /// Runs `call` on the current primary; a failure makes the monitor look
+    /// for the primary.
+    async fn on_primary<T, F>(
+        &self,
+        call: impl FnOnce(Arc<Primary>) -> F,
+    ) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<T, BackendError>>,
+    {
+        let outcome = call(self.shared.current()).await;
+        if outcome.is_err() {
+            self.shared.suspect.notify_one();
+        }
+        outcome
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        self.on_primary(|p| async move {
+            match (&p.sync, self.shared.sync) {
+                (Some(sync), Some(want)) => {
+                    let fair = queue != Queue::No;
+                    let taken = sync.acquire(lock_key, holder, lease, queue).await?;
+                    if let Acquire::Held { .. } = taken {
+                        replicated(&p, sync, want, lock_key, holder, fair).await?;
+                    }
+                    Ok(taken)
+                }
+                _ => p.backend.acquire(lock_key, holder, lease, queue).await,
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn release(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
+        self.on_primary(|p| async move { p.backend.release(lock_key, holder, fair).await })
+            .await
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        self.on_primary(|p| async move { p.backend.ping().await })
+            .await
+    }
+
+    pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
+        self.on_primary(|p| async move { p.backend.inspect(lock_key).await })
+            .await
+    }
+
+    pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
+        self.on_primary(|p| async move { p.backend.force_unlock(lock_key).await })
+            .await
+    }
+
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        self.on_primary(|p| async move { p.backend.renew_many(batch).await })
+            .await
+    }
+
+    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        self.shared
+            .current()
+            .backend
+            .release_in_background(lock_key, holder, fair);
+    }
+
+    /// Whether a background release of `lock_key` is queued on the current
+    /// primary and not answered yet.
+    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
+        self.shared.current().backend.pending().is_pending(lock_key)
+    }
+
+    /// Resolves once the background releases of `lock_key` queued so far on
+    /// the current primary have been answered.
+    pub(crate) async fn releases_settled(&self, lock_key: &str) {
+        let primary = self.shared.current();
+        primary.backend.pending().settled(lock_key).await;
+    }
+
+    /// Resolves once every background release queued so far on the current
+    /// primary has been answered.
+    pub(crate) async fn all_releases_settled(&self) {
+        let primary = self.shared.current();
+        primary.backend.pending().all_settled().await;
+    }
+}
+
+/// Sync mode, after `sync` took the lock: `WAIT` for the replicas; when
+/// fewer than asked acknowledge it, release it and say so.
+async fn replicated(
+    primary: &Primary,
+    sync: &RedisBackend,
+    (replicas, timeout): (u32, Duration),
+    lock_key: &str,
+    holder: &str,
+    fair: bool,
+) -> Result<(), BackendError> {
+    let acked = sync.wait_for_replicas(replicas, timeout).await;
+    if matches!(acked, Ok(n) if n >= replicas) {
+        return Ok(());
+    }
+    let released = primary.backend.release(lock_key, holder, fair).await;
+    let acked = match acked {
+        Ok(n) => format!("only {n} of {replicas} replicas acknowledged it within {timeout:?}"),
+        Err(e) => format!("waiting for {replicas} replicas failed ({e})"),
+    };
+    let outcome = if released.is_ok() {
+        "it was released again"
+    } else {
+        "releasing it failed too: its lease frees it"
+    };
+    Err(BackendError::msg(format!(
+        "replication sync failed for lock `{lock_key}` on Redis at {}: {acked}, so a \
+         failover could lose it; {outcome}. Check the replicas (INFO replication), or \
+         lower or drop sync_replicas",
+        primary.address
+    )))
+}
