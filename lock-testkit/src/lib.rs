@@ -22,6 +22,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`server`] | [`RedisServer`]: start, kill, restart (empty or from a snapshot), freeze/thaw |
+//! | [`sentinel`] | [`SentinelSet`]: a primary, replicas and three sentinels; kill, wait for the failover |
 //! | [`process`] | one `redis-server` process under the wrapper that kills it with us |
 //! | [`binary`] | where `redis-server` is, or [`INSTALL_HINT`] |
 //! | [`port`], [`signal`] | a free loopback port; SIGSTOP/SIGCONT/SIGKILL to a pid |
@@ -29,7 +30,7 @@
 //! | [`usage`] | this process's resident memory and CPU time |
 //! | [`child`], [`pipes`] | child processes driven by lines (sync reader thread; async pipes) |
 //!
-//! Dependencies point down: `server` uses `process`, `binary`, `port` and
+//! Dependencies point down: `sentinel` uses `server` and `process`; `server` uses `process`, `binary`, `port` and
 //! `signal`; `process` uses `signal`; the rest use nothing of this crate.
 
 pub mod binary;
@@ -38,6 +39,7 @@ pub mod commandstats;
 pub mod pipes;
 pub mod port;
 pub mod process;
+pub mod sentinel;
 pub mod server;
 pub mod signal;
 pub mod usage;
@@ -46,5 +48,6 @@ pub use binary::INSTALL_HINT;
 pub use child::LineChild;
 pub use commandstats::{CommandStats, Delta};
 pub use port::free_port;
+pub use sentinel::SentinelSet;
 pub use server::RedisServer;
 pub use signal::Signal;

@@ -1,0 +1,443 @@
+//! Redis Sentinel: locks through the sentinels' primary, and what a failover
+//! does to them, with and without `sync_replicas`.
+//!
+//! Each failover test starts its own primary, replicas and three sentinels
+//! (`lock_testkit::SentinelSet`, down-after 700 ms), kills or demotes the
+//! primary, and reports what it observed (`--nocapture` shows the lines
+//! starting with `sentinel:`). Two runtimes of one test stand for two
+//! processes: their holder ids differ, as between processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{with_lock, LockError, LockGuard, LockRuntime};
+use lock_testkit::sentinel::SERVICE;
+use lock_testkit::SentinelSet;
+use lock_tests::{unique, Occupancy};
+
+/// Longest a failover may take before a test fails.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+
+/// The deployment of the tests that break nothing (one replica).
+fn shared_set() -> &'static SentinelSet {
+    static SET: OnceLock<SentinelSet> = OnceLock::new();
+    SET.get_or_init(|| SentinelSet::start(1))
+}
+
+/// A runtime on `set`'s service; `sync`: `sync_replicas(1, 300 ms)`.
+async fn runtime(set: &SentinelSet, prefix: &str, sync: bool) -> LockRuntime {
+    let mut builder = LockRuntime::builder()
+        .redis_sentinel(set.sentinel_urls(), SERVICE)
+        .key_prefix(prefix)
+        .try_timeout(Duration::from_secs(2));
+    if sync {
+        builder = builder.sync_replicas(1, Duration::from_millis(300));
+    }
+    builder.build().await.expect("build a sentinel runtime")
+}
+
+/// A plain connection to the data node at `address`.
+async fn node(set: &SentinelSet, address: &str) -> redis::aio::MultiplexedConnection {
+    set.node(address)
+        .unwrap_or_else(|| panic!("no node at {address}"))
+        .connection()
+        .await
+}
+
+/// Whether the node at `address` has the key `key` (a replica answers reads).
+async fn has_key(set: &SentinelSet, address: &str, key: &str) -> bool {
+    let mut con = node(set, address).await;
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    n == 1
+}
+
+/// Waits (bounded: 5 s) until `lost` is told its lock is gone; `false` if
+/// it never was.
+async fn told_lost(guard: &LockGuard) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_backend_excludes_across_two_runtimes_and_names_the_primary() {
+    let set = shared_set();
+    let prefix = unique("sentinel-excl");
+    let (a, b) = (
+        runtime(set, &prefix, false).await,
+        runtime(set, &prefix, false).await,
+    );
+    let primary = format!("127.0.0.1:{}", set.first_primary().port());
+    assert_eq!(
+        a.describe(),
+        format!("redis sentinel service {SERVICE}, primary at {primary}")
+    );
+
+    let counter = Arc::new(AtomicU64::new(0));
+    let occupancy = Arc::new(Occupancy::new());
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let rt = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (counter, occupancy) = (counter.clone(), occupancy.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                with_lock(rt.lock("counter"), async {
+                    let _inside = occupancy.enter();
+                    let value = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(value + 1, Ordering::SeqCst);
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 8 * 20);
+    assert_eq!(occupancy.max(), 1, "two holders were inside at once");
+
+    // A hold of one runtime keeps the other out, and tokens grow.
+    let first = a.lock("one").acquire().await.unwrap();
+    assert!(b.lock("one").try_acquire().await.unwrap().is_none());
+    let token = first.fence();
+    first.release().await.unwrap();
+    let second = b
+        .lock("one")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free now");
+    assert!(second.fence() > token, "{} <= {token}", second.fence());
+    // The lock lives on the primary the sentinels name.
+    assert!(has_key(set, &primary, &b.backend_key("one")).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_unknown_service_or_unreachable_sentinels_fail_with_a_clear_error() {
+    let set = shared_set();
+    let error = LockRuntime::builder()
+        .redis_sentinel(set.sentinel_urls(), "no-such-service")
+        .build()
+        .await
+        .expect_err("an unknown service must not start");
+    let text = error.to_string();
+    assert!(
+        text.contains("no primary found for Redis Sentinel service `no-such-service`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("does not monitor `no-such-service`"),
+        "{text}"
+    );
+    assert!(text.contains("check the service name"), "{text}");
+
+    let nobody = format!("redis://:secret@127.0.0.1:{}", lock_testkit::free_port());
+    let error = LockRuntime::builder()
+        .redis_sentinel([nobody], SERVICE)
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect_err("no sentinel answers");
+    let text = error.to_string();
+    assert!(text.contains("sentinel 127.0.0.1:"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+
+    let error = LockRuntime::builder()
+        .redis("redis://127.0.0.1:1")
+        .sync_replicas(1, Duration::from_millis(100))
+        .build()
+        .await
+        .expect_err("sync_replicas is for Sentinel");
+    assert!(error.to_string().contains("needs the Sentinel backend"));
+}
+
+/// The primary is SIGKILLed with two locks held: `kept`, which had reached
+/// the replicas, and `unreplicated`, taken while the replicas were frozen.
+/// Reports the sentinels' failover time, the time until locks work again,
+/// and what became of each hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_primary_killed_a_replica_is_promoted_and_locks_work_again() {
+    let mut set = SentinelSet::start(2);
+    let prefix = unique("sentinel-kill");
+    let holder = runtime(&set, &prefix, false).await;
+    let other = runtime(&set, &prefix, false).await;
+    let lease = Duration::from_secs(15);
+    let first = format!("127.0.0.1:{}", set.first_primary().port());
+
+    let kept = holder.lock("kept").lease(lease).acquire().await.unwrap();
+    let kept_key = holder.backend_key("kept");
+    let replicas: Vec<String> = set
+        .replicas()
+        .iter()
+        .map(|r| format!("127.0.0.1:{}", r.port()))
+        .collect();
+    let mut replicated = false;
+    for _ in 0..200 {
+        if has_key(&set, &replicas[0], &kept_key).await
+            && has_key(&set, &replicas[1], &kept_key).await
+        {
+            replicated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(replicated, "kept never reached the replicas");
+    // A waiter of `kept` in the other runtime: it must be woken by the
+    // release on the new primary (its watch moved there).
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let guard = other
+                .lock("kept")
+                .wait(Duration::from_secs(40))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        })
+    };
+    lock_tests::wait_until("the waiter is registered", || {
+        other.stats().waiting_keys == 1
+    })
+    .await;
+
+    for replica in set.replicas() {
+        replica.freeze();
+    }
+    let unreplicated = holder
+        .lock("unreplicated")
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let killed_at = Instant::now();
+    set.kill_primary();
+    for replica in set.replicas() {
+        replica.thaw();
+    }
+
+    // Locks work again: a bounded wait rides out the switch by itself.
+    let probe = other
+        .lock("probe")
+        .wait(FAILOVER_LIMIT)
+        .acquire()
+        .await
+        .expect("locks work again after the failover");
+    let working_after = killed_at.elapsed();
+    let (promoted, _) = set.wait_for_failover(FAILOVER_LIMIT).await;
+    let promoted_after = killed_at.elapsed();
+    assert_ne!(promoted, first);
+    assert!(has_key(&set, &promoted, &other.backend_key("probe")).await);
+    drop(probe);
+
+    // `unreplicated` is gone from the new primary: another holder gets in,
+    // with a larger token, and the first holder is told it lost the lock.
+    let second = other
+        .lock("unreplicated")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the unreplicated lock was lost in the failover");
+    assert!(second.fence() > unreplicated.fence());
+    assert!(told_lost(&unreplicated).await, "the holder was never told");
+
+    // `kept` survived: still the holder's, the waiter still out.
+    let info = other.inspect("kept").await.unwrap().expect("kept survived");
+    assert_eq!(info.fence, Some(kept.fence()));
+    assert!(!kept.is_lost());
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got in while kept was held"
+    );
+    let released_at = Instant::now();
+    kept.release().await.expect("kept was still held");
+    let (waited, got_at) = waiter.await.unwrap();
+    let waited = waited.expect("the waiter got kept after its release");
+    let wake_up = got_at.saturating_duration_since(released_at);
+    assert!(waited.fence() > info.fence.unwrap());
+    assert!(
+        wake_up < Duration::from_secs(3),
+        "woken by the lease, not the release: {wake_up:?}"
+    );
+    println!(
+        "sentinel: kill -> sentinels name {promoted}: {promoted_after:?}; a new acquire held \
+         {working_after:?} after the kill; kept survived (token {} then {} for the waiter, \
+         woken {wake_up:?} after the release); unreplicated lost: holder told, second holder \
+         in with token {} > {}",
+        info.fence.unwrap(),
+        waited.fence(),
+        second.fence(),
+        unreplicated.fence()
+    );
+}
+
+/// With `sync_replicas(1, …)` the acquire returns only once a replica has
+/// the lock, so killing the primary right after it loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_sync_replicas_lock_survives_a_kill_right_after_the_acquire() {
+    let mut set = SentinelSet::start(1);
+    let prefix = unique("sentinel-sync");
+    let holder = runtime(&set, &prefix, true).await;
+    let other = runtime(&set, &prefix, false).await;
+
+    let started = Instant::now();
+    let guard = holder
+        .lock("synced")
+        .lease(Duration::from_secs(15))
+        .acquire()
+        .await
+        .unwrap();
+    let sync_took = started.elapsed();
+    let killed_at = Instant::now();
+    set.kill_primary();
+
+    let (promoted, _) = set.wait_for_failover(FAILOVER_LIMIT).await;
+    let promoted_after = killed_at.elapsed();
+    // Bounded: until the other runtime has moved to the new primary.
+    let mut seen = None;
+    for _ in 0..100 {
+        if let Ok(Some(info)) = other.inspect("synced").await {
+            seen = Some(info);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let info = seen.expect("the synced lock is on the new primary");
+    assert_eq!(info.fence, Some(guard.fence()));
+    assert!(has_key(&set, &promoted, &holder.backend_key("synced")).await);
+    assert!(other.lock("synced").try_acquire().await.unwrap().is_none());
+    assert!(!guard.is_lost());
+    let token = guard.fence();
+    guard.release().await.expect("the holder still held it");
+    let next = other
+        .lock("synced")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(next.fence() > token);
+    println!(
+        "sentinel: sync acquire took {sync_took:?}; kill -> {promoted} named after \
+         {promoted_after:?}; the lock survived with token {token}; next token {}",
+        next.fence()
+    );
+}
+
+/// With the replica frozen no acknowledgement comes: the lock is released
+/// and the acquire says why; once it thaws, sync acquires work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
+    let set = SentinelSet::start(1);
+    let prefix = unique("sentinel-nosync");
+    let synced = runtime(&set, &prefix, true).await;
+    let plain = runtime(&set, &prefix, false).await;
+    let primary = format!("127.0.0.1:{}", set.first_primary().port());
+
+    set.replicas()[0].freeze();
+    let error = synced
+        .lock("k")
+        .try_acquire()
+        .await
+        .expect_err("no replica acknowledged the lock");
+    let text = error.to_string();
+    assert!(matches!(error, LockError::Backend(_)), "{error:?}");
+    assert!(text.contains("replication sync failed"), "{text}");
+    assert!(text.contains("only 0 of 1 replicas"), "{text}");
+    assert!(text.contains("it was released again"), "{text}");
+    assert!(!has_key(&set, &primary, &synced.backend_key("k")).await);
+    // A bounded wait retries until its deadline, then reports the same.
+    let started = Instant::now();
+    let error = synced
+        .lock("k")
+        .wait(Duration::from_millis(800))
+        .acquire()
+        .await
+        .expect_err("still no replica");
+    assert!(
+        error.to_string().contains("replication sync failed"),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // The lock is free for everyone meanwhile.
+    let guard = plain.lock("k").try_acquire().await.unwrap().expect("free");
+    guard.release().await.unwrap();
+
+    set.replicas()[0].thaw();
+    let guard = synced
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the replica acknowledges again");
+    assert!(
+        has_key(
+            &set,
+            &format!("127.0.0.1:{}", set.replicas()[0].port()),
+            &synced.backend_key("k")
+        )
+        .await
+    );
+    guard.release().await.unwrap();
+}
+
+/// `SENTINEL FAILOVER` demotes a live primary: its writes answer READONLY,
+/// and the runtime moves to the new primary without a lost connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_readonly_old_primary_makes_the_runtime_follow_a_forced_failover() {
+    let set = SentinelSet::start(1);
+    let prefix = unique("sentinel-readonly");
+    let rt = runtime(&set, &prefix, false).await;
+    rt.lock("before")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let mut sentinel = redis::Client::open(set.sentinel_urls()[0].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let forced_at = Instant::now();
+    let _: String = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(SERVICE)
+        .query_async(&mut sentinel)
+        .await
+        .unwrap();
+    let (promoted, _) = set.wait_for_failover(FAILOVER_LIMIT).await;
+    let first = format!("127.0.0.1:{}", set.first_primary().port());
+    // Until the old primary is a replica its writes still work; after, the
+    // runtime's writes there answer READONLY and it moves.
+    let mut moved = None;
+    for _ in 0..100 {
+        if let Ok(guard) = rt
+            .lock("after")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            if has_key(&set, &promoted, &rt.backend_key("after")).await {
+                moved = Some(forced_at.elapsed());
+                guard.release().await.unwrap();
+                break;
+            }
+            // (taken on the old primary before its demotion)
+            let _ = guard.release().await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let moved = moved.expect("the runtime follows the new primary");
+    assert!(!set.is_master(&first), "the old primary was demoted");
+    println!("sentinel: forced failover {first} -> {promoted}; locks on it after {moved:?}");
+}
