@@ -33,7 +33,7 @@ use crate::server::{data_dir, RedisServer};
 pub const SERVICE: &str = "mymaster";
 
 /// How long a sentinel waits for a silent primary before it calls it down.
-pub const DOWN_AFTER: Duration = Duration::from_millis(700);
+pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
 
 /// How long the start may take to reach a ready deployment.
 const READY_LIMIT: Duration = Duration::from_secs(15);

@@ -13,7 +13,11 @@
 //! attempts, backing off from 50 ms to 250 ms, until a node answers `ROLE`
 //! master. That covers a primary that died (its old address refuses, the
 //! sentinels promote a replica) and one that came back as a replica (its
-//! writes answer `READONLY`, the sentinels name another node). When the
+//! writes answer `READONLY`, the sentinels name another node). A primary
+//! replaced while it still answers (a forced failover, a partition between
+//! it and the sentinels) fails nothing until a sentinel demotes it, up to
+//! ten seconds later: [`events`] listens to the sentinels' `+switch-master`
+//! so that the move starts when they announce it. When the
 //! primary moved, a new backend is connected, every lock the waiters watch
 //! is watched again on it, it replaces the old one, and every waiter is
 //! woken ([`Wakeups::connection_lost`]): a release may have gone unheard.
@@ -39,6 +43,7 @@
 //! fair-mode release hands over by message was written by the releasing
 //! process, and is not waited for again.
 
+mod events;
 mod resolve;
 
 use std::collections::HashMap;
@@ -117,6 +122,8 @@ struct Shared {
     watched: Mutex<HashMap<String, Arc<dyn Watched>>>,
     /// Something failed: the monitor should look for the primary.
     suspect: Arc<Notify>,
+    /// The primary a sentinel announced (`+switch-master`), for the monitor.
+    announced: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -189,8 +196,10 @@ pub(crate) async fn connect(
         primary: RwLock::new(Arc::new(primary)),
         watched: Mutex::new(HashMap::new()),
         suspect: suspect.clone(),
+        announced: Mutex::new(None),
     });
     tokio::spawn(monitor(Arc::downgrade(&shared), suspect));
+    tokio::spawn(events::listen(Arc::downgrade(&shared)));
     let watches: Arc<dyn Watches> = shared.clone();
     Ok((SentinelBackend { shared }, watches))
 }
@@ -231,15 +240,20 @@ async fn open_primary(
     })
 }
 
-/// The monitor: one round of [`Shared::follow`] per burst of failures,
-/// until the backend is gone.
+/// The monitor: one round of [`Shared::follow`] per burst of failures or
+/// announcement, until the backend is gone.
 async fn monitor(shared: Weak<Shared>, suspect: Arc<Notify>) {
     loop {
         suspect.notified().await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        shared.follow().await;
+        let announced = shared
+            .announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        shared.follow(announced).await;
     }
 }
 
@@ -251,14 +265,35 @@ impl Shared {
             .clone()
     }
 
-    /// Looks for the primary until a node answers `ROLE` master; moves to
-    /// it when it is not the current one. Bounded: [`FOLLOW_ATTEMPTS`].
-    async fn follow(&self) {
+    /// A sentinel announced a new primary: the monitor moves there.
+    fn moved(&self, address: String) {
+        *self
+            .announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(address);
+        self.suspect.notify_one();
+    }
+
+    /// Looks for the primary until a node answers `ROLE` master (first the
+    /// one a sentinel `announced`, if any: the old primary may still answer
+    /// as one); moves to it when it is not the current one. Bounded:
+    /// [`FOLLOW_ATTEMPTS`].
+    async fn follow(&self, announced: Option<String>) {
         let mut pause = FOLLOW_PAUSE.0;
         let mut last = None;
         for _ in 0..FOLLOW_ATTEMPTS {
-            let found =
-                resolve::primary(&self.sentinels, &self.service, &self.auth, &self.settings).await;
+            let found = match &announced {
+                Some(address)
+                    if resolve::is_master(address, &self.auth, &self.settings).await
+                        == Ok(true) =>
+                {
+                    Ok(address.clone())
+                }
+                _ => {
+                    resolve::primary(&self.sentinels, &self.service, &self.auth, &self.settings)
+                        .await
+                }
+            };
             match found {
                 // The same node is still the primary: its connection manager
                 // reconnects by itself.
@@ -467,7 +502,7 @@ async fn replicated(
     } else {
         "releasing it failed too: its lease frees it"
     };
-    Err(BackendError::msg(format!(
+    Err(BackendError::replica_sync(format!(
         "replication sync failed for lock `{lock_key}` on Redis at {}: {acked}, so a \
          failover could lose it; {outcome}. Check the replicas (INFO replication), or \
          lower or drop sync_replicas",

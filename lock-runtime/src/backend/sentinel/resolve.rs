@@ -58,7 +58,7 @@ fn encode(text: &str) -> String {
 #[derive(Clone)]
 pub(crate) struct Sentinel {
     pub(crate) endpoint: String,
-    info: ConnectionInfo,
+    pub(super) info: ConnectionInfo,
 }
 
 /// Parses the sentinel addresses: `redis://[user:password@]host:port` or
@@ -97,15 +97,21 @@ pub(crate) fn parse_sentinels(urls: &[String]) -> Result<Vec<Sentinel>, LockErro
         .collect()
 }
 
-/// A connection to `info`, bounded by the connect and response timeouts.
-async fn open(
+/// The connection settings of every connection made here: the timeouts.
+pub(super) fn config(settings: &ConnectSettings) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+}
+
+/// A connection to `info` made with `config`, bounded by the connect and
+/// response timeouts.
+pub(super) async fn open(
     info: ConnectionInfo,
     settings: &ConnectSettings,
+    config: AsyncConnectionConfig,
 ) -> Result<MultiplexedConnection, String> {
     let client = redis::Client::open(info).map_err(|e| e.to_string())?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.response_timeout));
     let bound = settings
         .connect_timeout
         .saturating_add(settings.response_timeout);
@@ -127,7 +133,7 @@ async fn ask<T: redis::FromRedisValue>(
     settings: &ConnectSettings,
     cmd: &redis::Cmd,
 ) -> Result<T, String> {
-    let mut con = open(info, settings).await?;
+    let mut con = open(info, settings, config(settings)).await?;
     let bound: Duration = settings.response_timeout;
     match tokio::time::timeout(bound, cmd.query_async(&mut con)).await {
         Ok(Ok(value)) => Ok(value),
@@ -191,7 +197,7 @@ pub(crate) async fn primary(
 }
 
 /// Whether the node at `address` says `ROLE` master.
-async fn is_master(
+pub(super) async fn is_master(
     address: &str,
     auth: &NodeAuth,
     settings: &ConnectSettings,
