@@ -423,6 +423,14 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
         .await
         .unwrap();
 
+    let first = format!("127.0.0.1:{}", set.first_primary().port());
+    let mut old = node(&set, &first).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut old)
+        .await
+        .unwrap();
+    assert!(runtime_connections(&clients) >= 1, "{clients}");
     let mut sentinel = redis::Client::open(set.sentinel_urls()[0].as_str())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -437,7 +445,6 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
         .unwrap();
     let (promoted, _) = set.wait_for_failover(FAILOVER_LIMIT).await;
     let named_after = forced_at.elapsed();
-    let first = format!("127.0.0.1:{}", set.first_primary().port());
     let old_still_master = set.is_master(&first);
     // Bounded: 60 tries 50 ms apart, each a short acquire.
     let mut moved = None;
@@ -462,8 +469,43 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
         moved < named_after + Duration::from_secs(3),
         "moved {moved:?} after the failover, the sentinels named {promoted} after {named_after:?}"
     );
+    // The old primary's backend was dropped: its connections (the main one,
+    // with its subscription task and releaser) close.
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut old)
+            .await
+            .unwrap();
+        left = runtime_connections(&clients);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "connections to the old primary stayed open");
     println!(
         "sentinel: forced failover {first} -> {promoted} named after {named_after:?} (old \
          primary still a master then: {old_still_master}); locks on the new one after {moved:?}"
     );
+}
+
+/// Connections in a `CLIENT LIST` that are neither a sentinel's, nor a
+/// replication link, nor the one asking.
+fn runtime_connections(clients: &str) -> usize {
+    clients
+        .lines()
+        .filter(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(name))
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            !field("name=").starts_with("sentinel-")
+                && !field("flags=").contains(['S', 'M'])
+                && field("cmd=") != "client|list"
+        })
+        .count()
 }
