@@ -8,14 +8,13 @@
 //! processes: their holder ids differ, as between processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use lock_runtime::{with_lock, LockError, LockGuard, LockRuntime};
+use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::sentinel::SERVICE;
 use lock_testkit::SentinelSet;
-use lock_tests::{unique, Occupancy};
+use lock_tests::{count_under_lock, unique};
 
 /// Longest a failover may take before a test fails.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
@@ -79,31 +78,9 @@ async fn sentinel_backend_excludes_across_two_runtimes_and_names_the_primary() {
         format!("redis sentinel service {SERVICE}, primary at {primary}")
     );
 
-    let counter = Arc::new(AtomicU64::new(0));
-    let occupancy = Arc::new(Occupancy::new());
-    let mut tasks = Vec::new();
-    for t in 0..8 {
-        let rt = if t % 2 == 0 { a.clone() } else { b.clone() };
-        let (counter, occupancy) = (counter.clone(), occupancy.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..20 {
-                with_lock(rt.lock("counter"), async {
-                    let _inside = occupancy.enter();
-                    let value = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(value + 1, Ordering::SeqCst);
-                    Ok::<_, LockError>(())
-                })
-                .await
-                .unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 8 * 20);
-    assert_eq!(occupancy.max(), 1, "two holders were inside at once");
+    let (count, most_inside) = count_under_lock(&[a.clone(), b.clone()], "counter", 8, 20).await;
+    assert_eq!(count, 8 * 20);
+    assert_eq!(most_inside, 1, "two holders were inside at once");
 
     // A hold of one runtime keeps the other out, and tokens grow.
     let first = a.lock("one").acquire().await.unwrap();
