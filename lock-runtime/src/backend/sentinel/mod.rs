@@ -248,12 +248,7 @@ async fn monitor(shared: Weak<Shared>, suspect: Arc<Notify>) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let announced = shared
-            .announced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        shared.follow(announced).await;
+        shared.follow().await;
     }
 }
 
@@ -275,13 +270,20 @@ impl Shared {
     }
 
     /// Looks for the primary until a node answers `ROLE` master (first the
-    /// one a sentinel `announced`, if any: the old primary may still answer
+    /// one a sentinel announced, if any: the old primary may still answer
     /// as one); moves to it when it is not the current one. Bounded:
     /// [`FOLLOW_ATTEMPTS`].
-    async fn follow(&self, announced: Option<String>) {
+    async fn follow(&self) {
         let mut pause = FOLLOW_PAUSE.0;
         let mut last = None;
+        let mut announced = None;
         for _ in 0..FOLLOW_ATTEMPTS {
+            let latest = self
+                .announced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            announced = latest.or(announced);
             let found = match &announced {
                 Some(address)
                     if resolve::is_master(address, &self.auth, &self.settings).await
@@ -388,7 +390,10 @@ impl SentinelBackend {
         F: Future<Output = Result<T, BackendError>>,
     {
         let outcome = call(self.shared.current()).await;
-        if outcome.is_err() {
+        if outcome
+            .as_ref()
+            .is_err_and(|e| !e.is_replica_sync_failure())
+        {
             self.shared.suspect.notify_one();
         }
         outcome
