@@ -1,10 +1,11 @@
-//! Where locks live: Redis, or the embedded in-process store.
+//! Where locks live: Redis (one server, or the primary of a Sentinel
+//! service), or the embedded in-process store.
 //!
 //! Both backends offer the same four operations with the same meaning (the
 //! Lua scripts in `scripts/` define it; `memory.rs` mirrors them line by
 //! line). Everything Redis-specific — connections, scripts, pub/sub,
-//! reconnects — stays inside `redis.rs`; the rest of the crate only sees
-//! [`Backend`].
+//! reconnects — stays inside `redis/` (and `sentinel/`, which points it at
+//! the current primary); the rest of the crate only sees [`Backend`].
 
 /// What [`Backend::describe`] says of the embedded backend.
 pub(crate) const EMBEDDED_DESCRIPTION: &str =
