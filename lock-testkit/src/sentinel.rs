@@ -71,30 +71,18 @@ impl SentinelSet {
     /// waits until all of them see each other.
     pub fn try_start(replicas: usize) -> Result<SentinelSet> {
         let binary = binary::redis_server()?;
-        let primary = RedisServer::try_start_with(&[
-            "--repl-diskless-sync",
-            "yes",
-            "--repl-diskless-sync-delay",
-            "0",
-        ])?;
-        let primary_port = primary.port().to_string();
-        let mut nodes = vec![primary];
-        for _ in 0..replicas {
-            nodes.push(RedisServer::try_start_with(&[
-                "--replicaof",
-                "127.0.0.1",
-                &primary_port,
-                "--repl-diskless-sync",
-                "yes",
-                "--repl-diskless-sync-delay",
-                "0",
-            ])?);
-        }
+        let dir = data_dir()?;
         let mut set = SentinelSet {
-            nodes,
+            nodes: Vec::new(),
             sentinels: Vec::new(),
-            dir: data_dir()?,
+            dir,
         };
+        let primary = set.start_node(None)?;
+        set.nodes.push(primary);
+        for _ in 0..replicas {
+            let replica = set.start_node(Some(set.nodes[0].port()))?;
+            set.nodes.push(replica);
+        }
         let deadline = Instant::now() + READY_LIMIT;
         set.wait_for_replicas(replicas, deadline)?;
         for n in 0..3 {
@@ -103,6 +91,31 @@ impl SentinelSet {
         }
         set.wait_for_sentinels(replicas, deadline)?;
         Ok(set)
+    }
+
+    /// Starts a data node (a replica of `primary`, if given). Full syncs
+    /// send and load the snapshot through the socket, and anything a node
+    /// still writes goes to the set's directory, not the working directory.
+    fn start_node(&self, primary: Option<u16>) -> Result<RedisServer> {
+        let dir = self.dir.to_str().context("temp directory is not UTF-8")?;
+        let file = format!("node-{}.rdb", self.nodes.len());
+        let mut args = vec![
+            "--dir",
+            dir,
+            "--dbfilename",
+            &file,
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+            "--repl-diskless-load",
+            "swapdb",
+        ];
+        let port = primary.map(|p| p.to_string());
+        if let Some(port) = &port {
+            args.extend(["--replicaof", "127.0.0.1", port]);
+        }
+        RedisServer::try_start_with(&args)
     }
 
     /// Writes sentinel `n`'s configuration and starts it on a free port.

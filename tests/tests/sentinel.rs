@@ -8,7 +8,6 @@
 //! processes: their holder ids differ, as between processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockGuard, LockRuntime};
@@ -18,12 +17,6 @@ use lock_tests::{count_under_lock, unique};
 
 /// Longest a failover may take before a test fails.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
-
-/// The deployment of the tests that break nothing (one replica).
-fn shared_set() -> &'static SentinelSet {
-    static SET: OnceLock<SentinelSet> = OnceLock::new();
-    SET.get_or_init(|| SentinelSet::start(1))
-}
 
 /// A runtime on `set`'s service; `sync`: `sync_replicas(1, 300 ms)`.
 async fn runtime(set: &SentinelSet, prefix: &str, sync: bool) -> LockRuntime {
@@ -66,7 +59,7 @@ async fn told_lost(guard: &LockGuard) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_backend_excludes_across_two_runtimes_and_names_the_primary() {
-    let set = shared_set();
+    let set = &SentinelSet::start(1);
     let prefix = unique("sentinel-excl");
     let (a, b) = (
         runtime(set, &prefix, false).await,
@@ -100,7 +93,7 @@ async fn sentinel_backend_excludes_across_two_runtimes_and_names_the_primary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_unknown_service_or_unreachable_sentinels_fail_with_a_clear_error() {
-    let set = shared_set();
+    let set = &SentinelSet::start(1);
     let error = LockRuntime::builder()
         .redis_sentinel(set.sentinel_urls(), "no-such-service")
         .build()
