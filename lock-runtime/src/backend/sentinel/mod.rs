@@ -124,6 +124,11 @@ struct Shared {
     suspect: Arc<Notify>,
     /// The primary a sentinel announced (`+switch-master`), for the monitor.
     announced: Mutex<Option<String>>,
+    /// Told when a primary is announced.
+    news: Notify,
+    /// Told when the primary was replaced: acquires still waiting for the
+    /// old one give up, to be tried again on the new one.
+    switched: Notify,
 }
 
 impl std::fmt::Debug for Shared {
@@ -197,6 +202,8 @@ pub(crate) async fn connect(
         watched: Mutex::new(HashMap::new()),
         suspect: suspect.clone(),
         announced: Mutex::new(None),
+        news: Notify::new(),
+        switched: Notify::new(),
     });
     tokio::spawn(monitor(Arc::downgrade(&shared), suspect));
     tokio::spawn(events::listen(Arc::downgrade(&shared)));
@@ -266,6 +273,7 @@ impl Shared {
             .announced
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(address);
+        self.news.notify_waiters();
         self.suspect.notify_one();
     }
 
@@ -278,6 +286,11 @@ impl Shared {
         let mut last = None;
         let mut announced = None;
         for _ in 0..FOLLOW_ATTEMPTS {
+            // An announcement during a slow attempt (a frozen node answers
+            // nothing until the timeouts) cuts it short.
+            let news = self.news.notified();
+            let mut news = std::pin::pin!(news);
+            news.as_mut().enable();
             let latest = self
                 .announced
                 .lock()
@@ -291,10 +304,12 @@ impl Shared {
                 {
                     Ok(address.clone())
                 }
-                _ => {
-                    resolve::primary(&self.sentinels, &self.service, &self.auth, &self.settings)
-                        .await
-                }
+                _ => tokio::select! {
+                    found = resolve::primary(
+                        &self.sentinels, &self.service, &self.auth, &self.settings
+                    ) => found,
+                    () = news => continue,
+                },
             };
             match found {
                 // The same node is still the primary: its connection manager
@@ -345,6 +360,7 @@ impl Shared {
             "Redis Sentinel: the primary moved; following it"
         );
         drop(old);
+        self.switched.notify_waiters();
         if let Some(waiters) = self.wakeups.upgrade() {
             waiters.connection_lost();
         }
@@ -399,7 +415,33 @@ impl SentinelBackend {
         outcome
     }
 
+    /// One acquire attempt on the current primary. One still in flight
+    /// when the primary is replaced fails at once (the old node may take
+    /// seconds to refuse: reconnects to a dead address), so that its waiter
+    /// tries the new primary; an attempt that did reach the old node left
+    /// nothing the new one knows of.
     pub(crate) async fn acquire(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        let switched = self.shared.switched.notified();
+        let mut switched = std::pin::pin!(switched);
+        switched.as_mut().enable();
+        let attempt = self.attempt(lock_key, holder, lease, queue);
+        tokio::select! {
+            outcome = attempt => outcome,
+            () = switched => Err(BackendError::msg(format!(
+                "the primary of Redis Sentinel service `{}` was replaced during an acquire; \
+                 trying the new one",
+                self.shared.service
+            ))),
+        }
+    }
+
+    async fn attempt(
         &self,
         lock_key: &str,
         holder: &str,
@@ -469,17 +511,30 @@ impl SentinelBackend {
     }
 
     /// Resolves once the background releases of `lock_key` queued so far on
-    /// the current primary have been answered.
+    /// the current primary have been answered, or that primary was replaced
+    /// (its releaser goes with it: what it had not sent is left to leases).
     pub(crate) async fn releases_settled(&self, lock_key: &str) {
-        let primary = self.shared.current();
-        primary.backend.pending().settled(lock_key).await;
+        self.until_switched(|p| async move { p.backend.pending().settled(lock_key).await })
+            .await;
     }
 
     /// Resolves once every background release queued so far on the current
-    /// primary has been answered.
+    /// primary has been answered, or that primary was replaced.
     pub(crate) async fn all_releases_settled(&self) {
-        let primary = self.shared.current();
-        primary.backend.pending().all_settled().await;
+        self.until_switched(|p| async move { p.backend.pending().all_settled().await })
+            .await;
+    }
+
+    /// Runs `wait` on the current primary until it ends or that primary is
+    /// replaced.
+    async fn until_switched<F: Future<Output = ()>>(&self, wait: impl FnOnce(Arc<Primary>) -> F) {
+        let switched = self.shared.switched.notified();
+        let mut switched = std::pin::pin!(switched);
+        switched.as_mut().enable();
+        tokio::select! {
+            () = wait(self.shared.current()) => {}
+            () = switched => {}
+        }
     }
 }
 
