@@ -500,7 +500,7 @@ fn runtime_connections(clients: &str) -> usize {
 
 /// A frozen primary (SIGSTOP) answers nothing: calls time out, the
 /// sentinels promote the replica, and the runtime moves there; a lock held
-/// across it stays held, and the thawed old primary is demoted.
+/// across it stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
     let set = SentinelSet::start(1);
@@ -523,7 +523,6 @@ async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
     let info = other.inspect("held").await.unwrap().expect("held survived");
     assert_eq!(info.fence, Some(guard.fence()));
     assert!(other.lock("held").try_acquire().await.unwrap().is_none());
-    set.first_primary().thaw();
     let token = guard.fence();
     guard.release().await.expect("the holder still held it");
     let next = other
@@ -533,16 +532,6 @@ async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
         .unwrap()
         .expect("free");
     assert!(next.fence() > token);
-    // Bounded: the sentinels demote the old primary once it answers again.
-    let mut demoted = false;
-    for _ in 0..300 {
-        if !set.is_master(&first) {
-            demoted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(demoted, "the thawed old primary stayed a primary");
     println!(
         "sentinel: freeze -> sentinels name {promoted} after {named_after:?}; an acquire \
          started at the freeze held after {working_after:?}; the held lock survived (token {token}, next {})",

@@ -17,14 +17,23 @@
 //! replaced while it still answers (a forced failover, a partition between
 //! it and the sentinels) fails nothing until a sentinel demotes it, up to
 //! ten seconds later: [`events`] listens to the sentinels' `+switch-master`
-//! so that the move starts when they announce it. When the
-//! primary moved, a new backend is connected, every lock the waiters watch
-//! is watched again on it, it replaces the old one, and every waiter is
-//! woken ([`Wakeups::connection_lost`]): a release may have gone unheard.
-//! The old backend is dropped, which ends its subscription task and its
-//! releaser. Meanwhile calls fail with backend errors, which waiters and
-//! the watchdog already ride out (backoff until their deadline; a held
-//! lock is lost only at its client-side lease end).
+//! so that the move starts when they announce it (an announcement also cuts
+//! short a round stuck on a frozen node's timeouts).
+//!
+//! When the primary moved, a new backend is connected, every lock the
+//! waiters watch is watched again on it, it replaces the old one, and every
+//! waiter is woken ([`Wakeups::connection_lost`]): a release may have gone
+//! unheard. Calls still in flight to the old node are sent again to the
+//! new one at once (a dead node can take seconds to refuse, while its
+//! connection manager retries), waits for its background releases to
+//! settle end, and the background releases sent to it in the last minute
+//! are queued again on the new primary (dropped guards, fair places given
+//! back: the old node may not have applied or replicated them, and a
+//! release id is unique, so one that did arrive does no harm). The old backend is dropped, which ends its subscription task and
+//! its releaser and closes its connections. Meanwhile calls fail with
+//! backend errors, which waiters and the watchdog already ride out (backoff
+//! until their deadline; a held lock is lost only at its client-side lease
+//! end).
 //!
 //! **`sync_replicas(n, timeout)`.** Asynchronous replication may lose a lock
 //! acquired just before a failover: the promoted replica never saw it, and
@@ -46,10 +55,10 @@
 mod events;
 mod resolve;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -60,6 +69,16 @@ use super::redis::{self as single, RedisBackend};
 use super::{Acquire, ConnectSettings, Queue, Recorded, Release, Wakeups, Watched, Watches};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
+
+/// How far back a switch of primary sends the old primary's background
+/// releases again (Sentinel's default `down-after-milliseconds` is 30 s),
+/// and how many at most.
+const RESEND_WINDOW: Duration = Duration::from_secs(60);
+const RESEND_MAX: usize = 10_000;
+
+/// How long a failed call waits for a switch of primary under way before
+/// it reports the failure.
+const SWITCH_GRACE: Duration = Duration::from_millis(500);
 
 /// Attempts of one round of finding the primary after a failure; a later
 /// failure starts another round.
@@ -90,6 +109,36 @@ struct Primary {
     sync: Option<RedisBackend>,
     /// Kept alive while this primary is current (the backend holds it weakly).
     _relay: Arc<Relay>,
+    /// The background releases handed to this primary's releaser in the
+    /// last [`RESEND_WINDOW`]: sent again to the next primary if this one is
+    /// replaced (its releaser may have given up on them, or they may not
+    /// have reached a replica).
+    recent: Mutex<VecDeque<Recent>>,
+}
+
+/// A background release: when it was queued, lock key, holder id, fair.
+type Recent = (Instant, String, String, bool);
+
+impl Primary {
+    /// Queues a background release here, and remembers it.
+    fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            while recent.front().is_some_and(|(at, ..)| {
+                recent.len() >= RESEND_MAX || now.saturating_duration_since(*at) > RESEND_WINDOW
+            }) {
+                recent.pop_front();
+            }
+            recent.push_back((now, lock_key.clone(), holder.clone(), fair));
+        }
+        self.backend.release_in_background(lock_key, holder, fair);
+    }
+
+    /// The background releases of the last [`RESEND_WINDOW`].
+    fn take_recent(&self) -> VecDeque<Recent> {
+        std::mem::take(&mut *self.recent.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// Handle to the Sentinel backend of one runtime (cheap to clone).
@@ -244,6 +293,7 @@ async fn open_primary(
         watches,
         sync,
         _relay: relay,
+        recent: Mutex::new(VecDeque::new()),
     })
 }
 
@@ -359,6 +409,16 @@ impl Shared {
             to = %primary.address,
             "Redis Sentinel: the primary moved; following it"
         );
+        // The old primary's recent background releases, again: it may not
+        // have applied or replicated them. (Holder ids are unique: a release
+        // that did reach the new primary finds nothing, and one that did not
+        // frees what its holder gave up.)
+        let window = Instant::now().checked_sub(RESEND_WINDOW);
+        for (at, lock_key, holder, fair) in old.take_recent() {
+            if window.is_none_or(|w| at >= w) {
+                primary.release_in_background(lock_key, holder, fair);
+            }
+        }
         drop(old);
         self.switched.notify_waiters();
         if let Some(waiters) = self.wakeups.upgrade() {
@@ -382,7 +442,7 @@ impl Watches for Shared {
     }
 
     fn give_back_place(&self, lock: String, holder: String) {
-        self.current().watches.give_back_place(lock, holder);
+        self.current().release_in_background(lock, holder, true);
     }
 }
 
@@ -396,52 +456,45 @@ impl SentinelBackend {
         )
     }
 
-    /// Runs `call` on the current primary; a failure makes the monitor look
-    /// for the primary.
-    async fn on_primary<T, F>(
-        &self,
-        call: impl FnOnce(Arc<Primary>) -> F,
-    ) -> Result<T, BackendError>
+    /// Runs `call` on the current primary. When the primary is replaced
+    /// during the call (a call to a dead node can take seconds to fail while
+    /// its connection manager retries), or within [`SWITCH_GRACE`] after it
+    /// failed (a failure is often the first sign of a switch, or comes just
+    /// before one), it runs once more on the new primary; a call that did
+    /// reach a demoted node left nothing that counts. A failure makes the
+    /// monitor look for the primary.
+    async fn on_primary<T, F>(&self, call: impl Fn(Arc<Primary>) -> F) -> Result<T, BackendError>
     where
         F: Future<Output = Result<T, BackendError>>,
     {
-        let outcome = call(self.shared.current()).await;
-        if outcome
-            .as_ref()
-            .is_err_and(|e| !e.is_replica_sync_failure())
-        {
+        for last in [false, true] {
+            let switched = self.shared.switched.notified();
+            let mut switched = std::pin::pin!(switched);
+            switched.as_mut().enable();
+            let primary = self.shared.current();
+            let outcome = tokio::select! {
+                outcome = call(primary.clone()) => outcome,
+                () = switched.as_mut() => continue,
+            };
+            let error = match outcome {
+                Ok(value) => return Ok(value),
+                Err(error) if error.is_replica_sync_failure() => return Err(error),
+                Err(error) => error,
+            };
             self.shared.suspect.notify_one();
+            let replaced = !Arc::ptr_eq(&primary, &self.shared.current())
+                || tokio::time::timeout(SWITCH_GRACE, switched).await.is_ok();
+            if last || !replaced {
+                return Err(error);
+            }
         }
-        outcome
+        Err(BackendError::msg(format!(
+            "the primary of Redis Sentinel service `{}` was replaced twice during one call",
+            self.shared.service
+        )))
     }
 
-    /// One acquire attempt on the current primary. One still in flight
-    /// when the primary is replaced fails at once (the old node may take
-    /// seconds to refuse: reconnects to a dead address), so that its waiter
-    /// tries the new primary; an attempt that did reach the old node left
-    /// nothing the new one knows of.
     pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        lease: Duration,
-        queue: Queue,
-    ) -> Result<Acquire, BackendError> {
-        let switched = self.shared.switched.notified();
-        let mut switched = std::pin::pin!(switched);
-        switched.as_mut().enable();
-        let attempt = self.attempt(lock_key, holder, lease, queue);
-        tokio::select! {
-            outcome = attempt => outcome,
-            () = switched => Err(BackendError::msg(format!(
-                "the primary of Redis Sentinel service `{}` was replaced during an acquire; \
-                 trying the new one",
-                self.shared.service
-            ))),
-        }
-    }
-
-    async fn attempt(
         &self,
         lock_key: &str,
         holder: &str,
@@ -500,7 +553,6 @@ impl SentinelBackend {
     pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
         self.shared
             .current()
-            .backend
             .release_in_background(lock_key, holder, fair);
     }
 
