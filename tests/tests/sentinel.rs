@@ -74,6 +74,32 @@ async fn recovery(
     (promoted, named, working)
 }
 
+/// Checks that the lock `guard` holds survived a failover, as `other` (on
+/// the new primary once it answers) sees it: recorded with the guard's
+/// token, closed to others, and, once the guard gives it back, taken with a
+/// larger token. Returns both tokens.
+async fn survived(guard: LockGuard, other: &LockRuntime) -> (u64, u64) {
+    let key = guard.key().to_owned();
+    // Bounded: until `other` reaches the new primary.
+    let mut seen = None;
+    for _ in 0..100 {
+        if let Ok(Some(info)) = other.inspect(&key).await {
+            seen = Some(info);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let info = seen.expect("the lock is on the new primary");
+    let token = guard.fence();
+    assert_eq!(info.fence, Some(token));
+    assert!(other.lock(&key).try_acquire().await.unwrap().is_none());
+    assert!(!guard.is_lost());
+    guard.release().await.expect("the holder still held it");
+    let next = other.lock(&key).try_acquire().await.unwrap().expect("free");
+    assert!(next.fence() > token);
+    (token, next.fence())
+}
+
 /// Waits (bounded: 5 s) until `lost` is told its lock is gone; `false` if
 /// it never was.
 async fn told_lost(guard: &LockGuard) -> bool {
@@ -301,33 +327,12 @@ async fn sentinel_sync_replicas_lock_survives_a_kill_right_after_the_acquire() {
 
     let (promoted, _) = set.wait_for_failover(FAILOVER_LIMIT).await;
     let promoted_after = killed_at.elapsed();
-    // Bounded: until the other runtime has moved to the new primary.
-    let mut seen = None;
-    for _ in 0..100 {
-        if let Ok(Some(info)) = other.inspect("synced").await {
-            seen = Some(info);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let info = seen.expect("the synced lock is on the new primary");
-    assert_eq!(info.fence, Some(guard.fence()));
+    // The promoted replica had it before the acquire returned.
     assert!(has_key(&set, &promoted, &holder.backend_key("synced")).await);
-    assert!(other.lock("synced").try_acquire().await.unwrap().is_none());
-    assert!(!guard.is_lost());
-    let token = guard.fence();
-    guard.release().await.expect("the holder still held it");
-    let next = other
-        .lock("synced")
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free");
-    assert!(next.fence() > token);
+    let (token, next) = survived(guard, &other).await;
     println!(
         "sentinel: sync acquire took {sync_took:?} (plain {plain_took:?}); kill -> {promoted} named after \
-         {promoted_after:?}; the lock survived with token {token}; next token {}",
-        next.fence()
+         {promoted_after:?}; the lock survived with token {token}; next token {next}"
     );
 }
 
@@ -520,21 +525,9 @@ async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
     let (promoted, named_after, working_after) = recovery(&set, &other, frozen_at).await;
     assert_ne!(promoted, first);
 
-    let info = other.inspect("held").await.unwrap().expect("held survived");
-    assert_eq!(info.fence, Some(guard.fence()));
-    assert!(other.lock("held").try_acquire().await.unwrap().is_none());
-    let token = guard.fence();
-    guard.release().await.expect("the holder still held it");
-    let next = other
-        .lock("held")
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free");
-    assert!(next.fence() > token);
+    let (token, next) = survived(guard, &other).await;
     println!(
         "sentinel: freeze -> sentinels name {promoted} after {named_after:?}; an acquire \
-         started at the freeze held after {working_after:?}; the held lock survived (token {token}, next {})",
-        next.fence()
+         started at the freeze held after {working_after:?}; the held lock survived (token {token}, next {next})"
     );
 }
