@@ -175,14 +175,14 @@ struct Shared {
     announced: Mutex<Option<String>>,
     /// Told when a primary is announced.
     news: Notify,
-    /// Told when the primary was replaced: acquires still waiting for the
-    /// old one give up, to be tried again on the new one.
+    /// Told when the primary was replaced: calls still waiting for the old
+    /// one run again on the new one, and waits for its releases end.
     switched: Notify,
 }
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SentinelWatches")
+        f.debug_struct("SentinelShared")
             .field("service", &self.service)
             .finish_non_exhaustive()
     }
