@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::backend::sentinel::{NodeAuth, SentinelConfig};
 use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
 use crate::error::{BackendError, LockError};
 use crate::runtime::{LockRuntime, Settings, Started};
@@ -40,6 +41,8 @@ pub(crate) enum Choice {
     RedisCluster(Vec<String>),
     /// Redlock over these masters' URLs.
     Redlock(Vec<String>),
+    /// Sentinel addresses and the service name.
+    Sentinel(Vec<String>, String),
 }
 
 /// Configures and starts a [`LockRuntime`].
@@ -73,6 +76,10 @@ pub struct LockRuntimeBuilder {
     pub(crate) fence_window: Duration,
     pub(crate) tls_root_ca: Option<Vec<u8>>,
     pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Sentinel: how the data nodes are reached.
+    pub(crate) node_auth: NodeAuth,
+    /// Sentinel: `WAIT` for this many replicas, this long, after acquires.
+    pub(crate) sync_replicas: Option<(u32, Duration)>,
 }
 
 /// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
@@ -97,6 +104,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
             Choice::Redis(_) => "redis (URL hidden)",
             Choice::RedisCluster(_) => "redis cluster (URLs hidden)",
             Choice::Redlock(_) => "redlock (URLs hidden)",
+            Choice::Sentinel(..) => "redis sentinel (URLs hidden)",
         };
         f.debug_struct("LockRuntimeBuilder")
             .field("backend", &backend)
@@ -122,6 +130,8 @@ impl Default for LockRuntimeBuilder {
             fence_window: DEFAULT_FENCE_WINDOW,
             tls_root_ca: None,
             tls_client: None,
+            node_auth: NodeAuth::default(),
+            sync_replicas: None,
         }
     }
 }
@@ -179,6 +189,63 @@ impl LockRuntimeBuilder {
         I::Item: Into<String>,
     {
         self.choice = Choice::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Use the primary of a Redis Sentinel service, and follow it across
+    /// failovers: `sentinels` are the sentinels' addresses
+    /// (`redis://[user:password@]host:port`, or `host:port`; a password in
+    /// one authenticates to that sentinel), `service` the name they monitor
+    /// (`sentinel monitor <service> …`). The primary and replicas are
+    /// reached with [`sentinel_auth`](Self::sentinel_auth) and
+    /// [`sentinel_db`](Self::sentinel_db). See README, "Redis Sentinel".
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let runtime = lock_runtime::LockRuntime::builder()
+    ///     .redis_sentinel(["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"], "mymaster")
+    ///     .sentinel_auth(None, "data-node-password")
+    ///     .sync_replicas(1, Duration::from_millis(100))
+    ///     .build()
+    ///     .await?;
+    /// println!("{}", runtime.describe()); // redis sentinel service mymaster, primary at …
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_sentinel(
+        mut self,
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+        service: impl Into<String>,
+    ) -> Self {
+        let sentinels = sentinels.into_iter().map(Into::into).collect();
+        self.choice = Choice::Sentinel(sentinels, service.into());
+        self
+    }
+
+    /// Sentinel: the user (`None`: the default user) and password of the
+    /// primary and replicas (not of the sentinels: put theirs in their URLs).
+    pub fn sentinel_auth(mut self, username: Option<String>, password: impl Into<String>) -> Self {
+        self.node_auth.username = username;
+        self.node_auth.password = Some(password.into());
+        self
+    }
+
+    /// Sentinel: the database number on the primary (default 0).
+    pub fn sentinel_db(mut self, db: u16) -> Self {
+        self.node_auth.db = db;
+        self
+    }
+
+    /// Sentinel: after each first acquisition, `WAIT` until `replicas`
+    /// replicas have the lock, at most `timeout` (1 ms to 1 h), so that a
+    /// failover right after the acquire does not lose it. When fewer
+    /// acknowledge it, the lock is released and the acquire fails with a
+    /// [`LockError::Backend`] saying "replication sync failed" (a bounded
+    /// wait retries until its deadline first). Costs a replication round
+    /// trip per acquire; keep `timeout` below
+    /// [`try_timeout`](Self::try_timeout), which bounds a try-once.
+    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync_replicas = Some((replicas, timeout));
         self
     }
 
@@ -325,6 +392,7 @@ impl LockRuntimeBuilder {
         if let Choice::Redlock(urls) = &self.choice {
             check_redlock(urls.len(), self.fair)?;
         }
+        self.check_sync_replicas()?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // How long a stopping runtime (shutdown, or the last handle gone)
@@ -338,6 +406,15 @@ impl LockRuntimeBuilder {
             Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
             Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
             Choice::Redlock(urls) => BackendConfig::Redlock(urls.clone(), settings),
+            Choice::Sentinel(sentinels, service) => BackendConfig::Sentinel(
+                SentinelConfig {
+                    sentinels: sentinels.clone(),
+                    service: service.clone(),
+                    auth: self.node_auth.clone(),
+                    sync: self.sync_replicas,
+                },
+                settings,
+            ),
         };
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
@@ -375,6 +452,25 @@ impl LockRuntimeBuilder {
             tls_client: self.tls_client.clone(),
             fence_window: self.fence_window,
         }
+    }
+
+    /// `sync_replicas` is for Sentinel only, with at least one replica.
+    fn check_sync_replicas(&self) -> Result<(), LockError> {
+        let Some((replicas, timeout)) = self.sync_replicas else {
+            return Ok(());
+        };
+        if !matches!(self.choice, Choice::Sentinel(..)) {
+            return Err(LockError::InvalidConfig(
+                "sync_replicas needs the Sentinel backend (redis_sentinel)".to_owned(),
+            ));
+        }
+        if replicas == 0 || !TIMEOUT_RANGE.contains(&timeout) {
+            return Err(LockError::InvalidConfig(format!(
+                "sync_replicas({replicas}, {timeout:?}) is out of range: use at least one \
+                 replica and 1ms to 1h"
+            )));
+        }
+        Ok(())
     }
 }
 

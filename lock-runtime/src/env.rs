@@ -16,6 +16,16 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
 ///
+/// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
+/// no Redis URL set):
+///
+/// | variable | meaning |
+/// |---|---|
+/// | `REDIS_SENTINELS` | the sentinels: `host:port,host:port,…` (or `redis://…` URLs) |
+/// | `REDIS_SENTINEL_SERVICE` | the service they monitor, e.g. `mymaster` |
+/// | `REDIS_USERNAME`, `REDIS_PASSWORD`, `REDIS_DB` | how the primary is reached (optional) |
+/// | `LOCK_SYNC_REPLICAS`, `LOCK_SYNC_TIMEOUT_MS` | `sync_replicas(n, ms)` (timeout default 100) |
+///
 /// **Once per process, and idempotent.** A second call returns the runtime
 /// already installed (however it was installed) without reading the
 /// environment again, so every `#[tokio::test]` of a test binary may call
@@ -68,7 +78,7 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 8] = [
+const ENV_VARIABLES: [&str; 10] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
     "LOCK_REDLOCK_URLS",
@@ -77,6 +87,8 @@ const ENV_VARIABLES: [&str; 8] = [
     "LOCK_BACKEND",
     "LOCK_PREFIX",
     "LOCK_FAIR",
+    "LOCK_SYNC_REPLICAS",
+    "LOCK_SYNC_TIMEOUT_MS",
 ];
 
 /// The builder the environment asks for (`read` looks a variable up;
@@ -91,6 +103,9 @@ fn builder_from_env(
     let cluster = set("LOCK_REDIS_CLUSTER");
     let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
     let mut builder = match (backend.as_deref(), url) {
+        (b, url) if set("REDIS_SENTINELS").is_some() || b == Some("sentinel") => {
+            sentinel_from_env(&set, b, url.is_some())?
+        }
         (None | Some("redis"), url) if cluster.is_some() => {
             if url.is_some() || redlock.is_some() {
                 return Err(LockError::InvalidConfig(
@@ -192,6 +207,48 @@ fn redlock_from_env(
     Ok(LockRuntime::builder().redlock(urls.map(str::to_owned)))
 }
 
+/// The Sentinel part of [`builder_from_env`]: `REDIS_SENTINELS` and its
+/// companions (`set` reads a variable that is set and not blank).
+fn sentinel_from_env(
+    set: &impl Fn(&str) -> Option<String>,
+    backend: Option<&str>,
+    has_url: bool,
+) -> Result<LockRuntimeBuilder, LockError> {
+    let invalid = |text: &str| Err(LockError::InvalidConfig(text.to_owned()));
+    if !matches!(backend, None | Some("sentinel")) || has_url {
+        return invalid(
+            "REDIS_SENTINELS is set together with LOCK_BACKEND=redis/memory or a Redis URL \
+             (REDIS_URL, LOCK_REDIS_URL): keep only the one you mean",
+        );
+    }
+    let (Some(sentinels), Some(service)) = (set("REDIS_SENTINELS"), set("REDIS_SENTINEL_SERVICE"))
+    else {
+        return invalid(
+            "Redis Sentinel needs REDIS_SENTINELS=host:port,host:port,… and \
+             REDIS_SENTINEL_SERVICE=<the monitored service, e.g. mymaster>",
+        );
+    };
+    let sentinels: Vec<String> = sentinels.split(',').map(|s| s.trim().to_owned()).collect();
+    let mut builder = LockRuntime::builder().redis_sentinel(sentinels, service.trim());
+    if let Some(password) = set("REDIS_PASSWORD") {
+        builder = builder.sentinel_auth(set("REDIS_USERNAME"), password);
+    }
+    if let Some(db) = set("REDIS_DB") {
+        let Ok(db) = db.trim().parse() else {
+            return invalid("REDIS_DB is not a database number (0, 1, …)");
+        };
+        builder = builder.sentinel_db(db);
+    }
+    if let Some(replicas) = set("LOCK_SYNC_REPLICAS") {
+        let timeout = set("LOCK_SYNC_TIMEOUT_MS").unwrap_or_else(|| "100".to_owned());
+        let (Ok(replicas), Ok(ms)) = (replicas.trim().parse(), timeout.trim().parse()) else {
+            return invalid("LOCK_SYNC_REPLICAS and LOCK_SYNC_TIMEOUT_MS take whole numbers");
+        };
+        builder = builder.sync_replicas(replicas, std::time::Duration::from_millis(ms));
+    }
+    Ok(builder)
+}
+
 /// The `LOCK_*` names among `names` that [`init_from_env`] does not read,
 /// each with the nearest known name when it looks like a typo of one.
 fn unknown_lock_variables(
@@ -247,6 +304,7 @@ mod tests {
             Choice::Redis(_) => "redis",
             Choice::RedisCluster(_) => "cluster",
             Choice::Redlock(_) => "redlock",
+            Choice::Sentinel(..) => "sentinel",
         }
     }
 
@@ -368,6 +426,44 @@ mod tests {
             .build()
             .await;
         assert!(matches!(&fair, Err(LockError::InvalidConfig(m)) if m.contains("fair mode")));
+    }
+
+    #[test]
+    fn redis_sentinels_select_the_sentinel_backend() {
+        let pairs = [
+            ("REDIS_SENTINELS", "s1:26379, s2:26379"),
+            ("REDIS_SENTINEL_SERVICE", "mymaster"),
+            ("REDIS_PASSWORD", "secret"),
+            ("REDIS_DB", "2"),
+            ("LOCK_SYNC_REPLICAS", "1"),
+        ];
+        let builder = builder_from_env(env(&pairs), false).unwrap();
+        match &builder.choice {
+            Choice::Sentinel(sentinels, service) => {
+                assert_eq!(sentinels, &["s1:26379", "s2:26379"]);
+                assert_eq!(service, "mymaster");
+            }
+            _ => panic!("expected the sentinel backend"),
+        }
+        assert_eq!(builder.node_auth.password.as_deref(), Some("secret"));
+        assert_eq!(builder.node_auth.db, 2);
+        assert_eq!(
+            builder.sync_replicas,
+            Some((1, std::time::Duration::from_millis(100)))
+        );
+        assert!(!format!("{builder:?}").contains("secret"));
+        let no_service = error(builder_from_env(env(&pairs[..1]), false));
+        assert!(
+            no_service.contains("REDIS_SENTINEL_SERVICE"),
+            "{no_service}"
+        );
+        let both = [pairs[0], pairs[1], ("REDIS_URL", "redis://h:1")];
+        assert!(error(builder_from_env(env(&both), false)).contains("keep only"));
+        let asked = error(builder_from_env(
+            env(&[("LOCK_BACKEND", "sentinel")]),
+            false,
+        ));
+        assert!(asked.contains("REDIS_SENTINELS"), "{asked}");
     }
 
     #[test]

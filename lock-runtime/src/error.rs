@@ -108,6 +108,8 @@ pub enum LockError {
 pub struct BackendError {
     context: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// A failed `sync_replicas` check (see [`BackendError::is_replica_sync_failure`]).
+    replica_sync: bool,
 }
 
 impl BackendError {
@@ -118,6 +120,7 @@ impl BackendError {
         BackendError {
             context: context.into(),
             source: Some(Box::new(source)),
+            replica_sync: false,
         }
     }
 
@@ -125,7 +128,35 @@ impl BackendError {
         BackendError {
             context: context.into(),
             source: None,
+            replica_sync: false,
         }
+    }
+
+    /// A failed `sync_replicas` check: a waiting acquire reports it at once
+    /// instead of retrying until its deadline.
+    pub(crate) fn replica_sync(context: impl Into<String>) -> Self {
+        BackendError {
+            replica_sync: true,
+            ..BackendError::msg(context)
+        }
+    }
+
+    /// Whether the lock was taken, but fewer replicas than
+    /// [`sync_replicas`](crate::LockRuntimeBuilder::sync_replicas) asks for
+    /// acknowledged it in time, so it was released again (a failover could
+    /// have lost it). The replicas are missing or lagging: check them.
+    ///
+    /// ```
+    /// # fn handle(error: lock_runtime::LockError) {
+    /// if let lock_runtime::LockError::Backend(e) = &error {
+    ///     if e.is_replica_sync_failure() {
+    ///         eprintln!("replicas are not keeping up: {e}");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn is_replica_sync_failure(&self) -> bool {
+        self.replica_sync
     }
 }
 

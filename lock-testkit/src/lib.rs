@@ -23,6 +23,7 @@
 //! |---|---|
 //! | [`server`] | [`RedisServer`]: start, kill, restart (empty or from a snapshot), freeze/thaw |
 //! | [`cluster`] | [`RedisCluster`]: N masters joined on loopback; move a slot with its keys |
+//! | [`sentinel`] | [`SentinelSet`]: a primary, replicas and three sentinels; kill, wait for the failover |
 //! | [`process`] | one `redis-server` process under the wrapper that kills it with us |
 //! | [`binary`] | where `redis-server` is, or [`INSTALL_HINT`] |
 //! | [`port`], [`signal`] | a free loopback port; SIGSTOP/SIGCONT/SIGKILL to a pid |
@@ -30,7 +31,7 @@
 //! | [`usage`] | this process's resident memory and CPU time |
 //! | [`child`], [`pipes`] | child processes driven by lines (sync reader thread; async pipes) |
 //!
-//! Dependencies point down: `cluster` uses `server`; `server` uses `process`, `binary`, `port` and
+//! Dependencies point down: `cluster` uses `server`; `sentinel` uses `server` and `process`; `server` uses `process`, `binary`, `port` and
 //! `signal`; `process` uses `signal`; the rest use nothing of this crate.
 
 pub mod binary;
@@ -40,6 +41,7 @@ pub mod commandstats;
 pub mod pipes;
 pub mod port;
 pub mod process;
+pub mod sentinel;
 pub mod server;
 pub mod signal;
 pub mod usage;
@@ -49,5 +51,6 @@ pub use child::LineChild;
 pub use cluster::RedisCluster;
 pub use commandstats::{CommandStats, Delta};
 pub use port::free_port;
+pub use sentinel::SentinelSet;
 pub use server::RedisServer;
 pub use signal::Signal;

@@ -49,9 +49,29 @@ impl ServerProcess {
     /// server.kill();
     /// ```
     pub fn spawn(binary: &str, port: u16, extra: &[&str]) -> Result<ServerProcess> {
+        Self::spawn_in(binary, None, port, extra)
+    }
+
+    /// Like [`spawn`](Self::spawn), reading the configuration file `config`
+    /// first (a sentinel needs one it can rewrite: `extra` then holds
+    /// `--sentinel`).
+    pub fn spawn_with_config(
+        binary: &str,
+        config: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<ServerProcess> {
+        Self::spawn_in(binary, Some(config), port, extra)
+    }
+
+    fn spawn_in(
+        binary: &str,
+        config: Option<&str>,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<ServerProcess> {
         let port = port.to_string();
         let defaults = [
-            binary,
             "--port",
             &port,
             "--bind",
@@ -65,8 +85,9 @@ impl ServerProcess {
             "--loglevel",
             "warning",
         ];
-        let command: Vec<String> = defaults
-            .iter()
+        let command: Vec<String> = std::iter::once(&binary)
+            .chain(config.as_ref())
+            .chain(defaults.iter())
             .chain(extra)
             .map(|a| shell_quote(a))
             .collect();

@@ -352,7 +352,7 @@ fn wait_ready(url: &str, pid: u32, limit: Duration) -> bool {
 /// A fresh data directory, in memory when possible: `SAVE` ends with an
 /// fsync, which on a busy disk can stall the server for longer than a fault
 /// would.
-fn data_dir() -> Result<PathBuf> {
+pub(crate) fn data_dir() -> Result<PathBuf> {
     static N: AtomicU64 = AtomicU64::new(0);
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() {

@@ -167,6 +167,43 @@ impl Occupancy {
     }
 }
 
+/// Runs `tasks` tasks, task `t` on `runtimes[t % runtimes.len()]`, each
+/// making `rounds` non-atomic increments (load, yield, store) of one counter
+/// under the lock `key`, which loses updates without the lock. Returns the
+/// final count and the most bodies ever inside the lock at once.
+pub async fn count_under_lock(
+    runtimes: &[LockRuntime],
+    key: &str,
+    tasks: usize,
+    rounds: u64,
+) -> (u64, u64) {
+    use std::sync::Arc;
+    let counter = Arc::new(AtomicU64::new(0));
+    let occupancy = Arc::new(Occupancy::new());
+    let mut spawned = Vec::with_capacity(tasks);
+    for t in 0..tasks {
+        let rt = runtimes[t % runtimes.len()].clone();
+        let (counter, occupancy, key) = (counter.clone(), occupancy.clone(), key.to_owned());
+        spawned.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                lock_runtime::with_lock(rt.lock(key.clone()), async {
+                    let _inside = occupancy.enter();
+                    let value = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(value + 1, Ordering::SeqCst);
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for task in spawned {
+        task.await.unwrap();
+    }
+    (counter.load(Ordering::SeqCst), occupancy.max())
+}
+
 /// Leaves the critical section on drop.
 pub struct OccupancyToken<'a>(&'a Occupancy);
 

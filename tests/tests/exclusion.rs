@@ -1,12 +1,12 @@
 //! Mutual exclusion: tasks, `join!` arms and OS processes never share a key.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError};
-use lock_tests::{contender_bin, on_every_backend, redis, unique, Kind, Occupancy};
+use lock_tests::{
+    contender_bin, count_under_lock, on_every_backend, redis, unique, Kind, Occupancy,
+};
 use redis::AsyncCommands;
 
 on_every_backend!(
@@ -19,37 +19,18 @@ on_every_backend!(
 async fn counter_under_lock_is_exact_with_many_tasks(kind: Kind) {
     let prefix = unique("excl");
     let runtime = kind.runtime(&prefix).await;
-    let counter = Arc::new(AtomicU64::new(0));
-    let occupancy = Arc::new(Occupancy::default());
-    let mut tasks = Vec::new();
+    // Half the tasks use their own runtime, as separate processes would.
+    let mut runtimes = Vec::new();
     for t in 0..16 {
-        // Half the tasks use their own runtime, as separate processes would.
-        let rt = if t % 2 == 0 {
+        runtimes.push(if t % 2 == 0 {
             runtime.clone()
         } else {
             kind.peer(&runtime, &prefix).await
-        };
-        let counter = counter.clone();
-        let occupancy = occupancy.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..50 {
-                with_lock(rt.lock("counter"), async {
-                    let _inside = occupancy.enter();
-                    let value = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(value + 1, Ordering::SeqCst);
-                    Ok::<_, LockError>(())
-                })
-                .await
-                .unwrap();
-            }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 16 * 50);
-    assert_eq!(occupancy.max(), 1, "two holders were inside at once");
+    let (count, most_inside) = count_under_lock(&runtimes, "counter", 16, 50).await;
+    assert_eq!(count, 16 * 50);
+    assert_eq!(most_inside, 1, "two holders were inside at once");
     assert_eq!(runtime.stats().held, 0);
 }
 

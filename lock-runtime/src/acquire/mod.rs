@@ -299,11 +299,16 @@ impl Acquisition {
 
     /// Step 4 (on backend failure): a bounded wait rides out backend
     /// trouble until its deadline, backing off; an unbounded one reports it
-    /// at once.
+    /// at once, and so does every wait a failed replica sync.
     async fn back_off(&mut self, error: BackendError) -> Result<(), LockError> {
         let Some(deadline) = self.deadline else {
             return Err(error.into());
         };
+        if error.is_replica_sync_failure() {
+            // The lock was taken and released again: trying again would
+            // only add replication timeouts to the wait.
+            return Err(error.into());
+        }
         if self.last_try || Instant::now() >= deadline {
             return Err(error.into());
         }

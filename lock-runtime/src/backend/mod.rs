@@ -1,10 +1,12 @@
-//! Where locks live: Redis, or the embedded in-process store.
+//! Where locks live: Redis (one server, or the primary of a Sentinel
+//! service), or the embedded in-process store.
 //!
 //! Both backends offer the same four operations with the same meaning (the
 //! Lua scripts in `scripts/` define it; `memory.rs` mirrors them line by
 //! line). Everything Redis-specific — connections, scripts, pub/sub,
-//! reconnects, a single server or a cluster — stays inside `redis/`; the
-//! rest of the crate only sees [`Backend`].
+//! reconnects, a single server or a cluster — stays inside `redis/` (and
+//! `sentinel/`, which points it at the current primary); the rest of the
+//! crate only sees [`Backend`].
 
 /// What [`Backend::describe`] says of the embedded backend.
 pub(crate) const EMBEDDED_DESCRIPTION: &str =
@@ -14,6 +16,7 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod releases;
+pub(crate) mod sentinel;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -81,6 +84,8 @@ pub(crate) enum BackendConfig {
     RedisCluster(Vec<String>, ConnectSettings),
     /// Redlock over these independent Redis masters (at least three).
     Redlock(Vec<String>, ConnectSettings),
+    /// A primary found through Redis Sentinel, followed across failovers.
+    Sentinel(sentinel::SentinelConfig, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -163,6 +168,8 @@ pub(crate) enum Backend {
     Memory(Arc<memory::MemoryBackend>),
     /// Redlock over independent Redis masters.
     Redlock(redlock::Redlock),
+    /// The primary of a Redis Sentinel service.
+    Sentinel(sentinel::SentinelBackend),
 }
 
 impl Backend {
@@ -190,6 +197,10 @@ impl Backend {
                 let (backend, watches) = redlock::Redlock::start(&urls, &settings, wakeups).await?;
                 Ok((Backend::Redlock(backend), Some(watches)))
             }
+            BackendConfig::Sentinel(config, settings) => {
+                let (backend, watches) = sentinel::connect(config, &settings, wakeups).await?;
+                Ok((Backend::Sentinel(backend), Some(watches)))
+            }
         }
     }
 
@@ -200,6 +211,7 @@ impl Backend {
             Backend::Redis(r) => format!("redis at {}", r.endpoint()),
             Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
             Backend::Redlock(r) => r.describe(),
+            Backend::Sentinel(s) => s.describe(),
         }
     }
 
@@ -213,7 +225,7 @@ impl Backend {
     /// are always served in order; Redlock has no shared queue and refuses
     /// fair mode, see [`Backend::fair_unsupported`].)
     pub(crate) fn queues_across_processes(&self) -> bool {
-        matches!(self, Backend::Redis(_))
+        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
     }
 
     /// Why a lock that asks for fair mode must be refused on this backend,
@@ -237,6 +249,7 @@ impl Backend {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
+            Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
         }
     }
 
@@ -252,6 +265,7 @@ impl Backend {
             Backend::Redis(r) => r.release(lock_key, holder, fair).await,
             Backend::Memory(m) => Ok(m.release(lock_key, holder)),
             Backend::Redlock(r) => r.release(lock_key, holder, fair).await,
+            Backend::Sentinel(s) => s.release(lock_key, holder, fair).await,
         }
     }
 
@@ -261,6 +275,7 @@ impl Backend {
             Backend::Redis(r) => r.ping().await,
             Backend::Memory(_) => Ok(()),
             Backend::Redlock(r) => r.ping().await,
+            Backend::Sentinel(s) => s.ping().await,
         }
     }
 
@@ -270,6 +285,7 @@ impl Backend {
             Backend::Redis(r) => r.inspect(lock_key).await,
             Backend::Memory(m) => Ok(m.inspect(lock_key)),
             Backend::Redlock(r) => r.inspect(lock_key).await,
+            Backend::Sentinel(s) => s.inspect(lock_key).await,
         }
     }
 
@@ -279,6 +295,7 @@ impl Backend {
             Backend::Redis(r) => r.force_unlock(lock_key).await,
             Backend::Memory(m) => Ok(m.delete(lock_key)),
             Backend::Redlock(r) => r.force_unlock(lock_key).await,
+            Backend::Sentinel(s) => s.force_unlock(lock_key).await,
         }
     }
 
@@ -291,6 +308,7 @@ impl Backend {
                 m.release(&lock_key, &holder);
             }
             Backend::Redlock(r) => r.release_in_background(lock_key, holder, fair),
+            Backend::Sentinel(s) => s.release_in_background(lock_key, holder, fair),
         }
     }
 
@@ -301,6 +319,7 @@ impl Backend {
             Backend::Redis(r) => r.pending().is_pending(lock_key),
             Backend::Memory(_) => false,
             Backend::Redlock(r) => r.release_pending(lock_key),
+            Backend::Sentinel(s) => s.release_pending(lock_key),
         }
     }
 
@@ -310,6 +329,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.pending().settled(lock_key).await,
             Backend::Redlock(r) => r.releases_settled(lock_key).await,
+            Backend::Sentinel(s) => s.releases_settled(lock_key).await,
             Backend::Memory(_) => {}
         }
     }
@@ -320,6 +340,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.pending().all_settled().await,
             Backend::Redlock(r) => r.all_releases_settled().await,
+            Backend::Sentinel(s) => s.all_releases_settled().await,
             Backend::Memory(_) => {}
         }
     }
@@ -337,6 +358,7 @@ impl Backend {
                 .map(|l| Some(m.renew(&l.lock_key, &l.holder, l.lease)))
                 .collect()),
             Backend::Redlock(r) => r.renew_many(batch).await,
+            Backend::Sentinel(s) => s.renew_many(batch).await,
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::con::Con;
 use super::scripts::{load_scripts, Scripts};
-use super::tasks::{releaser, subscriptions, SubscriptionCommand};
+use super::tasks::{releaser, send, subscriptions, SubscriptionCommand};
 use super::{ms, RedisBackend};
 use crate::backend::releases::ReleaseQueue;
 use crate::backend::{ConnectSettings, Wakeups, Watched, Watches};
@@ -139,7 +139,7 @@ pub(crate) async fn connect(
     let client = client_for(info, settings)?;
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
     let config = ConnectionManagerConfig::new()
-        .set_push_sender(push_handler(wakeups, sub_tx.clone()))
+        .set_push_sender(push_handler(wakeups, sub_tx.downgrade()))
         .set_automatic_resubscription()
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout))
@@ -175,7 +175,7 @@ pub(crate) async fn connect_cluster(
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
     let builder = redis::cluster::ClusterClientBuilder::new(infos)
         .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(push_handler(wakeups, sub_tx.clone()))
+        .push_sender(push_handler(wakeups, sub_tx.downgrade()))
         .connection_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
         .retries(3)
@@ -267,7 +267,7 @@ async fn start(
 
     let (releases, release_jobs) = ReleaseQueue::new();
     let window: Arc<str> = ms(settings.fence_window).into();
-    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx.clone()));
+    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx.downgrade()));
     tokio::spawn(releaser(
         con.clone(),
         scripts.clone(),
@@ -328,7 +328,7 @@ impl Watches for RedisWatches {
 /// (at the slot's new node) if the channel is still wanted.
 fn push_handler(
     wakeups: Weak<dyn Wakeups>,
-    subscriptions: mpsc::UnboundedSender<SubscriptionCommand>,
+    subscriptions: mpsc::WeakUnboundedSender<SubscriptionCommand>,
 ) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
     move |push: PushInfo| {
         let Some(wakeups) = wakeups.upgrade() else {
@@ -337,8 +337,10 @@ fn push_handler(
         match push.kind {
             PushKind::SUnsubscribe => {
                 if let Some(channel) = text(push.data.first()) {
-                    let again = SubscriptionCommand::Resubscribe(channel.to_owned());
-                    let _ = subscriptions.send(again);
+                    send(
+                        &subscriptions,
+                        SubscriptionCommand::Resubscribe(channel.to_owned()),
+                    );
                 }
             }
             PushKind::Message | PushKind::SMessage => {
@@ -352,7 +354,10 @@ fn push_handler(
             }
             PushKind::Disconnection => {
                 wakeups.connection_lost();
-                let _ = subscriptions.send(SubscriptionCommand::ResubscribeAll { again: true });
+                send(
+                    &subscriptions,
+                    SubscriptionCommand::ResubscribeAll { again: true },
+                );
             }
             _ => {}
         }

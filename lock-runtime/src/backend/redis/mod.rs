@@ -162,6 +162,23 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// `WAIT replicas timeout`: how many replicas acknowledged every write
+    /// sent on this connection so far (Sentinel's `sync_replicas`). It
+    /// blocks the connection until then: send it on one of its own.
+    pub(crate) async fn wait_for_replicas(
+        &self,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<u32, BackendError> {
+        let mut con = self.con.clone();
+        redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(ms(timeout))
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed("WAIT for replicas failed", e))
+    }
+
     pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
         let queue = LockNames::queue(lock_key);
         let mut con = self.con.clone();

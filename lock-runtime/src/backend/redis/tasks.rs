@@ -54,7 +54,7 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 pub(super) async fn subscriptions(
     mut con: Con,
     mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
-    again: mpsc::UnboundedSender<SubscriptionCommand>,
+    again: mpsc::WeakUnboundedSender<SubscriptionCommand>,
 ) {
     let mut backoff: HashMap<String, Duration> = HashMap::new();
     let mut wanted: HashMap<String, Arc<dyn Watched>> = HashMap::new();
@@ -72,13 +72,13 @@ pub(super) async fn subscriptions(
             },
             SubscriptionCommand::ResubscribeAll { again: later } => {
                 for channel in wanted.keys() {
-                    let _ = again.send(SubscriptionCommand::Resubscribe(channel.clone()));
+                    send(&again, SubscriptionCommand::Resubscribe(channel.clone()));
                 }
                 if later {
                     let again = again.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(RESUBSCRIBE_AGAIN).await;
-                        let _ = again.send(SubscriptionCommand::ResubscribeAll { again: false });
+                        send(&again, SubscriptionCommand::ResubscribeAll { again: false });
                     });
                 }
                 continue;
@@ -115,10 +115,21 @@ pub(super) async fn subscriptions(
                 let again = again.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(pause).await;
-                    let _ = again.send(SubscriptionCommand::Subscribe(channel, entry));
+                    send(&again, SubscriptionCommand::Subscribe(channel, entry));
                 });
             }
         }
+    }
+}
+
+/// Queues `command` for the subscription task, unless the backend is gone
+/// (nobody holds the strong sender any more: the task is ending).
+pub(super) fn send(
+    again: &mpsc::WeakUnboundedSender<SubscriptionCommand>,
+    command: SubscriptionCommand,
+) {
+    if let Some(again) = again.upgrade() {
+        let _ = again.send(command);
     }
 }
 

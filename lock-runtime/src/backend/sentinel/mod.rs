@@ -1,0 +1,623 @@
+//! Redis Sentinel: the single-server backend, pointed at whichever node the
+//! sentinels say is the primary, and moved when that changes.
+//!
+//! redis-rs's sentinel client resolves the primary once and does not follow
+//! a failover, so this module does it: [`resolve`] asks the sentinels in
+//! turn and confirms the answer with `ROLE`; the primary found is reached
+//! through an ordinary [`RedisBackend`] (`redis::connect`, so scripts,
+//! pushes, subscriptions and the releaser are the single server's).
+//!
+//! **Following a failover.** Any failed call, and any disconnection the
+//! connection manager reports, makes the *monitor* task (one per runtime,
+//! on the runtime's thread) ask the sentinels again: a bounded series of
+//! attempts, backing off from 50 ms to 250 ms, until a node answers `ROLE`
+//! master. That covers a primary that died (its old address refuses, the
+//! sentinels promote a replica) and one that came back as a replica (its
+//! writes answer `READONLY`, the sentinels name another node). A primary
+//! replaced while it still answers (a forced failover, a partition between
+//! it and the sentinels) fails nothing until a sentinel demotes it, up to
+//! ten seconds later: [`events`] listens to the sentinels' `+switch-master`
+//! so that the move starts when they announce it (an announcement also cuts
+//! short a round stuck on a frozen node's timeouts).
+//!
+//! When the primary moved, a new backend is connected, every lock the
+//! waiters watch is watched again on it, it replaces the old one, and every
+//! waiter is woken ([`Wakeups::connection_lost`]): a release may have gone
+//! unheard. Calls still in flight to the old node are sent again to the
+//! new one at once (a dead node can take seconds to refuse, while its
+//! connection manager retries), waits for its background releases to
+//! settle end, and the background releases sent to it in the last minute
+//! are queued again on the new primary (dropped guards, fair places given
+//! back: the old node may not have applied or replicated them, and a
+//! release id is unique, so one that did arrive does no harm). The old backend is dropped, which ends its subscription task and
+//! its releaser and closes its connections. Meanwhile calls fail with
+//! backend errors, which waiters and the watchdog already ride out (backoff
+//! until their deadline; a held lock is lost only at its client-side lease
+//! end).
+//!
+//! **`sync_replicas(n, timeout)`.** Asynchronous replication may lose a lock
+//! acquired just before a failover: the promoted replica never saw it, and
+//! a second holder gets in. With sync, each acquire is followed by `WAIT n
+//! timeout`, as Redisson's replication-safe mode does; fewer than `n`
+//! acknowledgements release the lock and fail the acquire with a message
+//! that says so. `WAIT` counts only the writes of the connection it is sent
+//! on, and it blocks that connection: on the runtime's one multiplexed
+//! connection it would stall every renewal and release behind it (for the
+//! whole timeout, when a replica is down). So sync acquires, and their
+//! `WAIT`, go over a second connection of their own to the primary (a
+//! second `RedisBackend`, its response timeout lengthened by the `WAIT`
+//! timeout); renewals and releases stay on the first. Sync acquires of one
+//! process queue behind each other's `WAIT` there, which costs one
+//! replication round trip each while the replicas are healthy. A lock a
+//! fair-mode release hands over by message was written by the releasing
+//! process, and is not waited for again.
+
+mod events;
+mod resolve;
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+pub(crate) use resolve::NodeAuth;
+use resolve::Sentinel;
+
+use super::redis::{self as single, RedisBackend};
+use super::{Acquire, ConnectSettings, Queue, Recorded, Release, Wakeups, Watched, Watches};
+use crate::error::{BackendError, LockError};
+use crate::held::HeldLock;
+
+/// How far back a switch of primary sends the old primary's background
+/// releases again (Sentinel's default `down-after-milliseconds` is 30 s),
+/// and how many at most.
+const RESEND_WINDOW: Duration = Duration::from_secs(60);
+const RESEND_MAX: usize = 10_000;
+
+/// How long a failed call waits for a switch of primary under way before
+/// it reports the failure.
+const SWITCH_GRACE: Duration = Duration::from_millis(500);
+
+/// Attempts of one round of finding the primary after a failure; a later
+/// failure starts another round.
+const FOLLOW_ATTEMPTS: u32 = 80;
+/// Pause between those attempts: doubling from the first to the second.
+const FOLLOW_PAUSE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(250));
+
+/// What the builder configured for Sentinel.
+#[derive(Clone)]
+pub(crate) struct SentinelConfig {
+    /// Sentinel addresses (`redis://[user:password@]host:port` or `host:port`).
+    pub(crate) sentinels: Vec<String>,
+    /// The monitored service (`sentinel monitor <service> ...`).
+    pub(crate) service: String,
+    /// How the data nodes are reached.
+    pub(crate) auth: NodeAuth,
+    /// `WAIT` for this many replicas, this long, after each acquire.
+    pub(crate) sync: Option<(u32, Duration)>,
+}
+
+/// The node the backend talks to now.
+struct Primary {
+    /// `host:port`.
+    address: String,
+    backend: RedisBackend,
+    watches: Arc<dyn Watches>,
+    /// Sync mode: the connection for acquires and their `WAIT`.
+    sync: Option<RedisBackend>,
+    /// Kept alive while this primary is current (the backend holds it weakly).
+    _relay: Arc<Relay>,
+    /// The background releases handed to this primary's releaser in the
+    /// last [`RESEND_WINDOW`]: sent again to the next primary if this one is
+    /// replaced (its releaser may have given up on them, or they may not
+    /// have reached a replica).
+    recent: Mutex<VecDeque<Recent>>,
+}
+
+/// A background release: when it was queued, lock key, holder id, fair.
+type Recent = (Instant, String, String, bool);
+
+impl Primary {
+    /// Queues a background release here, and remembers it.
+    fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            while recent.front().is_some_and(|(at, ..)| {
+                recent.len() >= RESEND_MAX || now.saturating_duration_since(*at) > RESEND_WINDOW
+            }) {
+                recent.pop_front();
+            }
+            recent.push_back((now, lock_key.clone(), holder.clone(), fair));
+        }
+        self.backend.release_in_background(lock_key, holder, fair);
+    }
+
+    /// The background releases of the last [`RESEND_WINDOW`].
+    fn take_recent(&self) -> VecDeque<Recent> {
+        std::mem::take(&mut *self.recent.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Handle to the Sentinel backend of one runtime (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct SentinelBackend {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SentinelBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelBackend")
+            .field("service", &self.shared.service)
+            .field("primary", &self.shared.current().address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the backend handles, the waiters' watches and the monitor share.
+struct Shared {
+    sentinels: Vec<Sentinel>,
+    service: String,
+    auth: NodeAuth,
+    sync: Option<(u32, Duration)>,
+    settings: ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+    primary: RwLock<Arc<Primary>>,
+    /// The locks the waiters watch, to watch again on a new primary. Also
+    /// held while the primary is replaced, so a watch is never sent to a
+    /// primary that is on its way out.
+    watched: Mutex<HashMap<String, Arc<dyn Watched>>>,
+    /// Something failed: the monitor should look for the primary.
+    suspect: Arc<Notify>,
+    /// The primary a sentinel announced (`+switch-master`), for the monitor.
+    announced: Mutex<Option<String>>,
+    /// Told when a primary is announced.
+    news: Notify,
+    /// Told when the primary was replaced: calls still waiting for the old
+    /// one run again on the new one, and waits for its releases end.
+    switched: Notify,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelShared")
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Passes the single-server backend's news on to the waiters, and makes a
+/// lost connection a reason to look for the primary.
+struct Relay {
+    waiters: Weak<dyn Wakeups>,
+    suspect: Arc<Notify>,
+}
+
+impl Wakeups for Relay {
+    fn released(&self, lock: &str) {
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.released(lock);
+        }
+    }
+
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64) {
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.handed_over(lock, holder, fence);
+        }
+    }
+
+    fn connection_lost(&self) {
+        self.suspect.notify_one();
+        if let Some(waiters) = self.waiters.upgrade() {
+            waiters.connection_lost();
+        }
+    }
+}
+
+/// Finds the primary, connects to it and starts the monitor. Must run on
+/// the runtime's worker thread (tasks are spawned there).
+pub(crate) async fn connect(
+    config: SentinelConfig,
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(SentinelBackend, Arc<dyn Watches>), LockError> {
+    if config.service.trim().is_empty() {
+        return Err(LockError::InvalidConfig(
+            "redis_sentinel needs the name of the service the sentinels monitor".to_owned(),
+        ));
+    }
+    let sentinels = resolve::parse_sentinels(&config.sentinels)?;
+    let address = resolve::primary(&sentinels, &config.service, &config.auth, settings).await?;
+    let suspect = Arc::new(Notify::new());
+    let primary = open_primary(
+        address,
+        &config.auth,
+        config.sync,
+        settings,
+        &wakeups,
+        &suspect,
+    )
+    .await?;
+    let shared = Arc::new(Shared {
+        sentinels,
+        service: config.service,
+        auth: config.auth,
+        sync: config.sync,
+        settings: settings.clone(),
+        wakeups,
+        primary: RwLock::new(Arc::new(primary)),
+        watched: Mutex::new(HashMap::new()),
+        suspect: suspect.clone(),
+        announced: Mutex::new(None),
+        news: Notify::new(),
+        switched: Notify::new(),
+    });
+    tokio::spawn(monitor(Arc::downgrade(&shared), suspect));
+    tokio::spawn(events::listen(Arc::downgrade(&shared)));
+    let watches: Arc<dyn Watches> = shared.clone();
+    Ok((SentinelBackend { shared }, watches))
+}
+
+/// Connects the single-server backend (and the sync connection) to the
+/// primary at `address`.
+async fn open_primary(
+    address: String,
+    auth: &NodeAuth,
+    sync: Option<(u32, Duration)>,
+    settings: &ConnectSettings,
+    wakeups: &Weak<dyn Wakeups>,
+    suspect: &Arc<Notify>,
+) -> Result<Primary, LockError> {
+    let url = auth.url(&address);
+    let relay = Arc::new(Relay {
+        waiters: wakeups.clone(),
+        suspect: suspect.clone(),
+    });
+    let to_relay = Arc::downgrade(&relay) as Weak<dyn Wakeups>;
+    let (backend, watches) = single::connect(&url, settings, to_relay).await?;
+    let sync = match sync {
+        Some((_, timeout)) => {
+            let mut settings = settings.clone();
+            settings.response_timeout = settings.response_timeout.saturating_add(timeout);
+            // Nothing is subscribed on it, so it has no news to pass on.
+            let silent = Weak::<Relay>::new() as Weak<dyn Wakeups>;
+            Some(single::connect(&url, &settings, silent).await?.0)
+        }
+        None => None,
+    };
+    Ok(Primary {
+        address,
+        backend,
+        watches,
+        sync,
+        _relay: relay,
+        recent: Mutex::new(VecDeque::new()),
+    })
+}
+
+/// The monitor: one round of [`Shared::follow`] per burst of failures or
+/// announcement, until the backend is gone.
+async fn monitor(shared: Weak<Shared>, suspect: Arc<Notify>) {
+    loop {
+        suspect.notified().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.follow().await;
+    }
+}
+
+impl Shared {
+    fn current(&self) -> Arc<Primary> {
+        self.primary
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A sentinel announced a new primary: the monitor moves there.
+    fn moved(&self, address: String) {
+        *self
+            .announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(address);
+        self.news.notify_waiters();
+        self.suspect.notify_one();
+    }
+
+    /// Looks for the primary until a node answers `ROLE` master (first the
+    /// one a sentinel announced, if any: the old primary may still answer
+    /// as one); moves to it when it is not the current one. Bounded:
+    /// [`FOLLOW_ATTEMPTS`].
+    async fn follow(&self) {
+        let mut pause = FOLLOW_PAUSE.0;
+        let mut last = None;
+        let mut announced = None;
+        for _ in 0..FOLLOW_ATTEMPTS {
+            // An announcement during a slow attempt (a frozen node answers
+            // nothing until the timeouts) cuts it short.
+            let news = self.news.notified();
+            let mut news = std::pin::pin!(news);
+            news.as_mut().enable();
+            let latest = self
+                .announced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            announced = latest.or(announced);
+            let found = match &announced {
+                Some(address)
+                    if resolve::is_master(address, &self.auth, &self.settings).await
+                        == Ok(true) =>
+                {
+                    Ok(address.clone())
+                }
+                _ => tokio::select! {
+                    found = resolve::primary(
+                        &self.sentinels, &self.service, &self.auth, &self.settings
+                    ) => found,
+                    () = news => continue,
+                },
+            };
+            match found {
+                // The same node is still the primary: its connection manager
+                // reconnects by itself.
+                Ok(address) if address == self.current().address => return,
+                Ok(address) => match self.move_to(address).await {
+                    Ok(()) => return,
+                    Err(e) => last = Some(e.to_string()),
+                },
+                Err(e) => last = Some(e.to_string()),
+            }
+            tokio::time::sleep(pause).await;
+            pause = pause.saturating_mul(2).min(FOLLOW_PAUSE.1);
+        }
+        tracing::warn!(
+            service = %self.service,
+            error = last.as_deref().unwrap_or(""),
+            "Redis Sentinel: no primary found yet; looking again at the next failure"
+        );
+    }
+
+    /// Connects to the new primary, moves every watch there, makes it
+    /// current, and wakes every waiter.
+    async fn move_to(&self, address: String) -> Result<(), LockError> {
+        let primary = open_primary(
+            address,
+            &self.auth,
+            self.sync,
+            &self.settings,
+            &self.wakeups,
+            &self.suspect,
+        )
+        .await?;
+        let primary = Arc::new(primary);
+        let old = {
+            let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+            watched.retain(|_, w| !w.is_closed());
+            for (lock, w) in watched.iter() {
+                primary.watches.watch(lock, w.clone());
+            }
+            let mut current = self.primary.write().unwrap_or_else(PoisonError::into_inner);
+            std::mem::replace(&mut *current, primary.clone())
+        };
+        tracing::warn!(
+            service = %self.service,
+            from = %old.address,
+            to = %primary.address,
+            "Redis Sentinel: the primary moved; following it"
+        );
+        // The old primary's recent background releases, again: it may not
+        // have applied or replicated them. (Holder ids are unique: a release
+        // that did reach the new primary finds nothing, and one that did not
+        // frees what its holder gave up.)
+        let window = Instant::now().checked_sub(RESEND_WINDOW);
+        for (at, lock_key, holder, fair) in old.take_recent() {
+            if window.is_none_or(|w| at >= w) {
+                primary.release_in_background(lock_key, holder, fair);
+            }
+        }
+        drop(old);
+        self.switched.notify_waiters();
+        if let Some(waiters) = self.wakeups.upgrade() {
+            waiters.connection_lost();
+        }
+        Ok(())
+    }
+}
+
+impl Watches for Shared {
+    fn watch(&self, lock: &str, watched: Arc<dyn Watched>) {
+        let mut set = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        set.insert(lock.to_owned(), watched.clone());
+        self.current().watches.watch(lock, watched);
+    }
+
+    fn unwatch(&self, lock: &str) {
+        let mut set = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        set.remove(lock);
+        self.current().watches.unwatch(lock);
+    }
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        self.current().release_in_background(lock, holder, true);
+    }
+}
+
+impl SentinelBackend {
+    /// `redis sentinel service <name>, primary at host:port`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "redis sentinel service {}, primary at {}",
+            self.shared.service,
+            self.shared.current().address
+        )
+    }
+
+    /// Runs `call` on the current primary. When the primary is replaced
+    /// during the call (a call to a dead node can take seconds to fail while
+    /// its connection manager retries), or within [`SWITCH_GRACE`] after it
+    /// failed (a failure is often the first sign of a switch, or comes just
+    /// before one), it runs once more on the new primary; a call that did
+    /// reach a demoted node left nothing that counts. A failure makes the
+    /// monitor look for the primary.
+    async fn on_primary<T, F>(&self, call: impl Fn(Arc<Primary>) -> F) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<T, BackendError>>,
+    {
+        for last in [false, true] {
+            let switched = self.shared.switched.notified();
+            let mut switched = std::pin::pin!(switched);
+            switched.as_mut().enable();
+            let primary = self.shared.current();
+            let outcome = tokio::select! {
+                outcome = call(primary.clone()) => outcome,
+                () = switched.as_mut() => continue,
+            };
+            let error = match outcome {
+                Ok(value) => return Ok(value),
+                Err(error) if error.is_replica_sync_failure() => return Err(error),
+                Err(error) => error,
+            };
+            self.shared.suspect.notify_one();
+            let replaced = !Arc::ptr_eq(&primary, &self.shared.current())
+                || tokio::time::timeout(SWITCH_GRACE, switched).await.is_ok();
+            if last || !replaced {
+                return Err(error);
+            }
+        }
+        Err(BackendError::msg(format!(
+            "the primary of Redis Sentinel service `{}` was replaced twice during one call",
+            self.shared.service
+        )))
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        self.on_primary(|p| async move {
+            match (&p.sync, self.shared.sync) {
+                (Some(sync), Some(want)) => {
+                    let fair = queue != Queue::No;
+                    let taken = sync.acquire(lock_key, holder, lease, queue).await?;
+                    if let Acquire::Held { .. } = taken {
+                        replicated(&p, sync, want, lock_key, holder, fair).await?;
+                    }
+                    Ok(taken)
+                }
+                _ => p.backend.acquire(lock_key, holder, lease, queue).await,
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn release(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        fair: bool,
+    ) -> Result<Release, BackendError> {
+        self.on_primary(|p| async move { p.backend.release(lock_key, holder, fair).await })
+            .await
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        self.on_primary(|p| async move { p.backend.ping().await })
+            .await
+    }
+
+    pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
+        self.on_primary(|p| async move { p.backend.inspect(lock_key).await })
+            .await
+    }
+
+    pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
+        self.on_primary(|p| async move { p.backend.force_unlock(lock_key).await })
+            .await
+    }
+
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        self.on_primary(|p| async move { p.backend.renew_many(batch).await })
+            .await
+    }
+
+    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
+        self.shared
+            .current()
+            .release_in_background(lock_key, holder, fair);
+    }
+
+    /// Whether a background release of `lock_key` is queued on the current
+    /// primary and not answered yet.
+    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
+        self.shared.current().backend.pending().is_pending(lock_key)
+    }
+
+    /// Resolves once the background releases of `lock_key` queued so far on
+    /// the current primary have been answered, or that primary was replaced
+    /// (its releaser goes with it: what it had not sent is left to leases).
+    pub(crate) async fn releases_settled(&self, lock_key: &str) {
+        self.until_switched(|p| async move { p.backend.pending().settled(lock_key).await })
+            .await;
+    }
+
+    /// Resolves once every background release queued so far on the current
+    /// primary has been answered, or that primary was replaced.
+    pub(crate) async fn all_releases_settled(&self) {
+        self.until_switched(|p| async move { p.backend.pending().all_settled().await })
+            .await;
+    }
+
+    /// Runs `wait` on the current primary until it ends or that primary is
+    /// replaced.
+    async fn until_switched<F: Future<Output = ()>>(&self, wait: impl FnOnce(Arc<Primary>) -> F) {
+        let switched = self.shared.switched.notified();
+        let mut switched = std::pin::pin!(switched);
+        switched.as_mut().enable();
+        tokio::select! {
+            () = wait(self.shared.current()) => {}
+            () = switched => {}
+        }
+    }
+}
+
+/// Sync mode, after `sync` took the lock: `WAIT` for the replicas; when
+/// fewer than asked acknowledge it, release it and say so.
+async fn replicated(
+    primary: &Primary,
+    sync: &RedisBackend,
+    (replicas, timeout): (u32, Duration),
+    lock_key: &str,
+    holder: &str,
+    fair: bool,
+) -> Result<(), BackendError> {
+    let acked = sync.wait_for_replicas(replicas, timeout).await;
+    if matches!(acked, Ok(n) if n >= replicas) {
+        return Ok(());
+    }
+    let released = primary.backend.release(lock_key, holder, fair).await;
+    let acked = match acked {
+        Ok(n) => format!("only {n} of {replicas} replicas acknowledged it within {timeout:?}"),
+        Err(e) => format!("waiting for {replicas} replicas failed ({e})"),
+    };
+    let outcome = if released.is_ok() {
+        "it was released again"
+    } else {
+        "releasing it failed too: its lease frees it"
+    };
+    Err(BackendError::replica_sync(format!(
+        "replication sync failed for lock `{lock_key}` on Redis at {}: {acked}, so a \
+         failover could lose it; {outcome}. Check the replicas (INFO replication), or \
+         lower or drop sync_replicas",
+        primary.address
+    )))
+}
