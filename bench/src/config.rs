@@ -216,7 +216,9 @@ mod tests {
         assert!(c.quick);
         assert_eq!(c.runs, 2);
         assert!(Config::from_args(&["s9".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 8);
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 9);
+        let s11 = Config::from_args(&["s11".to_owned()]).unwrap();
+        assert_eq!(s11.scenarios, [Scenario::S11]);
         let s10 = Config::from_args(&["s10".to_owned()]).unwrap();
         assert_eq!(s10.scenarios, [Scenario::S10]);
     }
