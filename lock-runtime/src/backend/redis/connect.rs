@@ -151,7 +151,8 @@ pub(crate) async fn connect(
         ConnectionManager::new_with_config(client, config),
     )
     .await?;
-    start(Con::Single(con), endpoint, settings, (sub_tx, sub_rx)).await
+    let con = Con::Single(con);
+    start((con.clone(), con), endpoint, settings, (sub_tx, sub_rx)).await
 }
 
 /// [`connect`] for a Redis Cluster, given some of its nodes (the client
@@ -173,21 +174,37 @@ pub(crate) async fn connect_cluster(
     let nodes: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
     let endpoint = format!("cluster nodes {}", nodes.join(", "));
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
-    let builder = redis::cluster::ClusterClientBuilder::new(infos)
-        .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(push_handler(wakeups, sub_tx.downgrade()))
-        .connection_timeout(settings.connect_timeout)
-        .response_timeout(settings.response_timeout)
-        .retries(3)
-        .max_retry_wait(1000);
-    let client = cluster_tls(builder, settings)?.build().map_err(|e| {
-        LockError::InvalidConfig(format!(
-            "invalid Redis Cluster configuration: {}",
-            e.detail().unwrap_or("the node URLs do not agree")
-        ))
-    })?;
-    let con = within_connect_timeout(settings, &endpoint, client.get_async_connection()).await?;
-    start(Con::Cluster(con), endpoint, settings, (sub_tx, sub_rx)).await
+    // Two connections: one for commands, one for the sharded subscriptions
+    // (with the pushes). A node that gives a slot away sends its
+    // subscribers an SUNSUBSCRIBE of its own accord, which redis-rs 1.8
+    // takes as the reply of the oldest command in flight on that
+    // connection, shifting every later reply by one
+    // (`tests/tests/review_cluster.rs`). On a connection that carries only
+    // subscribe commands, no script ever gets a wrong reply.
+    let client = |infos: Vec<redis::ConnectionInfo>, pushes| {
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.response_timeout)
+            .retries(3)
+            .max_retry_wait(1000);
+        if let Some(pushes) = pushes {
+            builder = builder.push_sender(pushes);
+        }
+        cluster_tls(builder, settings)?.build().map_err(|e| {
+            LockError::InvalidConfig(format!(
+                "invalid Redis Cluster configuration: {}",
+                e.detail().unwrap_or("the node URLs do not agree")
+            ))
+        })
+    };
+    let commands = client(infos.clone(), None)?;
+    let listening = client(infos, Some(push_handler(wakeups, sub_tx.downgrade())))?;
+    let con = within_connect_timeout(settings, &endpoint, commands.get_async_connection()).await?;
+    let listen =
+        within_connect_timeout(settings, &endpoint, listening.get_async_connection()).await?;
+    let cons = (Con::Cluster(con), Con::Cluster(listen));
+    start(cons, endpoint, settings, (sub_tx, sub_rx)).await
 }
 
 #[cfg(feature = "tls")]
@@ -244,9 +261,10 @@ async fn within_connect_timeout<C>(
     }
 }
 
-/// Loads the scripts over `con` and starts the backend's tasks.
+/// Loads the scripts over `con` and starts the backend's tasks; the
+/// subscriptions go over `listen` (the same connection on a single server).
 async fn start(
-    con: Con,
+    (con, listen): (Con, Con),
     endpoint: String,
     settings: &ConnectSettings,
     (sub_tx, sub_rx): (
@@ -267,7 +285,7 @@ async fn start(
 
     let (releases, release_jobs) = ReleaseQueue::new();
     let window: Arc<str> = ms(settings.fence_window).into();
-    tokio::spawn(subscriptions(con.clone(), sub_rx, sub_tx.downgrade()));
+    tokio::spawn(subscriptions(listen, sub_rx, sub_tx.downgrade()));
     tokio::spawn(releaser(
         con.clone(),
         scripts.clone(),
