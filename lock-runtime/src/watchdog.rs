@@ -254,14 +254,10 @@ pub(crate) async fn run(
         if !due.is_empty() {
             watchdog.ticks.fetch_add(1, Relaxed);
         }
-        for batch in due.chunks(BATCH) {
+        for batch in backend.renewal_batches(&due, BATCH) {
             watchdog.round_trips.fetch_add(1, Relaxed);
             meter::renewal_sent();
-            tokio::spawn(renew_batch(
-                watchdog.clone(),
-                backend.clone(),
-                batch.to_vec(),
-            ));
+            tokio::spawn(renew_batch(watchdog.clone(), backend.clone(), batch));
         }
         tokio::select! {
             _ = &mut stop => return,

@@ -131,7 +131,6 @@ async fn cluster_odd_keys_keep_every_lock_name_in_one_slot() {
 /// same as one server, per lock, as long as the lock's master is up"); the
 /// locks on the frozen master are told lost by their lease end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: renewals on healthy masters wait for the frozen master's pipeline (join_all in Con::pipelined); their locks are declared lost"]
 async fn cluster_frozen_master_costs_no_lock_on_the_healthy_masters() {
     let _turn = SERIAL.lock().await;
     let cluster = own_cluster();
@@ -188,7 +187,6 @@ async fn cluster_frozen_master_costs_no_lock_on_the_healthy_masters() {
 /// subscription task is made to talk to the frozen master first (the
 /// waiter's previous wait, on a key of that master, ends and unsubscribes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: the one subscription task is stuck on the frozen master's SUNSUBSCRIBE; a waiter on a healthy master is not woken by its release"]
 async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
     let _turn = SERIAL.lock().await;
     let cluster = own_cluster();
@@ -279,7 +277,6 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
 /// for that lock gets it "one round trip later", not after the frozen
 /// master's release gave up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: the releaser sends one batch at a time; a batch stuck on a frozen master holds back releases on healthy masters"]
 async fn cluster_frozen_master_does_not_delay_background_releases_on_the_healthy_masters() {
     let _turn = SERIAL.lock().await;
     let cluster = own_cluster();

@@ -345,6 +345,23 @@ impl Backend {
         }
     }
 
+    /// Splits the locks due for renewal into batches of at most `most` that
+    /// are renewed (and time out) independently. On a Redis Cluster a batch
+    /// never spans two slots, so a frozen master delays only its own locks'
+    /// renewals, not those of the healthy masters
+    /// (`tests/tests/review_cluster.rs`).
+    pub(crate) fn renewal_batches(
+        &self,
+        due: &[Arc<HeldLock>],
+        most: usize,
+    ) -> Vec<Vec<Arc<HeldLock>>> {
+        let most = most.max(1);
+        match self {
+            Backend::Redis(r) => r.renewal_batches(due, most),
+            _ => due.chunks(most).map(<[_]>::to_vec).collect(),
+        }
+    }
+
     /// Renews every lock of `batch` in one round trip: `Some(true)` renewed,
     /// `Some(false)` not ours any more, `None` unknown (that command failed).
     pub(crate) async fn renew_many(

@@ -230,6 +230,22 @@ impl RedisBackend {
         }
     }
 
+    /// See `Backend::renewal_batches`: per slot on a cluster.
+    pub(crate) fn renewal_batches(
+        &self,
+        due: &[Arc<HeldLock>],
+        most: usize,
+    ) -> Vec<Vec<Arc<HeldLock>>> {
+        let groups = self
+            .con
+            .slot_groups(due.iter().map(|l| l.lock_key.as_str()));
+        groups
+            .iter()
+            .flat_map(|group| group.chunks(most))
+            .map(|chunk| chunk.iter().map(|&i| due[i].clone()).collect())
+            .collect()
+    }
+
     pub(crate) async fn renew_many(
         &self,
         batch: &[Arc<HeldLock>],

@@ -40,6 +40,12 @@ pub(super) enum SubscriptionCommand {
 /// When the subscriptions are sent once more after a dropped connection.
 const RESUBSCRIBE_AGAIN: Duration = Duration::from_millis(500);
 
+/// How long the subscription task waits for one unsubscribe and one
+/// subscribe before going on to the next key (a subscribe that timed out
+/// is retried like a failed one).
+const UNSUBSCRIBE_LIMIT: Duration = Duration::from_millis(200);
+const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(1);
+
 /// Pause before a failed subscribe is sent again (doubling up to the max).
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
@@ -85,8 +91,13 @@ pub(super) async fn subscriptions(
             }
             SubscriptionCommand::Unsubscribe(channel) => {
                 wanted.remove(&channel);
-                if let Err(error) = con.unsubscribe(&channel).await {
-                    tracing::debug!(%error, "unsubscribe failed");
+                // Bounded: on a cluster, a frozen master must not hold up the
+                // subscriptions of keys on the others. An unsubscribe that
+                // did not go through only leaves messages nobody reads.
+                match tokio::time::timeout(UNSUBSCRIBE_LIMIT, con.unsubscribe(&channel)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!(%error, "unsubscribe failed"),
+                    Err(_) => tracing::debug!("unsubscribe unanswered; going on"),
                 }
                 continue;
             }
@@ -97,7 +108,14 @@ pub(super) async fn subscriptions(
             continue;
         }
         wanted.insert(channel.clone(), entry.clone());
-        match con.subscribe(&channel).await {
+        let subscribed = tokio::time::timeout(SUBSCRIBE_LIMIT, con.subscribe(&channel)).await;
+        let subscribed = subscribed.unwrap_or_else(|_| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "subscribe unanswered",
+            )))
+        });
+        match subscribed {
             Ok(()) => {
                 if backoff.remove(&channel).is_some() {
                     entry.wake_first();
@@ -148,37 +166,54 @@ pub(super) async fn releaser(
 ) {
     let mut batch = Vec::with_capacity(RELEASE_BATCH);
     while jobs.recv_many(&mut batch, RELEASE_BATCH).await > 0 {
-        let mut by_sha = true;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let outcome: RedisResult<Vec<RedisResult<i64>>> = con
-                .pipelined(&batch, |(lock_key, holder, fair)| {
-                    scripts.release(by_sha, lock_key, holder, *fair, &window)
-                })
-                .await;
-            match outcome {
-                Ok(replies)
-                    if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) =>
-                {
-                    by_sha = false;
-                }
-                Ok(_) => break,
-                Err(error) if attempt < RELEASE_ATTEMPTS => {
-                    tracing::debug!(%error, "background release failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        locks = batch.len(),
-                        "background release failed; the locks will be freed by their leases"
-                    );
-                    break;
-                }
+        // Each batch on its own: a batch stuck on a frozen cluster master
+        // must not hold back the releases that follow it
+        // (`tests/tests/review_cluster.rs`). Holder ids are unique per hold,
+        // so the order between batches does not matter.
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(RELEASE_BATCH));
+        let sending = release_batch(con.clone(), scripts.clone(), window.clone(), batch);
+        let pending = pending.clone();
+        tokio::spawn(async move {
+            let batch = sending.await;
+            pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
+        });
+    }
+}
+
+/// Sends one batch of releases, pipelined, retrying it a few times; returns
+/// the batch once answered or given up.
+async fn release_batch(
+    con: Con,
+    scripts: Arc<Scripts>,
+    window: Arc<str>,
+    batch: Vec<ReleaseJob>,
+) -> Vec<ReleaseJob> {
+    let mut by_sha = true;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome: RedisResult<Vec<RedisResult<i64>>> = con
+            .pipelined(&batch, |(lock_key, holder, fair)| {
+                scripts.release(by_sha, lock_key, holder, *fair, &window)
+            })
+            .await;
+        match outcome {
+            Ok(replies) if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) => {
+                by_sha = false;
+            }
+            Ok(_) => return batch,
+            Err(error) if attempt < RELEASE_ATTEMPTS => {
+                tracing::debug!(%error, "background release failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    locks = batch.len(),
+                    "background release failed; the locks will be freed by their leases"
+                );
+                return batch;
             }
         }
-        pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
-        batch.clear();
     }
 }
