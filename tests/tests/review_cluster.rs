@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::LockRuntime;
+use lock_runtime::{LockGuard, LockRuntime};
 use lock_testkit::{RedisCluster, RedisServer};
 use lock_tests::{unique, wait_until, FaultProxy};
 use tokio::time::Instant;
@@ -54,6 +54,49 @@ fn keys_by_master(cluster: &RedisCluster, runtime: &LockRuntime, per: usize) -> 
         }
     }
     panic!("no keys found on every master");
+}
+
+/// Spawns `request.acquire()`; the task returns when it ended, and how.
+fn timed_acquire(
+    request: lock_runtime::LockRequest,
+) -> tokio::task::JoinHandle<(Instant, Result<LockGuard, lock_runtime::LockError>)> {
+    tokio::spawn(async move {
+        let got = request.acquire().await;
+        (Instant::now(), got)
+    })
+}
+
+/// Locks `holder` takes for a freeze test: one on master 0 (the one to be
+/// frozen) and one on master 1, with their keys.
+struct TwoHolds {
+    frozen_key: String,
+    healthy_key: String,
+    on_frozen: LockGuard,
+    on_healthy: LockGuard,
+}
+
+async fn hold_on_two_masters(cluster: &RedisCluster, holder: &LockRuntime) -> TwoHolds {
+    let keys = keys_by_master(cluster, holder, 1);
+    let (frozen_key, healthy_key) = (keys[0][0].clone(), keys[1][0].clone());
+    let lease = Duration::from_secs(10);
+    let hold = |key: &str| holder.lock(key).lease(lease).acquire();
+    let on_frozen = hold(&frozen_key).await.unwrap();
+    let on_healthy = hold(&healthy_key).await.unwrap();
+    TwoHolds {
+        frozen_key,
+        healthy_key,
+        on_frozen,
+        on_healthy,
+    }
+}
+
+/// Thaws master 0 at `froze_at` + 1.6 s: before the cluster would declare
+/// it failed (node timeout 2 s).
+fn thaw_in_time(cluster: &'static RedisCluster, froze_at: Instant) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep_until(froze_at + Duration::from_millis(1600)).await;
+        cluster.node(0).thaw();
+    })
 }
 
 /// Keys that play with the hash tag: braces, a leading `}` or `\`, an
@@ -193,33 +236,14 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
     let prefix = unique("rv-freeze-wait");
     let holder = cluster_runtime(cluster, &prefix).await;
     let waiter = cluster_runtime(cluster, &prefix).await;
-    let keys = keys_by_master(cluster, &holder, 1);
-    let (frozen_key, healthy_key) = (keys[0][0].clone(), keys[1][0].clone());
-    let lease = Duration::from_secs(10);
-    let on_frozen = holder
-        .lock(&frozen_key)
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
-    let on_healthy = holder
-        .lock(&healthy_key)
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
+    let TwoHolds {
+        frozen_key,
+        healthy_key,
+        on_frozen,
+        on_healthy,
+    } = hold_on_two_masters(cluster, &holder).await;
 
-    let first_wait = {
-        let waiter = waiter.clone();
-        let key = frozen_key.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock(&key)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
+    let first_wait = timed_acquire(waiter.lock(&frozen_key).wait(Duration::from_secs(30)));
     wait_until("the waiter waits on the frozen master's key", || {
         waiter.stats().waiting_keys == 1
     })
@@ -234,18 +258,7 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
     })
     .await;
 
-    let second_wait = {
-        let waiter = waiter.clone();
-        let key = healthy_key.clone();
-        tokio::spawn(async move {
-            let guard = waiter
-                .lock(&key)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let second_wait = timed_acquire(waiter.lock(&healthy_key).wait(Duration::from_secs(30)));
     wait_until("the waiter waits on the healthy master's key", || {
         waiter.stats().waiting_keys == 1
     })
@@ -254,11 +267,7 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
     let released_at = Instant::now();
     on_healthy.release().await.unwrap();
     eprintln!("the holder's release took {:?}", released_at.elapsed());
-    // Thaw before the cluster would declare the master failed (2 s).
-    let thaw = tokio::spawn(async move {
-        tokio::time::sleep_until(froze_at + Duration::from_millis(1600)).await;
-        cluster.node(0).thaw();
-    });
+    let thaw = thaw_in_time(cluster, froze_at);
     let (woken_at, second) = second_wait.await.unwrap();
     thaw.await.unwrap();
     let after = woken_at.duration_since(released_at);
@@ -283,34 +292,14 @@ async fn cluster_frozen_master_does_not_delay_background_releases_on_the_healthy
     let prefix = unique("rv-freeze-release");
     let holder = cluster_runtime(cluster, &prefix).await;
     let other = cluster_runtime(cluster, &prefix).await;
-    let keys = keys_by_master(cluster, &holder, 1);
-    let (frozen_key, healthy_key) = (keys[0][0].clone(), keys[1][0].clone());
-    let lease = Duration::from_secs(10);
-    let on_frozen = holder
-        .lock(&frozen_key)
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
-    let on_healthy = holder
-        .lock(&healthy_key)
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
+    let TwoHolds {
+        frozen_key: _,
+        healthy_key,
+        on_frozen,
+        on_healthy,
+    } = hold_on_two_masters(cluster, &holder).await;
 
-    let waiting = {
-        let other = other.clone();
-        let key = healthy_key.clone();
-        tokio::spawn(async move {
-            let guard = other
-                .lock(&key)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await;
-            (Instant::now(), guard)
-        })
-    };
+    let waiting = timed_acquire(other.lock(&healthy_key).wait(Duration::from_secs(30)));
     wait_until("the other process waits", || {
         other.stats().waiting_keys == 1
     })
@@ -323,10 +312,7 @@ async fn cluster_frozen_master_does_not_delay_background_releases_on_the_healthy
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released_at = Instant::now();
     drop(on_healthy);
-    let thaw = tokio::spawn(async move {
-        tokio::time::sleep_until(froze_at + Duration::from_millis(1600)).await;
-        cluster.node(0).thaw();
-    });
+    let thaw = thaw_in_time(cluster, froze_at);
     let (got_at, guard) = waiting.await.unwrap();
     thaw.await.unwrap();
     let after = got_at.duration_since(released_at);
@@ -834,18 +820,7 @@ async fn cluster_master_restarted_empty_tells_the_holder_and_tokens_still_grow()
     let lease = Duration::from_secs(15);
     let guard = holder.lock(key).lease(lease).acquire().await.unwrap();
     let first = guard.fence();
-    let waiting = {
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            let got = waiter
-                .lock(key)
-                .lease(lease)
-                .wait(Duration::from_secs(60))
-                .acquire()
-                .await;
-            (Instant::now(), got)
-        })
-    };
+    let waiting = timed_acquire(waiter.lock(key).lease(lease).wait(Duration::from_secs(60)));
     wait_until("the waiter waits", || waiter.stats().waiting_keys == 1).await;
     let restarted_at = Instant::now();
     cluster_node_restart(cluster, master).await;
