@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::sentinel::{NodeAuth, SentinelConfig};
 use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
+use crate::cohort::Cohort;
 use crate::error::{BackendError, LockError};
 use crate::runtime::{LockRuntime, Settings, Started};
 use crate::waiters::Waiters;
@@ -80,7 +81,15 @@ pub struct LockRuntimeBuilder {
     pub(crate) node_auth: NodeAuth,
     /// Sentinel: `WAIT` for this many replicas, this long, after acquires.
     pub(crate) sync_replicas: Option<(u32, Duration)>,
+    /// Local handoffs of a held lock between tasks of this process.
+    pub(crate) cohort: Cohort,
 }
+
+/// Default of [`LockRuntimeBuilder::cohort`].
+pub const DEFAULT_COHORT: Cohort = Cohort {
+    handoffs: 8,
+    budget: Duration::from_millis(5),
+};
 
 /// Default bound of a single try ([`LockRuntimeBuilder::try_timeout`]).
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_millis(250);
@@ -132,6 +141,7 @@ impl Default for LockRuntimeBuilder {
             tls_client: None,
             node_auth: NodeAuth::default(),
             sync_replicas: None,
+            cohort: DEFAULT_COHORT,
         }
     }
 }
@@ -286,6 +296,26 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// Lock cohorting: when a task of this process waits for a lock that
+    /// another of its tasks releases, pass the hold to it without a round
+    /// trip, up to `handoffs` times in a row and for at most `budget` after
+    /// the backend acquisition; then release to the backend so that other
+    /// processes get their turn. Default [`DEFAULT_COHORT`] (8 handoffs,
+    /// 5 ms); `handoffs` 0 turns it off (at most
+    /// [`MAX_COHORT_HANDOFFS`](crate::MAX_COHORT_HANDOFFS)).
+    ///
+    /// Each local holder gets a token greater than the one before (from a
+    /// block reserved with the backend acquisition), the watchdog keeps
+    /// renewing, and a loss reaches whichever task holds the lock then. Only
+    /// locks with a renewed lease are passed, and only to a waiter that asks
+    /// for the same lease and mode. On the embedded store (no round trip to
+    /// save) and on Redlock (tokens come from a majority) this does nothing.
+    /// README, "Contention".
+    pub fn cohort(mut self, handoffs: u32, budget: Duration) -> Self {
+        self.cohort = Cohort { handoffs, budget };
+        self
+    }
+
     /// How long a single try may take: `wait(Duration::ZERO)` and
     /// [`try_acquire`](crate::LockRequest::try_acquire), and the last try a
     /// bounded wait makes when its deadline passes while it sleeps (default
@@ -383,6 +413,13 @@ impl LockRuntimeBuilder {
                 self.fence_window
             )));
         }
+        if self.cohort.handoffs > crate::cohort::MAX_COHORT_HANDOFFS {
+            return Err(LockError::InvalidConfig(format!(
+                "cohort handoffs {} is out of range: use 0 (off) to {}",
+                self.cohort.handoffs,
+                crate::cohort::MAX_COHORT_HANDOFFS
+            )));
+        }
         if self.prefix.contains(['{', '}']) {
             return Err(LockError::InvalidConfig(
                 "the key prefix may not contain `{` or `}` (the runtime adds the hash tag)"
@@ -437,6 +474,7 @@ impl LockRuntimeBuilder {
             default_fair: self.fair,
             try_timeout: self.try_timeout,
             drain_limit: drain,
+            cohort: self.cohort,
         };
         Ok(LockRuntime::new(started, settings))
     }
@@ -451,6 +489,12 @@ impl LockRuntimeBuilder {
             tls_root_ca: self.tls_root_ca.clone(),
             tls_client: self.tls_client.clone(),
             fence_window: self.fence_window,
+            // (Redlock derives tokens from a majority: no reserved blocks.)
+            fence_reserve: if self.cohort.is_on() && !matches!(self.choice, Choice::Redlock(_)) {
+                self.cohort.handoffs
+            } else {
+                0
+            },
         }
     }
 

@@ -13,10 +13,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Release;
+use crate::cohort::Terms;
 use crate::error::LockError;
 use crate::held::HeldLock;
 use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
+use crate::waiters::Passed;
 
 /// A held lock. Release it with [`release`](Self::release), or drop it to
 /// release in the background.
@@ -71,7 +73,7 @@ impl LockGuard {
             }
             // Waiters of the same scope may re-enter now instead of waiting
             // for a release that their own scope would have to make.
-            waiters.wake_owner(&held.lock_key, held.owner);
+            waiters.wake_owner(&held.lock_key, held.owner());
         }
         LockGuard::new(runtime.clone(), held, frame, scope)
     }
@@ -96,6 +98,11 @@ impl LockGuard {
         &self.runtime
     }
 
+    /// This hold's frame in the runtime's table.
+    pub(crate) fn frame(&self) -> u64 {
+        self.frame
+    }
+
     pub(crate) fn held(&self) -> &Arc<HeldLock> {
         &self.held
     }
@@ -108,7 +115,7 @@ impl LockGuard {
     /// The fencing token: strictly greater than every token handed out for
     /// this key before; the same for nested holds of one owner scope.
     pub fn fence(&self) -> u64 {
-        self.held().fence
+        self.held().fence()
     }
 
     /// Whether the lock was found lost (expired, deleted, or not renewable
@@ -180,6 +187,9 @@ impl LockGuard {
                 Ok(())
             };
         }
+        if pass_locally(&self.runtime, &held) {
+            return Ok(());
+        }
         self.runtime.watchdog().remove(held.id);
         // If this future is dropped mid-flight, `pending` re-queues the
         // release in the background (a second release of a unique holder id
@@ -197,7 +207,7 @@ impl LockGuard {
             )
             .await;
         pending.done();
-        tracing::debug!(key = %held.key, fence = held.fence, ?outcome, "lock released");
+        tracing::debug!(key = %held.key, fence = held.fence(), ?outcome, "lock released");
         match outcome {
             Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => Ok(()),
             Ok(Release::NotHeld) if !held.is_lost() => Err(LockError::NotHeld {
@@ -209,6 +219,37 @@ impl LockGuard {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Lock cohorting (`cohort.rs`): passes a hold whose last frame just went to
+/// the first local waiter of its key, if the runtime's limits and the hold
+/// allow it and that waiter asks for the same terms. The waiter finds a
+/// guard in its slot (its frame already in the table, so shutdown closes it
+/// like any other); if it has gone meanwhile, that guard's drop passes the
+/// hold on again or releases it. `true`: passed, nothing to release.
+fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
+    let limits = runtime.cohort();
+    if !limits.is_on() || !runtime.backend().passes_locally() || runtime.is_shut_down() {
+        return false;
+    }
+    let terms = Terms {
+        lease: held.lease,
+        fair: held.fair,
+    };
+    let passed = runtime
+        .waiters()
+        .pass_to_head(&held.lock_key, terms, |scope: &Arc<Node>| {
+            let fence = held.pass_to(scope.id, limits)?;
+            let frame = runtime.table().insert_passed(held.clone(), scope);
+            tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
+            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone());
+            Some(Box::new(guard) as Passed)
+        });
+    if passed {
+        runtime.count_passed();
+        runtime.waiters().wake_owner(&held.lock_key, held.owner());
+    }
+    passed
 }
 
 struct PendingRelease<'a> {
@@ -237,6 +278,9 @@ impl Drop for PendingRelease<'_> {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released || !self.runtime.table().release(&self.held, self.frame) {
+            return;
+        }
+        if pass_locally(&self.runtime, &self.held) {
             return;
         }
         self.runtime.watchdog().remove(self.held.id);

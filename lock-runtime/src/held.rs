@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::cohort::{Cohort, Run};
 use crate::context::Runner;
 use crate::meter;
 use crate::owner::Node;
@@ -33,10 +34,11 @@ pub(crate) struct HeldLock {
     pub(crate) lock_key: String,
     /// Holder id recorded in the backend.
     pub(crate) holder: String,
-    /// Owner scope that holds it.
-    pub(crate) owner: u64,
-    /// Fencing token of this hold.
-    pub(crate) fence: u64,
+    /// Owner scope that holds it (changes when the hold is passed to
+    /// another task of this process, see `cohort.rs`).
+    owner: AtomicU64,
+    /// The token of the current holder, and the run of local handoffs.
+    run: Run,
     /// Lease (the backend TTL) in force.
     pub(crate) lease: Duration,
     /// Whether the watchdog renews it.
@@ -52,9 +54,10 @@ pub(crate) struct HeldLock {
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
     lost_changed: Notify,
-    /// When the hold began (for the hold-time histogram).
+    /// When the current holder's hold began (for the hold-time histogram),
+    /// as [`clock`] nanoseconds.
     #[cfg(feature = "metrics")]
-    taken_at: std::time::Instant,
+    taken_at: AtomicU64,
 }
 
 /// A hold ends when the last guard, table entry and renewal holding it let
@@ -62,10 +65,7 @@ pub(crate) struct HeldLock {
 /// shutdown, loss).
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        #[cfg(feature = "metrics")]
-        meter::hold_ended(&self.key, self.taken_at.elapsed());
-        #[cfg(not(feature = "metrics"))]
-        meter::hold_ended(&self.key, Duration::ZERO);
+        self.hold_ended();
     }
 }
 
@@ -98,6 +98,11 @@ pub(crate) struct Hold {
     pub(crate) holder: String,
     pub(crate) owner: u64,
     pub(crate) fence: u64,
+    /// The last token reserved with the acquisition for local holders
+    /// (`fence` itself when none is).
+    pub(crate) upto: u64,
+    /// When the backend acquisition was sent.
+    pub(crate) since: tokio::time::Instant,
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
     pub(crate) fair: bool,
@@ -113,8 +118,8 @@ impl HeldLock {
             key: hold.key,
             lock_key: hold.lock_key,
             holder: hold.holder,
-            owner: hold.owner,
-            fence: hold.fence,
+            owner: AtomicU64::new(hold.owner),
+            run: Run::new(hold.fence, hold.upto, hold.since),
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
@@ -124,8 +129,51 @@ impl HeldLock {
             valid_until: AtomicU64::new(u64::MAX),
             lost_changed: Notify::new(),
             #[cfg(feature = "metrics")]
-            taken_at: std::time::Instant::now(),
+            taken_at: AtomicU64::new(clock::now_nanos()),
         })
+    }
+
+    /// The fencing token of the current holder.
+    pub(crate) fn fence(&self) -> u64 {
+        self.run.fence()
+    }
+
+    /// The owner scope of the current holder.
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner.load(Ordering::Acquire)
+    }
+
+    /// Passes the hold to owner scope `owner` with the next token of its
+    /// reserved block, if `limits` allow one more local handoff now and the
+    /// hold has at least half its lease left; returns the new token.
+    /// (Called with no frame left, so no guard reads the old token again.)
+    pub(crate) fn pass_to(&self, owner: u64, limits: Cohort) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        let left = self
+            .valid_until
+            .load(Ordering::Acquire)
+            .saturating_sub(clock::to_nanos(now));
+        if self.is_lost() || !self.renew || Duration::from_nanos(left) < self.lease / 2 {
+            return None;
+        }
+        let fence = self.run.next(limits, now)?;
+        self.owner.store(owner, Ordering::Release);
+        self.hold_ended();
+        meter::hold_started();
+        #[cfg(feature = "metrics")]
+        self.taken_at.store(clock::now_nanos(), Ordering::Relaxed);
+        Some(fence)
+    }
+
+    /// Counts the end of the current holder's hold.
+    fn hold_ended(&self) {
+        #[cfg(feature = "metrics")]
+        let held_for = Duration::from_nanos(
+            clock::now_nanos().saturating_sub(self.taken_at.load(Ordering::Relaxed)),
+        );
+        #[cfg(not(feature = "metrics"))]
+        let held_for = Duration::ZERO;
+        meter::hold_ended(&self.key, held_for);
     }
 
     /// Whether the lock is lost: found gone, or its client-side lease end
@@ -148,7 +196,7 @@ impl HeldLock {
             self.valid_until.store(0, Ordering::Release);
             if !self.closed.load(Ordering::Acquire) {
                 meter::lost(&self.key);
-                tracing::warn!(key = %self.key, fence = self.fence, "lock lost while held");
+                tracing::warn!(key = %self.key, fence = self.fence(), "lock lost while held");
             }
         }
         self.lost_changed.notify_waiters();
@@ -216,9 +264,14 @@ fn new_frame(owner: &Node, held: Arc<HeldLock>) -> Frame {
     Frame {
         id: NEXT_FRAME.fetch_add(1, Ordering::Relaxed),
         owner: owner.id,
-        task: owner.for_guard.then(crate::context::runner).flatten(),
+        task: guard_task(owner),
         held,
     }
+}
+
+/// The task that holds `owner`'s guards, if it is one (see `Frame::task`).
+fn guard_task(owner: &Node) -> Option<Runner> {
+    owner.for_guard.then(crate::context::runner).flatten()
 }
 
 impl HeldTable {
@@ -288,6 +341,31 @@ impl HeldTable {
             .or_default()
             .push(frame);
         id
+    }
+
+    /// Records a hold passed to `owner` by another task of this process (lock
+    /// cohorting); returns its frame id. The frame names no task until the
+    /// new holder takes it ([`HeldTable::taken`]).
+    pub(crate) fn insert_passed(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
+        let mut frame = new_frame(owner, held);
+        frame.task = None;
+        let id = frame.id;
+        self.locks()
+            .entry(frame.held.lock_key.clone())
+            .or_default()
+            .push(frame);
+        id
+    }
+
+    /// The task running now took the passed hold of frame `frame`.
+    pub(crate) fn taken(&self, lock_key: &str, frame: u64, owner: &Node) {
+        if let Some(f) = self
+            .locks()
+            .get_mut(lock_key)
+            .and_then(|frames| frames.iter_mut().find(|f| f.id == frame))
+        {
+            f.task = guard_task(owner);
+        }
     }
 
     /// Gives back the hold of frame `frame`; `true` when it was the last hold

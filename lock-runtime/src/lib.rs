@@ -65,6 +65,7 @@
 mod acquire;
 mod backend;
 mod builder;
+mod cohort;
 mod context;
 mod env;
 mod error;
@@ -86,8 +87,9 @@ mod watchdog;
 pub mod __private;
 
 pub use builder::{
-    LockRuntimeBuilder, DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
+    LockRuntimeBuilder, DEFAULT_COHORT, DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
 };
+pub use cohort::{Cohort, MAX_COHORT_HANDOFFS};
 pub use env::init_from_env;
 pub use error::{BackendError, LockError};
 pub use guard::LockGuard;

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) try_timeout: Duration,
     /// How long shutdown waits for the backend to confirm its releases.
     pub(crate) drain_limit: Duration,
+    /// Local handoffs between tasks of this process.
+    pub(crate) cohort: crate::cohort::Cohort,
 }
 
 /// What the worker thread started (see `builder.rs`).
@@ -59,6 +61,8 @@ struct Inner {
     settings: Settings,
     /// Set by [`LockRuntime::shutdown`]: no more locks are taken.
     closed: AtomicBool,
+    /// See [`RuntimeStats::passed_locally`].
+    passed_locally: std::sync::atomic::AtomicU64,
     describe: String,
     /// Dropped with the last handle: stops the worker thread.
     _stop: oneshot::Sender<()>,
@@ -93,6 +97,9 @@ pub struct RuntimeStats {
     pub waiting_keys: usize,
     /// The watchdog's counters.
     pub watchdog: WatchdogStats,
+    /// Holds passed from one task of this process to another without a
+    /// round trip so far (lock cohorting, [`LockRuntimeBuilder::cohort`](crate::LockRuntimeBuilder::cohort)).
+    pub passed_locally: u64,
 }
 
 impl LockRuntime {
@@ -108,6 +115,7 @@ impl LockRuntime {
                 table: HeldTable::default(),
                 settings,
                 closed: AtomicBool::new(false),
+                passed_locally: std::sync::atomic::AtomicU64::new(0),
                 _stop: started.stop,
             }),
         }
@@ -235,7 +243,13 @@ impl LockRuntime {
             held: self.inner.table.len(),
             waiting_keys: self.inner.waiters.waiting_keys(),
             watchdog: self.inner.watchdog.stats(),
+            passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts a hold passed between tasks of this process.
+    pub(crate) fn count_passed(&self) {
+        self.inner.passed_locally.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Backend name of `key` (prefix and hash tag applied), e.g. `lock:{order:1}`.
@@ -279,6 +293,12 @@ impl LockRuntime {
 
     pub(crate) fn default_wait(&self) -> Option<Duration> {
         self.inner.settings.default_wait
+    }
+
+    /// How far a hold may be passed between tasks of this process (off on
+    /// backends that reserve no tokens for it).
+    pub(crate) fn cohort(&self) -> crate::cohort::Cohort {
+        self.inner.settings.cohort
     }
 
     pub(crate) fn try_timeout(&self) -> Duration {

@@ -56,7 +56,9 @@ impl Acquisition {
         };
         let (outcome, sent_at) = self.send(&in_flight.holder, queue).await?;
         let attempted = match outcome {
-            Ok(Acquire::Held { fence, .. }) => self.took(&mut in_flight, fence, sent_at),
+            Ok(Acquire::Held { fence, upto, .. }) => {
+                self.took(&mut in_flight, (fence, upto), sent_at)
+            }
             Ok(Acquire::Busy { ttl }) => {
                 self.found_busy(&mut in_flight, queue, ttl, sent_at);
                 Attempted::Busy(ttl)
@@ -140,7 +142,12 @@ impl Acquisition {
     }
 
     /// The attempt took the lock: the hold goes into the table and watchdog.
-    fn took(&mut self, in_flight: &mut InFlight, fence: u64, sent_at: Instant) -> Attempted {
+    fn took(
+        &mut self,
+        in_flight: &mut InFlight,
+        (fence, upto): (u64, u64),
+        sent_at: Instant,
+    ) -> Attempted {
         let claimed = in_flight.armed
             || self
                 .ticket
@@ -159,7 +166,7 @@ impl Acquisition {
         if let Some(ticket) = self.ticket.take() {
             ticket.leave_with_lock(self.want.fair);
         }
-        let held = HeldLock::new(self.hold(holder, fence));
+        let held = HeldLock::new(self.hold(holder, (fence, upto), sent_at));
         let (scope, lease) = (self.want.scope.clone(), held.lease);
         Attempted::Held(LockGuard::adopt(&self.runtime, held, scope, sent_at, lease))
     }
@@ -210,7 +217,11 @@ impl Acquisition {
             );
         }
         let waiters = self.runtime.waiters();
-        let ticket = waiters.register(self.want.lock_key.clone(), self.want.scope.clone());
+        let ticket = waiters.register(
+            self.want.lock_key.clone(),
+            self.want.scope.clone(),
+            self.terms(),
+        );
         ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
         if in_flight.armed {
             // Fair mode: our first attempt queued its id in Redis.

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::QUEUE_ENTRY_LIFE;
+use crate::cohort::Terms;
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, Hold, Reentry};
@@ -227,6 +228,10 @@ impl Acquisition {
         if self.runtime.is_shut_down() {
             return Some(Err(LockError::ShutDown));
         }
+        // A hold passed by another task of this process (lock cohorting).
+        if let Some(guard) = self.take_passed() {
+            return Some(Ok(Taken::Guard(guard)));
+        }
         // Re-entry, strict nesting: only below the innermost hold.
         let table = self.runtime.table();
         let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope);
@@ -262,7 +267,8 @@ impl Acquisition {
         // Its backend lease ends after `since` + the handoff lease (the
         // shortest that the place's entry carried); the watchdog counts from
         // there.
-        let held = HeldLock::new(self.hold(handoff.holder, handoff.fence));
+        let tokens = (handoff.fence, handoff.upto);
+        let held = HeldLock::new(self.hold(handoff.holder, tokens, handoff.since));
         let scope = self.want.scope.clone();
         let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
         Some(Ok(Taken::Guard(guard)))
@@ -292,7 +298,11 @@ impl Acquisition {
         if waiters.waiting_keys() == 0 || !waiters.is_waiting(&self.want.lock_key) {
             return false;
         }
-        let ticket = waiters.register(self.want.lock_key.clone(), self.want.scope.clone());
+        let ticket = waiters.register(
+            self.want.lock_key.clone(),
+            self.want.scope.clone(),
+            self.terms(),
+        );
         self.ticket = Some(ticket);
         true
     }
@@ -352,14 +362,44 @@ impl Acquisition {
         }
     }
 
-    /// The hold this acquisition becomes (it ends here: the key moves out).
-    fn hold(&mut self, holder: String, fence: u64) -> Hold {
+    /// What a hold must be like for this acquisition to take it over from
+    /// another task of the process (lock cohorting): only renewed leases,
+    /// whose length the watchdog keeps, on the same lease and mode.
+    fn terms(&self) -> Option<Terms> {
+        self.want.renew.then_some(Terms {
+            lease: self.want.lease,
+            fair: self.want.fair,
+        })
+    }
+
+    /// A hold another task of this process passed to this waiter (lock
+    /// cohorting), taken: its frame is in the table already.
+    fn take_passed(&mut self) -> Option<LockGuard> {
+        let passed = self.ticket.as_ref()?.take_passed()?;
+        // (Only `guard.rs` passes holds, and only guards.)
+        let guard = *passed.downcast::<LockGuard>().ok()?;
+        if let Some(ticket) = self.ticket.take() {
+            ticket.leave_with_lock(self.want.fair);
+        }
+        self.runtime
+            .table()
+            .taken(&guard.held().lock_key, guard.frame(), &self.want.scope);
+        Some(guard)
+    }
+
+    /// The hold this acquisition becomes (it ends here: the key moves out):
+    /// `tokens` are its token and the last one reserved with it, `since`
+    /// when the backend acquisition was sent.
+    fn hold(&mut self, holder: String, tokens: (u64, u64), since: Instant) -> Hold {
+        let (fence, upto) = tokens;
         Hold {
             key: std::mem::take(&mut self.want.key),
             lock_key: std::mem::take(&mut self.want.lock_key),
             holder,
             owner: self.want.scope.id,
             fence,
+            upto,
+            since,
             lease: self.want.lease,
             renew: self.want.renew,
             fair: self.want.fair,

@@ -139,6 +139,7 @@ impl MemoryBackend {
                 );
                 Acquire::Held {
                     fence,
+                    upto: fence,
                     handed: false,
                 }
             }
@@ -147,6 +148,7 @@ impl MemoryBackend {
                 entry.expires_at = now + lease;
                 Acquire::Held {
                     fence: entry.fence,
+                    upto: entry.fence,
                     handed: false,
                 }
             }

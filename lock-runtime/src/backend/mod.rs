@@ -31,6 +31,9 @@ pub(crate) enum Acquire {
     Held {
         /// Fencing token.
         fence: u64,
+        /// The last token reserved for holders this process passes the
+        /// lock to (`fence` when none is; see `cohort.rs`).
+        upto: u64,
         /// Fair mode: it was already held under this holder id (handed over
         /// by a release), rather than taken just now.
         handed: bool,
@@ -102,6 +105,9 @@ pub(crate) struct ConnectSettings {
     pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
     /// How long a key's last token is kept after it was issued.
     pub(crate) fence_window: Duration,
+    /// Tokens reserved with each acquisition for local holders (lock
+    /// cohorting; 0: none).
+    pub(crate) fence_reserve: u32,
 }
 
 /// What a backend tells this process's waiters. The waiter registry
@@ -111,8 +117,9 @@ pub(crate) struct ConnectSettings {
 pub(crate) trait Wakeups: Send + Sync {
     /// The lock `lock` was released: its first local waiter should try.
     fn released(&self, lock: &str);
-    /// A fair release handed `lock` to `holder`, with token `fence`.
-    fn handed_over(&self, lock: &str, holder: &str, fence: u64);
+    /// A fair release handed `lock` to `holder`, with token `fence` (and
+    /// the tokens up to `upto` reserved for local holders).
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64, upto: u64);
     /// News may have been lost (a dropped connection): every waiter tries.
     fn connection_lost(&self);
 }
@@ -213,6 +220,14 @@ impl Backend {
             Backend::Redlock(r) => r.describe(),
             Backend::Sentinel(s) => s.describe(),
         }
+    }
+
+    /// Whether a hold may be passed between tasks of this process without
+    /// a round trip (lock cohorting): the backend reserves tokens for it.
+    /// Not on the embedded store (no round trip to save) or Redlock (its
+    /// tokens come from a majority of counters).
+    pub(crate) fn passes_locally(&self) -> bool {
+        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
     }
 
     /// Whether locks exclude only tasks of this process.

@@ -7,9 +7,12 @@
 -- ARGV[1]  holder id              ("<process-uuid>:<n>", unique per hold)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  window in milliseconds
+-- ARGV[4]  tokens to reserve for local holders (lock cohorting; '0': none)
 --
--- returns  {1, fence}  held: the lock is ours (first acquisition or re-entry)
---          {0, pttl}   busy: another holder has it for pttl more milliseconds
+-- returns  {1, fence, upto}  held: the lock is ours (first acquisition or
+--                            re-entry); tokens fence+1..upto are reserved
+--                            for holders this process passes it to
+--          {0, pttl}         busy: another holder has it for pttl more milliseconds
 --
 -- Fencing tokens: every first acquisition takes max(counter + 1, server time
 -- in microseconds). Counting up alone is not enough: a Redis restored from an
@@ -27,6 +30,12 @@
 -- window. The hold keeps its own token in the hash, for a re-entry that
 -- comes after the counter expired. A counter without a TTL, left by an
 -- earlier version of these scripts, is read like any other and gets one here.
+--
+-- Reserved tokens: the counter is set to the last token of the block, so
+-- every later acquisition's token is above all of them. They run at most
+-- the reserve (at most 1000) microseconds ahead of the clock, and the next
+-- acquisition comes a release or a lease expiry later: the clock argument
+-- above still holds for it.
 if redis.call('exists', KEYS[1]) == 0 then
   local fence = tonumber(redis.call('get', KEYS[2]) or '0') + 1
   local now = redis.call('time')
@@ -35,17 +44,18 @@ if redis.call('exists', KEYS[1]) == 0 then
     fence = clock
   end
   local token = string.format('%.0f', fence)
-  redis.call('set', KEYS[2], token, 'px', ARGV[3])
+  local upto = fence + (tonumber(ARGV[4]) or 0)
+  redis.call('set', KEYS[2], string.format('%.0f', upto), 'px', ARGV[3])
   redis.call('hset', KEYS[1], ARGV[1], 1, 'fence', token)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, fence}
+  return {1, fence, upto}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   -- (A hold taken by an earlier version has no 'fence' field: its token is
   -- the counter's.)
-  local fence = redis.call('hget', KEYS[1], 'fence') or redis.call('get', KEYS[2])
-  return {1, tonumber(fence or '0')}
+  local fence = tonumber(redis.call('hget', KEYS[1], 'fence') or redis.call('get', KEYS[2]) or '0')
+  return {1, fence, fence}
 end
 return {0, redis.call('pttl', KEYS[1])}

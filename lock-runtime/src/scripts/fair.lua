@@ -12,16 +12,21 @@
 --           ARGV[6] release channel, ARGV[7] lease ms of a handoff (a short
 --           claim that the new holder's watchdog extends: a waiter that died
 --           just before its turn then blocks the key only that long),
---           ARGV[8] window ms (the counter's TTL)
---   returns {1, fence}  held: it was free and nobody alive was queued ahead
---           {2, fence}  held: a release had handed it to this holder id (its
---                       TTL is extended to the lease, never shortened)
+--           ARGV[8] window ms (the counter's TTL), ARGV[9] tokens to reserve
+--           for local holders (as in acquire.lua; kept in the queue entry
+--           for a handoff)
+--   returns {1, fence, upto}  held: it was free and nobody alive was queued
+--                             ahead; fence+1..upto reserved (acquire.lua)
+--           {2, fence, upto}  held: a release had handed it to this holder
+--                             id (its TTL is extended to the lease, never
+--                             shortened)
 --           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
 -- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel, ARGV[4]
 --           window ms (the counter's TTL, for a handoff)
 --   returns -1  not held (a queued holder id leaves the queue instead)
---            0  freed: handed to the first live queued holder ("g <holder> <fence>"
---               on the channel), or, with nobody queued, "1" on the channel
+--            0  freed: handed to the first live queued holder ("g <holder>
+--               <fence> <upto>" on the channel), or, with nobody queued, "1"
+--               on the channel
 --           >0  holds left
 --
 -- A queue entry lives until its expiry; a waiting process refreshes it by
@@ -39,8 +44,9 @@ local function now_ms()
 end
 
 -- The fencing token, as in acquire.lua: max(counter + 1, server time in µs),
--- kept in the counter for the window and in the hash for the hold.
-local function take(holder, lease)
+-- kept in the hash for the hold; the counter keeps the last of the tokens
+-- reserved with it (`reserve` more) for the window. Returns both.
+local function take(holder, lease, reserve)
   local fence = tonumber(redis.call('get', fences) or '0') + 1
   local t = redis.call('time')
   local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -48,14 +54,16 @@ local function take(holder, lease)
     fence = clock
   end
   local token = string.format('%.0f', fence)
-  redis.call('set', fences, token, 'px', window)
+  local upto = fence + (tonumber(reserve) or 0)
+  redis.call('set', fences, string.format('%.0f', upto), 'px', window)
   redis.call('hset', lock, holder, 1, 'fence', token)
   redis.call('pexpire', lock, lease)
-  return fence
+  return fence, upto
 end
 
--- The first queued holder whose entry is alive, and its lease; dead heads are
--- dropped on the way.
+-- The first queued holder whose entry is alive, its lease and its reserve
+-- (entries of an earlier version have none); dead heads are dropped on the
+-- way.
 local function live_head()
   local now = nil
   while true do
@@ -65,10 +73,10 @@ local function live_head()
     end
     local entry = redis.call('hget', entries, head)
     if entry then
-      local expiry, lease = string.match(entry, '^(%d+):(%d+)$')
+      local expiry, lease, reserve = string.match(entry, '^(%d+):(%d+):?(%d*)$')
       now = now or now_ms()
       if expiry and tonumber(expiry) > now then
-        return head, lease
+        return head, lease, reserve
       end
     end
     redis.call('lpop', queue)
@@ -83,13 +91,14 @@ end
 
 -- Hands the free lock to the first live queued holder; false when none.
 local function hand_over(channel)
-  local head, lease = live_head()
+  local head, lease, reserve = live_head()
   if not head then
     return false
   end
   dequeue_head(head)
-  local fence = take(head, lease)
-  redis.call('publish', channel, 'g ' .. head .. ' ' .. string.format('%.0f', fence))
+  local fence, upto = take(head, lease, reserve)
+  redis.call('publish', channel, 'g ' .. head .. ' ' .. string.format('%.0f', fence)
+    .. ' ' .. string.format('%.0f', upto))
   return true
 end
 
@@ -102,8 +111,15 @@ if ARGV[1] == 'acquire' then
       redis.call('pexpire', lock, lease)
     end
     -- (A lock handed over by an earlier version has no 'fence' field.)
-    local fence = redis.call('hget', lock, 'fence') or redis.call('get', fences)
-    return {2, tonumber(fence or '0')}
+    local fence = tonumber(redis.call('hget', lock, 'fence') or redis.call('get', fences) or '0')
+    -- The counter still ends the block reserved with the handoff (nobody
+    -- else can take the lock while this holder has it); if it expired, no
+    -- local holders.
+    local upto = tonumber(redis.call('get', fences) or '0')
+    if upto < fence then
+      upto = fence
+    end
+    return {2, fence, upto}
   end
   if redis.call('exists', lock) == 0 then
     local head = live_head()
@@ -111,7 +127,8 @@ if ARGV[1] == 'acquire' then
       if head then
         dequeue_head(head)
       end
-      return {1, take(holder, lease)}
+      local fence, upto = take(holder, lease, ARGV[9])
+      return {1, fence, upto}
     end
     -- Free (its holder's lease ran out, or a plain release): the first in
     -- line gets it, and we stay queued.
@@ -119,7 +136,7 @@ if ARGV[1] == 'acquire' then
   end
   if ARGV[4] == '1' then
     local life = tonumber(ARGV[5])
-    local entry = string.format('%.0f', now_ms() + life) .. ':' .. ARGV[7]
+    local entry = string.format('%.0f', now_ms() + life) .. ':' .. ARGV[7] .. ':' .. (ARGV[9] or '0')
     if redis.call('hset', entries, holder, entry) == 1 then
       redis.call('rpush', queue, holder)
     end

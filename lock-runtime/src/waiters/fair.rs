@@ -20,9 +20,9 @@ pub(super) struct FairPlace {
     confirmed: Option<Instant>,
     /// Shortest lease asked with this id (the one a handoff may have used).
     lease: Option<Duration>,
-    /// A handoff to `id` not yet taken by a local waiter: its fence, and
-    /// when its message arrived.
-    pub(super) handed: Option<(u64, Instant)>,
+    /// A handoff to `id` not yet taken by a local waiter: its fence, the
+    /// last token reserved with it, and when its message arrived.
+    pub(super) handed: Option<(u64, u64, Instant)>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
     attempting: bool,
     /// Counts the places this one has been (an [`Attempt`] of an earlier
@@ -77,6 +77,8 @@ pub(crate) struct Handoff {
     pub(crate) holder: String,
     /// Its fencing token.
     pub(crate) fence: u64,
+    /// The last token reserved with it for local holders.
+    pub(crate) upto: u64,
     /// Its lease in the backend ends after `since` + `lease`.
     pub(crate) since: Instant,
     /// The lease it was handed over with (at least this long).
@@ -157,7 +159,7 @@ impl WaitTicket {
         match place.handed {
             // Sent before the handoff's message came: older news (the claim
             // is counted from the last such moment before the handoff).
-            Some((_, at)) if sent_at < at => {}
+            Some((_, _, at)) if sent_at < at => {}
             // Sent after it and still busy: the claim ran out and the lock
             // went on; the attempt has queued the place again.
             Some(_) => {
@@ -188,7 +190,7 @@ impl WaitTicket {
     /// lock is).
     pub(crate) fn take_handoff(&self, minimum: Duration) -> Option<Handoff> {
         let mut place = self.entry.place();
-        let (Some((fence, _)), Some(_), Some(since), Some(lease)) =
+        let (Some((fence, upto, _)), Some(_), Some(since), Some(lease)) =
             (place.handed, &place.id, place.confirmed, place.lease)
         else {
             return None;
@@ -208,6 +210,7 @@ impl WaitTicket {
         Some(Handoff {
             holder,
             fence,
+            upto,
             since,
             lease,
         })

@@ -33,12 +33,17 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Wakeups, Watched, Watches};
+use crate::cohort::Terms;
 use crate::meter;
 
 mod fair;
 
 use crate::owner::Node;
 use fair::FairPlace;
+
+/// A hold passed to a waiter by another task of this process (lock
+/// cohorting): a `LockGuard`, opaque here. Dropping it gives the hold on.
+pub(crate) type Passed = Box<dyn std::any::Any + Send>;
 
 /// One waiter's place in its key's queue.
 #[derive(Debug)]
@@ -47,6 +52,17 @@ pub(crate) struct LocalWaiter {
     /// is not listening at that moment, so no wake-up is lost).
     pub(crate) wake: Notify,
     scope: Arc<Node>,
+    /// What a hold must be like for this waiter to take it over from
+    /// another task of the process (`None`: it does not).
+    terms: Option<Terms>,
+    /// A hold passed to it, not taken yet.
+    passed: Mutex<Option<Passed>>,
+}
+
+impl LocalWaiter {
+    fn passed(&self) -> std::sync::MutexGuard<'_, Option<Passed>> {
+        self.passed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The waiters of one key.
@@ -138,8 +154,8 @@ impl Wakeups for Waiters {
         self.wake_one(lock);
     }
 
-    fn handed_over(&self, lock: &str, holder: &str, fence: u64) {
-        self.hand_over(lock, holder, fence);
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64, upto: u64) {
+        self.hand_over(lock, holder, fence, upto);
     }
 
     fn connection_lost(&self) {
@@ -165,12 +181,19 @@ impl Waiters {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues one waiter of owner scope `owner` on `channel`; the first one
-    /// subscribes.
-    pub(crate) fn register(self: &Arc<Self>, channel: String, scope: Arc<Node>) -> WaitTicket {
+    /// Queues one waiter of owner scope `owner` on `channel`, which takes a
+    /// hold passed on these `terms` (if any); the first one subscribes.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        channel: String,
+        scope: Arc<Node>,
+        terms: Option<Terms>,
+    ) -> WaitTicket {
         let slot = Arc::new(LocalWaiter {
             wake: Notify::new(),
             scope,
+            terms,
+            passed: Mutex::new(None),
         });
         let mut keys = self.keys();
         let entry = match keys.get(&channel) {
@@ -208,16 +231,50 @@ impl Waiters {
 
     /// A fair release handed the lock of `channel` to `holder`: if that is
     /// this process's place, records the handoff and wakes the head.
-    pub(crate) fn hand_over(&self, channel: &str, holder: &str, fence: u64) {
+    pub(crate) fn hand_over(&self, channel: &str, holder: &str, fence: u64, upto: u64) {
         let entry = self.keys().get(channel).cloned();
         if let Some(entry) = entry {
             let mut place = entry.place();
             if place.id.as_deref() == Some(holder) {
-                place.handed = Some((fence, Instant::now()));
+                place.handed = Some((fence, upto, Instant::now()));
                 drop(place);
                 entry.wake_head();
             }
         }
+    }
+
+    /// Lock cohorting: offers a hold of `channel` on `terms` to the head
+    /// waiter, if it takes such holds and has none yet. `pass` makes the
+    /// hold for the head's scope (or declines); it runs with the key's queue
+    /// locked, so the head cannot leave meanwhile. `true`: passed, and the
+    /// head woken.
+    pub(crate) fn pass_to_head(
+        &self,
+        channel: &str,
+        terms: Terms,
+        pass: impl FnOnce(&Arc<Node>) -> Option<Passed>,
+    ) -> bool {
+        let Some(entry) = self.keys().get(channel).cloned() else {
+            return false;
+        };
+        let queue = entry.queue();
+        let Some(head) = queue.front() else {
+            return false;
+        };
+        if head.terms != Some(terms) {
+            return false;
+        }
+        let mut slot = head.passed();
+        if slot.is_some() {
+            return false;
+        }
+        let Some(passed) = pass(&head.scope) else {
+            return false;
+        };
+        *slot = Some(passed);
+        drop(slot);
+        head.wake.notify_one();
+        true
     }
 
     /// This process took the lock of `channel`, with a lease ending at
@@ -348,6 +405,11 @@ impl WaitTicket {
         self.wake_head_on_leave = wake_next;
     }
 
+    /// A hold another task of this process passed to this waiter, if any.
+    pub(crate) fn take_passed(&self) -> Option<Passed> {
+        self.slot.passed().take()
+    }
+
     /// Whether this waiter is first in its key's local queue.
     pub(crate) fn is_head(&self) -> bool {
         self.entry
@@ -361,6 +423,11 @@ impl Drop for WaitTicket {
     fn drop(&mut self) {
         meter::waiter_left();
         self.waiters.unregister(self);
+        // A hold passed to this waiter that it did not take (it gave up, or
+        // was cancelled) goes on: to the next waiter, or back to the
+        // backend. Out of the queue and with no lock of the registry held.
+        let passed = self.slot.passed().take();
+        drop(passed);
     }
 }
 
@@ -374,8 +441,8 @@ mod tests {
 
     fn key() -> (Arc<Waiters>, WaitTicket, WaitTicket) {
         let waiters = Waiters::new();
-        let a = waiters.register("lock:{k}:released".to_owned(), Node::root());
-        let b = waiters.register("lock:{k}:released".to_owned(), Node::root());
+        let a = waiters.register("lock:{k}:released".to_owned(), Node::root(), None);
+        let b = waiters.register("lock:{k}:released".to_owned(), Node::root(), None);
         (waiters, a, b)
     }
 
@@ -384,7 +451,7 @@ mod tests {
         let (waiters, a, b) = key();
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         assert!(b.begin_attempt(LEASE).is_none(), "two attempts at once");
-        waiters.hand_over("lock:{k}:released", &id, 7);
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
         assert!(
             b.take_handoff(Duration::ZERO).is_none(),
             "taken mid-attempt"
@@ -415,13 +482,13 @@ mod tests {
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         let before = Instant::now();
         drop(attempt);
-        waiters.hand_over("lock:{k}:released", &id, 7);
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
         a.confirm_place(&id, before); // older news: kept
         assert!(a.take_handoff(Duration::ZERO).is_some());
 
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         drop(attempt);
-        waiters.hand_over("lock:{k}:released", &id, 8);
+        waiters.hand_over("lock:{k}:released", &id, 8, 8);
         a.confirm_place(&id, Instant::now()); // after it: the claim is gone
         assert!(a.take_handoff(Duration::ZERO).is_none());
     }
@@ -432,7 +499,7 @@ mod tests {
         let claim = Duration::from_millis(30);
         let (id, attempt) = a.begin_attempt(claim).unwrap();
         drop(attempt);
-        waiters.hand_over("lock:{k}:released", &id, 7);
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
         // The claim counts from the place's creation: 30 ms, of which at
         // least 20 ms must be left.
         std::thread::sleep(Duration::from_millis(15));
@@ -447,7 +514,7 @@ mod tests {
         let (waiters, a, _b) = key();
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         drop(attempt);
-        waiters.hand_over("lock:{k}:released", &id, 7);
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
         assert!(a.take_handoff(LEASE * 2).is_none());
         assert!(a.take_handoff(LEASE).is_some());
     }

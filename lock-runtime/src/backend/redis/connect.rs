@@ -304,6 +304,7 @@ async fn start(
         releases,
         endpoint,
         window,
+        reserve: settings.fence_reserve.to_string().into(),
     };
     Ok((backend, watches))
 }
@@ -365,7 +366,9 @@ fn push_handler(
                 if let Some(channel) = text(push.data.first()) {
                     let lock = LockNames::hash_of_channel(channel);
                     match text(push.data.get(1)).and_then(parse_handoff) {
-                        Some((holder, fence)) => wakeups.handed_over(lock, holder, fence),
+                        Some((holder, fence, upto)) => {
+                            wakeups.handed_over(lock, holder, fence, upto)
+                        }
                         None => wakeups.released(lock),
                     }
                 }
@@ -391,11 +394,17 @@ fn text(value: Option<&Value>) -> Option<&str> {
     }
 }
 
-/// Parses a fair-mode handoff message: `g <holder id> <fence>`.
-fn parse_handoff(message: &str) -> Option<(&str, u64)> {
-    let rest = message.strip_prefix("g ")?;
-    let (holder, fence) = rest.rsplit_once(' ')?;
-    Some((holder, fence.parse().ok()?))
+/// Parses a fair-mode handoff message: `g <holder id> <fence> <upto>` (the
+/// last token reserved with it; absent from an earlier version's message).
+fn parse_handoff(message: &str) -> Option<(&str, u64, u64)> {
+    let mut words = message.strip_prefix("g ")?.split(' ');
+    let holder = words.next()?;
+    let fence: u64 = words.next()?.parse().ok()?;
+    let upto = words
+        .next()
+        .and_then(|u| u.parse::<u64>().ok())
+        .map_or(fence, |u| u.max(fence));
+    Some((holder, fence, upto))
 }
 
 #[cfg(test)]

@@ -46,6 +46,9 @@ pub(crate) struct RedisBackend {
     /// The fence counter's TTL in ms: how long a token is kept after it was
     /// issued (the scripts' ARGV).
     window: Arc<str>,
+    /// Tokens reserved with each acquisition for local holders (the
+    /// scripts' ARGV; see `cohort.rs`).
+    reserve: Arc<str>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -82,22 +85,31 @@ impl RedisBackend {
         let mut con = self.con.clone();
         // (The caller boxes this whole future, so it stays out of the state of
         // every waiting acquire.)
-        let reply: RedisResult<(i64, i64)> = if queue == Queue::No {
+        let reply: RedisResult<Vec<i64>> = if queue == Queue::No {
             eval(
                 &mut con,
                 &self.scripts.acquire,
                 &[lock_key, &fence_key],
-                &[holder, &lease, &self.window],
+                &[holder, &lease, &self.window, &self.reserve],
             )
             .await
         } else {
             self.acquire_fair(&mut con, lock_key, holder, &lease, queue)
                 .await
         };
-        let (held, n) = reply.map_err(|e| self.failed("acquire failed", e))?;
+        let reply = reply.map_err(|e| self.failed("acquire failed", e))?;
+        let (held, n) = match reply[..] {
+            [held, n, ..] => (held, n),
+            _ => return Err(BackendError::msg("acquire failed: a reply too short")),
+        };
         Ok(if held == 1 || held == 2 {
+            let fence = u64::try_from(n).unwrap_or(0);
             Acquire::Held {
-                fence: u64::try_from(n).unwrap_or(0),
+                fence,
+                upto: reply
+                    .get(2)
+                    .and_then(|u| u64::try_from(*u).ok())
+                    .map_or(fence, |u| u.max(fence)),
                 handed: held == 2,
             }
         } else {
@@ -115,7 +127,7 @@ impl RedisBackend {
         holder: &str,
         lease: &str,
         queue: Queue,
-    ) -> RedisResult<(i64, i64)> {
+    ) -> RedisResult<Vec<i64>> {
         let (join, handoff_lease) = match queue {
             Queue::Join(lease) => ("1", ms(lease)),
             _ => ("0", "0".to_owned()),
@@ -129,6 +141,7 @@ impl RedisBackend {
             &LockNames::channel(lock_key),
             &handoff_lease,
             &self.window,
+            &self.reserve,
         ];
         by_sha(con, |sha| self.scripts.fair(sha, lock_key, &args)).await
     }

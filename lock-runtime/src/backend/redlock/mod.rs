@@ -264,6 +264,7 @@ impl Redlock {
                 Ok(()) if in_time() => {
                     return Ok(Acquire::Held {
                         fence,
+                        upto: fence,
                         handed: false,
                     })
                 }

@@ -79,7 +79,7 @@ impl Redlock {
                     master = m.endpoint(),
                     "Redlock: took a held lock again on a master that had lost it"
                 );
-                self.raise_fence(m, &lock.lock_key, &lock.holder, lock.fence)
+                self.raise_fence(m, &lock.lock_key, &lock.holder, lock.fence())
                     .await
             }));
         }
@@ -96,8 +96,10 @@ fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
         key: String::new(),
         lock_key: lock.lock_key.clone(),
         holder: lock.holder.clone(),
-        owner: lock.owner,
-        fence: lock.fence,
+        owner: lock.owner(),
+        fence: lock.fence(),
+        upto: lock.fence(),
+        since: tokio::time::Instant::now(),
         lease: quorum::padded(lock.lease),
         renew: lock.renew,
         fair: lock.fair,

@@ -202,9 +202,9 @@ impl Wakeups for Relay {
         }
     }
 
-    fn handed_over(&self, lock: &str, holder: &str, fence: u64) {
+    fn handed_over(&self, lock: &str, holder: &str, fence: u64, upto: u64) {
         if let Some(waiters) = self.waiters.upgrade() {
-            waiters.handed_over(lock, holder, fence);
+            waiters.handed_over(lock, holder, fence, upto);
         }
     }
 
