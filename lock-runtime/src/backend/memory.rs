@@ -229,7 +229,7 @@ mod tests {
 
     impl super::Wakeups for Nobody {
         fn released(&self, _: &str) {}
-        fn handed_over(&self, _: &str, _: &str, _: u64) {}
+        fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
         fn connection_lost(&self) {}
     }
 

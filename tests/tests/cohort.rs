@@ -1,0 +1,315 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Lock cohorting (`LockRuntimeBuilder::cohort`): a released hold passes to a
+//! waiting task of the same process without a round trip, a bounded number
+//! of times, with growing tokens, and a loss still reaches whoever holds it.
+//!
+//! Every test runs on its own `redis-server` or a fresh key, with real
+//! runtimes; holds are observed through occupancy counters and the tokens
+//! each holder saw, never through the runtime's internals.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_runtime::{with_lock, LockError, LockRuntime, DEFAULT_COHORT};
+use lock_testkit::{CommandStats, RedisServer};
+use lock_tests::{unique, wait_until, Kind, Occupancy};
+use tokio::time::Instant;
+
+/// Tasks of `runtimes` (`per` each, round robin) take `key` in turn until
+/// `total` holds are done; each records its runtime's index and token
+/// inside the critical section. Returns the records in hold order.
+async fn contend(
+    runtimes: &[LockRuntime],
+    per: usize,
+    key: &str,
+    total: usize,
+) -> (Vec<(usize, u64)>, u64) {
+    let occupancy = Arc::new(Occupancy::new());
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (r, rt) in runtimes.iter().enumerate() {
+        for _ in 0..per {
+            let (rt, key) = (rt.clone(), key.to_owned());
+            let (occupancy, records) = (occupancy.clone(), records.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10_000 {
+                    if records.lock().unwrap().len() >= total {
+                        break;
+                    }
+                    let request = rt.lock(key.as_str()).wait(Duration::from_secs(10));
+                    with_lock(request, async {
+                        let _inside = occupancy.enter();
+                        let token = lock_runtime::fence().unwrap();
+                        records.lock().unwrap().push((r, token));
+                        tokio::task::yield_now().await;
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let records = records.lock().unwrap().clone();
+    (records, occupancy.max())
+}
+
+/// Tokens grow from holder to holder, and a run of local handoffs (tokens
+/// one apart, the reserved block) is never longer than the bound.
+fn check_tokens(records: &[(usize, u64)], bound: u32) {
+    let mut run = 0u32;
+    for w in records.windows(2) {
+        assert!(w[0].1 < w[1].1, "tokens did not grow: {w:?}");
+        if w[1].1 == w[0].1 + 1 && w[0].0 == w[1].0 {
+            run += 1;
+            assert!(run <= bound, "{run} local handoffs in a row (bound {bound})");
+        } else {
+            run = 0;
+        }
+    }
+}
+
+/// Four tasks of one process take one key 400 times: most holds pass from
+/// task to task without a round trip, so Redis runs far fewer scripts than
+/// the two per hold (acquire, release) it would without cohorting; only one
+/// task is ever inside, and each token is above the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_passes_a_contended_lock_between_tasks_with_few_round_trips() {
+    let server = RedisServer::start();
+    let rt = LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(unique("co-few"))
+        .build()
+        .await
+        .unwrap();
+    let mut con = server.connection().await;
+    let before = CommandStats::read(&mut con).await.unwrap();
+    let (records, max) = contend(std::slice::from_ref(&rt), 4, "k", 400).await;
+    let after = CommandStats::read(&mut con).await.unwrap();
+    let delta = after.since(&before);
+    let scripts = delta.get("evalsha") + delta.get("eval");
+    assert_eq!(max, 1, "two holders at once");
+    check_tokens(&records, DEFAULT_COHORT.handoffs);
+    let passed = rt.stats().passed_locally;
+    eprintln!(
+        "{} holds, {passed} passed locally, {scripts} scripts ({:.2} per hold)",
+        records.len(),
+        scripts as f64 / records.len() as f64
+    );
+    assert!(
+        passed * 2 >= records.len() as u64,
+        "only {passed} of {} holds passed locally",
+        records.len()
+    );
+    assert!(
+        scripts <= records.len() as u64,
+        "{scripts} scripts for {} holds: no round trips saved",
+        records.len()
+    );
+    assert_eq!(rt.inspect("k").await.unwrap(), None, "left held");
+}
+
+/// Three runtimes (processes) with three tasks each share a key on every
+/// backend: exclusion holds, tokens grow across processes and local runs,
+/// runs stay within the bound, and every process gets a fair share (the
+/// bound hands the lock back to the backend).
+async fn cohort_keeps_exclusion_and_token_order_across_processes(kind: Kind) {
+    let prefix = unique("co-procs");
+    let a = kind.runtime(&prefix).await;
+    let b = kind.peer(&a, &prefix).await;
+    let c = kind.peer(&a, &prefix).await;
+    let (records, max) = contend(&[a.clone(), b.clone(), c.clone()], 3, "k", 600).await;
+    assert_eq!(max, 1, "two holders at once");
+    check_tokens(&records, DEFAULT_COHORT.handoffs);
+    if kind != Kind::Memory {
+        let passed: u64 = [&a, &b, &c].iter().map(|r| r.stats().passed_locally).sum();
+        assert!(passed > 0, "nothing passed locally");
+        for r in 0..3 {
+            let share = records.iter().filter(|(i, _)| *i == r).count();
+            assert!(
+                share * 10 >= records.len(),
+                "process {r} got {share} of {} holds",
+                records.len()
+            );
+        }
+    } else {
+        assert_eq!(a.stats().passed_locally, 0, "the embedded store passes nothing");
+    }
+}
+
+lock_tests::on_every_backend!(cohort_keeps_exclusion_and_token_order_across_processes);
+
+/// While four tasks of one process hammer a key, a task of another process
+/// that waits for it gets it soon: the bound hands the lock back to Redis
+/// (plain mode: the waiter races the releasing process; fair mode: it is
+/// queued, and the release hands the lock to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_is_bounded_so_another_process_gets_its_turn() {
+    for fair in [false, true] {
+        let prefix = unique("co-turn");
+        let builder = |p: &str| Kind::Redis.builder(p).fair(fair);
+        let busy = builder(&prefix).build().await.unwrap();
+        let other = builder(&prefix).build().await.unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (rt, stop) = (busy.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let guard = rt.lock("k").wait(Duration::from_secs(10)).acquire().await;
+                    tokio::task::yield_now().await;
+                    guard.unwrap().release().await.unwrap();
+                }
+            }));
+        }
+        wait_until("the busy process passes the lock around", || {
+            busy.stats().passed_locally >= 20
+        })
+        .await;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let guard = other
+                .lock("k")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
+            waits.push(started.elapsed());
+            guard.release().await.unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        eprintln!("fair {fair}: the other process waited {waits:?}");
+        let worst = waits.iter().max().unwrap();
+        assert!(
+            *worst < Duration::from_millis(500),
+            "fair {fair}: the other process waited {worst:?}"
+        );
+    }
+}
+
+/// A hold passed to a waiting task is the same backend hold: when it is
+/// lost (deleted behind the runtime's back), the task holding it then is
+/// told, and a later acquire takes a fresh hold with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
+    let prefix = unique("co-lost");
+    let rt = Kind::Redis.runtime(&prefix).await;
+    let admin = Kind::Redis.runtime(&prefix).await;
+    let lease = Duration::from_millis(600);
+    let first = rt.lock("k").lease(lease).acquire().await.unwrap();
+    let second = {
+        let rt = rt.clone();
+        tokio::spawn(async move { rt.lock("k").lease(lease).acquire().await })
+    };
+    wait_until("the second task waits", || rt.stats().waiting_keys == 1).await;
+    let token = first.fence();
+    first.release().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(rt.stats().passed_locally, 1, "not passed locally");
+    assert_eq!(second.fence(), token + 1, "the next token of the block");
+    assert!(admin.force_unlock("k").await.unwrap(), "nothing to delete");
+    tokio::time::timeout(lease * 3, second.lost())
+        .await
+        .expect("the holder of the passed lock was not told it was lost");
+    assert!(second.is_lost());
+    assert!(matches!(
+        second.release().await,
+        Err(LockError::Lost { .. })
+    ));
+    let again = rt.lock("k").acquire().await.unwrap();
+    assert!(again.fence() > token + 1, "tokens went back");
+    again.release().await.unwrap();
+}
+
+/// The waiter a hold is passed to is cancelled before it runs again: the
+/// hold goes on to the next waiter (no round trip), and once that one
+/// releases with nobody waiting, the lock is free in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
+    let prefix = unique("co-cancel");
+    let rt = Kind::Redis.runtime(&prefix).await;
+    let first = rt.lock("k").acquire().await.unwrap();
+    let token = first.fence();
+    let mut cancelled = Box::pin(rt.lock("k").wait(Duration::from_secs(10)).acquire());
+    // Drive it until it waits (its attempt found the lock busy, it queued,
+    // tried once more and sleeps).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rt.stats().waiting_keys == 0 && Instant::now() < deadline {
+        let _ = tokio::time::timeout(Duration::from_millis(5), &mut cancelled).await;
+    }
+    for _ in 0..20 {
+        let _ = tokio::time::timeout(Duration::from_millis(5), &mut cancelled).await;
+    }
+    assert_eq!(rt.stats().waiting_keys, 1, "the first waiter is not waiting");
+    let next = {
+        let rt = rt.clone();
+        tokio::spawn(async move { rt.lock("k").wait(Duration::from_secs(10)).acquire().await })
+    };
+    // The second waiter queues behind the first without an attempt; give
+    // it the moment to register.
+    wait_until("the second waiter queues", || {
+        rt.stats().waiting_keys == 1 && !next.is_finished()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.release().await.unwrap();
+    assert_eq!(rt.stats().passed_locally, 1, "not passed to the first waiter");
+    drop(cancelled);
+    let next = tokio::time::timeout(Duration::from_secs(2), next)
+        .await
+        .expect("the next waiter did not get the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rt.stats().passed_locally, 2, "not passed on");
+    assert_eq!(next.fence(), token + 2);
+    next.release().await.unwrap();
+    assert_eq!(rt.inspect("k").await.unwrap(), None, "left held");
+}
+
+/// Cohorting passes only what the waiter asked for: a waiter with a fixed
+/// lease (no watchdog) or another lease takes the lock from Redis, and a
+/// runtime built with `cohort(0, ..)` never passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
+    let prefix = unique("co-terms");
+    let rt = Kind::Redis.runtime(&prefix).await;
+    let off = Kind::Redis
+        .builder(&prefix)
+        .cohort(0, Duration::from_millis(5))
+        .build()
+        .await
+        .unwrap();
+    for (runtime, waiter, name) in [
+        (&rt, rt.lock("k").watchdog(false), "fixed lease"),
+        (&rt, rt.lock("k").lease(Duration::from_secs(7)), "other lease"),
+        (&off, off.lock("k"), "cohort off"),
+    ] {
+        let first = runtime.lock("k").acquire().await.unwrap();
+        let token = first.fence();
+        let waiter = tokio::spawn(waiter.wait(Duration::from_secs(10)).acquire());
+        wait_until("the waiter waits", || runtime.stats().waiting_keys == 1).await;
+        first.release().await.unwrap();
+        let second = waiter.await.unwrap().unwrap();
+        assert_eq!(runtime.stats().passed_locally, 0, "{name}: passed locally");
+        assert!(second.fence() > token, "{name}: tokens went back");
+        second.release().await.unwrap();
+    }
+    let error = Kind::Redis
+        .builder(&prefix)
+        .cohort(1001, Duration::from_millis(5))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("cohort"), "{error}");
+}
