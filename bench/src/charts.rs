@@ -1,6 +1,6 @@
 //! The two S3 charts: handoff latency and wait to acquire, ours (plain and
-//! fair mode) vs rslock, as cumulative distributions on a logarithmic time
-//! axis.
+//! fair mode, each with lock cohorting off and on) vs rslock, as cumulative
+//! distributions on a logarithmic time axis.
 //!
 //! Handoff latency is the figure the target is about; the wait chart is
 //! there because a polling peer's handoffs are rare (the releaser usually
@@ -15,15 +15,16 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 
 use crate::report::trim;
-use crate::scenarios::Trio;
+use crate::scenarios::Curves;
 use crate::stats::Samples;
+use crate::worker::Library;
 
 /// What S3 hands over for charting.
 pub struct S3Charts {
-    /// Handoff latencies (ours, ours fair, rslock), µs.
-    pub handoffs: Trio,
-    /// Waits to acquire (ours, ours fair, rslock), µs.
-    pub waits: Trio,
+    /// Handoff latencies of each library and mode, µs.
+    pub handoffs: Curves,
+    /// Waits to acquire of each library and mode, µs.
+    pub waits: Curves,
     /// Idle PING p50 on the runtime's connection, µs.
     pub ping_p50: Option<f64>,
 }
@@ -37,6 +38,8 @@ struct Series<'a> {
 
 const OURS: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const FAIR: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
+const COHORT: RGBColor = RGBColor(0x94, 0x67, 0xbd);
+const FAIR_COHORT: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 const PEER: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 const MARKER: RGBColor = RGBColor(0x88, 0x88, 0x88);
 
@@ -66,24 +69,29 @@ fn label(name: &str, s: &Samples, what: &str) -> String {
     )
 }
 
-fn trio<'a>((ours, fair, peer): &'a Trio, what: &str) -> [Series<'a>; 3] {
-    [
-        Series {
-            label: label("lock-runtime", ours, what),
-            colour: OURS,
-            samples: ours,
-        },
-        Series {
-            label: label("lock-runtime, fair", fair, what),
-            colour: FAIR,
-            samples: fair,
-        },
-        Series {
-            label: label("rslock 0.10", peer, what),
-            colour: PEER,
-            samples: peer,
-        },
-    ]
+/// A curve's legend name and colour.
+fn style(library: Library) -> (&'static str, RGBColor) {
+    match library {
+        Library::Ours | Library::OursDefault | Library::OursCluster => ("lock-runtime", OURS),
+        Library::OursFair => ("lock-runtime, fair", FAIR),
+        Library::OursCohort => ("lock-runtime, cohort", COHORT),
+        Library::OursFairCohort => ("lock-runtime, fair+cohort", FAIR_COHORT),
+        Library::Rslock => ("rslock 0.10", PEER),
+    }
+}
+
+fn curves<'a>(curves: &'a Curves, what: &str) -> Vec<Series<'a>> {
+    curves
+        .iter()
+        .map(|(library, samples)| {
+            let (name, colour) = style(*library);
+            Series {
+                label: label(name, samples, what),
+                colour,
+                samples,
+            }
+        })
+        .collect()
 }
 
 /// Writes `handoff.svg` and `waits.svg` into `dir`; returns their paths.
@@ -97,13 +105,13 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
     let handoff = cdf_chart(
         &format!("S3 handoff latency, 8 workers in 2 processes{suffix}"),
         "release by one holder → next holder's body starts",
-        &trio(&charts.handoffs, "handoffs"),
+        &curves(&charts.handoffs, "handoffs"),
         &markers,
     )?;
     let waits = cdf_chart(
         &format!("S3 wait to acquire, 8 workers in 2 processes{suffix}"),
         "asked for the lock → body starts",
-        &trio(&charts.waits, "acquisitions"),
+        &curves(&charts.waits, "acquisitions"),
         &[
             ("target p99: 5 ms".to_owned(), 5_000.0),
             ("target max: 50 ms".to_owned(), 50_000.0),

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use crate::keys::KeyChoice;
+
 /// One scenario of the issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scenario {
@@ -26,6 +28,10 @@ pub enum Scenario {
     S6,
     /// Memory per held lock and per waiting task.
     S7,
+    /// 8 processes x 8 tasks on one key: more processes than cores.
+    S8,
+    /// 64 tasks in 4 processes on 1,000 Zipf-distributed (hot) keys.
+    S9,
     /// What 100,000 distinct keys locked once leave in Redis.
     S10,
     /// S1 and S3 on a 3-master Redis Cluster, beside the single server.
@@ -34,7 +40,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -42,6 +48,8 @@ impl Scenario {
         Scenario::S5,
         Scenario::S6,
         Scenario::S7,
+        Scenario::S8,
+        Scenario::S9,
         Scenario::S10,
         Scenario::S11,
     ];
@@ -54,6 +62,28 @@ impl Scenario {
     }
 }
 
+/// Who contends for what, and for how long, in one contention run: the
+/// worker processes (`--worker contend`), the tasks in each, and how each
+/// acquisition chooses its key.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    /// Worker processes.
+    pub processes: u32,
+    /// Tasks per process.
+    pub tasks: u32,
+    /// The key of each acquisition.
+    pub keys: KeyChoice,
+    /// How long the workers contend per run.
+    pub duration: Duration,
+}
+
+impl Shape {
+    /// Workers in all processes.
+    pub fn workers(&self) -> u32 {
+        self.processes * self.tasks
+    }
+}
+
 /// Counts and durations of one variant.
 #[derive(Clone, Copy, Debug)]
 pub struct Scale {
@@ -63,8 +93,12 @@ pub struct Scale {
     pub s2_pairs: usize,
     /// PINGs measured for a PING p50 baseline.
     pub pings: usize,
-    /// S3: how long the workers contend per run.
-    pub s3_duration: Duration,
+    /// S3 (and S4, S11): 8 workers in 2 processes on one key.
+    pub s3: Shape,
+    /// S8: more processes than cores, one key.
+    pub s8: Shape,
+    /// S9: many tasks on Zipf-distributed keys.
+    pub s9: Shape,
     /// S5: how long each side runs per run.
     pub s5_duration: Duration,
     /// S6: locks held.
@@ -80,12 +114,29 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// The full benchmark (about 2.5 minutes with 3 runs).
+    /// The full benchmark (about 6 minutes with 3 runs).
     pub const FULL: Scale = Scale {
         s1_ops: 4000,
         s2_pairs: 20_000,
         pings: 2000,
-        s3_duration: Duration::from_secs(10),
+        s3: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(10),
+        },
+        s8: Shape {
+            processes: 8,
+            tasks: 8,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(5),
+        },
+        s9: Shape {
+            processes: 4,
+            tasks: 16,
+            keys: KeyChoice::Zipf { keys: 1000, s: 1.1 },
+            duration: Duration::from_secs(5),
+        },
         s5_duration: Duration::from_secs(2),
         s6_locks: 10_000,
         s6_lease: Duration::from_secs(3),
@@ -99,7 +150,24 @@ impl Scale {
         s1_ops: 200,
         s2_pairs: 1000,
         pings: 200,
-        s3_duration: Duration::from_secs(1),
+        s3: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(1),
+        },
+        s8: Shape {
+            processes: 4,
+            tasks: 2,
+            keys: KeyChoice::One,
+            duration: Duration::from_millis(500),
+        },
+        s9: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::Zipf { keys: 1000, s: 1.1 },
+            duration: Duration::from_millis(500),
+        },
         s5_duration: Duration::from_millis(500),
         s6_locks: 1000,
         s6_lease: Duration::from_secs(1),
@@ -126,7 +194,7 @@ pub struct Config {
 
 /// Usage text.
 pub const USAGE: &str =
-    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 s10 ...] [--quick] [--runs N] [--out DIR]\n\
+    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 ...] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
@@ -215,8 +283,10 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s9".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 9);
+        assert!(Config::from_args(&["s12".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 11);
+        let crowds = Config::from_args(&["s9".to_owned(), "s8".to_owned()]).unwrap();
+        assert_eq!(crowds.scenarios, [Scenario::S8, Scenario::S9]);
         let s11 = Config::from_args(&["s11".to_owned()]).unwrap();
         assert_eq!(s11.scenarios, [Scenario::S11]);
         let s10 = Config::from_args(&["s10".to_owned()]).unwrap();

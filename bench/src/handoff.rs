@@ -1,10 +1,10 @@
 //! Acquisition records of the contention scenario, and what they show.
 //!
-//! Each acquisition is recorded by the worker as three system-clock
-//! timestamps (µs): when it asked, when its body started (lock acquired),
-//! when its body ended (release about to be sent). All processes run on one
-//! machine, so the timestamps share a clock and the holds of all workers can
-//! be put in one order. From that order:
+//! Each acquisition is recorded by the worker as its key's number and three
+//! system-clock timestamps (µs): when it asked, when its body started (lock
+//! acquired), when its body ended (release about to be sent). All processes
+//! run on one machine, so the timestamps share a clock and the holds of all
+//! workers on one key can be put in one order. From each key's order:
 //!
 //! - **handoff** = next body start − previous body end, counted only when the
 //!   next holder was already waiting at that moment (otherwise the lock was
@@ -28,6 +28,8 @@ use crate::stats::Samples;
 pub struct Record {
     /// Worker (task) number, unique across processes.
     pub worker: u32,
+    /// The key's number (0 when there is one key).
+    pub key: u32,
     /// When it asked for the lock.
     pub requested: u64,
     /// When its body started.
@@ -37,11 +39,11 @@ pub struct Record {
 }
 
 impl Record {
-    /// `rec <worker> <requested> <acquired> <released>`.
+    /// `rec <worker> <key> <requested> <acquired> <released>`.
     pub fn to_line(&self) -> String {
         format!(
-            "rec {} {} {} {}",
-            self.worker, self.requested, self.acquired, self.released
+            "rec {} {} {} {} {}",
+            self.worker, self.key, self.requested, self.acquired, self.released
         )
     }
 
@@ -54,11 +56,12 @@ impl Record {
                 .map(str::parse)
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("bad record {line:?}"))?;
-            let [worker, requested, acquired, released] = f[..] else {
+            let [worker, key, requested, acquired, released] = f[..] else {
                 anyhow::bail!("bad record {line:?}");
             };
             Ok(Record {
                 worker: u32::try_from(worker)?,
+                key: u32::try_from(key)?,
                 requested,
                 acquired,
                 released,
@@ -79,9 +82,11 @@ pub struct Analysis {
     pub waits: Samples,
     /// Acquisitions per worker.
     pub per_worker: BTreeMap<u32, usize>,
-    /// Holds that overlapped the previous one.
+    /// Acquisitions per key number.
+    pub per_key: BTreeMap<u32, usize>,
+    /// Holds that overlapped the previous one of their key.
     pub overlaps: usize,
-    /// Holds taken past a worker that was already waiting.
+    /// Holds taken past a worker that was already waiting for their key.
     pub barged: usize,
     /// Acquisitions per second over the span of the run.
     pub per_second: f64,
@@ -90,23 +95,11 @@ pub struct Analysis {
 impl Analysis {
     /// Analyses the records of all workers of one run; `workers` lists every
     /// worker that took part (one with no acquisition has a share of 0).
-    pub fn of(mut records: Vec<Record>, workers: impl IntoIterator<Item = u32>) -> Self {
-        records.sort_by_key(|r| (r.acquired, r.released));
+    pub fn of(records: Vec<Record>, workers: impl IntoIterator<Item = u32>) -> Self {
         let mut per_worker: BTreeMap<u32, usize> = workers.into_iter().map(|w| (w, 0)).collect();
         for r in &records {
             *per_worker.entry(r.worker).or_default() += 1;
         }
-        let mut handoffs = Vec::new();
-        let mut overlaps = 0;
-        for pair in records.windows(2) {
-            let (prev, next) = (pair[0], pair[1]);
-            if next.acquired < prev.released {
-                overlaps += 1;
-            } else if next.requested <= prev.released {
-                handoffs.push((next.acquired - prev.released) as f64);
-            }
-        }
-        let barged = count_barged(&records);
         let waits = records
             .iter()
             .map(|r| r.acquired.saturating_sub(r.requested) as f64)
@@ -118,20 +111,43 @@ impl Analysis {
             (Some(a), Some(b)) if b > a => (b - a) as f64,
             _ => f64::NAN,
         };
+        let total = records.len();
+        let mut by_key: BTreeMap<u32, Vec<Record>> = BTreeMap::new();
+        for r in records {
+            by_key.entry(r.key).or_default().push(r);
+        }
+        let (mut handoffs, mut overlaps, mut barged) = (Vec::new(), 0, 0);
+        let mut per_key = BTreeMap::new();
+        for (key, mut holds) in by_key {
+            holds.sort_by_key(|r| (r.acquired, r.released));
+            per_key.insert(key, holds.len());
+            for pair in holds.windows(2) {
+                let (prev, next) = (pair[0], pair[1]);
+                if next.acquired < prev.released {
+                    overlaps += 1;
+                } else if next.requested <= prev.released {
+                    handoffs.push((next.acquired - prev.released) as f64);
+                }
+            }
+            barged += count_barged(&holds);
+        }
         Analysis {
-            total: records.len(),
+            total,
             handoffs: Samples::new(handoffs),
             waits: Samples::new(waits),
             per_worker,
+            per_key,
             overlaps,
             barged,
-            per_second: records.len() as f64 / (span_us / 1e6),
+            per_second: total as f64 / (span_us / 1e6),
         }
     }
 
-    /// Share of acquisitions that were handoffs to a waiting worker.
+    /// Share of acquisitions that were handoffs to a waiting worker (the
+    /// first hold of each key follows nobody).
     pub fn handoff_share(&self) -> f64 {
-        self.handoffs.len() as f64 / self.total.saturating_sub(1).max(1) as f64
+        let followers = self.total.saturating_sub(self.per_key.len()).max(1);
+        self.handoffs.len() as f64 / followers as f64
     }
 
     /// Largest share over smallest share (infinite when a worker got none).
@@ -144,10 +160,25 @@ impl Analysis {
             max as f64 / min as f64
         }
     }
+
+    /// Each process's share of the acquisitions, %, in process order, when
+    /// workers are numbered `process * tasks + task`.
+    pub fn process_shares(&self, tasks: u32) -> Vec<f64> {
+        let mut per_process: BTreeMap<u32, usize> = BTreeMap::new();
+        for (worker, n) in &self.per_worker {
+            *per_process.entry(worker / tasks.max(1)).or_default() += n;
+        }
+        let total = self.total.max(1) as f64;
+        per_process
+            .values()
+            .map(|&n| n as f64 * 100.0 / total)
+            .collect()
+    }
 }
 
-/// Consecutive holds (sorted by start) where the next holder asked after the
-/// release while some other worker was waiting at that moment.
+/// Consecutive holds of one key (sorted by start) where the next holder
+/// asked after the release while some other worker was waiting at that
+/// moment.
 fn count_barged(records: &[Record]) -> usize {
     // Waiting intervals [requested, acquired), swept against the release
     // times, which ascend because holds do not overlap.
@@ -177,8 +208,13 @@ mod tests {
     use super::*;
 
     fn rec(worker: u32, requested: u64, acquired: u64, released: u64) -> Record {
+        on(0, worker, requested, acquired, released)
+    }
+
+    fn on(key: u32, worker: u32, requested: u64, acquired: u64, released: u64) -> Record {
         Record {
             worker,
+            key,
             requested,
             acquired,
             released,
@@ -191,6 +227,13 @@ mod tests {
         assert_eq!(Record::parse(&r.to_line()).unwrap().unwrap(), r);
         assert!(Record::parse("done").is_none());
         assert!(Record::parse("rec 1 2").unwrap().is_err());
+        assert_eq!(
+            Record::parse(&on(4, 1, 2, 3, 5).to_line())
+                .unwrap()
+                .unwrap()
+                .key,
+            4
+        );
     }
 
     #[test]
@@ -224,5 +267,24 @@ mod tests {
         );
         assert_eq!(a.barged, 1);
         assert_eq!(a.handoffs.len(), 1); // 20 -> 30
+    }
+
+    #[test]
+    fn keys_are_ordered_apart_and_processes_summed() {
+        let a = Analysis::of(
+            vec![
+                on(0, 0, 0, 0, 10),
+                on(1, 1, 0, 5, 15),  // another key: no overlap
+                on(0, 2, 3, 12, 20), // waited for key 0: handoff 2
+                on(1, 3, 20, 20, 30),
+            ],
+            0..4,
+        );
+        assert_eq!(a.overlaps, 0);
+        assert_eq!(a.handoffs.sorted(), [2.0]);
+        assert_eq!(a.per_key.values().copied().collect::<Vec<_>>(), [2, 2]);
+        assert_eq!(a.handoff_share(), 0.5);
+        assert_eq!(a.process_shares(2), [50.0, 50.0]);
+        assert_eq!(a.process_shares(1), [25.0; 4]);
     }
 }

@@ -2,7 +2,7 @@
 //! limit (Redis round trips) and against a polling peer (rslock), measured
 //! side by side in one run on a private `redis-server`.
 //!
-//! `cargo run --release -p lock-bench -- [s1 .. s7 s10] [--quick]` runs the
+//! `cargo run --release -p lock-bench -- [s1 .. s11] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
 //! `target/bench/results.json` and the charts `target/bench/handoff.svg` and
 //! `target/bench/waits.svg`. The test in
@@ -11,6 +11,7 @@
 pub mod charts;
 pub mod config;
 pub mod handoff;
+pub mod keys;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
@@ -66,6 +67,8 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S5 => scenarios::many_keys::run(&ctx).await,
             Scenario::S6 => scenarios::watchdog::run(&ctx).await,
             Scenario::S7 => scenarios::memory::run(&ctx).await,
+            Scenario::S8 => scenarios::crowd::run(&ctx, scenarios::crowd::Crowd::S8).await,
+            Scenario::S9 => scenarios::crowd::run(&ctx, scenarios::crowd::Crowd::S9).await,
             Scenario::S10 => scenarios::retention::run(&ctx).await,
             Scenario::S11 => scenarios::cluster::run(&ctx).await,
         }

@@ -20,6 +20,8 @@ pub enum Target {
     RatioAtLeast(f64),
     /// `figure <= x`.
     AtMost(f64),
+    /// `figure >= x`.
+    AtLeast(f64),
     /// `figure < x`.
     Below(f64),
     /// `figure == x`.
@@ -34,6 +36,7 @@ impl Target {
             Target::RatioAtMost(x) => format!("<= {}x", trim(x)),
             Target::RatioAtLeast(x) => format!(">= {}x", trim(x)),
             Target::AtMost(x) => format!("<= {}", trim(x)),
+            Target::AtLeast(x) => format!(">= {}", trim(x)),
             Target::Below(x) => format!("< {}", trim(x)),
             Target::Exactly(x) => format!("= {}", trim(x)),
             Target::Info => "-".to_owned(),
@@ -44,7 +47,7 @@ impl Target {
 /// One line of the report.
 #[derive(Clone, Debug)]
 pub struct Row {
-    /// `S1` .. `S10`.
+    /// `S1` .. `S11`, with the mode or side (`S3 cohort`, `S8 peer`).
     pub scenario: &'static str,
     /// What is measured, unit included.
     pub metric: String,
@@ -95,6 +98,7 @@ impl Row {
             Target::RatioAtMost(x) => Some(self.ratio().is_some_and(|r| r <= x)),
             Target::RatioAtLeast(x) => Some(self.ratio().is_some_and(|r| r >= x)),
             Target::AtMost(x) => Some(v <= x),
+            Target::AtLeast(x) => Some(v >= x),
             Target::Below(x) => Some(v < x),
             Target::Exactly(x) => Some(v == x),
             Target::Info => None,

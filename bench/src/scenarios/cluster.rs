@@ -13,11 +13,10 @@ use lock_runtime::{with_lock, LockError, LockRuntime};
 use serde_json::json;
 
 use super::baseline::timed;
-use super::contention::{self, Run};
+use super::contention::{self, median, worst, Run};
 use super::{Ctx, Output, PREFIX};
-use crate::handoff::Analysis;
 use crate::report::{Row, Target};
-use crate::stats::{median_of, Samples};
+use crate::stats::Samples;
 use crate::worker::Library;
 
 /// Operations per kind in one block.
@@ -55,15 +54,13 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         }
         single_p50.push(Samples::new(single).p50());
         cluster_p50.push(Samples::new(clustered).p50());
-        single_runs.push(contention::contend(ctx, Library::Ours, 1000 + run).await?);
-        cluster_runs.push(contention::contend(ctx, Library::OursCluster, run).await?);
+        let shape = ctx.scale().s3;
+        single_runs.push(contention::contend(ctx, Library::Ours, shape, "s11", run).await?);
+        cluster_runs.push(contention::contend(ctx, Library::OursCluster, shape, "s11", run).await?);
     }
-    let m = |runs: &[Run], f: fn(&Analysis) -> f64| median_of(runs, |r| f(&r.analysis));
-    let worst = |runs: &[Run], f: fn(&Run) -> f64| runs.iter().map(f).fold(0.0, f64::max);
-    let rate = |a: &Analysis| a.per_second;
-    let wait_p99 = |a: &Analysis| a.waits.p99() / 1e3;
-    let wait_max = |a: &Analysis| a.waits.max() / 1e3;
-    let spread = |a: &Analysis| a.share_spread();
+    let m = median;
+    let (rate, spread) = (Run::rate, Run::spread);
+    let (wait_p99, wait_max) = (Run::wait_p99_ms, Run::wait_max_ms);
     let (single, clustered) = (&single_runs, &cluster_runs);
     let single_s1 = crate::stats::median(single_p50.clone());
     let rows = vec![

@@ -9,9 +9,8 @@
 use lock_testkit::commandstats::commands_in_script;
 use lock_testkit::Delta;
 
-use super::contention::Run;
+use super::contention::{median, Run};
 use crate::report::{Row, Target};
-use crate::stats::median_of;
 use crate::worker::Library;
 
 /// Our scripts: the commands they run inside Redis (not sent by a client).
@@ -37,9 +36,10 @@ fn rslock_script_commands() -> Vec<String> {
 /// Commands `library`'s clients sent in `delta` (plus PUBLISHes), without
 /// the `harness_pings` the parent sent meanwhile.
 pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
-    let inside = match library {
-        Library::Ours | Library::OursFair | Library::OursCluster => our_script_commands(),
-        Library::Rslock => rslock_script_commands(),
+    let inside = if library.is_ours() {
+        our_script_commands()
+    } else {
+        rslock_script_commands()
     };
     let publishes = if inside.iter().any(|c| c == "publish") {
         delta.get("publish")
@@ -53,46 +53,45 @@ pub fn sent(library: Library, delta: &Delta, harness_pings: u64) -> u64 {
 /// PTTL only then (in fair mode such an attempt also queues the process);
 /// rslock sends one SET NX per attempt.
 pub fn failed_attempts(library: Library, delta: &Delta, acquisitions: usize) -> u64 {
-    match library {
-        Library::Ours | Library::OursFair | Library::OursCluster => delta.get("pttl"),
-        Library::Rslock => delta.get("set").saturating_sub(acquisitions as u64),
+    if library.is_ours() {
+        delta.get("pttl")
+    } else {
+        delta.get("set").saturating_sub(acquisitions as u64)
     }
 }
 
-/// The S4 rows from the runs of the three libraries.
-pub fn rows(ours: &[Run], fair: &[Run], peer: &[Run]) -> Vec<Row> {
-    let cmds = |r: &Run| r.commands_per_acquisition;
-    let failed = |r: &Run| r.failed_attempts;
+/// The S4 rows of one of our modes: commands per acquisition against
+/// `target`, and how many of them were failed attempts (`failed` names
+/// them: in fair mode they queue the process).
+pub fn rows(group: &'static str, runs: &[Run], target: Target, failed: &str) -> Vec<Row> {
     vec![
-        Row::new("S4", "commands per acquisition", median_of(ours, cmds))
-            .target(Target::AtMost(4.0)),
-        Row::new(
-            "S4",
-            "of which failed acquire attempts",
-            median_of(ours, failed),
-        ),
-        Row::new("S4 fair", "commands per acquisition", median_of(fair, cmds))
-            .target(Target::AtMost(4.0)),
-        Row::new(
-            "S4 fair",
-            "of which failed (queueing) attempts",
-            median_of(fair, failed),
-        ),
+        Row::new(group, "commands per acquisition", median(runs, cmds)).target(target),
+        Row::new(group, failed, median(runs, failed_per)),
+    ]
+}
+
+/// The S4 rows of the peer, and ours (plain, cohorting off) against it.
+pub fn peer_rows(ours: &[Run], peer: &[Run]) -> Vec<Row> {
+    vec![
         Row::new(
             "S4 peer",
             "rslock commands per acquisition",
-            median_of(peer, cmds),
+            median(peer, cmds),
         ),
         Row::new(
             "S4 peer",
             "rslock failed acquire attempts",
-            median_of(peer, failed),
+            median(peer, failed_per),
         ),
-        Row::new(
-            "S4 vs peer",
-            "commands ours / rslock",
-            median_of(ours, cmds),
-        )
-        .vs("rslock", median_of(peer, cmds)),
+        Row::new("S4 vs peer", "commands ours / rslock", median(ours, cmds))
+            .vs("rslock", median(peer, cmds)),
     ]
+}
+
+fn cmds(r: &Run) -> f64 {
+    r.commands_per_acquisition
+}
+
+fn failed_per(r: &Run) -> f64 {
+    r.failed_attempts
 }

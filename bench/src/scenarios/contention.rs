@@ -1,43 +1,49 @@
-//! One contention run: eight workers in two processes take one key in turn.
+//! One contention run: workers in several processes take locks in turn
+//! (S3: eight workers in two processes on one key; S8 and S9 other
+//! [`Shape`]s).
 //!
-//! The parent re-executes this binary twice with `--worker contend`, waits for
-//! both to be `ready`, reads the lock server's `INFO commandstats`, says `go`,
-//! PINGs alongside while they run, and collects their records and counters.
-//! S3 (`handoff.rs`) and S4 (`commands.rs`) are two readings of the same
-//! runs.
+//! The parent re-executes this binary once per process with
+//! `--worker contend`, waits for all to be `ready`, reads the lock server's
+//! `INFO commandstats`, says `go`, PINGs alongside while they run, and
+//! collects their records and counters. S3 (`handoff.rs`) and S4
+//! (`commands.rs`) are two readings of the same runs; S8 and S9
+//! (`crowd.rs`) read their own. The figures of a run, and their medians and
+//! worst cases over runs, are here so that every scenario reads them alike.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use lock_testkit::{CommandStats, Delta};
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use super::{commands, Ctx};
+use crate::config::Shape;
 use crate::handoff::{Analysis, Record};
 use crate::report::commands_json;
-use crate::stats::Samples;
+use crate::stats::{median_of, Samples};
 use crate::worker::{self, Library};
 
-/// Worker processes per run.
-pub const PROCESSES: u32 = 2;
-/// Tasks per worker process.
-pub const TASKS: u32 = 4;
 /// Most lines a worker may print (bounds the parent's reading).
 const MAX_LINES: usize = 5_000_000;
 
 /// Figures of one run of one library.
 pub struct Run {
+    /// Who contended for what.
+    pub shape: Shape,
     /// What the records show.
     pub analysis: Analysis,
     /// PING p50 measured by the parent while the workers ran (µs).
     pub loaded_ping: f64,
-    /// The counter the bodies incremented.
+    /// The counters the bodies incremented, summed over the keys.
     pub counter: u64,
+    /// Sum over the keys of |counter − acquisitions of the key|.
+    pub counter_error: u64,
     /// Acquires that gave up.
     pub timeouts: u64,
     /// Other failures the workers reported.
     pub errors: u64,
+    /// Holds passed between tasks of a process without a round trip.
+    pub passed_locally: u64,
     /// Lock server commands between `go` and `done`.
     pub delta: Delta,
     /// Commands sent by clients, plus PUBLISHes, per acquisition.
@@ -47,14 +53,79 @@ pub struct Run {
 }
 
 impl Run {
-    /// How far the counter is from the number of acquisitions.
+    /// How far the counters are from the numbers of acquisitions.
     pub fn counter_error(&self) -> f64 {
-        (self.counter as f64 - self.analysis.total as f64).abs()
+        self.counter_error as f64
     }
 
     /// Overlapping holds, timeouts and errors.
     pub fn failures(&self) -> f64 {
         (self.analysis.overlaps as u64 + self.timeouts + self.errors) as f64
+    }
+
+    /// Acquisitions per second.
+    pub fn rate(&self) -> f64 {
+        self.analysis.per_second
+    }
+
+    /// Handoff p50, µs.
+    pub fn handoff_p50(&self) -> f64 {
+        self.analysis.handoffs.p50()
+    }
+
+    /// Handoff p99, µs.
+    pub fn handoff_p99(&self) -> f64 {
+        self.analysis.handoffs.p99()
+    }
+
+    /// Wait to acquire p50, ms.
+    pub fn wait_p50_ms(&self) -> f64 {
+        self.analysis.waits.p50() / 1e3
+    }
+
+    /// Wait to acquire p99, ms.
+    pub fn wait_p99_ms(&self) -> f64 {
+        self.analysis.waits.p99() / 1e3
+    }
+
+    /// Longest wait to acquire, ms.
+    pub fn wait_max_ms(&self) -> f64 {
+        self.analysis.waits.max() / 1e3
+    }
+
+    /// Busiest worker's acquisitions over the idlest's.
+    pub fn spread(&self) -> f64 {
+        self.analysis.share_spread()
+    }
+
+    /// Acquisitions handed to a worker that was waiting, %.
+    pub fn handed_pct(&self) -> f64 {
+        self.analysis.handoff_share() * 100.0
+    }
+
+    /// Acquisitions that went past a waiting worker, %.
+    pub fn barged_pct(&self) -> f64 {
+        self.analysis.barged as f64 * 100.0 / self.analysis.total.max(1) as f64
+    }
+
+    /// Acquisitions passed locally (lock cohorting), %.
+    pub fn passed_pct(&self) -> f64 {
+        self.passed_locally as f64 * 100.0 / self.analysis.total.max(1) as f64
+    }
+
+    /// Each process's share of the acquisitions, %.
+    pub fn process_shares(&self) -> Vec<f64> {
+        self.analysis.process_shares(self.shape.tasks)
+    }
+
+    /// The smallest process's share, %.
+    pub fn min_process_pct(&self) -> f64 {
+        self.process_shares().into_iter().fold(f64::NAN, f64::min)
+    }
+
+    /// The largest process's share, %.
+    pub fn max_process_pct(&self) -> f64 {
+        self.process_shares().into_iter().fold(f64::NAN, f64::max)
     }
 
     /// As JSON, for the results file.
@@ -71,9 +142,13 @@ impl Run {
             "wait_p99_us": a.waits.p99(),
             "wait_max_us": a.waits.max(),
             "barged": a.barged,
+            "passed_locally": self.passed_locally,
             "per_worker": a.per_worker.values().collect::<Vec<_>>(),
+            "per_process_pct": self.process_shares(),
+            "keys_taken": a.per_key.len(),
             "overlaps": a.overlaps,
             "counter": self.counter,
+            "counter_error": self.counter_error,
             "timeouts": self.timeouts,
             "errors": self.errors,
             "commands_per_acquisition": self.commands_per_acquisition,
@@ -82,6 +157,16 @@ impl Run {
             "commands": commands_json(&self.delta),
         })
     }
+}
+
+/// Median over the runs of one figure.
+pub fn median(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+    median_of(runs, figure)
+}
+
+/// The worst (largest) run of one figure, for exactness checks.
+pub fn worst(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+    runs.iter().map(figure).fold(0.0, f64::max)
 }
 
 /// PINGs (one per 5 ms) for `duration` on the connection type `library`
@@ -98,13 +183,10 @@ fn pings_during(
         let mut samples = Vec::new();
         while tokio::time::Instant::now() < end && samples.len() < 100_000 {
             let start = tokio::time::Instant::now();
-            match library {
-                Library::Ours | Library::OursFair | Library::OursCluster => {
-                    runtime.ping().await?;
-                }
-                Library::Rslock => {
-                    let _: String = redis::cmd("PING").query_async(&mut plain).await?;
-                }
+            if library.is_ours() {
+                runtime.ping().await?;
+            } else {
+                let _: String = redis::cmd("PING").query_async(&mut plain).await?;
             }
             samples.push(super::us(start.elapsed()));
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -113,25 +195,33 @@ fn pings_during(
     }
 }
 
-/// One contention run of `library`.
-pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
-    let duration = ctx.scale().s3_duration;
-    let prefix = format!("s3:{run}:{}:", library.name());
+/// One contention run of `library` in `shape`; `tag` and `run` name its
+/// keys apart from every other run's.
+pub async fn contend(
+    ctx: &Ctx,
+    library: Library,
+    shape: Shape,
+    tag: &str,
+    run: usize,
+) -> Result<Run> {
+    let duration = shape.duration;
+    let prefix = format!("{tag}:{run}:{}:", library.name());
     let lock_url = match library {
         Library::OursCluster => ctx.cluster()?.urls().join(","),
         _ => ctx.lock_server.url(),
     };
     let mut workers = Vec::new();
-    for p in 0..PROCESSES {
+    for p in 0..shape.processes {
         let args = [
             "contend".to_owned(),
             library.name().to_owned(),
             lock_url.clone(),
             ctx.data_server.url(),
             prefix.clone(),
-            TASKS.to_string(),
-            (p * TASKS).to_string(),
+            shape.tasks.to_string(),
+            (p * shape.tasks).to_string(),
             duration.as_millis().to_string(),
+            shape.keys.to_arg(),
         ];
         workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
@@ -153,35 +243,63 @@ pub async fn contend(ctx: &Ctx, library: Library, run: usize) -> Result<Run> {
     drop(workers);
     let loaded_pings = pinger.await??;
 
-    let (mut records, mut timeouts, mut errors) = (Vec::new(), 0, 0);
+    let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
     for line in &lines {
+        let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
         if let Some(record) = Record::parse(line) {
             records.push(record?);
         } else if let Some(n) = line.strip_prefix("timeouts ") {
-            timeouts += n.trim().parse::<u64>().context("timeouts line")?;
+            timeouts += count(n)?;
         } else if let Some(n) = line.strip_prefix("errors ") {
-            errors += n.trim().parse::<u64>().context("errors line")?;
+            errors += count(n)?;
+        } else if let Some(n) = line.strip_prefix("passed ") {
+            passed += count(n)?;
         } else {
             bail!("unexpected worker line {line:?}");
         }
     }
-    let mut data = redis::Client::open(ctx.data_server.url())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let counter: Option<u64> = data
-        .get(format!("{prefix}{}", crate::worker::COUNTER))
-        .await?;
-    let analysis = Analysis::of(records, 0..PROCESSES * TASKS);
+    let analysis = Analysis::of(records, 0..shape.workers());
+    let counters = read_counters(ctx, shape, &prefix).await?;
+    let counter_error = counters
+        .iter()
+        .enumerate()
+        .map(|(k, &c)| {
+            let taken = u32::try_from(k)
+                .ok()
+                .and_then(|k| analysis.per_key.get(&k))
+                .map_or(0, |&n| n as u64);
+            c.abs_diff(taken)
+        })
+        .sum();
     let commands = commands::sent(library, &delta, loaded_pings.len() as u64);
     Ok(Run {
+        shape,
         loaded_ping: loaded_pings.p50(),
         commands_per_acquisition: commands as f64 / analysis.total as f64,
         failed_attempts: commands::failed_attempts(library, &delta, analysis.total) as f64
             / analysis.total as f64,
         analysis,
-        counter: counter.unwrap_or(0),
+        counter: counters.iter().sum(),
+        counter_error,
         timeouts,
         errors,
+        passed_locally: passed,
         delta,
     })
+}
+
+/// Every key's counter on the data server (0 for a key never taken), in
+/// key order.
+async fn read_counters(ctx: &Ctx, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
+    let mut data = redis::Client::open(ctx.data_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let names: Vec<String> = (0..shape.keys.keys())
+        .map(|k| shape.keys.counter(prefix, k))
+        .collect();
+    let values: Vec<Option<u64>> = redis::cmd("MGET")
+        .arg(&names)
+        .query_async(&mut data)
+        .await?;
+    Ok(values.into_iter().map(Option::unwrap_or_default).collect())
 }

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Ctx, Output};
+use crate::keys::Rng;
 use crate::report::{Row, Target};
 use crate::stats::median_of;
 
@@ -33,19 +34,6 @@ const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lu
 const WINDOW_MS: u128 = lock_runtime::DEFAULT_FENCE_WINDOW.as_millis();
 /// The runtime's release script.
 const RELEASE: &str = include_str!("../../../lock-runtime/src/scripts/release.lua");
-
-/// A small xorshift generator: spreads the tasks over the keys without a
-/// dependency, and repeatably.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// Operations per second of one run: (ours, raw).
 struct Run {
@@ -65,10 +53,10 @@ async fn ours(ctx: &Ctx, run: usize) -> Result<f64> {
         let runtime = ctx.runtime.clone();
         let keys = keys.clone();
         tasks.spawn(async move {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+            let mut rng = Rng::new(t + 1);
             let mut ops = 0u64;
             while ops < MAX_PER_TASK && Instant::now() < end {
-                let key = &keys[(rng.next() % KEYS) as usize];
+                let key = &keys[(rng.next_u64() % KEYS) as usize];
                 with_lock(runtime.lock(key.as_str()), async { anyhow::Ok(()) }).await?;
                 ops += 1;
             }
@@ -111,11 +99,11 @@ async fn raw(ctx: &Ctx, run: usize) -> Result<(f64, u64)> {
         let (mut con, names) = (con.clone(), names.clone());
         let (acquire, release) = (acquire.clone(), release.clone());
         tasks.spawn(async move {
-            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (t + 1));
+            let mut rng = Rng::new(TASKS + t + 1);
             let (mut ops, mut busy) = (0u64, 0u64);
             let mut n = 0u64;
             while ops < MAX_PER_TASK && Instant::now() < end {
-                let [fence, channel, hash] = &names[(rng.next() % KEYS) as usize];
+                let [fence, channel, hash] = &names[(rng.next_u64() % KEYS) as usize];
                 n += 1;
                 let holder = format!("raw-{}:{t}:{n}", std::process::id());
                 let scripts = [acquire.as_str(), release.as_str()];

@@ -9,13 +9,15 @@
 //! Files are named by the behaviour measured; the ids of BENCHMARKS.md map
 //! to them as S1 `uncontended`, S2 `reentry`, S3 `handoff`, S4 `commands`
 //! (both from the runs of `contention`), S5 `many_keys`, S6 `watchdog`,
-//! S7 `memory`, S10 `retention`, S11 `cluster` (S1 and S3 again on a
-//! 3-master Redis Cluster); `baseline` measures the round-trip limit.
+//! S7 `memory`, S8 and S9 `crowd` (many workers, contention runs of other
+//! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
+//! Redis Cluster); `baseline` measures the round-trip limit.
 
 pub mod baseline;
 pub mod cluster;
 pub mod commands;
 pub mod contention;
+pub mod crowd;
 pub mod handoff;
 pub mod many_keys;
 pub mod memory;
@@ -33,6 +35,7 @@ use serde_json::Value;
 use crate::config::{Config, Scale};
 use crate::report::Row;
 use crate::stats::Samples;
+use crate::worker::Library;
 
 /// Key prefix of the bench process's own runtime.
 pub const PREFIX: &str = "bench:";
@@ -43,7 +46,7 @@ pub struct Ctx {
     pub config: Config,
     /// The server all locks live on.
     pub lock_server: RedisServer,
-    /// The server S3's bodies write their counter to.
+    /// The server the contention runs' bodies write their counters to.
     pub data_server: RedisServer,
     /// Our runtime, on the lock server.
     pub runtime: LockRuntime,
@@ -100,8 +103,8 @@ impl Ctx {
     }
 }
 
-/// S3 samples of ours (plain), ours (fair) and rslock, in that order, µs.
-pub type Trio = (Samples, Samples, Samples);
+/// S3 samples of each library and mode, in the order they are drawn, µs.
+pub type Curves = Vec<(Library, Samples)>;
 
 /// What one scenario hands to the report.
 #[derive(Default)]
@@ -110,10 +113,10 @@ pub struct Output {
     pub rows: Vec<Row>,
     /// Per-run figures and anything else worth keeping, for results.json.
     pub detail: Value,
-    /// Handoff latencies of all runs (ours, peer), for the chart.
-    pub handoffs: Option<Trio>,
-    /// Waits to acquire of all runs (ours, peer), for the second chart.
-    pub waits: Option<Trio>,
+    /// Handoff latencies of all runs (our modes, peer), for the chart.
+    pub handoffs: Option<Curves>,
+    /// Waits to acquire of all runs (our modes, peer), for the second chart.
+    pub waits: Option<Curves>,
     /// PING p50 measured alongside, µs (a marker on the chart).
     pub ping_p50: Option<f64>,
 }

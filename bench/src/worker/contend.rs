@@ -1,21 +1,25 @@
-//! S3's worker: a few tasks of one process taking one lock in turn.
+//! The contention worker (S3, S8, S9): a few tasks of one process taking
+//! locks in turn.
 //!
-//! Each task loops: note the time, take the lock, run a tiny body (GET and
-//! SET of a counter on the *data* server, so the lock server's command
-//! counts show only lock traffic), release, until the run's time is up.
-//! The same loop runs on our library (`with_lock`, the declarative path) or
-//! on rslock (`acquire` with its default retry settings, then `release`).
+//! Each task loops: choose the key (always the same one, or a Zipf draw
+//! from the task's seeded generator: [`crate::keys`]), note the time, take
+//! the lock, run a tiny body (GET and SET of the key's counter on the *data*
+//! server, so the lock server's command counts show only lock traffic),
+//! release, until the run's time is up. The same loop runs on our library
+//! (`with_lock`, the declarative path) in each of its modes, or on rslock
+//! (`acquire` with its default retry settings, then `release`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, Cohort, LockError, LockRuntime, LockRuntimeBuilder, DEFAULT_COHORT};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use crate::handoff::Record;
+use crate::keys::KeyChoice;
 
 /// How long one acquire may wait before it counts as a timeout. Generous:
 /// a cancelled rslock acquire can leave its key behind for a whole TTL.
@@ -24,34 +28,82 @@ pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 const RSLOCK_TTL: Duration = Duration::from_secs(10);
 /// Upper bound on acquisitions per task, whatever the duration.
 const MAX_PER_TASK: usize = 1_000_000;
-/// The contended key, under the run's prefix.
-pub const KEY: &str = "contended";
-/// The counter on the data server, under the run's prefix.
-pub const COUNTER: &str = "counter";
 
-/// Which lock library a worker uses.
+/// Which lock library a worker uses, and in which mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Library {
-    /// lock-runtime.
+    /// lock-runtime, plain mode, cohorting off (every release goes to Redis).
     Ours,
-    /// lock-runtime in fair mode (Redis-side queue, direct handoff).
+    /// lock-runtime in fair mode (Redis-side queue, direct handoff),
+    /// cohorting off.
     OursFair,
+    /// lock-runtime, plain mode, cohorting on ([`DEFAULT_COHORT`]).
+    OursCohort,
+    /// lock-runtime, fair mode, cohorting on ([`DEFAULT_COHORT`]).
+    OursFairCohort,
+    /// lock-runtime as `LockRuntime::builder()` configures it by default.
+    OursDefault,
     /// rslock (Redlock, one instance).
     Rslock,
     /// lock-runtime on a Redis Cluster (the lock URL lists its nodes,
-    /// separated by commas).
+    /// separated by commas), plain mode, cohorting off: S3's `Ours` there.
     OursCluster,
 }
 
 impl Library {
+    /// Every variant, for parsing.
+    const ALL: [Library; 7] = [
+        Library::Ours,
+        Library::OursFair,
+        Library::OursCohort,
+        Library::OursFairCohort,
+        Library::OursDefault,
+        Library::Rslock,
+        Library::OursCluster,
+    ];
+
     /// Name on the command line and in the report.
     pub fn name(self) -> &'static str {
         match self {
             Library::Ours => "ours",
             Library::OursFair => "ours-fair",
+            Library::OursCohort => "ours-cohort",
+            Library::OursFairCohort => "ours-fair-cohort",
+            Library::OursDefault => "ours-default",
             Library::Rslock => "rslock",
             Library::OursCluster => "ours-cluster",
         }
+    }
+
+    /// Whether this is lock-runtime (in any mode) rather than the peer.
+    pub fn is_ours(self) -> bool {
+        self != Library::Rslock
+    }
+
+    /// The explicit mode that `LockRuntime::builder()` gives by default:
+    /// cohorting as [`DEFAULT_COHORT`] says, fair as `LOCK_FAIR=1` says
+    /// (the builder reads that variable).
+    pub fn default_mode() -> Library {
+        let fair = std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1");
+        match (fair, DEFAULT_COHORT.is_on()) {
+            (false, false) => Library::Ours,
+            (true, false) => Library::OursFair,
+            (false, true) => Library::OursCohort,
+            (true, true) => Library::OursFairCohort,
+        }
+    }
+
+    /// `builder` set to this library's mode (the default builder is left
+    /// as it is for [`Library::OursDefault`]).
+    fn configure(self, builder: LockRuntimeBuilder) -> LockRuntimeBuilder {
+        let (fair, cohort) = match self {
+            Library::Ours | Library::OursCluster => (false, Cohort::OFF),
+            Library::OursFair => (true, Cohort::OFF),
+            Library::OursCohort => (false, DEFAULT_COHORT),
+            Library::OursFairCohort => (true, DEFAULT_COHORT),
+            Library::OursDefault | Library::Rslock => return builder,
+        };
+        builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
     }
 }
 
@@ -64,19 +116,16 @@ pub struct Args {
     tasks: u32,
     first_id: u32,
     duration: Duration,
+    keys: KeyChoice,
 }
 
 impl Args {
     pub(super) fn parse(args: &[String]) -> Result<Self> {
-        let [library, lock_url, data_url, prefix, tasks, first_id, millis] = args else {
-            bail!("usage: --worker contend <ours|ours-fair|ours-cluster|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>");
+        let [library, lock_url, data_url, prefix, tasks, first_id, millis, keys] = args else {
+            bail!("usage: --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <one|zipf:N:S>");
         };
-        let library = match library.as_str() {
-            "ours" => Library::Ours,
-            "ours-fair" => Library::OursFair,
-            "rslock" => Library::Rslock,
-            "ours-cluster" => Library::OursCluster,
-            other => bail!("unknown library {other:?}"),
+        let Some(library) = Library::ALL.into_iter().find(|l| l.name() == library) else {
+            bail!("unknown library {library:?}");
         };
         Ok(Args {
             library,
@@ -86,6 +135,7 @@ impl Args {
             tasks: super::parse("tasks", tasks)?,
             first_id: super::parse("first id", first_id)?,
             duration: Duration::from_millis(super::parse("millis", millis)?),
+            keys: KeyChoice::parse(keys)?,
         })
     }
 }
@@ -111,25 +161,23 @@ pub(super) async fn run(args: Args) -> Result<()> {
         .get_multiplexed_async_connection()
         .await?;
     let client = match args.library {
-        Library::Ours | Library::OursFair => Client::Ours(
-            LockRuntime::builder()
-                .redis(args.lock_url.as_str())
-                .key_prefix(args.prefix.as_str())
-                .fair(args.library == Library::OursFair)
-                .build()
-                .await?,
-        ),
-        Library::OursCluster => Client::Ours(
-            LockRuntime::builder()
-                .redis_cluster(args.lock_url.split(','))
-                .key_prefix(args.prefix.as_str())
-                .fair(false)
-                .build()
-                .await?,
-        ),
         Library::Rslock => Client::Rslock(
             rslock::LockManager::new(vec![args.lock_url.as_str()]),
             args.prefix.as_str().into(),
+        ),
+        Library::OursCluster => Client::Ours(
+            Library::OursCluster
+                .configure(LockRuntime::builder().redis_cluster(args.lock_url.split(',')))
+                .key_prefix(args.prefix.as_str())
+                .build()
+                .await?,
+        ),
+        library => Client::Ours(
+            library
+                .configure(LockRuntime::builder().redis(args.lock_url.as_str()))
+                .key_prefix(args.prefix.as_str())
+                .build()
+                .await?,
         ),
     };
     // Warm up (connections, script cache) before the measured part.
@@ -141,28 +189,38 @@ pub(super) async fn run(args: Args) -> Result<()> {
         &warm,
         &warm_counter,
         &mut data.clone(),
-        0,
+        Slot { worker: 0, key: 0 },
         &mut scratch,
         true,
     )
     .await?;
 
+    // Every key's lock and counter name, made once, indexed by key number.
+    let names: Arc<Vec<(String, String)>> = Arc::new(
+        (0..args.keys.keys())
+            .map(|k| (args.keys.key(k), args.keys.counter(&args.prefix, k)))
+            .collect(),
+    );
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
+    let passed_before = passed_locally(&client);
     let end = Instant::now() + args.duration;
-    let counter: Arc<str> = format!("{}{COUNTER}", args.prefix).into();
     let mut tasks = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
         let client = client.clone();
         let mut data = data.clone();
-        let counter = counter.clone();
+        let names = names.clone();
+        let mut picker = args.keys.picker(id);
         tasks.spawn(async move {
             let mut result = TaskResult::default();
             for _ in 0..MAX_PER_TASK {
                 if Instant::now() >= end {
                     break;
                 }
-                once(&client, KEY, &counter, &mut data, id, &mut result, false).await?;
+                let k = picker.next_key();
+                let (key, counter) = &names[k as usize];
+                let at = Slot { worker: id, key: k };
+                once(&client, key, counter, &mut data, at, &mut result, false).await?;
             }
             anyhow::Ok(result)
         });
@@ -177,18 +235,38 @@ pub(super) async fn run(args: Args) -> Result<()> {
     }
     lines.push(format!("timeouts {timeouts}"));
     lines.push(format!("errors {errors}"));
+    lines.push(format!(
+        "passed {}",
+        passed_locally(&client).saturating_sub(passed_before)
+    ));
     lines.push("done".to_owned());
     super::emit(lines)
 }
 
+/// Holds passed between tasks of this process without a round trip so far
+/// (lock cohorting; 0 for rslock).
+fn passed_locally(client: &Client) -> u64 {
+    match client {
+        Client::Ours(runtime) => runtime.stats().passed_locally,
+        Client::Rslock(..) => 0,
+    }
+}
+
+/// Who takes which key, as the record names them.
+#[derive(Clone, Copy)]
+struct Slot {
+    worker: u32,
+    key: u32,
+}
+
 /// One acquisition of `key` with the GET/SET body on `counter`; records it
-/// unless `warmup` (which also turns every error into a failure).
+/// under `at` unless `warmup` (which also turns every error into a failure).
 async fn once(
     client: &Client,
     key: &str,
     counter: &str,
     data: &mut MultiplexedConnection,
-    worker: u32,
+    at: Slot,
     result: &mut TaskResult,
     warmup: bool,
 ) -> Result<()> {
@@ -225,7 +303,8 @@ async fn once(
     };
     match outcome {
         Ok((acquired, released)) if !warmup => result.records.push(Record {
-            worker,
+            worker: at.worker,
+            key: at.key,
             requested,
             acquired,
             released,
@@ -235,7 +314,7 @@ async fn once(
         Err(e) => match e.downcast_ref::<LockError>() {
             Some(LockError::Timeout { .. }) => result.timeouts += 1,
             _ => {
-                eprintln!("lock-bench worker {worker}: {e:#}");
+                eprintln!("lock-bench worker {}: {e:#}", at.worker);
                 result.errors += 1;
             }
         },

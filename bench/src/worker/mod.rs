@@ -1,9 +1,13 @@
 //! The child side: what `lock-bench --worker ...` does.
 //!
 //! ```text
-//! --worker contend <ours|rslock> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis>
-//!     S3: <tasks> workers take one lock over and over for <millis> after `go`
-//!     (body: GET + SET of a counter on the data server); prints `rec` lines.
+//! --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <keys>
+//!     S3, S8, S9: <tasks> workers take locks over and over for <millis> after
+//!     `go`, each on one key (<keys> = `one`) or a Zipf draw (`zipf:<n>:<s>`);
+//!     body: GET + SET of the key's counter on the data server. <library> is
+//!     ours, ours-fair, ours-cohort, ours-fair-cohort, ours-default,
+//!     ours-cluster or rslock. Prints `rec` lines, then `timeouts`, `errors`
+//!     and `passed` (holds passed locally, lock cohorting).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
@@ -21,7 +25,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use lock_testkit::LineChild;
 
-pub use contend::{Library, COUNTER, WAIT_LIMIT};
+pub use contend::{Library, WAIT_LIMIT};
 
 /// Starts `exe --worker <args...>` (the parent's side), to be driven by lines.
 pub fn start(exe: &Path, args: &[String]) -> Result<LineChild> {
