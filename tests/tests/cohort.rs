@@ -204,7 +204,13 @@ async fn cohort_is_bounded_so_another_process_gets_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
     let prefix = unique("co-lost");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    // (A budget long enough for the test's own steps.)
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let admin = Kind::Redis.runtime(&prefix).await;
     let lease = Duration::from_millis(600);
     let first = rt.lock("k").lease(lease).acquire().await.unwrap();
@@ -238,7 +244,12 @@ async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     let prefix = unique("co-cancel");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let first = rt.lock("k").acquire().await.unwrap();
     let token = first.fence();
     let mut cancelled = Box::pin(rt.lock("k").wait(Duration::from_secs(10)).acquire());
@@ -283,7 +294,12 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
     let prefix = unique("co-terms");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let off = Kind::Redis
         .builder(&prefix)
         .cohort(0, Duration::from_millis(5))
