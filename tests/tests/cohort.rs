@@ -66,7 +66,10 @@ fn check_tokens(records: &[(usize, u64)], bound: u32) {
         assert!(w[0].1 < w[1].1, "tokens did not grow: {w:?}");
         if w[1].1 == w[0].1 + 1 && w[0].0 == w[1].0 {
             run += 1;
-            assert!(run <= bound, "{run} local handoffs in a row (bound {bound})");
+            assert!(
+                run <= bound,
+                "{run} local handoffs in a row (bound {bound})"
+            );
         } else {
             run = 0;
         }
@@ -137,7 +140,11 @@ async fn cohort_keeps_exclusion_and_token_order_across_processes(kind: Kind) {
             );
         }
     } else {
-        assert_eq!(a.stats().passed_locally, 0, "the embedded store passes nothing");
+        assert_eq!(
+            a.stats().passed_locally,
+            0,
+            "the embedded store passes nothing"
+        );
     }
 }
 
@@ -262,7 +269,11 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     for _ in 0..20 {
         let _ = tokio::time::timeout(Duration::from_millis(5), &mut cancelled).await;
     }
-    assert_eq!(rt.stats().waiting_keys, 1, "the first waiter is not waiting");
+    assert_eq!(
+        rt.stats().waiting_keys,
+        1,
+        "the first waiter is not waiting"
+    );
     let next = {
         let rt = rt.clone();
         tokio::spawn(async move { rt.lock("k").wait(Duration::from_secs(10)).acquire().await })
@@ -275,7 +286,11 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     first.release().await.unwrap();
-    assert_eq!(rt.stats().passed_locally, 1, "not passed to the first waiter");
+    assert_eq!(
+        rt.stats().passed_locally,
+        1,
+        "not passed to the first waiter"
+    );
     drop(cancelled);
     let next = tokio::time::timeout(Duration::from_secs(2), next)
         .await
@@ -308,7 +323,11 @@ async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
         .unwrap();
     for (runtime, waiter, name) in [
         (&rt, rt.lock("k").watchdog(false), "fixed lease"),
-        (&rt, rt.lock("k").lease(Duration::from_secs(7)), "other lease"),
+        (
+            &rt,
+            rt.lock("k").lease(Duration::from_secs(7)),
+            "other lease",
+        ),
         (&off, off.lock("k"), "cohort off"),
     ] {
         let first = runtime.lock("k").acquire().await.unwrap();
