@@ -203,8 +203,31 @@ async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
         b.stats().waiting_keys == 1
     })
     .await;
-    // Let its first retry (after the subscriptions) find the key busy too.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Its release channel is subscribed on every master (the event that
+    // makes the release a message, not the lease end, that wakes it).
+    let channel = layout::release_channel(&a.backend_key("k"));
+    let mut subscribed = 0;
+    for _ in 0..400 {
+        subscribed = 0;
+        for server in fleet {
+            let (_, count): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut raw(server).await)
+                .await
+                .unwrap();
+            subscribed += usize::from(count > 0);
+        }
+        if subscribed == fleet.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        subscribed,
+        fleet.len(),
+        "the waiter never subscribed on every master"
+    );
     let released = Instant::now();
     held.release().await.unwrap();
     let (guard, woke) = waiter.await.unwrap();
@@ -364,16 +387,14 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
     fleet[3].restart().await;
     fleet[4].restart().await;
     fleet[0].kill();
-    let second = b
-        .lock("k")
-        .lease(lease)
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    // (The default wait: besides the quarantine, the runtime reconnects to
+    // masters 3 and 4, which takes a few seconds when the machine is busy.)
+    let begun = Instant::now();
+    let second = b.lock("k").lease(lease).acquire().await.unwrap();
     println!(
-        "redlock tokens across majorities: {first_token} then {} (master 0 ahead by 1000 s, then killed; masters 3 and 4 restarted empty)",
-        second.fence()
+        "redlock tokens across majorities: {first_token} then {} after {:?} (master 0 ahead by 1000 s, then killed; masters 3 and 4 restarted empty)",
+        second.fence(),
+        begun.elapsed()
     );
     assert!(
         second.fence() > first_token,
@@ -755,7 +776,8 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
         .query_async(&mut raw(&fleet[1]).await)
         .await
         .unwrap();
-    let lease = Duration::from_secs(2);
+    // Long enough that restarting master 0 stays well inside it.
+    let lease = Duration::from_secs(3);
     let begun = Instant::now();
     let held = Arc::new(
         a.lock("k")
@@ -817,7 +839,7 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
         until - since
     );
     assert!(
-        until - since > 2000,
+        until - since > 3000,
         "the quarantine did not grow to the holder's lease recorded on master 2"
     );
     assert!(
@@ -858,20 +880,16 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
         "the marker came back with the data"
     );
     let begun = Instant::now();
+    // A quarantine would last longer than the lease (5 s) and the wait.
     let guard = a
         .lock("k")
         .lease(lease)
-        .wait(Duration::from_secs(2))
+        .wait(Duration::from_secs(3))
         .acquire()
         .await
-        .expect("masters 0 and 2 make a majority");
+        .expect("masters 0 and 2 make a majority: the master restarted with its data votes");
     println!(
         "redlock master restarted with its data: locked {:?} after its restart",
-        begun.elapsed()
-    );
-    assert!(
-        begun.elapsed() < Duration::from_millis(500),
-        "waited {:?}: the master restarted with its data was quarantined",
         begun.elapsed()
     );
     assert!(has_key(&fleet[0], &a.backend_key("k")).await);
