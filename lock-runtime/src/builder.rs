@@ -17,6 +17,7 @@ use crate::backend::sentinel::{NodeAuth, SentinelConfig};
 use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
 use crate::cohort::Cohort;
 use crate::error::{BackendError, LockError};
+use crate::names::LockNames;
 use crate::runtime::{LockRuntime, Settings, Started};
 use crate::waiters::Waiters;
 use crate::watchdog::{self, Watchdog};
@@ -442,7 +443,11 @@ impl LockRuntimeBuilder {
             },
             Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
             Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
-            Choice::Redlock(urls) => BackendConfig::Redlock(urls.clone(), settings),
+            Choice::Redlock(urls) => BackendConfig::Redlock(
+                urls.clone(),
+                LockNames::redlock_boot(&self.prefix),
+                settings,
+            ),
             Choice::Sentinel(sentinels, service) => BackendConfig::Sentinel(
                 SentinelConfig {
                     sentinels: sentinels.clone(),

@@ -15,6 +15,7 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
+/// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 8 and 5) |
 ///
 /// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
 /// no Redis URL set):
@@ -78,7 +79,7 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 10] = [
+const ENV_VARIABLES: [&str; 12] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
     "LOCK_REDLOCK_URLS",
@@ -87,6 +88,8 @@ const ENV_VARIABLES: [&str; 10] = [
     "LOCK_BACKEND",
     "LOCK_PREFIX",
     "LOCK_FAIR",
+    "LOCK_COHORT",
+    "LOCK_COHORT_BUDGET_MS",
     "LOCK_SYNC_REPLICAS",
     "LOCK_SYNC_TIMEOUT_MS",
 ];
@@ -169,7 +172,35 @@ fn builder_from_env(
     if let Some(prefix) = read("LOCK_PREFIX") {
         builder = builder.key_prefix(prefix);
     }
-    Ok(builder.fair(read("LOCK_FAIR").is_some_and(|v| v.trim() == "1")))
+    let cohort = cohort_from_env(set("LOCK_COHORT"), set("LOCK_COHORT_BUDGET_MS"))?;
+    Ok(builder
+        .fair(read("LOCK_FAIR").is_some_and(|v| v.trim() == "1"))
+        .cohort(cohort.handoffs, cohort.budget))
+}
+
+/// `LOCK_COHORT` (handoffs in a row) and `LOCK_COHORT_BUDGET_MS`; what is not
+/// set keeps its default.
+fn cohort_from_env(
+    handoffs: Option<String>,
+    budget_ms: Option<String>,
+) -> Result<crate::Cohort, LockError> {
+    let mut cohort = crate::DEFAULT_COHORT;
+    let number = |name: &str, value: &str| {
+        value.trim().parse::<u32>().map_err(|_| {
+            LockError::InvalidConfig(format!(
+                "{name}={value:?} is not a whole number (LOCK_COHORT: local handoffs in a \
+                 row, 0 for none; LOCK_COHORT_BUDGET_MS: their time budget in ms)"
+            ))
+        })
+    };
+    if let Some(value) = handoffs {
+        cohort.handoffs = number("LOCK_COHORT", &value)?;
+    }
+    if let Some(value) = budget_ms {
+        cohort.budget =
+            std::time::Duration::from_millis(number("LOCK_COHORT_BUDGET_MS", &value)?.into());
+    }
+    Ok(cohort)
 }
 
 /// The Redlock part of [`builder_from_env`]: `urls` is the comma-separated
@@ -478,6 +509,27 @@ mod tests {
         assert!(builder.fair);
         let plain = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
         assert!(!plain.fair);
+    }
+
+    #[test]
+    fn cohort_limits_come_from_the_environment_and_bad_numbers_are_named() {
+        let memory = ("LOCK_BACKEND", "memory");
+        let default = builder_from_env(env(&[memory]), false).unwrap();
+        assert_eq!(default.cohort, crate::DEFAULT_COHORT);
+        let pairs = [memory, ("LOCK_COHORT", "0")];
+        assert!(!builder_from_env(env(&pairs), false).unwrap().cohort.is_on());
+        let pairs = [
+            memory,
+            ("LOCK_COHORT", "3"),
+            ("LOCK_COHORT_BUDGET_MS", "40"),
+        ];
+        let set = builder_from_env(env(&pairs), false).unwrap().cohort;
+        assert_eq!((set.handoffs, set.budget.as_millis()), (3, 40));
+        let pairs = [memory, ("LOCK_COHORT", "many")];
+        let error = builder_from_env(env(&pairs), false)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("LOCK_COHORT=\"many\""), "{error}");
     }
 
     #[test]

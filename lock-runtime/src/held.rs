@@ -347,6 +347,8 @@ impl HeldTable {
     /// cohorting); returns its frame id. The frame names no task until the
     /// new holder takes it ([`HeldTable::taken`]).
     pub(crate) fn insert_passed(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
+        // The previous holder's last frame took the count to zero.
+        held.holds.store(1, Ordering::Relaxed);
         let mut frame = new_frame(owner, held);
         frame.task = None;
         let id = frame.id;

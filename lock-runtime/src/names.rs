@@ -56,6 +56,14 @@ impl LockNames {
     pub(crate) fn queued(lock_key: &str) -> String {
         format!("{lock_key}:queued")
     }
+
+    /// Redlock: the boot marker each master keeps for the runtimes of
+    /// `prefix` (`<prefix>redlock:boot`, a hash without a TTL; see
+    /// `scripts/redlock_boot.lua`). It has no braces, so it is no lock's
+    /// name, nor any lock's counter, channel or queue.
+    pub(crate) fn redlock_boot(prefix: &str) -> String {
+        format!("{prefix}redlock:boot")
+    }
 }
 
 /// The Redis names of a lock, for tools that read the data layout from
@@ -94,6 +102,23 @@ pub mod layout {
             .strip_suffix('}')?;
         // A key starting with `}` or `\` was written with one `\` in front.
         Some(inner.strip_prefix('\\').unwrap_or(inner).to_owned())
+    }
+
+    /// Redlock: the boot marker every master keeps for the runtimes of
+    /// `prefix`, a hash without a TTL: `since` (the master's clock in ms
+    /// when a runtime first found this master's data set), `until` (no new
+    /// lock on this master before this time: it lost its data, README
+    /// "Redlock") and `lease` (the longest TTL in ms it gave a hold). Delete
+    /// it on a master restored from an older backup, and that master takes
+    /// no new lock for one lease.
+    ///
+    /// ```
+    /// use lock_runtime::layout;
+    /// assert_eq!(layout::redlock_boot_marker("lock:"), "lock:redlock:boot");
+    /// assert_eq!(layout::key_of("lock:", "lock:redlock:boot"), None);
+    /// ```
+    pub fn redlock_boot_marker(prefix: &str) -> String {
+        LockNames::redlock_boot(prefix)
     }
 
     /// The channel on which releases of the lock named `name` are announced.

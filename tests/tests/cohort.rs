@@ -66,7 +66,10 @@ fn check_tokens(records: &[(usize, u64)], bound: u32) {
         assert!(w[0].1 < w[1].1, "tokens did not grow: {w:?}");
         if w[1].1 == w[0].1 + 1 && w[0].0 == w[1].0 {
             run += 1;
-            assert!(run <= bound, "{run} local handoffs in a row (bound {bound})");
+            assert!(
+                run <= bound,
+                "{run} local handoffs in a row (bound {bound})"
+            );
         } else {
             run = 0;
         }
@@ -137,7 +140,11 @@ async fn cohort_keeps_exclusion_and_token_order_across_processes(kind: Kind) {
             );
         }
     } else {
-        assert_eq!(a.stats().passed_locally, 0, "the embedded store passes nothing");
+        assert_eq!(
+            a.stats().passed_locally,
+            0,
+            "the embedded store passes nothing"
+        );
     }
 }
 
@@ -204,7 +211,13 @@ async fn cohort_is_bounded_so_another_process_gets_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
     let prefix = unique("co-lost");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    // (A budget long enough for the test's own steps.)
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let admin = Kind::Redis.runtime(&prefix).await;
     let lease = Duration::from_millis(600);
     let first = rt.lock("k").lease(lease).acquire().await.unwrap();
@@ -238,7 +251,12 @@ async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     let prefix = unique("co-cancel");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let first = rt.lock("k").acquire().await.unwrap();
     let token = first.fence();
     let mut cancelled = Box::pin(rt.lock("k").wait(Duration::from_secs(10)).acquire());
@@ -251,7 +269,11 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     for _ in 0..20 {
         let _ = tokio::time::timeout(Duration::from_millis(5), &mut cancelled).await;
     }
-    assert_eq!(rt.stats().waiting_keys, 1, "the first waiter is not waiting");
+    assert_eq!(
+        rt.stats().waiting_keys,
+        1,
+        "the first waiter is not waiting"
+    );
     let next = {
         let rt = rt.clone();
         tokio::spawn(async move { rt.lock("k").wait(Duration::from_secs(10)).acquire().await })
@@ -264,7 +286,11 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     first.release().await.unwrap();
-    assert_eq!(rt.stats().passed_locally, 1, "not passed to the first waiter");
+    assert_eq!(
+        rt.stats().passed_locally,
+        1,
+        "not passed to the first waiter"
+    );
     drop(cancelled);
     let next = tokio::time::timeout(Duration::from_secs(2), next)
         .await
@@ -283,7 +309,12 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
     let prefix = unique("co-terms");
-    let rt = Kind::Redis.runtime(&prefix).await;
+    let rt = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let off = Kind::Redis
         .builder(&prefix)
         .cohort(0, Duration::from_millis(5))
@@ -292,7 +323,11 @@ async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
         .unwrap();
     for (runtime, waiter, name) in [
         (&rt, rt.lock("k").watchdog(false), "fixed lease"),
-        (&rt, rt.lock("k").lease(Duration::from_secs(7)), "other lease"),
+        (
+            &rt,
+            rt.lock("k").lease(Duration::from_secs(7)),
+            "other lease",
+        ),
         (&off, off.lock("k"), "cohort off"),
     ] {
         let first = runtime.lock("k").acquire().await.unwrap();

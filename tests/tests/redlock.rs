@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use lock_runtime::{fence, with_lock, LockError, LockRuntime};
+use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
 use lock_tests::{unique, wait_until, FaultProxy, Occupancy};
 use tokio::time::Instant;
@@ -32,7 +32,12 @@ const RESPONSE: Duration = Duration::from_millis(400);
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn start_fleet() -> Vec<RedisServer> {
-    (0..MASTERS).map(|_| RedisServer::start()).collect()
+    fleet_of(MASTERS)
+}
+
+/// A fleet of `n` masters without persistence.
+fn fleet_of(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
 }
 
 /// The healthy fleet the non-fault tests share.
@@ -76,6 +81,20 @@ async fn has_key(server: &RedisServer, name: &str) -> bool {
         .query_async(&mut raw(server).await)
         .await
         .unwrap()
+}
+
+/// The boot marker of `prefix` on `server` as `(since, until, lease)` in
+/// ms, `None` when it has none.
+async fn boot_marker(server: &RedisServer, prefix: &str) -> Option<(u64, u64, u64)> {
+    let (since, until, lease): (Option<u64>, Option<u64>, Option<u64>) = redis::cmd("HMGET")
+        .arg(layout::redlock_boot_marker(prefix))
+        .arg("since")
+        .arg("until")
+        .arg("lease")
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+    Some((since?, until?, lease.unwrap_or(0)))
 }
 
 fn assert_growing(tokens: &[u64]) {
@@ -184,8 +203,31 @@ async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
         b.stats().waiting_keys == 1
     })
     .await;
-    // Let its first retry (after the subscriptions) find the key busy too.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Its release channel is subscribed on every master (the event that
+    // makes the release a message, not the lease end, that wakes it).
+    let channel = layout::release_channel(&a.backend_key("k"));
+    let mut subscribed = 0;
+    for _ in 0..400 {
+        subscribed = 0;
+        for server in fleet {
+            let (_, count): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut raw(server).await)
+                .await
+                .unwrap();
+            subscribed += usize::from(count > 0);
+        }
+        if subscribed == fleet.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        subscribed,
+        fleet.len(),
+        "the waiter never subscribed on every master"
+    );
     let released = Instant::now();
     held.release().await.unwrap();
     let (guard, woke) = waiter.await.unwrap();
@@ -332,19 +374,27 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
     // assertion flaky.)
     fleet[3].kill();
     fleet[4].kill();
-    let first = a.lock("k").acquire().await.unwrap();
+    // Short leases: masters 3 and 4 come back empty below, and sit out the
+    // longest lease used before they vote again.
+    let lease = Duration::from_millis(500);
+    let first = a.lock("k").lease(lease).acquire().await.unwrap();
     let first_token = first.fence();
     assert!(first_token > ahead, "the token is the majority's largest");
     first.release().await.unwrap();
     // Masters 3 and 4 come back empty and master 0 goes: the next majority
-    // is three of masters 1 to 4, without the clock that ran ahead.
+    // is three of masters 1 to 4, without the clock that ran ahead (once
+    // 3 and 4 are out of quarantine).
     fleet[3].restart().await;
     fleet[4].restart().await;
     fleet[0].kill();
-    let second = b.lock("k").acquire().await.unwrap();
+    // (The default wait: besides the quarantine, the runtime reconnects to
+    // masters 3 and 4, which takes a few seconds when the machine is busy.)
+    let begun = Instant::now();
+    let second = b.lock("k").lease(lease).acquire().await.unwrap();
     println!(
-        "redlock tokens across majorities: {first_token} then {} (master 0 ahead by 1000 s, then killed; masters 3 and 4 restarted empty)",
-        second.fence()
+        "redlock tokens across majorities: {first_token} then {} after {:?} (master 0 ahead by 1000 s, then killed; masters 3 and 4 restarted empty)",
+        second.fence(),
+        begun.elapsed()
     );
     assert!(
         second.fence() > first_token,
@@ -595,7 +645,12 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
     assert!(a
         .describe()
         .contains(&format!("127.0.0.1:{}", fleet[0].port())));
+    // Short leases: master 0, new to a fleet that has taken locks, sits out
+    // the longest lease used before it votes (it cannot be told from a
+    // master that lost its data).
+    let lease = Duration::from_millis(500);
     a.lock("k")
+        .lease(lease)
         .acquire()
         .await
         .unwrap()
@@ -607,7 +662,7 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
     fleet[0].restart().await;
     let mut reached = false;
     for _ in 0..100 {
-        let guard = a.lock("k").acquire().await.unwrap();
+        let guard = a.lock("k").lease(lease).acquire().await.unwrap();
         reached = has_key(&fleet[0], &a.backend_key("k")).await;
         guard.release().await.unwrap();
         if reached {
@@ -685,4 +740,190 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
     }
     let guard = Arc::into_inner(guard).unwrap();
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+/// The Redlock restart hazard, arranged: of three masters the holder has
+/// exactly masters 0 and 2 (a foreign hold keeps master 1 busy while it
+/// acquires), then master 0 restarts without its data and master 1 frees
+/// up. Masters 0 and 1 would make a majority for a second holder while the
+/// first's lease runs; master 0 must sit that lease out (its boot marker is
+/// gone, so it is quarantined), and the contender gets in only once the
+/// holder's lease has ended. The contender's runtime learns how long from
+/// master 2's marker: its own lease is shorter than the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_until_the_lease_ends(
+) {
+    let _turn = SERIAL.lock().await;
+    let mut fleet = fleet_of(3);
+    let prefix = unique("redlock-bare-majority");
+    let (a, b) = (
+        runtime(&fleet, &prefix).await,
+        runtime(&fleet, &prefix).await,
+    );
+    let lock_key = a.backend_key("k");
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&lock_key)
+        .arg("foreign:1")
+        .arg(1)
+        .arg("fence")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&lock_key)
+        .arg(60_000)
+        .ignore()
+        .query_async(&mut raw(&fleet[1]).await)
+        .await
+        .unwrap();
+    // Long enough that restarting master 0 stays well inside it.
+    let lease = Duration::from_secs(3);
+    let begun = Instant::now();
+    let held = Arc::new(
+        a.lock("k")
+            .lease(lease)
+            .watchdog(false)
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
+    fleet[0].restart().await;
+    let _: () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async(&mut raw(&fleet[1]).await)
+        .await
+        .unwrap();
+    let short = Duration::from_millis(500);
+    let early = b
+        .lock("k")
+        .lease(short)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(
+        matches!(early, Err(LockError::Timeout { .. })),
+        "with master 0 back empty and master 1 free: {:?}",
+        early.map(|g| g.fence())
+    );
+    assert!(
+        !held.is_lost(),
+        "the holder's lease ran out during the test's setup"
+    );
+    let (since, until, _) = boot_marker(&fleet[0], &prefix)
+        .await
+        .expect("the contender's acquire recreated master 0's marker");
+    assert!(
+        until > since,
+        "master 0 is not quarantined: {since}..{until}"
+    );
+    let contender = {
+        let (b, held) = (b.clone(), held.clone());
+        tokio::spawn(async move {
+            let got = b
+                .lock("k")
+                .lease(short)
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .await;
+            (got, held.is_lost(), Instant::now())
+        })
+    };
+    let (got, holder_knew, entered) = contender.await.unwrap();
+    let second = got.expect("the contender got the lock once the holder's lease ended");
+    let (since, until, _) = boot_marker(&fleet[0], &prefix).await.unwrap();
+    println!(
+        "redlock bare majority, one master restarted empty: contender in {:?} after the \
+         holder's acquire (lease {lease:?}); master 0 quarantined for {} ms",
+        entered - begun,
+        until - since
+    );
+    assert!(
+        until - since > 3000,
+        "the quarantine did not grow to the holder's lease recorded on master 2"
+    );
+    assert!(
+        holder_knew && entered - begun >= lease,
+        "the contender got in {:?} after the acquire, inside the holder's {lease:?} lease",
+        entered - begun
+    );
+    assert!(second.fence() > held.fence());
+    second.release().await.unwrap();
+}
+
+/// A master restarted from its persistence files has its boot marker, so it
+/// votes at once: with master 1 down, masters 0 and 2 make the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
+    let _turn = SERIAL.lock().await;
+    let mut fleet: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with_snapshots())
+        .collect();
+    let prefix = unique("redlock-persisted");
+    let a = runtime(&fleet, &prefix).await;
+    let lease = Duration::from_secs(5);
+    a.lock("k")
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = boot_marker(&fleet[0], &prefix).await.expect("a marker");
+    fleet[0].snapshot().await;
+    fleet[0].restart_from_snapshot().await;
+    fleet[1].kill();
+    assert_eq!(
+        boot_marker(&fleet[0], &prefix).await,
+        Some(before),
+        "the marker came back with the data"
+    );
+    let begun = Instant::now();
+    // A quarantine would last longer than the lease (5 s) and the wait.
+    let guard = a
+        .lock("k")
+        .lease(lease)
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("masters 0 and 2 make a majority: the master restarted with its data votes");
+    println!(
+        "redlock master restarted with its data: locked {:?} after its restart",
+        begun.elapsed()
+    );
+    assert!(has_key(&fleet[0], &a.backend_key("k")).await);
+    guard.release().await.unwrap();
+}
+
+/// A fleet nobody has locked on opens at once: every master's marker is
+/// created open when the first runtime connects, and the first lock is
+/// taken without a wait. The markers record the longest TTL given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_fresh_fleet_locks_at_once_and_records_the_longest_lease() {
+    let _turn = SERIAL.lock().await;
+    let fleet = fleet_of(3);
+    let prefix = unique("redlock-fresh");
+    let a = runtime(&fleet, &prefix).await;
+    for server in &fleet {
+        let (since, until, lease) = boot_marker(server, &prefix).await.expect("created");
+        assert_eq!((until, lease), (since, 0), "a fresh master opens at once");
+    }
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_secs(3))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a fresh fleet locks at once");
+    guard.release().await.unwrap();
+    // 3 s padded: 3000 + 30 + 2 ms, on every master that took the hold.
+    let mut recorded = Vec::new();
+    for server in &fleet {
+        recorded.push(boot_marker(server, &prefix).await.unwrap().2);
+    }
+    assert!(
+        recorded.iter().filter(|&&l| l == 3032).count() >= 2,
+        "{recorded:?}"
+    );
 }

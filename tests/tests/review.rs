@@ -386,7 +386,9 @@ async fn shutdown_wakes_a_sibling_waiter_without_a_backend_round_trip() {
         })
         .await
     });
-    let token = inside_rx.await.unwrap().unwrap();
+    let _token = inside_rx.await.unwrap().unwrap();
+    // (The counter ends the block reserved with the token: lock cohorting.)
+    let token: u64 = con.get(format!("{hash}:fence")).await.unwrap();
     assert_eq!(runtime.shutdown().await.unwrap(), 1);
     let _ = go_tx.send(());
     let (_, second) = task.await.unwrap().unwrap();

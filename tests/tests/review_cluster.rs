@@ -946,9 +946,12 @@ async fn cluster_waits_on_a_frozen_master_stay_bounded() {
 /// Redlock over three masters, one of which is killed and restarted empty
 /// again and again, while two runtimes contend for two keys with short
 /// leases: one master is a minority, so exclusion must hold throughout and
-/// each key's tokens must grow from holder to holder.
+/// each key's tokens must grow from holder to holder. (It once saw two
+/// holders: a holder of exactly masters 0 and 2 lost its majority silently
+/// when master 2 came back empty, and a contender took masters 1 and 2. A
+/// master that lost its data now sits out the longest lease before it
+/// votes again: README, "Redlock".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: with one of three masters restarted empty every 400 ms, a key had two holders at once in one CI run of two (max occupancy 2); cause not found yet"]
 async fn redlock_one_flapping_master_breaks_neither_exclusion_nor_token_order() {
     use std::sync::{Arc, Mutex};
 

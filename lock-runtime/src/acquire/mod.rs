@@ -378,8 +378,10 @@ impl Acquisition {
         let passed = self.ticket.as_ref()?.take_passed()?;
         // (Only `guard.rs` passes holds, and only guards.)
         let guard = *passed.downcast::<LockGuard>().ok()?;
+        // The process's fair place (if any) was not used: it stays queued
+        // for the next local waiter, who need not try again now.
         if let Some(ticket) = self.ticket.take() {
-            ticket.leave_with_lock(self.want.fair);
+            ticket.leave_with_lock(false);
         }
         self.runtime
             .table()

@@ -85,8 +85,9 @@ pub(crate) enum BackendConfig {
     Redis(String, ConnectSettings),
     /// A Redis Cluster, given URLs of some of its nodes.
     RedisCluster(Vec<String>, ConnectSettings),
-    /// Redlock over these independent Redis masters (at least three).
-    Redlock(Vec<String>, ConnectSettings),
+    /// Redlock over these independent Redis masters (at least three), with
+    /// the name of their boot marker (`<prefix>redlock:boot`).
+    Redlock(Vec<String>, String, ConnectSettings),
     /// A primary found through Redis Sentinel, followed across failovers.
     Sentinel(sentinel::SentinelConfig, ConnectSettings),
 }
@@ -200,8 +201,9 @@ impl Backend {
                 let (backend, watches) = redis::connect_cluster(&urls, &settings, wakeups).await?;
                 Ok((Backend::Redis(backend), Some(watches)))
             }
-            BackendConfig::Redlock(urls, settings) => {
-                let (backend, watches) = redlock::Redlock::start(&urls, &settings, wakeups).await?;
+            BackendConfig::Redlock(urls, marker, settings) => {
+                let (backend, watches) =
+                    redlock::Redlock::start(&urls, marker, &settings, wakeups).await?;
                 Ok((Backend::Redlock(backend), Some(watches)))
             }
             BackendConfig::Sentinel(config, settings) => {

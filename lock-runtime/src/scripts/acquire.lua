@@ -14,6 +14,63 @@
 --                            for holders this process passes it to
 --          {0, pttl}         busy: another holder has it for pttl more milliseconds
 --
+-- Redlock passes one more key and three more arguments, the master's boot
+-- marker (see redlock_boot.lua):
+--
+-- KEYS[3]  the boot marker        (hash: 'since', 'until', 'lease'; no TTL)
+-- ARGV[5]  quarantine in milliseconds (the caller's: its longest lease known,
+--          padded) for a master found to have lost its data
+-- ARGV[6]  the longest TTL in milliseconds the caller knows any master gave
+--          (the 'lease' of a marker created here)
+-- ARGV[7]  '1': a retake by a holder that a majority just renewed, which may
+--          take a quarantined master (no one else can hold a majority now)
+--
+-- and every reply gets the marker's 'lease' as a fourth element (a busy
+-- reply's third is 0); two more:
+--
+--          {-1, left, 0, lease}  quarantined for left more milliseconds: the
+--                                master lost its data less than a lease ago
+--          {-2, left, 0, lease}  the same, found just now: the marker was
+--                                missing (and is created, quarantined)
+--
+-- The boot marker (Redlock only). A master restarted without its data has
+-- forgotten the holds it had, and a holder whose majority included it counts
+-- on that hold until its lease ends: the master must not vote for anyone else
+-- before then (the Redlock "delayed restart"). A runtime creates the marker
+-- when it connects (redlock_boot.lua), so from then on a missing marker means
+-- lost data: it is created here, quarantined from now for the caller's
+-- quarantine. A caller that knows a longer lease (another master's marker
+-- recorded it) extends the quarantine of a restarted master to it, for every
+-- caller after it; a marker created open (until = since: a fresh fleet) is
+-- never quarantined.
+local recorded
+if KEYS[3] then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local marker = redis.call('hmget', KEYS[3], 'since', 'until', 'lease')
+  local since, till = tonumber(marker[1]), tonumber(marker[2])
+  recorded = tonumber(marker[3]) or 0
+  local found = since == nil or till == nil
+  if found then
+    since, till, recorded = now, now + tonumber(ARGV[5]), tonumber(ARGV[6])
+    redis.call('hset', KEYS[3], 'since', string.format('%.0f', since),
+      'until', string.format('%.0f', till), 'lease', string.format('%.0f', recorded))
+  elseif till > since and since + tonumber(ARGV[5]) > till then
+    till = since + tonumber(ARGV[5])
+    redis.call('hset', KEYS[3], 'until', string.format('%.0f', till))
+  end
+  if now < till and ARGV[7] ~= '1' then
+    if found then
+      return {-2, till - now, 0, recorded}
+    end
+    return {-1, till - now, 0, recorded}
+  end
+  if recorded < tonumber(ARGV[2]) then
+    recorded = tonumber(ARGV[2])
+    redis.call('hset', KEYS[3], 'lease', ARGV[2])
+  end
+end
+
 -- Fencing tokens: every first acquisition takes max(counter + 1, server time
 -- in microseconds). Counting up alone is not enough: a Redis restored from an
 -- older snapshot, or a replica promoted before it saw the last increments,
@@ -48,7 +105,7 @@ if redis.call('exists', KEYS[1]) == 0 then
   redis.call('set', KEYS[2], string.format('%.0f', upto), 'px', ARGV[3])
   redis.call('hset', KEYS[1], ARGV[1], 1, 'fence', token)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, fence, upto}
+  return {1, fence, upto, recorded}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
@@ -56,6 +113,6 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   -- (A hold taken by an earlier version has no 'fence' field: its token is
   -- the counter's.)
   local fence = tonumber(redis.call('hget', KEYS[1], 'fence') or redis.call('get', KEYS[2]) or '0')
-  return {1, fence, fence}
+  return {1, fence, fence, recorded}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {0, redis.call('pttl', KEYS[1]), 0, recorded}

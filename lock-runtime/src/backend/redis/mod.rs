@@ -63,6 +63,71 @@ fn ms(d: Duration) -> String {
     d.as_millis().max(1).to_string()
 }
 
+/// Redlock's boot-marker check, run by `acquire.lua` on one master in the
+/// same call as the acquire (KEYS[3], ARGV[4..6]; the script says why).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BootCheck<'a> {
+    /// The marker's name (`<prefix>redlock:boot`).
+    pub(crate) marker: &'a str,
+    /// How long a master found to have lost its data takes no new hold.
+    pub(crate) quarantine: Duration,
+    /// The longest TTL the caller knows any master gave (the `lease` of a
+    /// marker created now).
+    pub(crate) longest: Duration,
+    /// A retake by a holder a majority just renewed: taken even while the
+    /// master is quarantined.
+    pub(crate) retake: bool,
+}
+
+/// What one master answered a Redlock acquire ([`RedisBackend::acquire_checked`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// Held or busy, as a plain acquire answers.
+    Acquire(Acquire),
+    /// The master lost its data less than a quarantine ago: it takes no new
+    /// hold for `left` more. `found`: this call found the marker missing.
+    Quarantined {
+        /// Until the quarantine ends.
+        left: Duration,
+        /// The marker was missing (created by this call).
+        found: bool,
+    },
+}
+
+/// A master's [`Vote`], and the longest TTL its marker records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ballot {
+    /// What it said.
+    pub(crate) vote: Vote,
+    /// The `lease` of its boot marker: the longest TTL it gave a hold.
+    pub(crate) longest: Duration,
+}
+
+/// The acquire script's `{held, n, upto}` as an [`Acquire`]: held (1, or 2
+/// for a fair handoff) with token `n` and the tokens up to `upto` reserved
+/// for local holders, or busy for `n` ms (negative: no expiry).
+fn decode_acquire(held: i64, n: i64, upto: Option<i64>) -> Acquire {
+    if held == 1 || held == 2 {
+        let fence = u64::try_from(n).unwrap_or(0);
+        Acquire::Held {
+            fence,
+            upto: upto
+                .and_then(|u| u64::try_from(u).ok())
+                .map_or(fence, |u| u.max(fence)),
+            handed: held == 2,
+        }
+    } else {
+        Acquire::Busy {
+            ttl: u64::try_from(n).ok().map(Duration::from_millis),
+        }
+    }
+}
+
+/// A non-negative number of ms from a script's reply (negative: zero).
+fn millis(n: i64) -> Duration {
+    Duration::from_millis(u64::try_from(n).unwrap_or(0))
+}
+
 impl RedisBackend {
     fn failed(&self, what: &str, source: RedisError) -> BackendError {
         BackendError::new(format!("{what} on Redis at {}", self.endpoint), source)
@@ -98,24 +163,62 @@ impl RedisBackend {
                 .await
         };
         let reply = reply.map_err(|e| self.failed("acquire failed", e))?;
-        let (held, n) = match reply[..] {
-            [held, n, ..] => (held, n),
-            _ => return Err(BackendError::msg("acquire failed: a reply too short")),
+        match reply[..] {
+            [held, n, ..] => Ok(decode_acquire(held, n, reply.get(2).copied())),
+            _ => Err(BackendError::msg(format!(
+                "acquire failed on Redis at {}: unexpected reply {reply:?}",
+                self.endpoint
+            ))),
+        }
+    }
+
+    /// Redlock's acquire on this master: `acquire.lua` (plain mode) with the
+    /// master's boot marker checked in the same call (`check`), so that a
+    /// master that lost its data refuses new holds without a round trip more.
+    pub(crate) async fn acquire_checked(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        check: BootCheck<'_>,
+    ) -> Result<Ballot, BackendError> {
+        let fence_key = LockNames::fence(lock_key);
+        let (lease, quarantine, longest) = (ms(lease), ms(check.quarantine), ms(check.longest));
+        let retake = if check.retake { "1" } else { "0" };
+        let mut con = self.con.clone();
+        // (No tokens reserved: Redlock passes nothing locally.)
+        let reply: Vec<i64> = eval(
+            &mut con,
+            &self.scripts.acquire,
+            &[lock_key, &fence_key, check.marker],
+            &[
+                holder,
+                &lease,
+                &self.window,
+                "0",
+                &quarantine,
+                &longest,
+                retake,
+            ],
+        )
+        .await
+        .map_err(|e| self.failed("acquire failed", e))?;
+        let [code, n, upto, recorded] = reply[..] else {
+            return Err(BackendError::msg(format!(
+                "acquire failed on Redis at {}: unexpected reply {reply:?}",
+                self.endpoint
+            )));
         };
-        Ok(if held == 1 || held == 2 {
-            let fence = u64::try_from(n).unwrap_or(0);
-            Acquire::Held {
-                fence,
-                upto: reply
-                    .get(2)
-                    .and_then(|u| u64::try_from(*u).ok())
-                    .map_or(fence, |u| u.max(fence)),
-                handed: held == 2,
-            }
-        } else {
-            Acquire::Busy {
-                ttl: u64::try_from(n).ok().map(Duration::from_millis),
-            }
+        let vote = match code {
+            -1 | -2 => Vote::Quarantined {
+                left: millis(n),
+                found: code == -2,
+            },
+            held => Vote::Acquire(decode_acquire(held, n, Some(upto))),
+        };
+        Ok(Ballot {
+            vote,
+            longest: millis(recorded),
         })
     }
 

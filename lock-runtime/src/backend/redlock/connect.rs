@@ -2,8 +2,10 @@
 //! (`backend::redis::connect`), all at once; a start-up that fails unless a
 //! majority answers; masters that were down connected in the background.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, Weak};
 
+use super::boot::BOOT_SCRIPT;
 use super::gather::{gather, Call};
 use super::watches::RedlockWatches;
 use super::{
@@ -19,8 +21,12 @@ impl Redlock {
     /// when fewer than a majority can be reached; a master that is down is
     /// connected in the background later, and counts as not answering until
     /// then.
+    /// `marker` is the masters' boot marker (see `boot.rs`): every
+    /// connected master's is read, and created where missing, before this
+    /// returns.
     pub(crate) async fn start(
         urls: &[String],
+        marker: String,
         settings: &ConnectSettings,
         wakeups: Weak<dyn Wakeups>,
     ) -> Result<(Redlock, Arc<dyn Watches>), LockError> {
@@ -38,6 +44,8 @@ impl Redlock {
             .collect();
         let mut masters = Vec::with_capacity(urls.len());
         let mut down = Vec::new();
+        // The masters to connect in the background, once the rest is set up.
+        let mut later = Vec::new();
         for (i, (url, outcome)) in urls
             .iter()
             .zip(gather(attempts, |_| false).await)
@@ -63,12 +71,7 @@ impl Redlock {
                         Some(Err(error)) => reason(&error),
                         _ => "no answer".to_owned(),
                     });
-                    tokio::spawn(reconnect(
-                        url.clone(),
-                        settings.clone(),
-                        wakeups.clone(),
-                        slot.clone(),
-                    ));
+                    later.push((url.clone(), slot.clone()));
                     masters.push(Master {
                         endpoint: endpoint_of(url).unwrap_or_else(|| format!("master {}", i + 1)),
                         slot,
@@ -103,14 +106,25 @@ impl Redlock {
             timeout: settings.response_timeout,
             window: settings.fence_window.as_millis().max(1).to_string(),
             fence_script: redis::Script::new(FENCE_SCRIPT),
+            boot_script: redis::Script::new(BOOT_SCRIPT),
             worker: tokio::runtime::Handle::current(),
+            marker,
+            longest: AtomicU64::new(0),
         };
-        Ok((
-            Redlock {
-                inner: Arc::new(inner),
-            },
-            watches,
-        ))
+        let redlock = Redlock {
+            inner: Arc::new(inner),
+        };
+        redlock.open_markers().await;
+        for (url, slot) in later {
+            tokio::spawn(reconnect(
+                url,
+                settings.clone(),
+                wakeups.clone(),
+                slot,
+                Arc::downgrade(&redlock.inner),
+            ));
+        }
+        Ok((redlock, watches))
     }
 }
 
@@ -140,12 +154,14 @@ async fn load_fence_script(master: &RedisBackend) {
 
 /// Connects, in the background, to a master that was down at start-up,
 /// pausing between attempts; ends once connected or when the runtime is
-/// gone.
+/// gone. The master's boot marker is settled (`boot.rs`) before any lock
+/// can use the master.
 async fn reconnect(
     url: String,
     settings: ConnectSettings,
     wakeups: Weak<dyn Wakeups>,
     slot: Arc<OnceLock<Connected>>,
+    redlock: Weak<Inner>,
 ) {
     let mut pause = RECONNECT_MIN;
     loop {
@@ -155,6 +171,10 @@ async fn reconnect(
         }
         if let Ok((backend, watches)) = connect(&url, &settings, wakeups.clone()).await {
             load_fence_script(&backend).await;
+            let Some(inner) = redlock.upgrade() else {
+                return;
+            };
+            Redlock { inner }.open_marker(&backend).await;
             tracing::info!(master = backend.endpoint(), "Redlock: master connected");
             let _ = slot.set(Connected { backend, watches });
             return;

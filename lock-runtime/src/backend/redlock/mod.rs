@@ -11,7 +11,8 @@
 //! both have a majority while their leases run.
 //!
 //! **Acquire.** The acquire script runs on every master at once, each call
-//! bounded by the response timeout, and the wait ends as soon as the
+//! bounded by the response timeout (and checking the master's boot marker
+//! in the same call, `boot.rs`), and the wait ends as soon as the
 //! answers decide (a majority said held, or one can no longer be reached:
 //! a frozen master must not slow every lock down). Each master is given the
 //! lease plus the clock-drift allowance (`quorum::drift`: lease/100 + 2 ms),
@@ -35,12 +36,15 @@
 //! the master the two majorities share. The counter lives for the fence
 //! window (60 s) after it was written, and then that master's clock must be
 //! past the token: a master whose clock is behind the fastest master's by
-//! more than the window may hand out a smaller token. And a master
-//! restarted empty has forgotten the hold and the counter: when it is the
-//! only master two majorities share, neither exclusion nor growth holds
-//! (keep a restarted master out for longer than the longest lease, the
-//! Redlock "delayed restart"; a holder also takes a restarted master back
-//! at its next renewal, see `renew.rs`).
+//! more than the window may hand out a smaller token.
+//!
+//! **Masters that lose their data.** A master restarted empty has forgotten
+//! its holds and counters; if it voted at once, it could be the one master
+//! two majorities share, and neither exclusion nor growth would hold. So it
+//! takes no new hold for the longest lease any master recorded (the Redlock
+//! "delayed restart", done by the clients: `boot.rs`), and counts as busy
+//! until then. A holder whose renewal a majority confirmed takes it back at
+//! once (`renew.rs`).
 //!
 //! **Renew, release.** Both go to every master. A lock is renewed when a
 //! majority renewed it, lost as soon as more than a minority said it is not
@@ -52,6 +56,7 @@
 //! lists and scripts, and independent masters would each hand the lock to a
 //! different waiter.
 
+mod boot;
 mod connect;
 mod fence;
 mod gather;
@@ -60,12 +65,13 @@ mod renew;
 mod watches;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::redis::RedisBackend;
+use super::redis::{Ballot, BootCheck, RedisBackend, Vote};
 use super::{Acquire, Queue, Recorded, Release, Watches};
 use crate::error::BackendError;
 use gather::{gather, Call};
@@ -116,8 +122,16 @@ struct Inner {
     /// The fence counter's TTL in ms (the scripts' window).
     window: String,
     fence_script: redis::Script,
+    /// Creates a master's boot marker (`boot.rs`).
+    boot_script: redis::Script,
     /// The runtime's worker thread, where a failed attempt's undo runs.
     worker: tokio::runtime::Handle,
+    /// Every master's boot marker (`<prefix>redlock:boot`, see `boot.rs`).
+    marker: String,
+    /// The longest TTL in ms this runtime knows any master gave a hold:
+    /// its own, and what the masters' markers record (they answer it with
+    /// every acquire). A master that lost its data sits it out.
+    longest: AtomicU64,
 }
 
 /// Why one master failed, for a message that lists every master's reason
@@ -130,6 +144,39 @@ fn reason(error: &impl std::fmt::Display) -> String {
 
 /// What one master answered (or why it did not).
 type Answer<T> = Result<T, BackendError>;
+
+/// The token of a master's answer that it holds the lock for us.
+fn held_token(answer: &Option<Answer<Ballot>>) -> Option<u64> {
+    match answer {
+        Some(Ok(Ballot {
+            vote: Vote::Acquire(Acquire::Held { fence, .. }),
+            ..
+        })) => Some(*fence),
+        _ => None,
+    }
+}
+
+/// For a master that refused the lock (busy, or quarantined: it lost its
+/// data less than a lease ago), how long until it may say yes (`None` in
+/// it: unknown); `None` for any other answer.
+fn refused_for(answer: &Option<Answer<Ballot>>) -> Option<Option<Duration>> {
+    match answer {
+        Some(Ok(Ballot {
+            vote: Vote::Acquire(Acquire::Busy { ttl }),
+            ..
+        })) => Some(*ttl),
+        Some(Ok(Ballot {
+            vote: Vote::Quarantined { left, .. },
+            ..
+        })) => Some(Some(*left)),
+        _ => None,
+    }
+}
+
+/// Whole milliseconds of `d`, saturating.
+fn whole_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 impl Redlock {
     /// `"redlock over N masters (host:port, ...)"`: no credentials.
@@ -149,6 +196,50 @@ impl Redlock {
 
     fn masters(&self) -> usize {
         self.inner.masters.len()
+    }
+
+    /// Learns that a master gave (or records having given) a hold this TTL.
+    fn learn(&self, ttl: Duration) {
+        self.inner
+            .longest
+            .fetch_max(whole_ms(ttl), Ordering::Relaxed);
+    }
+
+    /// The longest TTL this runtime knows any master gave a hold.
+    fn longest(&self) -> Duration {
+        Duration::from_millis(self.inner.longest.load(Ordering::Relaxed))
+    }
+
+    /// The boot-marker check of an acquire (or, `retake`, a retake) that
+    /// gives the masters `ttl`: a master found to have lost its data sits
+    /// out the longest TTL known, this one included (`quorum::quarantine`).
+    fn boot_check(&self, ttl: Duration, retake: bool) -> BootCheck<'_> {
+        self.learn(ttl);
+        let longest = self.longest();
+        BootCheck {
+            marker: &self.inner.marker,
+            quarantine: quorum::quarantine(longest),
+            longest,
+            retake,
+        }
+    }
+
+    /// Takes in master `i`'s ballot: the longest TTL its marker records,
+    /// and a warning when this call found that the master lost its data.
+    fn heard(&self, i: usize, ballot: &Ballot) {
+        self.learn(ballot.longest);
+        if let Vote::Quarantined { left, found: true } = ballot.vote {
+            let endpoint = self
+                .inner
+                .masters
+                .get(i)
+                .map_or("?", |m| m.endpoint.as_str());
+            tracing::warn!(
+                master = endpoint,
+                "Redlock: the master lost its data (restarted without it?); it takes no new \
+                 lock for {left:?}, the longest lease it may have held"
+            );
+        }
     }
 
     /// One call per master in `which`, each bounded by the response timeout;
@@ -229,15 +320,17 @@ impl Redlock {
         let started = Instant::now();
         let quorum = self.inner.quorum;
         let ttl = quorum::padded(lease);
-        let calls = self.calls(|m| m.acquire(lock_key, holder, ttl, Queue::No));
+        let check = self.boot_check(ttl, false);
+        let calls = self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check));
         // Done when a majority said held; or when it can no longer, and it is
         // known whether that is because the lock is busy (a majority
-        // answered) or because too few masters answer.
+        // answered) or because too few masters answer. A quarantined master
+        // counts as busy until its quarantine ends.
         let answers = gather(calls, |answers| {
             let count =
-                |f: fn(&Option<Answer<Acquire>>) -> bool| answers.iter().filter(|a| f(a)).count();
-            let held = count(|a| matches!(a, Some(Ok(Acquire::Held { .. }))));
-            let busy = count(|a| matches!(a, Some(Ok(Acquire::Busy { .. }))));
+                |f: fn(&Option<Answer<Ballot>>) -> bool| answers.iter().filter(|a| f(a)).count();
+            let held = count(|a| held_token(a).is_some());
+            let busy = count(|a| refused_for(a).is_some());
             let open = count(Option::is_none);
             held >= quorum
                 || (held + open < quorum && (held + busy >= quorum || held + busy + open < quorum))
@@ -246,10 +339,13 @@ impl Redlock {
         let mut held = Vec::new();
         let mut busy = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
-            match answer {
-                Some(Ok(Acquire::Held { fence, .. })) => held.push((i, *fence)),
-                Some(Ok(Acquire::Busy { ttl })) => busy.push(*ttl),
-                _ => {}
+            if let Some(Ok(ballot)) = answer {
+                self.heard(i, ballot);
+            }
+            if let Some(fence) = held_token(answer) {
+                held.push((i, fence));
+            } else if let Some(ttl) = refused_for(answer) {
+                busy.push(ttl);
             }
         }
         let in_time = || quorum::validity(lease, started.elapsed()).is_some();
@@ -293,14 +389,17 @@ impl Redlock {
     }
 
     /// Gives back, in the background, what a failed attempt may have taken:
-    /// on every master that said held or did not answer (its acquire may
-    /// still land: the release follows it on the same connection). Each is
-    /// a task on the worker thread rather than a queued background release,
-    /// which the next acquire of the key would wait for: with masters down
-    /// it would wait for them to time out, to undo a hold nobody else sees.
-    fn undo(&self, lock_key: &str, holder: &str, answers: &[Option<Answer<Acquire>>]) {
+    /// on every master that said held, failed or did not answer (its acquire
+    /// may still land: the release follows it on the same connection; one
+    /// that failed may have run the script and lost only the reply). Each
+    /// is a task on the worker thread rather than a queued background
+    /// release, which the next acquire of the key would wait for: with
+    /// masters down it would wait for them to time out, to undo a hold
+    /// nobody else sees. Only a master that said busy or quarantined surely
+    /// took nothing.
+    fn undo(&self, lock_key: &str, holder: &str, answers: &[Option<Answer<Ballot>>]) {
         for (answer, master) in answers.iter().zip(&self.inner.masters) {
-            let taken = !matches!(answer, Some(Ok(Acquire::Busy { .. })));
+            let taken = refused_for(answer).is_none();
             if let (true, Some(connected)) = (taken, master.slot.get()) {
                 let backend = connected.backend.clone();
                 let (lock_key, holder) = (lock_key.to_owned(), holder.to_owned());

@@ -37,6 +37,22 @@ pub(crate) fn padded(lease: Duration) -> Duration {
     lease.saturating_add(drift(lease))
 }
 
+/// How long a master that lost its data takes no new hold, when the longest
+/// TTL any master of the fleet gave a hold is `longest` (itself a padded
+/// lease): `longest` padded once more. A hold on the lost data ends, by its
+/// holder's clock, at most one lease after its last good renewal or acquire,
+/// which was sent before the data was lost; the quarantine starts when a
+/// runtime finds the data gone, no earlier, and the padding covers the
+/// master's clock running up to 1 % fast over it. `Duration::ZERO` (nothing
+/// recorded anywhere: a fleet nobody has locked on) needs none.
+pub(crate) fn quarantine(longest: Duration) -> Duration {
+    if longest.is_zero() {
+        Duration::ZERO
+    } else {
+        padded(longest)
+    }
+}
+
 /// What is left of a hold of `lease` whose acquisition took `elapsed`, once
 /// the drift allowance is taken off: `None` when nothing is (too slow: the
 /// acquisition failed even if a majority said yes).
@@ -150,6 +166,15 @@ mod tests {
         // Durations near MAX saturate instead of panicking.
         assert_eq!(padded(Duration::MAX), Duration::MAX);
         assert!(validity(Duration::MAX, MS(5)).is_some());
+    }
+
+    #[test]
+    fn a_master_that_lost_its_data_sits_out_the_longest_lease_and_its_drift() {
+        // The longest TTL given was 1 s: 1 s, 10 ms drift and 2 ms more.
+        assert_eq!(quarantine(MS(1000)), MS(1012));
+        assert!(quarantine(padded(MS(800))) > padded(MS(800)));
+        assert_eq!(quarantine(Duration::ZERO), Duration::ZERO, "never used");
+        assert_eq!(quarantine(Duration::MAX), Duration::MAX);
     }
 
     #[test]

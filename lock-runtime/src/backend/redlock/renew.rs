@@ -5,13 +5,20 @@ use std::sync::Arc;
 
 use super::gather::{gather, Call};
 use super::{quorum, Answer, Redlock};
-use crate::backend::{Acquire, Queue};
+use crate::backend::redis::Vote;
+use crate::backend::Acquire;
 use crate::error::BackendError;
 use crate::held::{HeldLock, Hold};
 
 impl Redlock {
     /// Renews `batch` on every master at once and combines the answers per
     /// lock (`quorum::renewal`); ends as soon as every lock is decided.
+    ///
+    /// A master that lost its data answers "not ours" (`renew.lua` finds no
+    /// hold of this holder id), so it never counts towards the renewal's
+    /// majority: the only way the holder id gets back onto it is this
+    /// holder's own retake, after a majority renewed. The renewals need no
+    /// boot-marker check and stay one pipelined call per master.
     pub(crate) async fn renew_many(
         &self,
         batch: &[Arc<HeldLock>],
@@ -53,6 +60,13 @@ impl Redlock {
     /// master's fence counter to our token, which it had forgotten. (A
     /// release sent while the retake is out may reach that master first:
     /// the retaken copy then lasts until its TTL, on one master only.)
+    ///
+    /// A master that lost its data is taken although it is quarantined
+    /// (`boot.rs`): the quarantine keeps it from voting for a *new* holder
+    /// while holds it forgot may still run, and any such hold shared a
+    /// master with the majority that just renewed ours, so it has ended.
+    /// The retake creates the master's marker if it is missing, so the
+    /// quarantine starts no later than this.
     async fn retake(
         &self,
         padded: &[Arc<HeldLock>],
@@ -68,11 +82,13 @@ impl Redlock {
                 Some(Ok(replies)) if replies.get(j) == Some(&Some(false)) => Some(i),
                 _ => None,
             });
+            let check = self.boot_check(lock.lease, true);
             calls.extend(self.calls_on(gone, |m| async move {
                 let taken = m
-                    .acquire(&lock.lock_key, &lock.holder, lock.lease, Queue::No)
+                    .acquire_checked(&lock.lock_key, &lock.holder, lock.lease, check)
                     .await?;
-                if !matches!(taken, Acquire::Held { .. }) {
+                self.learn(taken.longest);
+                if !matches!(taken.vote, Vote::Acquire(Acquire::Held { .. })) {
                     return Ok(false);
                 }
                 tracing::info!(
