@@ -133,7 +133,9 @@ async fn raw_pair(
     [hash, fence, channel]: [&str; 3],
     holder: &str,
 ) -> Result<bool> {
-    let (held, _): (i64, i64) = redis::cmd("EVALSHA")
+    // {1, fence, upto} held, {0, pttl} busy; no tokens reserved for local
+    // holders (ARGV[4] = 0): the baseline has no cohort to pass to.
+    let reply: Vec<i64> = redis::cmd("EVALSHA")
         .arg(acquire)
         .arg(2)
         .arg(hash)
@@ -141,9 +143,10 @@ async fn raw_pair(
         .arg(holder)
         .arg(30_000)
         .arg(WINDOW_MS)
+        .arg(0)
         .query_async(con)
         .await?;
-    if held != 1 {
+    if reply.first() != Some(&1) {
         return Ok(false);
     }
     let _: i64 = redis::cmd("EVALSHA")
