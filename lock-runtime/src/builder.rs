@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::backend::sentinel::{NodeAuth, SentinelConfig};
-use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
+use crate::backend::{Backend, BackendConfig, ConnectSettings, Heartbeats, Wakeups};
 use crate::cohort::Cohort;
 use crate::error::{BackendError, LockError};
 use crate::names::LockNames;
@@ -598,7 +598,13 @@ fn worker(
         let watchdog = Arc::new(Watchdog::default());
         let backend_for_drain = backend.clone();
         let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
-        tokio::spawn(watchdog::run(watchdog.clone(), backend.clone(), wd_stop_rx));
+        let heartbeats: Weak<dyn Heartbeats> = Arc::downgrade(&waiters) as Weak<dyn Heartbeats>;
+        tokio::spawn(watchdog::run(
+            watchdog.clone(),
+            backend.clone(),
+            heartbeats,
+            wd_stop_rx,
+        ));
         let parts = Parts {
             handle: tokio::runtime::Handle::current(),
             backend,
