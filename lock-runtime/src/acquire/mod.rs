@@ -263,7 +263,9 @@ impl Acquisition {
         // shortest that the place's entry carried); the watchdog counts from
         // there.
         let tokens = (handoff.fence, handoff.upto);
-        let held = HeldLock::new(self.hold(handoff.holder, tokens, handoff.since));
+        // (The run of local handoffs counts from now: the claim's `since`
+        // may be a second old.)
+        let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
         let scope = self.want.scope.clone();
         let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
         Some(Ok(Taken::Guard(guard)))
