@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::backend::sentinel::{NodeAuth, SentinelConfig};
-use crate::backend::{Backend, BackendConfig, ConnectSettings, Wakeups};
+use crate::backend::{Backend, BackendConfig, ConnectSettings, Heartbeats, Wakeups};
 use crate::cohort::Cohort;
 use crate::error::{BackendError, LockError};
 use crate::names::LockNames;
@@ -71,7 +71,8 @@ pub struct LockRuntimeBuilder {
     pub(crate) prefix: String,
     pub(crate) default_lease: Duration,
     pub(crate) default_wait: Option<Duration>,
-    pub(crate) fair: bool,
+    /// `None`: [`DEFAULT_FAIR`] where the backend queues across processes.
+    pub(crate) fair: Option<bool>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) try_timeout: Duration,
@@ -84,6 +85,20 @@ pub struct LockRuntimeBuilder {
     pub(crate) sync_replicas: Option<(u32, Duration)>,
     /// Local handoffs of a held lock between tasks of this process.
     pub(crate) cohort: Cohort,
+}
+
+/// Whether locks are fair when neither the lock, the builder nor
+/// `LOCK_FAIR` says (see [`LockRuntimeBuilder::fair`]). Redlock, which has
+/// no fair mode, is plain unless asked otherwise (and then refused).
+pub const DEFAULT_FAIR: bool = false;
+
+/// `LOCK_FAIR`: `1` fair, `0` plain, anything else (or unset) the default.
+pub(crate) fn fair_from_env(value: Option<&str>) -> Option<bool> {
+    match value.map(str::trim) {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    }
 }
 
 /// Default of [`LockRuntimeBuilder::cohort`].
@@ -133,7 +148,7 @@ impl Default for LockRuntimeBuilder {
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: Some(DEFAULT_WAIT),
-            fair: std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1"),
+            fair: fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref()),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             try_timeout: DEFAULT_TRY_TIMEOUT,
@@ -289,11 +304,12 @@ impl LockRuntimeBuilder {
     /// Whether locks that set nothing else are fair: first come, first
     /// served across processes, with direct handoff (see
     /// [`LockRequest::fair`] for what it costs). Every process that uses a
-    /// key should agree. Default: `false`, or `true` when the environment
-    /// variable `LOCK_FAIR` is `1` (to switch a deployment, or a test run,
-    /// without code changes).
+    /// key should agree. Default: [`DEFAULT_FAIR`] on backends that queue
+    /// across processes (Redis, Cluster, Sentinel), plain on Redlock; the
+    /// environment variable `LOCK_FAIR` (`1` fair, `0` plain) sets it for
+    /// a deployment, or a test run, without code changes.
     pub fn fair(mut self, fair: bool) -> Self {
-        self.fair = fair;
+        self.fair = Some(fair);
         self
     }
 
@@ -428,7 +444,7 @@ impl LockRuntimeBuilder {
             ));
         }
         if let Choice::Redlock(urls) = &self.choice {
-            check_redlock(urls.len(), self.fair)?;
+            check_redlock(urls.len(), self.fair == Some(true))?;
         }
         self.check_sync_replicas()?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
@@ -476,7 +492,11 @@ impl LockRuntimeBuilder {
             prefix: self.prefix,
             default_lease: self.default_lease,
             default_wait: self.default_wait,
-            default_fair: self.fair,
+            // (Redlock has no fair mode: plain unless asked, and then
+            // refused above.)
+            default_fair: self
+                .fair
+                .unwrap_or(DEFAULT_FAIR && !matches!(self.choice, Choice::Redlock(_))),
             try_timeout: self.try_timeout,
             drain_limit: drain,
             cohort: self.cohort,
@@ -598,7 +618,13 @@ fn worker(
         let watchdog = Arc::new(Watchdog::default());
         let backend_for_drain = backend.clone();
         let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
-        tokio::spawn(watchdog::run(watchdog.clone(), backend.clone(), wd_stop_rx));
+        let heartbeats: Weak<dyn Heartbeats> = Arc::downgrade(&waiters) as Weak<dyn Heartbeats>;
+        tokio::spawn(watchdog::run(
+            watchdog.clone(),
+            backend.clone(),
+            heartbeats,
+            wd_stop_rx,
+        ));
         let parts = Parts {
             handle: tokio::runtime::Handle::current(),
             backend,

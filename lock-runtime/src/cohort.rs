@@ -26,6 +26,11 @@ use tokio::time::Instant;
 /// `scripts/acquire.lua`).
 pub const MAX_COHORT_HANDOFFS: u32 = 1000;
 
+/// A hold is passed only with half its lease left, or this much (a hold
+/// handed over in fair mode has a claim of at most 3 s until the watchdog's
+/// first renewal extends it to the full lease).
+pub(crate) const LEFT_TO_PASS: Duration = Duration::from_millis(1500);
+
 /// How far one backend acquisition may be passed between tasks of this
 /// process (see [`LockRuntimeBuilder::cohort`](crate::LockRuntimeBuilder::cohort)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -173,9 +173,11 @@ fn builder_from_env(
         builder = builder.key_prefix(prefix);
     }
     let cohort = cohort_from_env(set("LOCK_COHORT"), set("LOCK_COHORT_BUDGET_MS"))?;
-    Ok(builder
-        .fair(read("LOCK_FAIR").is_some_and(|v| v.trim() == "1"))
-        .cohort(cohort.handoffs, cohort.budget))
+    builder = builder.cohort(cohort.handoffs, cohort.budget);
+    if let Some(fair) = crate::builder::fair_from_env(read("LOCK_FAIR").as_deref()) {
+        builder = builder.fair(fair);
+    }
+    Ok(builder)
 }
 
 /// `LOCK_COHORT` (handoffs in a row) and `LOCK_COHORT_BUDGET_MS`; what is not
@@ -506,9 +508,11 @@ mod tests {
         ];
         let builder = builder_from_env(env(&pairs), false).unwrap();
         assert_eq!(builder.prefix, "billing:");
-        assert!(builder.fair);
-        let plain = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
-        assert!(!plain.fair);
+        assert_eq!(builder.fair, Some(true));
+        let unset = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
+        assert_eq!(unset.fair, None, "the default applies");
+        let plain = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "0")];
+        assert_eq!(builder_from_env(env(&plain), false).unwrap().fair, Some(false));
     }
 
     #[test]

@@ -145,7 +145,9 @@ impl HeldLock {
 
     /// Passes the hold to owner scope `owner` with the next token of its
     /// reserved block, if `limits` allow one more local handoff now and the
-    /// hold has at least half its lease left; returns the new token.
+    /// hold has half its lease left, or [`LEFT_TO_PASS`](crate::cohort::LEFT_TO_PASS)
+    /// (a fair handoff's claim is short until the first renewal); returns
+    /// the new token.
     /// (Called with no frame left, so no guard reads the old token again.)
     pub(crate) fn pass_to(&self, owner: u64, limits: Cohort) -> Option<u64> {
         let now = tokio::time::Instant::now();
@@ -153,7 +155,8 @@ impl HeldLock {
             .valid_until
             .load(Ordering::Acquire)
             .saturating_sub(clock::to_nanos(now));
-        if self.is_lost() || !self.renew || Duration::from_nanos(left) < self.lease / 2 {
+        let enough = (self.lease / 2).min(crate::cohort::LEFT_TO_PASS);
+        if self.is_lost() || !self.renew || Duration::from_nanos(left) < enough {
             return None;
         }
         let fence = self.run.next(limits, now)?;

@@ -19,13 +19,13 @@
 //! for locks in that batch and in any other.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Heartbeats, PlaceRefresh, QUEUE_ENTRY_LIFE};
 use crate::held::HeldLock;
 use crate::meter;
 
@@ -242,15 +242,30 @@ impl Watchdog {
 
 /// The watchdog task; ends when `stop` fires. Renewal batches run as tasks
 /// of their own on the same thread (they end with the runtime's thread).
+///
+/// The same tick refreshes the fair-queue places of this process's waiters
+/// (`heartbeats`), in batches like the renewals.
 pub(crate) async fn run(
     watchdog: Arc<Watchdog>,
     backend: Backend,
+    heartbeats: Weak<dyn Heartbeats>,
     mut stop: oneshot::Receiver<()>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     loop {
         let changed = watchdog.changed.notified();
-        let (due, next) = watchdog.collect_due(Instant::now());
+        let now = Instant::now();
+        let (due, mut next) = watchdog.collect_due(now);
+        if let Some(heartbeats) = heartbeats.upgrade() {
+            let (places, places_next) = heartbeats.due_places(now);
+            if let Some(at) = places_next {
+                next = next.min(at);
+            }
+            for batch in places.chunks(BATCH) {
+                let (backend, batch) = (backend.clone(), batch.to_vec());
+                tokio::spawn(refresh_batch(heartbeats.clone(), backend, batch));
+            }
+        }
         if !due.is_empty() {
             watchdog.ticks.fetch_add(1, Relaxed);
         }
@@ -298,6 +313,26 @@ async fn renew_batch(watchdog: Arc<Watchdog>, backend: Backend, batch: Vec<Arc<H
         }
     };
     watchdog.settle(&batch, &outcome, sent_at);
+}
+
+/// Sends one batch of fair-place refreshes and reports the outcome. Bounded
+/// by a third of the queue entries' life: later, they may have run out.
+async fn refresh_batch(
+    heartbeats: Arc<dyn Heartbeats>,
+    backend: Backend,
+    batch: Vec<PlaceRefresh>,
+) {
+    let sent_at = Instant::now();
+    let bound = sent_at + QUEUE_ENTRY_LIFE / 3;
+    let outcome = match tokio::time::timeout_at(bound, backend.refresh_places(&batch)).await {
+        Ok(Ok(results)) => results,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, places = batch.len(), "fair place refresh failed");
+            vec![None; batch.len()]
+        }
+        Err(_) => vec![None; batch.len()],
+    };
+    heartbeats.places_refreshed(&batch, &outcome, sent_at);
 }
 
 /// The keys of a batch, for a log line: the first few, and how many more.

@@ -321,9 +321,17 @@ async fn run(mode: Mode) {
         dump(&history, &faults, &coverage, &format!("{path}.{mode:?}"));
     }
     let ops = history.calls.len();
+    // The promises must hold with lock cohorting at work, not beside it.
+    if history.passed_locally == 0 && !outputs.is_empty() {
+        violations.push(Violation::plain(
+            "no local handoffs",
+            "no worker passed a hold between its tasks: cohorting went untested".to_owned(),
+        ));
+    }
     println!(
-        "nemesis: seed {seed}, {ops} ops, {} faults, {} violations",
+        "nemesis: seed {seed}, {ops} ops, {} faults, {} holds passed locally, {} violations",
         faults.iter().filter(|f| f.counted).count(),
+        history.passed_locally,
         violations.len()
     );
     if !violations.is_empty() {
@@ -627,6 +635,8 @@ struct Event {
 }
 
 struct History {
+    /// Holds the workers passed between their tasks (lock cohorting).
+    passed_locally: u64,
     calls: Vec<Call>,
     by_id: HashMap<(usize, u64), usize>,
     events: Vec<Event>,
@@ -644,6 +654,7 @@ impl History {
         violations: &mut Vec<Violation>,
     ) -> History {
         let mut history = History {
+            passed_locally: 0,
             calls: Vec::new(),
             by_id: HashMap::new(),
             events: Vec::new(),
@@ -664,6 +675,10 @@ impl History {
                     continue;
                 }
                 if line.starts_with("done ") {
+                    continue;
+                }
+                if let Some(passed) = line.strip_prefix("cohort passed=") {
+                    history.passed_locally += passed.parse::<u64>().unwrap_or(0);
                     continue;
                 }
                 let Some(rest) = line.strip_prefix("ev ") else {

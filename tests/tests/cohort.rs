@@ -348,3 +348,33 @@ async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
         .unwrap_err();
     assert!(error.to_string().contains("cohort"), "{error}");
 }
+
+/// Fair mode: the lock goes from process to process through the Redis
+/// queue, and each process passes what it was handed among its own waiting
+/// tasks before handing it on (the run's budget counts from when the
+/// handoff arrived, not from the place's last refresh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohort_passes_locally_what_a_fair_release_handed_over() {
+    let prefix = unique("co-fair");
+    let fair = |p: &str| Kind::Redis.builder(p).fair(true).build();
+    let a = fair(&prefix).await.unwrap();
+    let b = fair(&prefix).await.unwrap();
+    let (records, max) = contend(&[a.clone(), b.clone()], 3, "k", 300).await;
+    assert_eq!(max, 1, "two holders at once");
+    check_tokens(&records, DEFAULT_COHORT.handoffs);
+    let passed = a.stats().passed_locally + b.stats().passed_locally;
+    let switches = records.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    eprintln!(
+        "{} holds, {passed} passed locally, {switches} switches between processes",
+        records.len()
+    );
+    assert!(
+        passed * 3 >= records.len() as u64,
+        "only {passed} of {} holds passed locally",
+        records.len()
+    );
+    assert!(
+        switches >= 10,
+        "the processes hardly took turns: {switches} switches"
+    );
+}

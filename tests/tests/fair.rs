@@ -465,3 +465,70 @@ async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
         until_queued(&mut con, &a.backend_key("k"), 0).await;
     }
 }
+
+/// A process waiting for 1,000 keys in fair mode keeps its 1,000 queue
+/// places alive with a few scripts per second (the watchdog's tick refreshes
+/// them in batches), not one script per key per second; and the places are
+/// alive: when the holder releases every key, each waiter is handed its
+/// lock. Own server, so no other test's traffic counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_places_of_many_waiting_keys_cost_a_few_scripts_per_second() {
+    const KEYS: usize = 1000;
+    let server = RedisServer::start();
+    let prefix = unique("fair-beat");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&server.url(), &prefix).await;
+    let lease = Duration::from_secs(60);
+    let mut guards = Vec::new();
+    for i in 0..KEYS {
+        guards.push(
+            holder
+                .lock(format!("k{i}"))
+                .lease(lease)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let mut waiting = Vec::new();
+    for i in 0..KEYS {
+        let waiter = waiter.clone();
+        waiting.push(tokio::spawn(async move {
+            let request = waiter.lock(format!("k{i}")).lease(lease);
+            request.wait(Duration::from_secs(30)).acquire().await
+        }));
+    }
+    for _ in 0..10 {
+        if waiter.stats().waiting_keys == KEYS {
+            break;
+        }
+        lock_tests::wait_until("every key has a waiter", || {
+            waiter.stats().waiting_keys == KEYS
+        })
+        .await;
+    }
+    let mut con = server.connection().await;
+    // Settled: every waiter has made its two attempts (queued, subscribed).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = CommandStats::read(&mut con).await.unwrap();
+    // Longer than a queue entry lives (3 s): places must have been refreshed.
+    let span = Duration::from_millis(3500);
+    tokio::time::sleep(span).await;
+    let after = CommandStats::read(&mut con).await.unwrap();
+    let delta = after.since(&before);
+    let scripts = delta.get("evalsha") + delta.get("eval");
+    eprintln!("{KEYS} waiting keys: {scripts} scripts in {span:?}: {delta:?}");
+    assert!(
+        scripts <= 20,
+        "{scripts} scripts in {span:?} for {KEYS} waiting keys: refreshed one by one?"
+    );
+    let started = Instant::now();
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for task in waiting {
+        let guard = task.await.unwrap().unwrap();
+        guard.release().await.unwrap();
+    }
+    eprintln!("every waiter handed its lock in {:?}", started.elapsed());
+}

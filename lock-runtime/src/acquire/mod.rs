@@ -7,11 +7,10 @@
 //! (subscribing to the key's release news), retries once, and then sleeps
 //! until a release, the holder's remaining lease, or its own deadline —
 //! whichever comes first. There is no polling for the lock. (In fair mode
-//! the first waiter of a key in each process also refreshes the process's
-//! place in the key's Redis queue, once a second or a third of the handoff
-//! claim, at least 50 ms apart: a heartbeat, not a retry loop; the handoff
-//! itself arrives by message.) While the backend fails, a bounded wait backs
-//! off and retries until its deadline.
+//! the process's place in the key's Redis queue is kept alive by the
+//! watchdog's tick, in batches: see `waiters/fair.rs`; the handoff itself
+//! arrives by message.) While the backend fails, a bounded wait backs off
+//! and retries until its deadline.
 //!
 //! Cancellation is safe at every await: an acquire dropped while its script
 //! is in flight queues a release of its (unique) holder id, which frees the
@@ -39,12 +38,8 @@ mod wake;
 
 use attempt::Attempted;
 
-/// The shortest refresh of a fair-mode place (for very short leases, whose
-/// handoff claim may then run out before it is taken from the message; the
-/// waiter's next attempt claims it instead).
-const QUEUE_REFRESH_MIN: Duration = Duration::from_millis(50);
-
-/// How often a fair-mode waiter refreshes its place (a third of its life).
+/// How long a fair-mode waiter whose place another local waiter's attempt
+/// is using sleeps at most (a third of a queue entry's life).
 const QUEUE_REFRESH: Duration = Duration::from_millis(QUEUE_ENTRY_LIFE.as_millis() as u64 / 3);
 
 /// Backoff between attempts while the backend fails (bounded waits only).
@@ -268,7 +263,9 @@ impl Acquisition {
         // shortest that the place's entry carried); the watchdog counts from
         // there.
         let tokens = (handoff.fence, handoff.upto);
-        let held = HeldLock::new(self.hold(handoff.holder, tokens, handoff.since));
+        // (The run of local handoffs counts from now: the claim's `since`
+        // may be a second old.)
+        let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
         let scope = self.want.scope.clone();
         let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
         Some(Ok(Taken::Guard(guard)))

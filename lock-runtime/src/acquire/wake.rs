@@ -1,5 +1,5 @@
 //! Step 5 of an acquisition: sleeping until a wake-up, the holder's lease
-//! end as this process knows it, a fair-mode refresh, or the deadline.
+//! end as this process knows it, or the deadline.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
-use super::{Acquisition, QUEUED_SLACK, QUEUE_REFRESH, QUEUE_REFRESH_MIN};
+use super::{Acquisition, QUEUED_SLACK, QUEUE_REFRESH};
 use crate::waiters::WaitTicket;
 
 /// When a sleeping waiter wakes by itself, if no wake-up comes first.
@@ -16,27 +16,17 @@ pub(super) struct Alarm {
     fallback: Instant,
     /// Whether news of the holder's lease moves the alarm.
     follow_lease: bool,
-    /// Fair mode: when the head refreshes the process's place.
-    refresh_at: Option<Instant>,
 }
 
 impl Acquisition {
     /// The alarm of a waiter that learned (`ttl`, or nothing) about the
-    /// holder's lease `now`: its end, and in fair mode the head's refresh.
+    /// holder's lease `now`: its end. (In fair mode the watchdog's tick keeps
+    /// the process's place alive, see `waiters/fair.rs`.)
     pub(super) fn lease_alarm(&self, now: Instant, ttl: Option<Duration>) -> Alarm {
         let lease = self.want.lease;
-        let is_head = self.ticket.as_ref().is_some_and(WaitTicket::is_head);
         Alarm {
             fallback: now.checked_add(ttl.unwrap_or(lease)).unwrap_or(now + lease),
             follow_lease: true,
-            // Often enough that the place stays alive, and that most of a
-            // handoff's claim is still ahead when it is taken (its lease is
-            // counted from the last refresh before it).
-            refresh_at: (self.want.fair && is_head).then(|| {
-                now + QUEUE_REFRESH
-                    .min(self.handoff_lease() / 3)
-                    .max(QUEUE_REFRESH_MIN)
-            }),
         }
     }
 
@@ -46,7 +36,6 @@ impl Acquisition {
         Alarm {
             fallback: now + QUEUE_REFRESH,
             follow_lease: false,
-            refresh_at: None,
         }
     }
 
@@ -75,18 +64,14 @@ impl Acquisition {
             };
             let news = |t: &WaitTicket| t.busy_until().filter(|_| alarm.follow_lease);
             let lease_end = news(ticket).map_or(alarm.fallback, |u| u + slack);
-            let mut wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
-            if let Some(refresh) = alarm.refresh_at {
-                wake_at = wake_at.min(refresh);
-            }
+            let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
             tokio::select! {
                 _ = async { if let Some(w) = woken.as_mut().as_pin_mut() { w.await } } => return,
                 () = changed, if alarm.follow_lease => {}
                 () = tokio::time::sleep_until(wake_at) => {
                     let now = Instant::now();
                     let news_later = news(ticket).is_some_and(|u| u + slack > now);
-                    let must_wake = deadline.is_some_and(|d| now >= d)
-                        || alarm.refresh_at.is_some_and(|r| now >= r);
+                    let must_wake = deadline.is_some_and(|d| now >= d);
                     if must_wake || !news_later {
                         return;
                     }

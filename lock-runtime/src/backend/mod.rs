@@ -152,6 +152,49 @@ pub(crate) trait Watches: Send + Sync + std::fmt::Debug {
     fn give_back_place(&self, lock: String, holder: String);
 }
 
+/// A waiting process's place in a key's fair queue, due for a refresh (see
+/// [`Heartbeats`]).
+#[derive(Clone, Debug)]
+pub(crate) struct PlaceRefresh {
+    /// The lock's backend name.
+    pub(crate) lock_key: String,
+    /// The place's holder id.
+    pub(crate) holder: String,
+    /// The lease a release hands the lock to it with.
+    pub(crate) lease: Duration,
+}
+
+/// What a refresh found of one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refreshed {
+    /// Still queued (refreshed); `false`: dequeued (handed the lock, or its
+    /// entry dropped).
+    pub(crate) queued: bool,
+    /// The lock's remaining lease in ms as Redis `PTTL` gives it (-2: free,
+    /// -1: no expiry).
+    pub(crate) lock_ttl: i64,
+}
+
+/// Fair-queue places that must be refreshed while their process waits: the
+/// waiter registry says which are due, the watchdog sends them in its tick
+/// (pipelined batches, like renewals) and reports back.
+pub(crate) trait Heartbeats: Send + Sync {
+    /// The places due at `now` (now marked in flight), and when the next
+    /// one falls due.
+    fn due_places(
+        &self,
+        now: tokio::time::Instant,
+    ) -> (Vec<PlaceRefresh>, Option<tokio::time::Instant>);
+    /// The outcome of refreshing `places`, sent at `sent_at` (`None`:
+    /// unknown).
+    fn places_refreshed(
+        &self,
+        places: &[PlaceRefresh],
+        outcome: &[Option<Refreshed>],
+        sent_at: tokio::time::Instant,
+    );
+}
+
 /// What the backend records of a held lock (see [`Backend::inspect`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Recorded {
@@ -376,6 +419,20 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.renewal_batches(due, most),
             _ => due.chunks(most).map(<[_]>::to_vec).collect(),
+        }
+    }
+
+    /// Refreshes every fair place of `batch` in one round trip (one script
+    /// per slot): see [`Heartbeats`]. Backends without fair queues have
+    /// nothing to refresh.
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.refresh_places(batch).await,
+            Backend::Sentinel(s) => s.refresh_places(batch).await,
+            Backend::Memory(_) | Backend::Redlock(_) => Ok(vec![None; batch.len()]),
         }
     }
 

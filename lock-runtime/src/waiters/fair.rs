@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{KeyWaiters, WaitTicket, Waiters};
+use crate::backend::{Heartbeats, PlaceRefresh, Refreshed, QUEUE_ENTRY_LIFE};
 
 /// This process's place in a key's fair queue in Redis.
 #[derive(Debug, Default)]
@@ -25,12 +26,33 @@ pub(super) struct FairPlace {
     pub(super) handed: Option<(u64, u64, Instant)>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
     attempting: bool,
+    /// A refresh of `id` by the watchdog's tick is out.
+    refreshing: bool,
+    /// When the next refresh is due (`None`: a refresh interval after
+    /// `confirmed`).
+    next_refresh: Option<Instant>,
     /// Counts the places this one has been (an [`Attempt`] of an earlier
     /// place must not end an attempt of the current one).
     generation: u64,
 }
 
 impl FairPlace {
+    /// An attempt or refresh sent at `sent_at` found the place still queued
+    /// (and, for an attempt, the lock busy).
+    fn confirm(&mut self, sent_at: Instant) {
+        match self.handed {
+            // Sent before the handoff's message came: older news (the claim
+            // is counted from the last such moment before the handoff).
+            Some((_, _, at)) if sent_at < at => return,
+            // Sent after it and still queued: the claim ran out and the lock
+            // went on; the place is queued again.
+            Some(_) => self.handed = None,
+            None => {}
+        }
+        self.confirmed = self.confirmed.max(Some(sent_at));
+        self.next_refresh = None;
+    }
+
     /// Forgets the place (the next attempt makes a new one); returns its id.
     pub(super) fn reset(&mut self) -> Option<String> {
         let id = self.id.take();
@@ -153,20 +175,8 @@ impl WaitTicket {
     /// busy and not handed to `holder`.
     pub(crate) fn confirm_place(&self, holder: &str, sent_at: Instant) {
         let mut place = self.entry.place();
-        if place.id.as_deref() != Some(holder) {
-            return;
-        }
-        match place.handed {
-            // Sent before the handoff's message came: older news (the claim
-            // is counted from the last such moment before the handoff).
-            Some((_, _, at)) if sent_at < at => {}
-            // Sent after it and still busy: the claim ran out and the lock
-            // went on; the attempt has queued the place again.
-            Some(_) => {
-                place.handed = None;
-                place.confirmed = place.confirmed.max(Some(sent_at));
-            }
-            None => place.confirmed = place.confirmed.max(Some(sent_at)),
+        if place.id.as_deref() == Some(holder) {
+            place.confirm(sent_at);
         }
     }
 
@@ -214,6 +224,96 @@ impl WaitTicket {
             since,
             lease,
         })
+    }
+}
+
+/// The shortest refresh interval of a place (for very short leases, whose
+/// handoff claim may then run out before it is taken from the message; the
+/// waiter's next attempt claims it instead).
+const REFRESH_MIN: Duration = Duration::from_millis(50);
+
+/// How often a place is refreshed: a third of its queue entry's life, or of
+/// a shorter handoff claim (most of a claim is then still ahead when it is
+/// taken: it counts from the last refresh before the handoff).
+fn refresh_interval(lease: Duration) -> Duration {
+    (QUEUE_ENTRY_LIFE / 3).min(lease / 3).max(REFRESH_MIN)
+}
+
+/// The watchdog's tick refreshes the places of waiting processes in
+/// batches, instead of one script per waiting key and second from its head.
+impl Heartbeats for Waiters {
+    fn due_places(&self, now: Instant) -> (Vec<PlaceRefresh>, Option<Instant>) {
+        let entries: Vec<(String, Arc<KeyWaiters>)> = self
+            .keys()
+            .iter()
+            .map(|(lock, entry)| (lock.clone(), entry.clone()))
+            .collect();
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (lock, entry) in entries {
+            let mut place = entry.place();
+            let (Some(id), Some(lease), Some(confirmed)) =
+                (place.id.clone(), place.lease, place.confirmed)
+            else {
+                continue;
+            };
+            if place.attempting || place.refreshing || place.handed.is_some() {
+                continue;
+            }
+            let every = refresh_interval(lease);
+            let at = place.next_refresh.unwrap_or(confirmed + every);
+            // A quarter of an interval early is fine: places falling due
+            // close together go in one batch, and stay together after.
+            if at <= now + every / 4 {
+                place.refreshing = true;
+                place.next_refresh = Some(now + every);
+                due.push(PlaceRefresh {
+                    lock_key: lock,
+                    holder: id,
+                    lease,
+                });
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        (due, next)
+    }
+
+    fn places_refreshed(
+        &self,
+        places: &[PlaceRefresh],
+        outcome: &[Option<Refreshed>],
+        sent_at: Instant,
+    ) {
+        for (refreshed, result) in places.iter().zip(outcome) {
+            let Some(entry) = self.keys().get(&refreshed.lock_key).cloned() else {
+                continue;
+            };
+            let mut place = entry.place();
+            if place.id.as_deref() != Some(refreshed.holder.as_str()) {
+                continue; // that place is gone; a new one has its own schedule
+            }
+            place.refreshing = false;
+            // Unknown: again at the next refresh (already planned).
+            let Some(found) = result else {
+                continue;
+            };
+            if found.queued {
+                place.confirm(sent_at);
+            }
+            drop(place);
+            match u64::try_from(found.lock_ttl) {
+                // Not queued (handed the lock, whose message may be late, or
+                // dropped), or the lock is free with nobody to tell (its
+                // holder's claim ran out): the head tries with the place,
+                // and claims the lock or queues the place again.
+                _ if !found.queued || found.lock_ttl == -2 => entry.wake_head(),
+                // Held: the waiters sleep no longer than its lease (a claim
+                // that runs out sends no release message).
+                Ok(ms) => entry.note_busy(sent_at.checked_add(Duration::from_millis(ms))),
+                Err(_) => {}
+            }
+        }
     }
 }
 

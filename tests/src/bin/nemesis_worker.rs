@@ -226,7 +226,10 @@ impl Plan {
         } else {
             Api::With
         };
-        let lease = rng.millis(300, 3000);
+        // A few distinct leases, so that waiters often ask for the holder's
+        // lease and lock cohorting passes holds between tasks.
+        const LEASES: [u64; 2] = [800, 3000];
+        let lease = Duration::from_millis(LEASES[rng.below(2) as usize]);
         let renew = !rng.chance(20);
         let wait = match rng.below(100) {
             0..=19 => Some(Duration::ZERO),
@@ -633,6 +636,9 @@ async fn main() {
         .key_prefix(prefix.as_str())
         .connect_timeout(timeout)
         .response_timeout(timeout)
+        // Lock cohorting with a budget longer than the bodies, so that
+        // holds are passed between tasks often while the faults strike.
+        .cohort(8, Duration::from_secs(2))
         .build()
         .await
         .expect("build the lock runtime");
@@ -683,6 +689,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let stats = runtime.stats();
+    println!("cohort passed={}", stats.passed_locally);
     println!(
         "stats held={} waiting={} tracked={}",
         stats.held, stats.waiting_keys, stats.watchdog.tracked

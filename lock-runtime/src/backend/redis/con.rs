@@ -148,6 +148,13 @@ impl OnLock for std::sync::Arc<crate::held::HeldLock> {
     }
 }
 
+/// A group of fair places of one slot (`Backend::refresh_places`).
+impl OnLock for Vec<&crate::backend::PlaceRefresh> {
+    fn lock_key(&self) -> &str {
+        self.first().map_or("", |p| p.lock_key.as_str())
+    }
+}
+
 impl OnLock for crate::backend::releases::ReleaseJob {
     fn lock_key(&self) -> &str {
         &self.0

@@ -31,7 +31,7 @@ pub(crate) use connect::{connect, connect_cluster};
 use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
-use super::{Acquire, Queue, Recorded, Release, QUEUE_ENTRY_LIFE};
+use super::{Acquire, PlaceRefresh, Queue, Recorded, Refreshed, Release, QUEUE_ENTRY_LIFE};
 use crate::error::BackendError;
 use crate::held::HeldLock;
 use crate::names::LockNames;
@@ -360,6 +360,49 @@ impl RedisBackend {
             .flat_map(|group| group.chunks(most))
             .map(|chunk| chunk.iter().map(|&i| due[i].clone()).collect())
             .collect()
+    }
+
+    /// Refreshes fair places: one `refresh.lua` per slot group (one group on
+    /// a single server), the groups pipelined per node.
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        let slots = self
+            .con
+            .slot_groups(batch.iter().map(|p| p.lock_key.as_str()));
+        let groups: Vec<Vec<&PlaceRefresh>> = slots
+            .iter()
+            .map(|group| group.iter().map(|&i| &batch[i]).collect())
+            .collect();
+        let life = ms(QUEUE_ENTRY_LIFE);
+        let mut by_sha = true;
+        loop {
+            let replies: Vec<RedisResult<Vec<i64>>> = self
+                .con
+                .pipelined(&groups, |group| {
+                    self.scripts.refresh(by_sha, group, &life, &self.reserve)
+                })
+                .await
+                .map_err(|e| self.failed("fair place refresh failed", e))?;
+            if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+                by_sha = false;
+                continue;
+            }
+            let mut outcome = vec![None; batch.len()];
+            for (indices, reply) in slots.iter().zip(replies) {
+                let reply = reply.ok().unwrap_or_default();
+                for (k, &i) in indices.iter().enumerate() {
+                    if let (Some(queued), Some(ttl)) = (reply.get(2 * k), reply.get(2 * k + 1)) {
+                        outcome[i] = Some(Refreshed {
+                            queued: *queued == 1,
+                            lock_ttl: *ttl,
+                        });
+                    }
+                }
+            }
+            return Ok(outcome);
+        }
     }
 
     pub(crate) async fn renew_many(

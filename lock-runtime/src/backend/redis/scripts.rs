@@ -61,6 +61,8 @@ pub(super) struct Scripts {
     pub(super) inspect: LuaScript,
     /// Fair mode: acquire and release through the key's queue.
     pub(super) fair: LuaScript,
+    /// Fair mode: waiting processes' places kept alive, many per call.
+    pub(super) refresh: LuaScript,
 }
 
 impl Scripts {
@@ -74,6 +76,7 @@ impl Scripts {
             force_unlock: script(include_str!("../../scripts/force_unlock.lua")),
             inspect: script(include_str!("../../scripts/inspect.lua")),
             fair: script(include_str!("../../scripts/fair.lua")),
+            refresh: script(include_str!("../../scripts/refresh.lua")),
         }
     }
 
@@ -87,6 +90,31 @@ impl Scripts {
             &LockNames::queued(lock_key),
         ];
         self.fair.call(by_sha, &keys, args)
+    }
+
+    /// One refresh of the fair places `places` (all in one slot on a
+    /// cluster), with queue entries living `life` ms and `reserve` tokens.
+    pub(super) fn refresh(
+        &self,
+        by_sha: bool,
+        places: &[&crate::backend::PlaceRefresh],
+        life: &str,
+        reserve: &str,
+    ) -> Cmd {
+        let mut keys = Vec::with_capacity(places.len() * 3);
+        let mut args = Vec::with_capacity(places.len() * 3 + 1);
+        args.push(life.to_owned());
+        for place in places {
+            keys.push(place.lock_key.clone());
+            keys.push(LockNames::queue(&place.lock_key));
+            keys.push(LockNames::queued(&place.lock_key));
+            args.push(place.holder.clone());
+            args.push(place.lease.as_millis().max(1).to_string());
+            args.push(reserve.to_owned());
+        }
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.refresh.call(by_sha, &keys, &args)
     }
 
     /// The release of one hold, plain or fair, as a command (`window`: the
@@ -116,6 +144,7 @@ pub(super) async fn load_scripts(con: &mut Con, scripts: &Scripts) -> RedisResul
         &scripts.force_unlock,
         &scripts.inspect,
         &scripts.fair,
+        &scripts.refresh,
     ] {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")

@@ -66,7 +66,10 @@ pub(crate) use resolve::NodeAuth;
 use resolve::Sentinel;
 
 use super::redis::{self as single, RedisBackend};
-use super::{Acquire, ConnectSettings, Queue, Recorded, Release, Wakeups, Watched, Watches};
+use super::{
+    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
+    Watches,
+};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 
@@ -547,6 +550,14 @@ impl SentinelBackend {
         batch: &[Arc<HeldLock>],
     ) -> Result<Vec<Option<bool>>, BackendError> {
         self.on_primary(|p| async move { p.backend.renew_many(batch).await })
+            .await
+    }
+
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        self.on_primary(|p| async move { p.backend.refresh_places(batch).await })
             .await
     }
 
