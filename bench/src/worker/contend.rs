@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
-use lock_runtime::{with_lock, Cohort, LockError, LockRuntime, LockRuntimeBuilder, DEFAULT_COHORT};
+use lock_runtime::{
+    with_lock, Cohort, LockError, LockRuntime, LockRuntimeBuilder, DEFAULT_COHORT, DEFAULT_FAIR,
+};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
@@ -80,11 +82,16 @@ impl Library {
         self != Library::Rslock
     }
 
-    /// The explicit mode that `LockRuntime::builder()` gives by default:
-    /// cohorting as [`DEFAULT_COHORT`] says, fair as `LOCK_FAIR=1` says
-    /// (the builder reads that variable).
+    /// The explicit mode that `LockRuntime::builder()` gives by default on
+    /// one Redis server: cohorting as [`DEFAULT_COHORT`] says, fair as
+    /// `LOCK_FAIR` says (`1` fair, `0` plain; the builder reads it), else
+    /// [`DEFAULT_FAIR`].
     pub fn default_mode() -> Library {
-        let fair = std::env::var_os("LOCK_FAIR").is_some_and(|v| v == "1");
+        let fair = match std::env::var("LOCK_FAIR").as_deref().map(str::trim) {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => DEFAULT_FAIR,
+        };
         match (fair, DEFAULT_COHORT.is_on()) {
             (false, false) => Library::Ours,
             (true, false) => Library::OursFair,
