@@ -512,7 +512,10 @@ mod tests {
         let unset = builder_from_env(env(&[("LOCK_BACKEND", "memory")]), false).unwrap();
         assert_eq!(unset.fair, None, "the default applies");
         let plain = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "0")];
-        assert_eq!(builder_from_env(env(&plain), false).unwrap().fair, Some(false));
+        assert_eq!(
+            builder_from_env(env(&plain), false).unwrap().fair,
+            Some(false)
+        );
     }
 
     #[test]

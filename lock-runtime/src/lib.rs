@@ -87,8 +87,8 @@ mod watchdog;
 pub mod __private;
 
 pub use builder::{
-    LockRuntimeBuilder, DEFAULT_COHORT, DEFAULT_FAIR, DEFAULT_FENCE_WINDOW, DEFAULT_LEASE, DEFAULT_TRY_TIMEOUT,
-    DEFAULT_WAIT,
+    LockRuntimeBuilder, DEFAULT_COHORT, DEFAULT_FAIR, DEFAULT_FENCE_WINDOW, DEFAULT_LEASE,
+    DEFAULT_TRY_TIMEOUT, DEFAULT_WAIT,
 };
 pub use cohort::{Cohort, MAX_COHORT_HANDOFFS};
 pub use env::init_from_env;
