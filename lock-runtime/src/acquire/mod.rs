@@ -375,10 +375,13 @@ impl Acquisition {
         let passed = self.ticket.as_ref()?.take_passed()?;
         // (Only `guard.rs` passes holds, and only guards.)
         let guard = *passed.downcast::<LockGuard>().ok()?;
-        // The process's fair place (if any) was not used: it stays queued
-        // for the next local waiter, who need not try again now.
+        // Fair mode: a place still queued stays for the next local waiter,
+        // who need not try now; without one (the handoff that brought the
+        // lock here used it up), the next waiter must queue the process
+        // again, or its waiters would wait unseen behind other processes.
         if let Some(ticket) = self.ticket.take() {
-            ticket.leave_with_lock(false);
+            let wake_next = self.want.fair && !ticket.has_place();
+            ticket.leave_with_lock(wake_next);
         }
         self.runtime
             .table()

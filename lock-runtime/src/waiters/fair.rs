@@ -137,6 +137,12 @@ impl WaitTicket {
         Some((id, attempt))
     }
 
+    /// Fair mode: whether the process has a place in the key's queue (made,
+    /// and not used up by a handoff).
+    pub(crate) fn has_place(&self) -> bool {
+        self.entry.place().id.is_some()
+    }
+
     /// Fair mode: gives up the place `holder` after its attempt failed (the
     /// connection may have dropped, and the attempt may yet have reached
     /// Redis): returns its id for a background release, which takes it out
