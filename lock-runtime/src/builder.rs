@@ -90,7 +90,7 @@ pub struct LockRuntimeBuilder {
 /// Whether locks are fair when neither the lock, the builder nor
 /// `LOCK_FAIR` says (see [`LockRuntimeBuilder::fair`]). Redlock, which has
 /// no fair mode, is plain unless asked otherwise (and then refused).
-pub const DEFAULT_FAIR: bool = false;
+pub const DEFAULT_FAIR: bool = true;
 
 /// `LOCK_FAIR`: `1` fair, `0` plain, anything else (or unset) the default.
 pub(crate) fn fair_from_env(value: Option<&str>) -> Option<bool> {
