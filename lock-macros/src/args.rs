@@ -72,7 +72,7 @@ pub(crate) struct Options {
     pub watchdog: Option<bool>,
     /// `on_lost = "…"`; the runtime's default is abort.
     pub on_lost: Option<OnLost>,
-    /// `fair = true | false`; the runtime's default is off unless configured.
+    /// `fair = true | false`; the runtime's default (fair on Redis) otherwise.
     pub fair: Option<bool>,
 }
 

@@ -151,7 +151,7 @@ mod written;
 /// | `wait` | same; `"0s"` tries once | runtime's (30 s unless configured) |
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
 /// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it | `"abort"` |
-/// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`false`) |
+/// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`true` on Redis) |
 /// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
@@ -189,7 +189,7 @@ mod written;
 /// be handed the lock in the 3 s before its place runs out; the key then stays taken for the
 /// handoff's claim (at most 3 s; the whole lease with `watchdog = false`). Use the same mode
 /// for every caller of a key. Without the argument the
-/// runtime's default applies (`LockRuntimeBuilder::fair`, off unless set); by hand, the same
+/// runtime's default applies (`LockRuntimeBuilder::fair`, `DEFAULT_FAIR`); by hand, the same
 /// is `LockRequest::fair`. The embedded backend always serves waiters in order: there `fair`
 /// is accepted and changes nothing.
 ///

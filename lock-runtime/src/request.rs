@@ -161,7 +161,8 @@ impl LockRequest {
     }
 
     /// First come, first served across processes (default: the runtime's,
-    /// off unless [`LockRuntimeBuilder::fair`](crate::LockRuntimeBuilder::fair)).
+    /// [`DEFAULT_FAIR`](crate::DEFAULT_FAIR) unless
+    /// [`LockRuntimeBuilder::fair`](crate::LockRuntimeBuilder::fair) says).
     ///
     /// With Redis, a waiter that finds the lock busy joins a queue in Redis,
     /// and a release hands the lock straight to the first live waiter in it:
@@ -169,8 +170,9 @@ impl LockRequest {
     /// always served in order), and a handoff costs no acquire round trip.
     /// The lock is handed over with a claim of at most 3 s, which the new
     /// holder's watchdog extends to its lease (with `watchdog(false)`, with
-    /// the whole fixed lease). The price: a waiting process refreshes its
-    /// place once a second, and a waiter that dies while queued may be handed
+    /// the whole fixed lease). The price: a waiting process's watchdog
+    /// refreshes its places once a second (in batches), and a waiter that
+    /// dies while queued may be handed
     /// the lock in the 3 s before its place runs out, which then stays taken
     /// until the claim runs out. Use the same mode for every caller of a key:
     /// plain acquires do not queue and may take a lock freed by expiry before
