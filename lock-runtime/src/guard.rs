@@ -236,10 +236,11 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
         lease: held.lease,
         fair: held.fair,
     };
+    let epoch = runtime.waiters().connection_epoch();
     let passed = runtime
         .waiters()
         .pass_to_head(&held.lock_key, terms, |scope: &Arc<Node>| {
-            let fence = held.pass_to(scope.id, limits)?;
+            let fence = held.pass_to(scope.id, limits, epoch)?;
             let frame = runtime.table().insert_passed(held.clone(), scope);
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
             let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone());

@@ -50,6 +50,9 @@ pub(crate) struct HeldLock {
     /// Given back by [`HeldTable::close_all`] (the runtime shut down): no
     /// guard releases it again.
     closed: AtomicBool,
+    /// The backend's connection epoch in which the hold was last confirmed
+    /// (acquired or renewed; see `Heartbeats::connection_epoch`).
+    confirmed_in: AtomicU64,
     /// Client-side lease end (see [`clock`]): past it the hold counts as lost
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
@@ -103,6 +106,8 @@ pub(crate) struct Hold {
     pub(crate) upto: u64,
     /// When the backend acquisition was sent.
     pub(crate) since: tokio::time::Instant,
+    /// The backend's connection epoch when it was sent.
+    pub(crate) epoch: u64,
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
     pub(crate) fair: bool,
@@ -120,6 +125,7 @@ impl HeldLock {
             holder: hold.holder,
             owner: AtomicU64::new(hold.owner),
             run: Run::new(hold.fence, hold.upto, hold.since),
+            confirmed_in: AtomicU64::new(hold.epoch),
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
@@ -149,7 +155,13 @@ impl HeldLock {
     /// (a fair handoff's claim is short until the first renewal); returns
     /// the new token.
     /// (Called with no frame left, so no guard reads the old token again.)
-    pub(crate) fn pass_to(&self, owner: u64, limits: Cohort) -> Option<u64> {
+    pub(crate) fn pass_to(&self, owner: u64, limits: Cohort, epoch: u64) -> Option<u64> {
+        if self.confirmed_in.load(Ordering::Acquire) != epoch {
+            // A connection was lost since the backend last confirmed it: the
+            // server may have restarted without it. Not passed until a
+            // renewal confirms it again (its holder keeps it meanwhile).
+            return None;
+        }
         let now = tokio::time::Instant::now();
         let left = self
             .valid_until
@@ -191,6 +203,11 @@ impl HeldLock {
     pub(crate) fn set_valid_until(&self, until: tokio::time::Instant) {
         self.valid_until
             .store(clock::to_nanos(until), Ordering::Release);
+    }
+
+    /// A renewal sent in connection epoch `epoch` found the hold in place.
+    pub(crate) fn confirm(&self, epoch: u64) {
+        self.confirmed_in.fetch_max(epoch, Ordering::AcqRel);
     }
 
     /// Marks the lock lost and wakes everyone watching for that.

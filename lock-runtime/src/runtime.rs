@@ -100,6 +100,10 @@ pub struct RuntimeStats {
     /// Holds passed from one task of this process to another without a
     /// round trip so far (lock cohorting, [`LockRuntimeBuilder::cohort`](crate::LockRuntimeBuilder::cohort)).
     pub passed_locally: u64,
+    /// Times the backend reported a lost connection (a server restarted, a
+    /// failover, a network cut); holds are not passed between tasks again
+    /// until a renewal confirms them after it.
+    pub connections_lost: u64,
 }
 
 impl LockRuntime {
@@ -244,6 +248,7 @@ impl LockRuntime {
             waiting_keys: self.inner.waiters.waiting_keys(),
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
+            connections_lost: self.inner.waiters.connection_epoch(),
         }
     }
 

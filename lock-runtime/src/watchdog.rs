@@ -183,8 +183,15 @@ impl Watchdog {
         (due, next)
     }
 
-    /// Applies the outcome of one batch sent at `sent_at`.
-    fn settle(&self, batch: &[Arc<HeldLock>], outcome: &[Option<bool>], sent_at: Instant) {
+    /// Applies the outcome of one batch sent at `sent_at`, in the backend's
+    /// connection epoch `epoch`.
+    fn settle(
+        &self,
+        batch: &[Arc<HeldLock>],
+        outcome: &[Option<bool>],
+        sent_at: Instant,
+        epoch: u64,
+    ) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         for (lock, result) in batch.iter().zip(outcome) {
@@ -203,6 +210,7 @@ impl Watchdog {
                     entry.valid_until = sent_at + lock.lease;
                     entry.due = sent_at + lock.lease / 3;
                     lock.set_valid_until(entry.valid_until);
+                    lock.confirm(epoch);
                 }
                 Some(false) => {
                     entries.map.remove(&lock.id);
@@ -256,6 +264,8 @@ pub(crate) async fn run(
         let changed = watchdog.changed.notified();
         let now = Instant::now();
         let (due, mut next) = watchdog.collect_due(now);
+        // Renewals that find their holds confirm them in this epoch.
+        let epoch = heartbeats.upgrade().map_or(0, |h| h.connection_epoch());
         if let Some(heartbeats) = heartbeats.upgrade() {
             let (places, places_next) = heartbeats.due_places(now);
             if let Some(at) = places_next {
@@ -272,7 +282,7 @@ pub(crate) async fn run(
         for batch in backend.renewal_batches(&due, BATCH) {
             watchdog.round_trips.fetch_add(1, Relaxed);
             meter::renewal_sent();
-            tokio::spawn(renew_batch(watchdog.clone(), backend.clone(), batch));
+            tokio::spawn(renew_batch(watchdog.clone(), backend.clone(), batch, epoch));
         }
         tokio::select! {
             _ = &mut stop => return,
@@ -285,7 +295,12 @@ pub(crate) async fn run(
 /// Sends one pipelined batch of renewals and settles its outcome. A batch
 /// that gets no answer before the earliest lease in it runs out counts as
 /// failed; the main loop declares the locks lost at their lease end anyway.
-async fn renew_batch(watchdog: Arc<Watchdog>, backend: Backend, batch: Vec<Arc<HeldLock>>) {
+async fn renew_batch(
+    watchdog: Arc<Watchdog>,
+    backend: Backend,
+    batch: Vec<Arc<HeldLock>>,
+    epoch: u64,
+) {
     let sent_at = Instant::now();
     let deadline = watchdog
         .deadline_of(&batch)
@@ -312,7 +327,7 @@ async fn renew_batch(watchdog: Arc<Watchdog>, backend: Backend, batch: Vec<Arc<H
             vec![None; batch.len()]
         }
     };
-    watchdog.settle(&batch, &outcome, sent_at);
+    watchdog.settle(&batch, &outcome, sent_at, epoch);
 }
 
 /// Sends one batch of fair-place refreshes and reports the outcome. Bounded

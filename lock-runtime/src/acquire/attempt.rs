@@ -54,6 +54,7 @@ impl Acquisition {
             (true, true) => Queue::Peek,
             (true, false) => Queue::Join(self.handoff_lease()),
         };
+        self.epoch = self.runtime.waiters().connection_epoch();
         let (outcome, sent_at) = self.send(&in_flight.holder, queue).await?;
         let attempted = match outcome {
             Ok(Acquire::Held { fence, upto, .. }) => {

@@ -132,6 +132,9 @@ pub(crate) struct Acquisition {
     /// The attempt about to go out is the last one: the try-once, or the one
     /// try a bounded wait makes after its deadline passed while it slept.
     last_try: bool,
+    /// The backend's connection epoch when the last attempt was sent (see
+    /// `Heartbeats::connection_epoch`).
+    epoch: u64,
 }
 
 impl Acquisition {
@@ -149,6 +152,7 @@ impl Acquisition {
             backoff: ERROR_BACKOFF_MIN,
             first: true,
             last_try: false,
+            epoch: 0,
         }
     }
 
@@ -263,6 +267,7 @@ impl Acquisition {
         // shortest that the place's entry carried); the watchdog counts from
         // there.
         let tokens = (handoff.fence, handoff.upto);
+        self.epoch = self.runtime.waiters().connection_epoch();
         // (The run of local handoffs counts from now: the claim's `since`
         // may be a second old.)
         let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
@@ -402,6 +407,7 @@ impl Acquisition {
             fence,
             upto,
             since,
+            epoch: self.epoch,
             lease: self.want.lease,
             renew: self.want.renew,
             fair: self.want.fair,

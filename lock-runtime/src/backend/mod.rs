@@ -179,6 +179,12 @@ pub(crate) struct Refreshed {
 /// waiter registry says which are due, the watchdog sends them in its tick
 /// (pipelined batches, like renewals) and reports back.
 pub(crate) trait Heartbeats: Send + Sync {
+    /// How many times the backend reported a lost connection so far: a
+    /// server restarted empty, or a failover, shows as one. A hold confirmed
+    /// (acquired or renewed) in an older epoch may be gone without this
+    /// process knowing yet, so it is not passed between tasks (lock
+    /// cohorting) until a renewal confirms it again.
+    fn connection_epoch(&self) -> u64;
     /// The places due at `now` (now marked in flight), and when the next
     /// one falls due.
     fn due_places(

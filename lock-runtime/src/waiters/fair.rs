@@ -248,6 +248,10 @@ fn refresh_interval(lease: Duration) -> Duration {
 /// The watchdog's tick refreshes the places of waiting processes in
 /// batches, instead of one script per waiting key and second from its head.
 impl Heartbeats for Waiters {
+    fn connection_epoch(&self) -> u64 {
+        Waiters::connection_epoch(self)
+    }
+
     fn due_places(&self, now: Instant) -> (Vec<PlaceRefresh>, Option<Instant>) {
         let entries: Vec<(String, Arc<KeyWaiters>)> = self
             .keys()

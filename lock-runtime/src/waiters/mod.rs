@@ -147,6 +147,9 @@ pub(crate) struct Waiters {
     /// The backend's watches (`None` for the embedded store, which wakes
     /// waiters directly).
     watches: OnceLock<Arc<dyn Watches>>,
+    /// Counts the backend's lost connections (see
+    /// [`Heartbeats::connection_epoch`](crate::backend::Heartbeats::connection_epoch)).
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Wakeups for Waiters {
@@ -159,11 +162,17 @@ impl Wakeups for Waiters {
     }
 
     fn connection_lost(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.wake_all();
     }
 }
 
 impl Waiters {
+    /// How many times the backend reported a lost connection so far.
+    pub(crate) fn connection_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     /// An empty registry.
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Waiters::default())

@@ -116,6 +116,7 @@ fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
         fence: lock.fence(),
         upto: lock.fence(),
         since: tokio::time::Instant::now(),
+        epoch: 0,
         lease: quorum::padded(lock.lease),
         renew: lock.renew,
         fair: lock.fair,
