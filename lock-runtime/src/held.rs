@@ -52,7 +52,7 @@ pub(crate) struct HeldLock {
     closed: AtomicBool,
     /// The backend's connection epoch in which the hold was last confirmed
     /// (acquired or renewed; see `Heartbeats::connection_epoch`).
-    confirmed_in: AtomicU64,
+    confirmed_in: std::sync::atomic::AtomicU32,
     /// Client-side lease end (see [`clock`]): past it the hold counts as lost
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
@@ -107,7 +107,7 @@ pub(crate) struct Hold {
     /// When the backend acquisition was sent.
     pub(crate) since: tokio::time::Instant,
     /// The backend's connection epoch when it was sent.
-    pub(crate) epoch: u64,
+    pub(crate) epoch: u32,
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
     pub(crate) fair: bool,
@@ -125,7 +125,7 @@ impl HeldLock {
             holder: hold.holder,
             owner: AtomicU64::new(hold.owner),
             run: Run::new(hold.fence, hold.upto, hold.since),
-            confirmed_in: AtomicU64::new(hold.epoch),
+            confirmed_in: std::sync::atomic::AtomicU32::new(hold.epoch),
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
@@ -155,7 +155,7 @@ impl HeldLock {
     /// (a fair handoff's claim is short until the first renewal); returns
     /// the new token.
     /// (Called with no frame left, so no guard reads the old token again.)
-    pub(crate) fn pass_to(&self, owner: u64, limits: Cohort, epoch: u64) -> Option<u64> {
+    pub(crate) fn pass_to(&self, owner: u64, limits: Cohort, epoch: u32) -> Option<u64> {
         if self.confirmed_in.load(Ordering::Acquire) != epoch {
             // A connection was lost since the backend last confirmed it: the
             // server may have restarted without it. Not passed until a
@@ -206,8 +206,8 @@ impl HeldLock {
     }
 
     /// A renewal sent in connection epoch `epoch` found the hold in place.
-    pub(crate) fn confirm(&self, epoch: u64) {
-        self.confirmed_in.fetch_max(epoch, Ordering::AcqRel);
+    pub(crate) fn confirm(&self, epoch: u32) {
+        self.confirmed_in.store(epoch, Ordering::Release);
     }
 
     /// Marks the lock lost and wakes everyone watching for that.

@@ -248,7 +248,7 @@ impl LockRuntime {
             waiting_keys: self.inner.waiters.waiting_keys(),
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
-            connections_lost: self.inner.waiters.connection_epoch(),
+            connections_lost: u64::from(self.inner.waiters.connection_epoch()),
         }
     }
 

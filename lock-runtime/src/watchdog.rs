@@ -190,7 +190,7 @@ impl Watchdog {
         batch: &[Arc<HeldLock>],
         outcome: &[Option<bool>],
         sent_at: Instant,
-        epoch: u64,
+        epoch: u32,
     ) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
@@ -299,7 +299,7 @@ async fn renew_batch(
     watchdog: Arc<Watchdog>,
     backend: Backend,
     batch: Vec<Arc<HeldLock>>,
-    epoch: u64,
+    epoch: u32,
 ) {
     let sent_at = Instant::now();
     let deadline = watchdog

@@ -134,7 +134,7 @@ pub(crate) struct Acquisition {
     last_try: bool,
     /// The backend's connection epoch when the last attempt was sent (see
     /// `Heartbeats::connection_epoch`).
-    epoch: u64,
+    epoch: u32,
 }
 
 impl Acquisition {

@@ -184,7 +184,7 @@ pub(crate) trait Heartbeats: Send + Sync {
     /// (acquired or renewed) in an older epoch may be gone without this
     /// process knowing yet, so it is not passed between tasks (lock
     /// cohorting) until a renewal confirms it again.
-    fn connection_epoch(&self) -> u64;
+    fn connection_epoch(&self) -> u32;
     /// The places due at `now` (now marked in flight), and when the next
     /// one falls due.
     fn due_places(

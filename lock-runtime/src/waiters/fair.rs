@@ -248,7 +248,7 @@ fn refresh_interval(lease: Duration) -> Duration {
 /// The watchdog's tick refreshes the places of waiting processes in
 /// batches, instead of one script per waiting key and second from its head.
 impl Heartbeats for Waiters {
-    fn connection_epoch(&self) -> u64 {
+    fn connection_epoch(&self) -> u32 {
         Waiters::connection_epoch(self)
     }
 

@@ -149,7 +149,7 @@ pub(crate) struct Waiters {
     watches: OnceLock<Arc<dyn Watches>>,
     /// Counts the backend's lost connections (see
     /// [`Heartbeats::connection_epoch`](crate::backend::Heartbeats::connection_epoch)).
-    epoch: std::sync::atomic::AtomicU64,
+    epoch: std::sync::atomic::AtomicU32,
 }
 
 impl Wakeups for Waiters {
@@ -162,6 +162,8 @@ impl Wakeups for Waiters {
     }
 
     fn connection_lost(&self) {
+        // (Wraps after 4 billion losses: epochs are only compared for
+        // equality, with the one a hold was last confirmed in.)
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.wake_all();
     }
@@ -169,7 +171,7 @@ impl Wakeups for Waiters {
 
 impl Waiters {
     /// How many times the backend reported a lost connection so far.
-    pub(crate) fn connection_epoch(&self) -> u64 {
+    pub(crate) fn connection_epoch(&self) -> u32 {
         self.epoch.load(Ordering::Acquire)
     }
 
