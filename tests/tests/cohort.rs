@@ -446,11 +446,6 @@ async fn cohort_does_not_pass_a_hold_the_server_may_have_lost() {
     let a = builder().build().await.unwrap();
     let b = builder().build().await.unwrap();
     let first = a.lock("k").acquire().await.unwrap();
-    let waiter = {
-        let a = a.clone();
-        tokio::spawn(async move { a.lock("k").wait(Duration::from_secs(20)).acquire().await })
-    };
-    wait_until("the local waiter waits", || a.stats().waiting_keys == 1).await;
     server.restart().await;
     wait_until("the holder's runtime saw its connection go", || {
         a.stats().connections_lost > 0
@@ -462,6 +457,12 @@ async fn cohort_does_not_pass_a_hold_the_server_may_have_lost() {
         .acquire()
         .await
         .unwrap();
+    // A task of the first process now waits for the key (busy in Redis).
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock("k").wait(Duration::from_secs(20)).acquire().await })
+    };
+    wait_until("the local waiter waits", || a.stats().waiting_keys == 1).await;
     first.release().await.ok();
     assert_eq!(
         a.stats().passed_locally,
