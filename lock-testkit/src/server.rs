@@ -365,6 +365,11 @@ pub(crate) fn data_dir() -> Result<PathBuf> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
+    // A directory of that name is a dead process's (ours has this pid, and
+    // the counter is fresh): a killed test run leaves its files behind, and
+    // a cluster node would read the stale `nodes.conf` (slots "already
+    // busy").
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     Ok(dir)
 }
