@@ -268,6 +268,11 @@ impl Waiters {
         let Some(entry) = self.keys().get(channel).cloned() else {
             return false;
         };
+        // A waiter still waiting for the key's watch to be set up (a stalled
+        // subscription) would sit on the lock without running: release it.
+        if !entry.ready.load(Ordering::Acquire) {
+            return false;
+        }
         let queue = entry.queue();
         let Some(head) = queue.front() else {
             return false;
