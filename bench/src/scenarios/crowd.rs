@@ -12,7 +12,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::contention::{self, median, worst, Run};
+use super::contention::{self, median, Run};
 use super::{Ctx, Output};
 use crate::config::Shape;
 use crate::report::{Row, Target};
@@ -83,27 +83,12 @@ fn rows(group: &'static str, runs: &[Run], peer: Option<&[Run]>) -> Vec<Row> {
             median(runs, Run::max_process_pct),
         ),
     ];
-    if ours {
-        rows.push(Row::new(
-            group,
-            "acquisitions passed locally (%)",
-            median(runs, Run::passed_pct),
-        ));
-    }
-    rows.extend([
-        Row::new(
-            group,
-            "|counter - acquisitions|, worst run",
-            worst(runs, Run::counter_error),
-        )
-        .target(judged(Target::Exactly(0.0))),
-        Row::new(
-            group,
-            "overlaps+timeouts+errors, worst run",
-            worst(runs, Run::failures),
-        )
-        .target(judged(Target::Exactly(0.0))),
-    ]);
+    rows.extend(super::handoff::tail_rows(
+        group,
+        runs,
+        ours,
+        judged(Target::Exactly(0.0)),
+    ));
     rows
 }
 

@@ -125,7 +125,26 @@ fn s3_rows(group: &'static str, runs: &[Run], peer: &[Run], ping: &Pings, t: Tar
             median(runs, Run::barged_pct),
         ),
     ];
-    if t == Targets::Cohort {
+    rows.extend(tail_rows(
+        group,
+        runs,
+        t == Targets::Cohort,
+        Target::Exactly(0.0),
+    ));
+    rows
+}
+
+/// The last rows of a contention run: the share passed locally (lock
+/// cohorting, when `passed`) and the exactness checks, worst run, judged
+/// against `exact` (`Target::Info` for a peer, which is only reported).
+pub(crate) fn tail_rows(
+    group: &'static str,
+    runs: &[Run],
+    passed: bool,
+    exact: Target,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if passed {
         rows.push(Row::new(
             group,
             "acquisitions passed locally (%)",
@@ -138,13 +157,13 @@ fn s3_rows(group: &'static str, runs: &[Run], peer: &[Run], ping: &Pings, t: Tar
             "|counter - acquisitions|, worst run",
             worst(runs, Run::counter_error),
         )
-        .target(Target::Exactly(0.0)),
+        .target(exact),
         Row::new(
             group,
             "overlaps+timeouts+errors, worst run",
             worst(runs, Run::failures),
         )
-        .target(Target::Exactly(0.0)),
+        .target(exact),
     ]);
     rows
 }
