@@ -156,10 +156,9 @@ impl HeldLock {
     /// the new token.
     /// (Called with no frame left, so no guard reads the old token again.)
     pub(crate) fn pass_to(&self, owner: u64, limits: Cohort, epoch: u32) -> Option<u64> {
-        if self.confirmed_in.load(Ordering::Acquire) != epoch {
-            // A connection was lost since the backend last confirmed it: the
-            // server may have restarted without it. Not passed until a
-            // renewal confirms it again (its holder keeps it meanwhile).
+        if !self.fit_to_enter(epoch) {
+            // Not passed until a renewal confirms it again (its holder keeps
+            // it meanwhile).
             return None;
         }
         let now = tokio::time::Instant::now();
@@ -178,6 +177,22 @@ impl HeldLock {
         #[cfg(feature = "metrics")]
         self.taken_at.store(clock::now_nanos(), Ordering::Relaxed);
         Some(fence)
+    }
+
+    /// Whether a task may enter this hold without a round trip now, the
+    /// backend's connection epoch being `epoch`: it is not lost, its
+    /// client-side validity is still ahead, and no connection was lost
+    /// since the backend last confirmed it (the server may have restarted
+    /// without it). Asked at the moment of entry: a hold that was fine when
+    /// it was passed may not be by the time its new holder runs.
+    pub(crate) fn fit_to_enter(&self, epoch: u32) -> bool {
+        self.confirmed_in.load(Ordering::Acquire) == epoch && !self.is_lost()
+    }
+
+    /// Whether the backend confirmed this hold (acquired or renewed it)
+    /// since the last lost connection, the connection epoch being `epoch`.
+    pub(crate) fn confirmed_in(&self, epoch: u32) -> bool {
+        self.confirmed_in.load(Ordering::Acquire) == epoch
     }
 
     /// Counts the end of the current holder's hold.
@@ -207,7 +222,25 @@ impl HeldLock {
 
     /// A renewal sent in connection epoch `epoch` found the hold in place.
     pub(crate) fn confirm(&self, epoch: u32) {
-        self.confirmed_in.store(epoch, Ordering::Release);
+        if self.confirmed_in.swap(epoch, Ordering::AcqRel) != epoch {
+            // Re-entries wait for this after a lost connection.
+            self.lost_changed.notify_waiters();
+        }
+    }
+
+    /// Resolves once the hold is confirmed in the connection epoch that
+    /// `epoch` reads (the current one), or is lost.
+    pub(crate) async fn confirmed_or_lost(&self, epoch: impl Fn() -> u32) {
+        loop {
+            let changed = self.lost_changed.notified();
+            if self.confirmed_in(epoch()) {
+                return;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = self.lost() => return,
+            }
+        }
     }
 
     /// Marks the lock lost and wakes everyone watching for that.
@@ -264,6 +297,10 @@ pub(crate) enum Reentry {
     /// A hold of an ancestor scope is there, but a sibling's frame is
     /// innermost: wait for the frames to change.
     Sibling,
+    /// The innermost hold is this scope's ancestry's, but a connection was
+    /// lost since the backend last confirmed it: wait for the watchdog's
+    /// renewal to confirm it (or find it lost), then ask again.
+    Unconfirmed(Arc<HeldLock>),
     /// No live hold of this scope's ancestry: ask the backend.
     No,
 }
@@ -300,8 +337,10 @@ impl HeldTable {
     }
 
     /// Re-enters `lock_key` for `scope` if the innermost live frame belongs to
-    /// it or an ancestor of it (a new frame owned by `scope`).
-    pub(crate) fn reenter(&self, lock_key: &str, scope: &Node) -> Reentry {
+    /// it or an ancestor of it (a new frame owned by `scope`), and the
+    /// backend confirmed that hold in connection epoch `epoch` (the
+    /// current one).
+    pub(crate) fn reenter(&self, lock_key: &str, scope: &Node, epoch: u32) -> Reentry {
         let mut locks = self.locks();
         let Some(frames) = locks.get_mut(lock_key) else {
             return Reentry::No;
@@ -311,6 +350,9 @@ impl HeldTable {
             return Reentry::No;
         };
         if scope.descends_from(innermost.owner) {
+            if !innermost.held.confirmed_in(epoch) {
+                return Reentry::Unconfirmed(innermost.held.clone());
+            }
             let held = innermost.held.clone();
             held.holds.fetch_add(1, Ordering::Relaxed);
             let frame = new_frame(scope, held.clone());
@@ -332,12 +374,13 @@ impl HeldTable {
         lock_key: &str,
         scope: &Node,
         deadline: Option<tokio::time::Instant>,
+        epoch: impl Fn() -> u32,
     ) -> Reentry {
         self.sibling_waiters.fetch_add(1, Ordering::AcqRel);
         let _waiting = SiblingWait(self);
         loop {
             let changed = self.frames_changed.notified();
-            match self.reenter(lock_key, scope) {
+            match self.reenter(lock_key, scope, epoch()) {
                 Reentry::Sibling => {}
                 other => return other,
             }

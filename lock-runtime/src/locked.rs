@@ -48,6 +48,11 @@ where
     // The body runs in a scope of its own, a child of the caller's.
     let node = owner::new_child();
     let guard = request.acquire_as(Some(node.clone())).await?;
+    // Nothing enters on a hold that is lost by now (the acquire ended a
+    // while ago, perhaps: the executor stalled, the process was stopped).
+    if guard.is_lost() {
+        return Err(lost_or_shut_down(guard).into());
+    }
     let scope = Scope {
         node,
         fence: Some(guard.fence()),
@@ -58,20 +63,14 @@ where
     let result = match on_lost {
         OnLost::Abort => {
             let held: &Arc<HeldLock> = guard.held();
+            // The loss first: a body is never polled again (nor for the
+            // first time) once its hold is known lost.
             tokio::select! {
                 biased;
-                result = body => result,
                 () = guard.runtime().run(held.lost()) => {
-                    let key = guard.key().to_owned();
-                    let shut_down = guard.runtime().is_shut_down();
-                    drop(guard);
-                    return Err(if shut_down {
-                        LockError::ShutDown
-                    } else {
-                        LockError::Lost { key }
-                    }
-                    .into());
+                    return Err(lost_or_shut_down(guard).into());
                 }
+                result = body => result,
             }
         }
         OnLost::Continue => body.await,
@@ -90,6 +89,18 @@ where
             tracing::warn!(%error, "lock trouble after the body finished; returning its result");
             result
         }
+    }
+}
+
+/// The error of a locked call whose hold was lost (or closed by shutdown).
+fn lost_or_shut_down(guard: crate::LockGuard) -> LockError {
+    let key = guard.key().to_owned();
+    let shut_down = guard.runtime().is_shut_down();
+    drop(guard);
+    if shut_down {
+        LockError::ShutDown
+    } else {
+        LockError::Lost { key }
     }
 }
 

@@ -126,6 +126,19 @@ impl Watchdog {
         }
     }
 
+    /// A connection was lost: every hold is renewed at the next tick, so
+    /// that it is confirmed in the new connection epoch (and may be entered
+    /// and passed again without a round trip), or found lost, as soon as the
+    /// backend answers, rather than at its usual renewal time.
+    fn renew_all_now(&self, now: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        for entry in entries.map.values_mut() {
+            if entry.lock.renew {
+                entry.due = entry.due.min(now);
+            }
+        }
+    }
+
     /// Current counters.
     pub(crate) fn stats(&self) -> WatchdogStats {
         use std::sync::atomic::Ordering::Relaxed;
@@ -260,12 +273,23 @@ pub(crate) async fn run(
     mut stop: oneshot::Receiver<()>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
+    let mut last_epoch = heartbeats.upgrade().map_or(0, |h| h.connection_epoch());
     loop {
         let changed = watchdog.changed.notified();
+        let watched = heartbeats.upgrade();
+        let mut connection_lost =
+            std::pin::pin!(watched.as_ref().map(|h| h.connection_lost_notified()));
+        if let Some(lost) = connection_lost.as_mut().as_pin_mut() {
+            lost.enable();
+        }
         let now = Instant::now();
-        let (due, mut next) = watchdog.collect_due(now);
         // Renewals that find their holds confirm them in this epoch.
-        let epoch = heartbeats.upgrade().map_or(0, |h| h.connection_epoch());
+        let epoch = watched.as_ref().map_or(0, |h| h.connection_epoch());
+        if epoch != last_epoch {
+            last_epoch = epoch;
+            watchdog.renew_all_now(now);
+        }
+        let (due, mut next) = watchdog.collect_due(now);
         if let Some(heartbeats) = heartbeats.upgrade() {
             let (places, places_next) = heartbeats.due_places(now);
             if let Some(at) = places_next {
@@ -284,9 +308,16 @@ pub(crate) async fn run(
             meter::renewal_sent();
             tokio::spawn(renew_batch(watchdog.clone(), backend.clone(), batch, epoch));
         }
+        let lost = async {
+            match connection_lost.as_mut().as_pin_mut() {
+                Some(lost) => lost.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut stop => return,
             () = changed => {}
+            () = lost => {}
             () = tokio::time::sleep_until(next) => {}
         }
     }

@@ -233,22 +233,56 @@ impl Acquisition {
         }
         // Re-entry, strict nesting: only below the innermost hold.
         let table = self.runtime.table();
-        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope);
-        if let Reentry::Sibling = reentry {
-            // A sibling scope is inside: wait for it in the process.
-            // (Boxed: a rare path, kept out of every waiting acquire's state.)
-            let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
-            reentry = Box::pin(table.frames_changed(lock_key, scope, self.deadline)).await;
+        let waiters = self.runtime.waiters();
+        let epoch = || waiters.connection_epoch();
+        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch());
+        loop {
+            match &reentry {
+                Reentry::Unconfirmed(held) => {
+                    // A connection was lost since the backend last confirmed
+                    // the hold (the server may have restarted without it):
+                    // re-enter once the watchdog's renewal confirmed it, or
+                    // find it lost. (Boxed: a rare path.)
+                    let confirmed = Box::pin(held.confirmed_or_lost(epoch));
+                    let in_time = match self.deadline {
+                        Some(d) => tokio::time::timeout_at(d, confirmed).await.is_ok(),
+                        None => {
+                            confirmed.await;
+                            true
+                        }
+                    };
+                    if !in_time {
+                        return Some(Err(self.gave_up()));
+                    }
+                }
+                Reentry::Sibling => {
+                    // A sibling scope is inside: wait for it in the process.
+                    // (Boxed: a rare path, kept out of every waiting
+                    // acquire's state.)
+                    let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
+                    let changed = table.frames_changed(lock_key, scope, self.deadline, epoch);
+                    let changed = Box::pin(changed).await;
+                    if self.runtime.is_shut_down() {
+                        // Shutdown closed the sibling's frame: no backend
+                        // attempt now. (A frame `changed` took is closed too.)
+                        return Some(Err(LockError::ShutDown));
+                    }
+                    if let Reentry::Sibling = changed {
+                        return Some(Err(LockError::Timeout {
+                            key: self.want.key.clone(),
+                            waited: self.start.elapsed(),
+                        }));
+                    }
+                    // (It asked the table again: its answer stands.)
+                    reentry = changed;
+                    continue;
+                }
+                Reentry::Held(..) | Reentry::No => break,
+            }
             if self.runtime.is_shut_down() {
-                // Shutdown closed the sibling's frame: no backend attempt now.
                 return Some(Err(LockError::ShutDown));
             }
-            if let Reentry::Sibling = reentry {
-                return Some(Err(LockError::Timeout {
-                    key: self.want.key.clone(),
-                    waited: self.start.elapsed(),
-                }));
-            }
+            reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch());
         }
         if let Reentry::Held(held, frame) = reentry {
             return Some(Ok(Taken::Frame(held, frame)));
@@ -257,7 +291,7 @@ impl Acquisition {
         // fixed lease longer than the handoff's claim is not taken from the
         // message: the next attempt claims it and sets the full lease.)
         let handoff = match &self.ticket {
-            Some(ticket) if self.want.fair => ticket.take_handoff(self.minimum_claim())?,
+            Some(ticket) if self.want.fair => ticket.take_handoff(self.minimum_claim(), epoch())?,
             _ => return None,
         };
         if let Some(ticket) = self.ticket.take() {
@@ -267,7 +301,8 @@ impl Acquisition {
         // shortest that the place's entry carried); the watchdog counts from
         // there.
         let tokens = (handoff.fence, handoff.upto);
-        self.epoch = self.runtime.waiters().connection_epoch();
+        // Confirmed by the message, in the epoch it came in (the current one).
+        self.epoch = handoff.epoch;
         // (The run of local handoffs counts from now: the claim's `since`
         // may be a second old.)
         let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
@@ -375,11 +410,24 @@ impl Acquisition {
     }
 
     /// A hold another task of this process passed to this waiter (lock
-    /// cohorting), taken: its frame is in the table already.
+    /// cohorting), taken: its frame is in the table already. Only if it is
+    /// still good to enter now (see `HeldLock::fit_to_enter`): it was
+    /// passed a while ago perhaps (the process stopped, the executor
+    /// stalled). One that is not is given back (dropping its guard releases
+    /// it: nobody else can take it either), and this waiter asks the backend.
     fn take_passed(&mut self) -> Option<LockGuard> {
         let passed = self.ticket.as_ref()?.take_passed()?;
         // (Only `guard.rs` passes holds, and only guards.)
         let guard = *passed.downcast::<LockGuard>().ok()?;
+        let epoch = self.runtime.waiters().connection_epoch();
+        if !guard.held().fit_to_enter(epoch) {
+            tracing::debug!(
+                key = %self.want.key,
+                "a hold passed to this waiter is no longer good to enter; asking the backend"
+            );
+            drop(guard);
+            return None;
+        }
         // Fair mode: a place still queued stays for the next local waiter,
         // who need not try now; without one (the handoff that brought the
         // lock here used it up), the next waiter must queue the process

@@ -185,6 +185,10 @@ pub(crate) trait Heartbeats: Send + Sync {
     /// process knowing yet, so it is not passed between tasks (lock
     /// cohorting) until a renewal confirms it again.
     fn connection_epoch(&self) -> u32;
+    /// Resolves at the next lost connection (the watchdog then renews
+    /// every hold at once, so that each is confirmed again, or found lost,
+    /// as soon as the backend answers).
+    fn connection_lost_notified(&self) -> tokio::sync::futures::Notified<'_>;
     /// The places due at `now` (now marked in flight), and when the next
     /// one falls due.
     fn due_places(

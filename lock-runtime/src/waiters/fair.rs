@@ -21,9 +21,8 @@ pub(super) struct FairPlace {
     confirmed: Option<Instant>,
     /// Shortest lease asked with this id (the one a handoff may have used).
     lease: Option<Duration>,
-    /// A handoff to `id` not yet taken by a local waiter: its fence, the
-    /// last token reserved with it, and when its message arrived.
-    pub(super) handed: Option<(u64, u64, Instant)>,
+    /// A handoff to `id` not yet taken by a local waiter.
+    pub(super) handed: Option<Handed>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
     attempting: bool,
     /// A refresh of `id` by the watchdog's tick is out.
@@ -36,6 +35,21 @@ pub(super) struct FairPlace {
     generation: u64,
 }
 
+/// A handoff message to this process's place, as it arrived.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Handed {
+    /// Its fencing token.
+    pub(super) fence: u64,
+    /// The last token reserved with it for local holders.
+    pub(super) upto: u64,
+    /// When its message arrived.
+    pub(super) at: Instant,
+    /// The backend's connection epoch it arrived in: after a lost
+    /// connection the server may have restarted without the handoff, so it
+    /// is only good in this epoch.
+    pub(super) epoch: u32,
+}
+
 impl FairPlace {
     /// An attempt or refresh sent at `sent_at` found the place still queued
     /// (and, for an attempt, the lock busy).
@@ -43,7 +57,7 @@ impl FairPlace {
         match self.handed {
             // Sent before the handoff's message came: older news (the claim
             // is counted from the last such moment before the handoff).
-            Some((_, _, at)) if sent_at < at => return,
+            Some(Handed { at, .. }) if sent_at < at => return,
             // Sent after it and still queued: the claim ran out and the lock
             // went on; the place is queued again.
             Some(_) => self.handed = None,
@@ -105,6 +119,8 @@ pub(crate) struct Handoff {
     pub(crate) since: Instant,
     /// The lease it was handed over with (at least this long).
     pub(crate) lease: Duration,
+    /// The backend's connection epoch its message arrived in.
+    pub(crate) epoch: u32,
 }
 
 impl WaitTicket {
@@ -200,13 +216,18 @@ impl WaitTicket {
     }
 
     /// Fair mode: takes a lock handed to this process's place, if there is
-    /// one, no attempt with the place is out, and its claim is at least
-    /// `minimum` long and has not run out by this process's count (then the
-    /// handoff is dropped, and an attempt with the place finds out where the
-    /// lock is).
-    pub(crate) fn take_handoff(&self, minimum: Duration) -> Option<Handoff> {
+    /// one, no attempt with the place is out, its claim is at least
+    /// `minimum` long and has not run out by this process's count, and no
+    /// connection was lost since its message came (`epoch` is the current
+    /// connection epoch). Checked now, at entry, not when the message came:
+    /// between the two the process may have been stopped, its executor may
+    /// have stalled, the server may have restarted empty. A handoff that
+    /// fails a check is dropped, and an attempt with the place finds out
+    /// where the lock is (it confirms a handoff that is still good: the
+    /// script answers "handed to you").
+    pub(crate) fn take_handoff(&self, minimum: Duration, epoch: u32) -> Option<Handoff> {
         let mut place = self.entry.place();
-        let (Some((fence, upto, _)), Some(_), Some(since), Some(lease)) =
+        let (Some(handed), Some(_), Some(since), Some(lease)) =
             (place.handed, &place.id, place.confirmed, place.lease)
         else {
             return None;
@@ -215,20 +236,22 @@ impl WaitTicket {
             return None;
         }
         // Too little of the claim left by this process's count (it counts
-        // from before the handoff): drop it, and let an attempt with the
-        // place claim the lock with a full lease instead.
+        // from before the handoff), or news from before a lost connection:
+        // drop it, and let an attempt with the place claim the lock with a
+        // full lease instead.
         let margin = (lease / 3).max(HANDOFF_MARGIN_MIN);
-        if since + lease <= Instant::now() + margin {
+        if since + lease <= Instant::now() + margin || handed.epoch != epoch {
             place.handed = None;
             return None;
         }
         let holder = place.reset()?;
         Some(Handoff {
             holder,
-            fence,
-            upto,
+            fence: handed.fence,
+            upto: handed.upto,
             since,
             lease,
+            epoch: handed.epoch,
         })
     }
 }
@@ -250,6 +273,10 @@ fn refresh_interval(lease: Duration) -> Duration {
 impl Heartbeats for Waiters {
     fn connection_epoch(&self) -> u32 {
         Waiters::connection_epoch(self)
+    }
+
+    fn connection_lost_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.epoch_moved.notified()
     }
 
     fn due_places(&self, now: Instant) -> (Vec<PlaceRefresh>, Option<Instant>) {

@@ -150,6 +150,8 @@ pub(crate) struct Waiters {
     /// Counts the backend's lost connections (see
     /// [`Heartbeats::connection_epoch`](crate::backend::Heartbeats::connection_epoch)).
     epoch: std::sync::atomic::AtomicU32,
+    /// Notified when `epoch` moves.
+    epoch_moved: Notify,
 }
 
 impl Wakeups for Waiters {
@@ -165,6 +167,7 @@ impl Wakeups for Waiters {
         // (Wraps after 4 billion losses: epochs are only compared for
         // equality, with the one a hold was last confirmed in.)
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.epoch_moved.notify_waiters();
         self.wake_all();
     }
 }
@@ -247,7 +250,12 @@ impl Waiters {
         if let Some(entry) = entry {
             let mut place = entry.place();
             if place.id.as_deref() == Some(holder) {
-                place.handed = Some((fence, upto, Instant::now()));
+                place.handed = Some(fair::Handed {
+                    fence,
+                    upto,
+                    at: Instant::now(),
+                    epoch: self.connection_epoch(),
+                });
                 drop(place);
                 entry.wake_head();
             }
@@ -469,11 +477,11 @@ mod tests {
         assert!(b.begin_attempt(LEASE).is_none(), "two attempts at once");
         waiters.hand_over("lock:{k}:released", &id, 7, 7);
         assert!(
-            b.take_handoff(Duration::ZERO).is_none(),
+            b.take_handoff(Duration::ZERO, 0).is_none(),
             "taken mid-attempt"
         );
         drop(attempt);
-        let handoff = b.take_handoff(Duration::ZERO).unwrap();
+        let handoff = b.take_handoff(Duration::ZERO, 0).unwrap();
         assert_eq!((handoff.holder.as_str(), handoff.fence), (id.as_str(), 7));
         // Used up: the next attempt makes a new place.
         let (next, _attempt) = a.begin_attempt(LEASE).unwrap();
@@ -500,13 +508,13 @@ mod tests {
         drop(attempt);
         waiters.hand_over("lock:{k}:released", &id, 7, 7);
         a.confirm_place(&id, before); // older news: kept
-        assert!(a.take_handoff(Duration::ZERO).is_some());
+        assert!(a.take_handoff(Duration::ZERO, 0).is_some());
 
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         drop(attempt);
         waiters.hand_over("lock:{k}:released", &id, 8, 8);
         a.confirm_place(&id, Instant::now()); // after it: the claim is gone
-        assert!(a.take_handoff(Duration::ZERO).is_none());
+        assert!(a.take_handoff(Duration::ZERO, 0).is_none());
     }
 
     #[test]
@@ -519,10 +527,32 @@ mod tests {
         // The claim counts from the place's creation: 30 ms, of which at
         // least 20 ms must be left.
         std::thread::sleep(Duration::from_millis(15));
-        assert!(a.take_handoff(Duration::ZERO).is_none());
+        assert!(a.take_handoff(Duration::ZERO, 0).is_none());
         // Dropped, not kept: the place is still ours to attempt with.
         let (again, _attempt) = a.begin_attempt(claim).unwrap();
         assert_eq!(again, id);
+    }
+
+    #[test]
+    fn a_handoff_from_before_a_lost_connection_is_not_taken() {
+        let (waiters, a, _b) = key();
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
+        // The server restarted (empty, perhaps) before a waiter ran.
+        waiters.connection_lost();
+        let now = waiters.connection_epoch();
+        assert!(a.take_handoff(Duration::ZERO, now).is_none());
+        // Dropped, not kept for later: the place stays, and an attempt with
+        // it confirms (or not) the handoff with a round trip.
+        assert!(a.take_handoff(Duration::ZERO, now).is_none());
+        let (again, _attempt) = a.begin_attempt(LEASE).unwrap();
+        assert_eq!(again, id);
+        // A handoff that arrives after the loss is good in the new epoch.
+        drop(_attempt);
+        waiters.hand_over("lock:{k}:released", &id, 8, 8);
+        let handoff = a.take_handoff(Duration::ZERO, now).unwrap();
+        assert_eq!((handoff.fence, handoff.epoch), (8, now));
     }
 
     #[test]
@@ -531,7 +561,7 @@ mod tests {
         let (id, attempt) = a.begin_attempt(LEASE).unwrap();
         drop(attempt);
         waiters.hand_over("lock:{k}:released", &id, 7, 7);
-        assert!(a.take_handoff(LEASE * 2).is_none());
-        assert!(a.take_handoff(LEASE).is_some());
+        assert!(a.take_handoff(LEASE * 2, 0).is_none());
+        assert!(a.take_handoff(LEASE, 0).is_some());
     }
 }

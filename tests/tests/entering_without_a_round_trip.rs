@@ -1,0 +1,324 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Entering without a round trip: a fair handoff taken from its message and
+//! a hold passed between tasks of one process (cohorting) skip the server.
+//! Each may be entered only if, at the moment the task enters, the hold is
+//! not lost, its client-side validity is ahead, and no connection was lost
+//! since the server last confirmed it. Between the moment such a hold
+//! reached the process and the moment a task enters it, the executor can
+//! stall, the process can be stopped, the server can restart empty: these
+//! tests put each of those in between, with real servers.
+
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_testkit::RedisServer;
+use lock_tests::{unique, wait_until};
+use redis::AsyncCommands;
+use tokio::sync::oneshot;
+
+/// A fair runtime with the default cohorting, on `server`.
+async fn fair(server: &RedisServer, prefix: &str, lease: Duration) -> LockRuntime {
+    LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(prefix)
+        .fair(true)
+        .default_lease(lease)
+        .build()
+        .await
+        .expect("build the lock runtime")
+}
+
+/// Waits (bounded) until the key's fair queue in Redis holds `want` places.
+async fn until_queued(con: &mut redis::aio::MultiplexedConnection, hash: &str, want: usize) {
+    for _ in 0..2000 {
+        let queued: usize = con.llen(format!("{hash}:queue")).await.unwrap();
+        if queued == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the queue of {hash} never held {want} places");
+}
+
+/// An executor of its own (a `current_thread` runtime on a thread) that the
+/// test can stall: [`stall`](Self::stall) blocks its only thread until
+/// resumed, as CPU work blocks a busy service's executor.
+struct StallableExecutor {
+    handle: tokio::runtime::Handle,
+    stall: Option<tokio::sync::mpsc::UnboundedSender<Stall>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A stall request: the executor says it stalled, then waits for `resume`.
+struct Stall {
+    stalled: std_mpsc::Sender<()>,
+    resume: std_mpsc::Receiver<()>,
+}
+
+impl StallableExecutor {
+    fn start() -> StallableExecutor {
+        let (handle_tx, handle_rx) = std_mpsc::channel();
+        let (stall_tx, mut stall_rx) = tokio::sync::mpsc::unbounded_channel::<Stall>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            handle_tx.send(rt.handle().clone()).unwrap();
+            rt.block_on(async move {
+                while let Some(stall) = stall_rx.recv().await {
+                    stall.stalled.send(()).unwrap();
+                    // Blocks the executor's only thread: no task of it runs.
+                    let _ = stall.resume.recv_timeout(Duration::from_secs(30));
+                }
+            });
+        });
+        StallableExecutor {
+            handle: handle_rx.recv().unwrap(),
+            stall: Some(stall_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Blocks the executor's thread; returns the sender that resumes it.
+    fn stall(&self) -> std_mpsc::Sender<()> {
+        let (stalled, stalled_rx) = std_mpsc::channel();
+        let (resume_tx, resume) = std_mpsc::channel();
+        if let Some(stall) = &self.stall {
+            stall.send(Stall { stalled, resume }).unwrap();
+        }
+        tokio::task::block_in_place(|| stalled_rx.recv_timeout(Duration::from_secs(10)))
+            .expect("the executor stalled");
+        resume_tx
+    }
+}
+
+impl Drop for StallableExecutor {
+    fn drop(&mut self) {
+        self.stall = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A fair handoff is only good in the connection epoch it arrived in.
+/// Process B's waiter is queued; B's executor stalls; A releases, and Redis
+/// hands the key to B's place (B's runtime thread records the message);
+/// Redis restarts empty, and C takes the key from the fresh server. When
+/// B's executor comes back, its waiter must not enter on the recorded
+/// handoff: it asks the server, waits for C, and gets a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
+    let mut server = RedisServer::start();
+    let prefix = unique("entry-handoff");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+
+    let held = a.lock("k").acquire().await.unwrap();
+    let executor = StallableExecutor::start();
+    let (entered_tx, mut entered_rx) = oneshot::channel();
+    let waiter = {
+        let b = b.clone();
+        executor.handle.spawn(async move {
+            let got = b.lock("k").wait(Duration::from_secs(30)).acquire().await;
+            let fence = got.as_ref().map(|g| g.fence()).ok();
+            let _ = entered_tx.send(fence);
+            got.map(|g| (g.fence(), g.is_lost()))
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let resume = executor.stall();
+    // The release hands the key to B's place; one more round trip on our
+    // own connection, and the message has been written to B's socket.
+    held.release().await.unwrap();
+    let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    server.restart().await;
+    wait_until("B's runtime saw its connection go", || {
+        b.stats().connections_lost > 0
+    })
+    .await;
+    let other = c
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let token = other.fence();
+    resume.send(()).unwrap();
+    // B's waiter runs again: it must queue behind C on the fresh server.
+    let mut con = server.connection().await;
+    tokio::select! {
+        entered = &mut entered_rx => panic!(
+            "B entered on a handoff from before the restart while C holds the key \
+             (B's token {:?}, C's {token})",
+            entered.ok().flatten()
+        ),
+        () = until_queued(&mut con, &hash, 1) => {}
+    }
+    other.release().await.unwrap();
+    let (fence, lost) = waiter.await.unwrap().unwrap();
+    assert!(fence > token, "tokens went back: {fence} after {token}");
+    assert!(!lost, "entered a lost hold");
+    drop(executor);
+}
+
+/// A hold passed to a local waiter (cohorting) is entered only if it is
+/// still good when that waiter runs. The waiter's executor stalls right
+/// after the hold was passed to it; meanwhile the server stops answering
+/// past the lease (as if this process had been stopped), the hold is lost,
+/// and another process takes the key. When the executor comes back the
+/// waiter must not enter (neither `acquire()` nor a locked body's first
+/// step): it waits for the other process and gets a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
+    let server = RedisServer::start();
+    let prefix = unique("entry-passed");
+    let lease = Duration::from_secs(1);
+    let a = LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(prefix.as_str())
+        .default_lease(lease)
+        .fair(false)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let b = LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(prefix.as_str())
+        .default_lease(lease)
+        .fair(false)
+        .build()
+        .await
+        .unwrap();
+    let executor = StallableExecutor::start();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let (entered_tx, mut entered_rx) = oneshot::channel();
+    let (stall_tx, stall_rx) = std_mpsc::channel::<std_mpsc::Receiver<()>>();
+    let (stalled_tx, stalled_rx) = std_mpsc::channel();
+    // The first task holds the key, and when told, releases it (the hold
+    // passes to the second task, which waits) and blocks the executor
+    // before the second task can run.
+    let first = {
+        let a = a.clone();
+        executor.handle.spawn(async move {
+            let guard = a.lock("k").acquire().await.unwrap();
+            let _ = release_rx.await;
+            guard.release().await.unwrap();
+            let resume = stall_rx.recv().unwrap();
+            stalled_tx.send(()).unwrap();
+            let _ = resume.recv_timeout(Duration::from_secs(30));
+        })
+    };
+    let second = {
+        let a = a.clone();
+        executor.handle.spawn(async move {
+            let called = with_lock(a.lock("k").wait(Duration::from_secs(30)), async {
+                let _ = entered_tx.send(lock_runtime::fence());
+                Ok::<_, LockError>(lock_runtime::fence())
+            });
+            called.await
+        })
+    };
+    wait_until("the second task waits", || a.stats().waiting_keys == 1).await;
+    let (resume_tx, resume_rx) = std_mpsc::channel();
+    stall_tx.send(resume_rx).unwrap();
+    release_tx.send(()).unwrap();
+    tokio::task::block_in_place(|| stalled_rx.recv_timeout(Duration::from_secs(10)))
+        .expect("the executor stalled");
+    assert_eq!(a.stats().passed_locally, 1, "the hold was not passed");
+    // The server stops answering past the lease: the hold is lost.
+    server.freeze();
+    wait_until("the passed hold is found lost", || {
+        a.stats().watchdog.lost > 0
+    })
+    .await;
+    server.thaw();
+    let other = b
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let token = other.fence();
+    resume_tx.send(()).unwrap();
+    // The second task runs again: it must wait for the other process.
+    let waited = tokio::time::timeout(Duration::from_millis(500), &mut entered_rx).await;
+    if let Ok(entered) = waited {
+        panic!(
+            "a locked body entered on a lost passed hold while another process holds the \
+             key (its token {:?}, the other's {token})",
+            entered.ok().flatten()
+        );
+    }
+    other.release().await.unwrap();
+    let fence = second.await.unwrap().unwrap().unwrap();
+    assert!(fence > token, "tokens went back: {fence} after {token}");
+    first.await.unwrap();
+    drop(executor);
+}
+
+/// A re-entry is a hold entered without a round trip too: after a lost
+/// connection, a nested call waits until a renewal confirms the outer hold
+/// (or finds it lost) before it enters. The server restarts empty under a
+/// running body (`on_lost = continue`, so the body goes on), another process
+/// takes the key from the fresh server, and then the body calls a nested
+/// locked call on the key: the nested body must not run beside the other
+/// process's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() {
+    let mut server = RedisServer::start();
+    let prefix = unique("entry-reentry");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let (held_tx, held_rx) = oneshot::channel::<()>();
+    let (nest_tx, nest_rx) = oneshot::channel::<()>();
+    let outer = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let request = a.lock("k").on_lost(lock_runtime::OnLost::Continue);
+            with_lock(request, async {
+                held_tx.send(()).unwrap();
+                let _ = nest_rx.await;
+                let nested = a.lock("k").wait(Duration::from_secs(1));
+                let entered =
+                    with_lock(nested, async { Ok::<_, LockError>(lock_runtime::fence()) });
+                Ok::<_, LockError>(entered.await)
+            })
+            .await
+        })
+    };
+    held_rx.await.unwrap();
+    server.restart().await;
+    wait_until("the holder's runtime saw its connection go", || {
+        a.stats().connections_lost > 0
+    })
+    .await;
+    let other = c
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    nest_tx.send(()).unwrap();
+    let nested = outer.await.unwrap();
+    let token = other.fence();
+    other.release().await.unwrap();
+    match nested {
+        Ok(Ok(fence)) => panic!(
+            "the nested body ran on the restarted server's key held by another process \
+             (its token {fence:?}, the other's {token})"
+        ),
+        // The nested call found the outer hold lost, and then the key busy.
+        Ok(Err(LockError::Timeout { .. } | LockError::Lost { .. }))
+        | Err(LockError::Lost { .. }) => {}
+        other => panic!("unexpected outcome: {other:?}"),
+    }
+}
