@@ -51,20 +51,29 @@ impl LockGuard {
     /// A guard for a fresh backend hold, taken into the runtime's table and
     /// watchdog. `in_force` is the backend lease the hold has now: its own
     /// lease, or a fair handoff's claim until the watchdog's first renewal.
+    /// `attempt`: the in-flight attempt that took it (claimed now). `None`:
+    /// the runtime is shut down and the hold was not admitted (what the
+    /// attempt took is given back by shutdown; a handoff's caller gives it
+    /// back itself).
     pub(crate) fn adopt(
         runtime: &LockRuntime,
         held: Arc<HeldLock>,
         scope: Arc<Node>,
         sent_at: Instant,
         in_force: Duration,
-    ) -> LockGuard {
+        attempt: Option<u64>,
+    ) -> Option<LockGuard> {
         let waiters = runtime.waiters();
         let others_waiting = waiters.waiting_keys() > 0;
-        // Watchdog first: a shutdown that closes the table's frames between
-        // the two then also takes this hold out of the watchdog; the other
-        // way round it would miss it and keep renewing a closed hold.
-        runtime.watchdog().add(held.clone(), sent_at, in_force);
-        let frame = runtime.table().insert(held.clone(), &scope);
+        // Under the gate, so that shutdown either finds the hold in the
+        // table or the hold is refused. Watchdog first: a shutdown that
+        // closes the table's frames between the two then also takes this
+        // hold out of the watchdog; the other way round it would miss it and
+        // keep renewing a closed hold.
+        let frame = runtime.in_flight().admit(attempt, || {
+            runtime.watchdog().add(held.clone(), sent_at, in_force);
+            runtime.table().insert(held.clone(), &scope)
+        })?;
         if others_waiting {
             // The key's other waiters sleep no longer than this hold's lease
             // (it may end by expiry, with no release message).
@@ -75,7 +84,7 @@ impl LockGuard {
             // for a release that their own scope would have to make.
             waiters.wake_owner(&held.lock_key, held.owner());
         }
-        LockGuard::new(runtime.clone(), held, frame, scope)
+        Some(LockGuard::new(runtime.clone(), held, frame, scope))
     }
 
     /// A guard for a new frame of a hold already in the table (re-entry).
@@ -240,8 +249,13 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
     let passed = runtime
         .waiters()
         .pass_to_head(&held.lock_key, terms, |scope: &Arc<Node>| {
-            let fence = held.pass_to(scope.id, limits, epoch)?;
-            let frame = runtime.table().insert_passed(held.clone(), scope);
+            // Under the gate, like every hold that enters the table: a
+            // shutdown that began meanwhile releases it instead.
+            let passed = runtime.in_flight().admit(None, || {
+                let fence = held.pass_to(scope.id, limits, epoch)?;
+                Some((fence, runtime.table().insert_passed(held.clone(), scope)))
+            });
+            let (fence, frame) = passed.flatten()?;
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
             let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone());
             Some(Box::new(guard) as Passed)

@@ -71,6 +71,7 @@ mod env;
 mod error;
 mod guard;
 mod held;
+mod inflight;
 mod inspect;
 mod locked;
 mod meter;

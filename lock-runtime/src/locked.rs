@@ -128,8 +128,11 @@ mod tests {
 
     impl Visit for Outcome<'_> {
         fn record_str(&mut self, field: &Field, value: &str) {
-            if field.name() == "outcome" {
-                self.0.lock().unwrap().push(value.to_owned());
+            if field.name() == "outcome" || field.name() == "key" {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{}={value}", field.name()));
             }
         }
         fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
@@ -171,7 +174,21 @@ mod tests {
         assert!(spans.contains(&"lock_hold".to_owned()), "{spans:?}");
         assert!(spans.contains(&"lock_acquire".to_owned()), "{spans:?}");
         let outcomes = seen.outcomes.lock().unwrap().clone();
-        assert!(outcomes.contains(&"acquired".to_owned()), "{outcomes:?}");
-        assert!(outcomes.contains(&"busy".to_owned()), "{outcomes:?}");
+        assert!(
+            outcomes.contains(&"outcome=acquired".to_owned()),
+            "{outcomes:?}"
+        );
+        assert!(
+            outcomes.contains(&"outcome=busy".to_owned()),
+            "{outcomes:?}"
+        );
+        // Every `lock_acquire` event names its key, also on success (a new
+        // hold takes the request's key).
+        let keys: Vec<&String> = outcomes.iter().filter(|f| f.starts_with("key=")).collect();
+        assert_eq!(keys.len(), 3, "{outcomes:?}");
+        assert!(
+            keys.iter().all(|k| *k == "key=k" || *k == "key=busy"),
+            "{keys:?}"
+        );
     }
 }

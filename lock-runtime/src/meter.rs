@@ -231,3 +231,77 @@ pub fn describe_metrics() {
         "Lease renewal batches that failed or timed out"
     );
 }
+
+#[cfg(all(test, feature = "metrics-keys"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::on;
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    /// Remembers the series of every counter registered.
+    #[derive(Default)]
+    struct Series(Mutex<Vec<String>>);
+
+    struct Record(Arc<Series>);
+
+    impl Recorder for Record {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let series = format!("{}{{{}}}", key.name(), labels.join(","));
+            self.0 .0.lock().unwrap().push(series);
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// With `metrics-keys`, an acquisition's counter carries the key it was
+    /// for, whatever its outcome (a new hold takes the request's key; the
+    /// label must not come out empty).
+    #[test]
+    fn acquisitions_are_labelled_with_their_key() {
+        let seen = Arc::new(Series::default());
+        let recorder = Record(seen.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            rt.block_on(async {
+                let runtime = crate::LockRuntime::builder()
+                    .memory()
+                    .build()
+                    .await
+                    .unwrap();
+                let guard = runtime.lock("order:7").acquire().await.unwrap();
+                let busy = runtime.lock("order:7").try_acquire().await.unwrap();
+                assert!(busy.is_none());
+                guard.release().await.unwrap();
+            });
+        });
+        let series = seen.0.lock().unwrap().clone();
+        let acquisitions: Vec<&String> = series
+            .iter()
+            .filter(|s| s.starts_with(on::ACQUISITIONS))
+            .collect();
+        assert_eq!(acquisitions.len(), 2, "{series:?}");
+        assert!(
+            acquisitions.iter().all(|s| s.contains("key=order:7")),
+            "{acquisitions:?}"
+        );
+    }
+}

@@ -12,7 +12,7 @@
 //! The global registry is a `OnceLock`: `install` puts a runtime there once,
 //! and `#[distributed_lock]` and [`lock`](crate::lock) use it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::error::{BackendError, LockError};
 use crate::held::HeldTable;
+use crate::inflight::InFlight;
 use crate::names::LockNames;
 use crate::waiters::Waiters;
 use crate::watchdog::{Watchdog, WatchdogStats};
@@ -59,8 +60,9 @@ struct Inner {
     watchdog: Arc<Watchdog>,
     table: HeldTable,
     settings: Settings,
-    /// Set by [`LockRuntime::shutdown`]: no more locks are taken.
-    closed: AtomicBool,
+    /// Acquisitions in flight, and the gate that shutdown closes: no more
+    /// locks are taken after.
+    in_flight: Arc<InFlight>,
     /// See [`RuntimeStats::passed_locally`].
     passed_locally: std::sync::atomic::AtomicU64,
     describe: String,
@@ -118,7 +120,7 @@ impl LockRuntime {
                 watchdog: started.watchdog,
                 table: HeldTable::default(),
                 settings,
-                closed: AtomicBool::new(false),
+                in_flight: Arc::default(),
                 passed_locally: std::sync::atomic::AtomicU64::new(0),
                 _stop: started.stop,
             }),
@@ -181,27 +183,47 @@ impl LockRuntime {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
     /// ```
     pub async fn shutdown(&self) -> Result<usize, LockError> {
-        self.inner.closed.store(true, Ordering::SeqCst);
-        let holds = self.inner.table.close_all();
+        let inner = &self.inner;
+        // Closed under the gate: every hold is in the table now, or will be
+        // refused. What answered acquires took and nobody claimed goes back.
+        for taken in inner.in_flight.close(|| {}) {
+            inner
+                .backend
+                .release_in_background(taken.lock_key, taken.holder, taken.fair);
+        }
+        let holds = inner.table.close_all();
         for held in &holds {
-            self.inner.watchdog.remove(held.id);
+            inner.watchdog.remove(held.id);
             held.mark_lost();
-            self.inner.backend.release_in_background(
+            inner.backend.release_in_background(
                 held.lock_key.clone(),
                 held.holder.clone(),
                 held.fair,
             );
         }
-        // Fair places in the backend's queue go back now (their waiters
-        // would only give them back when next polled), so the drain below
-        // waits for them too; waiters see the flag when they wake.
-        self.inner.waiters.give_back_places();
-        self.inner.waiters.wake_all();
-        let limit = self.inner.settings.drain_limit;
-        let backend = &self.inner.backend;
+        let limit = inner.settings.drain_limit;
+        let backend = &inner.backend;
         let drained = self
-            .run(async { tokio::time::timeout(limit, backend.all_releases_settled()).await })
+            .run(async {
+                tokio::time::timeout(limit, async {
+                    // Scripts still out are answered first (each gives back
+                    // what it took), and only then are the fair places given
+                    // back: a place's give-back must not overtake the script
+                    // that queued it or was handed the lock with it.
+                    inner.in_flight.all_answered().await;
+                    // (Their waiters would only give them back when next
+                    // polled; waiters see the flag when they wake.)
+                    inner.waiters.give_back_places();
+                    inner.waiters.wake_all();
+                    backend.all_releases_settled().await;
+                })
+                .await
+            })
             .await;
+        if drained.is_err() {
+            inner.waiters.give_back_places();
+            inner.waiters.wake_all();
+        }
         match drained {
             Ok(()) => Ok(holds.len()),
             Err(_) => Err(BackendError::msg(format!(
@@ -214,7 +236,21 @@ impl LockRuntime {
 
     /// Whether [`shutdown`](Self::shutdown) was called.
     pub fn is_shut_down(&self) -> bool {
-        self.inner.closed.load(Ordering::SeqCst)
+        self.inner.in_flight.is_closed()
+    }
+
+    /// Acquisitions in flight, and the gate new holds pass.
+    pub(crate) fn in_flight(&self) -> &Arc<InFlight> {
+        &self.inner.in_flight
+    }
+
+    /// Runs `fut` as a task of the runtime's worker thread.
+    pub(crate) fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.handle.spawn(fut)
     }
 
     /// One round trip to the backend on the runtime's own connection (a Redis

@@ -401,26 +401,26 @@ async fn shutdown_wakes_a_sibling_waiter_without_a_backend_round_trip() {
     );
 }
 
-/// Partly fixed: `shutdown` gives back every fair place it knows of before
-/// it drains; a place whose first script is in flight is still missed. A fair waiter's place in the key's Redis queue outlives
-/// `shutdown()`: the call returns before the woken waiters have left, and
-/// their places are only given back when their futures run again. A process
-/// that exits right after `shutdown().await` (as README shows) leaves the
-/// place queued, the next release hands the key to the dead process, and
-/// every other process waits out the handoff claim (up to 3 s) instead of
-/// getting the key "at once".
+/// A fair waiter's first attempt is in flight when `shutdown()` runs: its
+/// script queued the process in the key's Redis queue, but the reply has not
+/// come back yet (a slow link). `shutdown()` waits for the answer and gives
+/// the queued place back before it returns: a process that exits right
+/// after `shutdown().await` (as README shows) leaves nothing queued, and the
+/// next process gets the key at once instead of waiting out a handoff to
+/// the dead process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "race left: a waiter whose first script is still in flight when shutdown runs \
-            gives its place back only after shutdown returned (the acquires-in-flight gap)"]
 async fn shutdown_leaves_no_fair_place_behind() {
     let prefix = unique("rv-fair-place");
     let url = redis().url();
+    let proxy = FaultProxy::start(redis().port()).await;
     let holder = fair_runtime(&url, &prefix).await;
-    let leaving = fair_runtime(&url, &prefix).await;
+    let leaving = fair_runtime(&proxy.url(), &prefix).await;
     let third = fair_runtime(&url, &prefix).await;
     let hash = holder.backend_key("k");
     let mut con = redis().connection().await;
     let guard = holder.lock("k").acquire().await.unwrap();
+    // Requests reach Redis 300 ms late, replies 300 ms after that.
+    proxy.slow(Some(Duration::from_millis(300)));
     let mut waiting = Box::pin(leaving.lock("k").wait(Duration::from_secs(30)).acquire());
     tokio::select! {
         biased;
@@ -448,8 +448,6 @@ async fn shutdown_leaves_no_fair_place_behind() {
 /// acquire's future runs again (post-acquire check). If the process exits
 /// after `shutdown().await`, the key stays locked for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: shutdown does not wait for acquires in flight \
-            (runtime.rs shutdown / request.rs acquire_as post-acquire check)"]
 async fn shutdown_waits_for_an_acquire_in_flight() {
     let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("rv-inflight");
@@ -484,8 +482,6 @@ async fn shutdown_waits_for_an_acquire_in_flight() {
 /// handed the key while its waiter leaves. Once that waiter has left and the
 /// releases are drained, another process gets the key at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "race left (the acquires-in-flight gap of shutdown): failed once in 4 full runs; \
-            a handoff to the shut-down process can arrive after shutdown gave its places back"]
 async fn a_fair_handoff_racing_shutdown_is_given_back() {
     let prefix = unique("rv-fair-race");
     let url = redis().url();

@@ -10,6 +10,7 @@ use crate::backend::{Acquire, Queue};
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::HeldLock;
+use crate::inflight::Taken;
 use crate::owner;
 use crate::runtime::LockRuntime;
 
@@ -48,6 +49,7 @@ impl Acquisition {
             armed: place.is_none(),
             holder: place.unwrap_or_else(owner::new_holder_id),
             fair: self.want.fair,
+            sent: None,
         };
         let queue = match (self.want.fair, self.try_once) {
             (false, _) => Queue::No,
@@ -55,10 +57,10 @@ impl Acquisition {
             (true, false) => Queue::Join(self.handoff_lease()),
         };
         self.epoch = self.runtime.waiters().connection_epoch();
-        let (outcome, sent_at) = self.send(&in_flight.holder, queue).await?;
+        let (outcome, sent_at) = self.send(&mut in_flight, queue).await?;
         let attempted = match outcome {
             Ok(Acquire::Held { fence, upto, .. }) => {
-                self.took(&mut in_flight, (fence, upto), sent_at)
+                self.took(&mut in_flight, (fence, upto), sent_at)?
             }
             Ok(Acquire::Busy { ttl }) => {
                 self.found_busy(&mut in_flight, queue, ttl, sent_at);
@@ -88,11 +90,15 @@ impl Acquisition {
         }
     }
 
-    /// Sends the acquire script for `holder`, bounded by the wait (the last
-    /// try by `try_timeout`); returns the reply and when it was sent.
+    /// Sends the acquire script for the attempt's holder id, bounded by the
+    /// wait (the last try by `try_timeout`); returns the reply and when it
+    /// was sent. The script runs as a task of the runtime's worker,
+    /// registered as in flight (see `inflight.rs`), so that it is answered
+    /// and what it takes is accounted for even if this future is never
+    /// polled again.
     async fn send(
         &self,
-        holder: &str,
+        in_flight: &mut InFlight,
         queue: Queue,
     ) -> Result<(Result<Acquire, BackendError>, Instant), LockError> {
         let runtime = &self.runtime;
@@ -111,28 +117,41 @@ impl Acquisition {
             let by = bound.map_or(settle_by, |b| b.min(settle_by));
             let _ = tokio::time::timeout_at(by, settled).await;
         }
-        if runtime.is_shut_down() {
-            // Nothing goes out after shutdown (it may be waiting for the
-            // releases to drain).
-            return Err(LockError::ShutDown);
-        }
+        // Nothing goes out after shutdown (it may be waiting for the
+        // releases to drain).
+        let id = runtime.in_flight().start().ok_or(LockError::ShutDown)?;
+        in_flight.sent = Some(id);
         let sent_at = Instant::now();
-        // Boxed: the backend's request future is large, and it would otherwise
-        // sit inside every waiting acquire's state, also while it sleeps.
-        let lease = self.want.lease;
-        let attempt = Box::pin(runtime.backend().acquire(
-            &self.want.lock_key,
-            holder,
-            lease,
-            queue,
-        ));
+        let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
+        let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
+        let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
+        let attempt = runtime.spawn(async move {
+            let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
+            // What the script may have left under a fresh id: the lock, a
+            // place in the fair queue, or (no answer) either.
+            let left = match &outcome {
+                Ok(Acquire::Held { .. }) | Err(_) => true,
+                Ok(Acquire::Busy { .. }) => matches!(queue, Queue::Join(_)),
+            };
+            let taken = (armed && left).then_some(Taken {
+                lock_key,
+                holder,
+                fair,
+            });
+            if let Some(taken) = gate.answered(id, taken) {
+                backend.release_in_background(taken.lock_key, taken.holder, taken.fair);
+                gate.given_back(id);
+            }
+            outcome
+        });
+        let stopped = |_| BackendError::msg("the lock runtime's worker stopped");
         let Some(bound) = bound else {
-            return Ok((attempt.await, sent_at));
+            return Ok((attempt.await.map_err(stopped)?, sent_at));
         };
         match tokio::time::timeout_at(bound, attempt).await {
-            Ok(outcome) => Ok((outcome, sent_at)),
-            // (the caller's in-flight id releases whatever the attempt may
-            // yet take)
+            Ok(outcome) => Ok((outcome.map_err(stopped)?, sent_at)),
+            // (the attempt's in-flight entry gives back whatever the script
+            // may yet take)
             Err(_) if self.try_once => Err(BackendError::msg(format!(
                 "no answer from the lock backend within the try timeout ({:?})",
                 runtime.try_timeout()
@@ -142,13 +161,14 @@ impl Acquisition {
         }
     }
 
-    /// The attempt took the lock: the hold goes into the table and watchdog.
+    /// The attempt took the lock: the hold goes into the table and watchdog
+    /// (or, shut down meanwhile, back to the backend).
     fn took(
         &mut self,
         in_flight: &mut InFlight,
         (fence, upto): (u64, u64),
         sent_at: Instant,
-    ) -> Attempted {
+    ) -> Result<Attempted, LockError> {
         let claimed = in_flight.armed
             || self
                 .ticket
@@ -159,8 +179,9 @@ impl Acquisition {
             // `WaitTicket::begin_attempt`); if it did, the place's lock would
             // be a sibling's: keep waiting.
             in_flight.disarm();
-            return Attempted::Busy(None);
+            return Ok(Attempted::Busy(None));
         }
+        let (sent, fresh) = (in_flight.sent.take(), in_flight.armed);
         let holder = in_flight.disarm();
         // Leave the queue first: `adopt` wakes the waiters of this scope (to
         // re-enter), and we are no longer one of them.
@@ -169,7 +190,22 @@ impl Acquisition {
         }
         let held = HeldLock::new(self.hold(holder, (fence, upto), sent_at));
         let (scope, lease) = (self.want.scope.clone(), held.lease);
-        Attempted::Held(LockGuard::adopt(&self.runtime, held, scope, sent_at, lease))
+        match LockGuard::adopt(&self.runtime, held.clone(), scope, sent_at, lease, sent) {
+            Some(guard) => Ok(Attempted::Held(guard)),
+            None => {
+                // Shut down meanwhile. A fresh id's lock is given back by
+                // shutdown (or the attempt's task); a place's, claimed above
+                // and so no longer the place shutdown gives back, here.
+                if !fresh {
+                    self.runtime.backend().release_in_background(
+                        held.lock_key.clone(),
+                        held.holder.clone(),
+                        held.fair,
+                    );
+                }
+                Err(LockError::ShutDown)
+            }
+        }
     }
 
     /// The attempt found the lock busy: record what the reply said.
@@ -225,9 +261,18 @@ impl Acquisition {
         );
         ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
         if in_flight.armed {
-            // Fair mode: our first attempt queued its id in Redis.
+            // Fair mode: our first attempt queued its id in Redis. It becomes
+            // the place under the gate, so that shutdown gives it back either
+            // way.
+            let sent = in_flight.sent.take();
             let queued = in_flight.disarm();
-            if let Some(extra) = ticket.adopt_place(queued, sent_at, self.handoff_lease()) {
+            let lease = self.handoff_lease();
+            let adopted = self
+                .runtime
+                .in_flight()
+                .admit(sent, || ticket.adopt_place(queued, sent_at, lease))
+                .ok_or(LockError::ShutDown)?;
+            if let Some(extra) = adopted {
                 let lock_key = self.want.lock_key.clone();
                 self.runtime
                     .backend()
@@ -247,19 +292,24 @@ impl Acquisition {
     }
 }
 
-/// The holder id of one attempt. A fresh id is released in the background if
-/// this is dropped while still armed: an acquire script may have taken the
-/// lock (or, in fair mode, queued the id) after its caller gave up. A fair
-/// place's id is not: it belongs to the key's waiters, who give it back.
+/// The holder id of one attempt. A fresh id's script may take the lock (or,
+/// in fair mode, queue the id) after its caller gave up: if this is dropped
+/// before its outcome was claimed, the attempt's in-flight entry gives back
+/// what the script took, once it is answered (see `inflight.rs`). A fair
+/// place's id is not given back: it belongs to the key's waiters.
 struct InFlight {
     runtime: LockRuntime,
     lock_key: String,
     holder: String,
     armed: bool,
     fair: bool,
+    /// The attempt's in-flight entry, once its script is out and until its
+    /// outcome is claimed.
+    sent: Option<u64>,
 }
 
 impl InFlight {
+    /// Takes the holder id: the outcome was handled.
     fn disarm(&mut self) -> String {
         self.armed = false;
         std::mem::take(&mut self.holder)
@@ -268,12 +318,16 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if self.armed {
-            self.runtime.backend().release_in_background(
-                std::mem::take(&mut self.lock_key),
-                std::mem::take(&mut self.holder),
-                self.fair,
-            );
+        if let Some(id) = self.sent.take() {
+            let gate = self.runtime.in_flight();
+            if let Some(taken) = gate.abandon(id) {
+                self.runtime.backend().release_in_background(
+                    taken.lock_key,
+                    taken.holder,
+                    taken.fair,
+                );
+                gate.given_back(id);
+            }
         }
     }
 }

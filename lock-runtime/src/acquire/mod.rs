@@ -82,6 +82,12 @@ fn ended(
     start: Instant,
     outcome: Result<LockGuard, LockError>,
 ) -> Result<LockGuard, LockError> {
+    // A new hold took the request's key (`Acquisition::hold`): the guard
+    // has it.
+    let key = match &outcome {
+        Ok(guard) => guard.key(),
+        Err(_) => key,
+    };
     let reported = match &outcome {
         Ok(_) => Outcome::Acquired,
         Err(LockError::Timeout { .. }) if try_once => Outcome::Busy,
@@ -307,8 +313,18 @@ impl Acquisition {
         // may be a second old.)
         let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
         let scope = self.want.scope.clone();
-        let guard = LockGuard::adopt(&self.runtime, held, scope, handoff.since, handoff.lease);
-        Some(Ok(Taken::Guard(guard)))
+        let (since, lease) = (handoff.since, handoff.lease);
+        match LockGuard::adopt(&self.runtime, held.clone(), scope, since, lease, None) {
+            Some(guard) => Some(Ok(Taken::Guard(guard))),
+            None => {
+                // Shut down meanwhile: the handoff goes back.
+                let (lock_key, holder) = (held.lock_key.clone(), held.holder.clone());
+                self.runtime
+                    .backend()
+                    .release_in_background(lock_key, holder, true);
+                Some(Err(LockError::ShutDown))
+            }
+        }
     }
 
     /// Step 2: a deadline that passed allows one last try, then ends the
