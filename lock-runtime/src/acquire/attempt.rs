@@ -31,6 +31,21 @@ pub(super) enum Attempted {
 impl Acquisition {
     /// Step 3: one attempt at the backend, and what its reply means.
     pub(super) async fn attempt(&mut self) -> Result<Attempted, LockError> {
+        // Mixed modes on one key: a plain waiter on a key that other
+        // processes hand on in fair mode queues with them (or it would wait
+        // for ever: a direct handoff never leaves the key free).
+        if !self.want.fair {
+            if let Some(first) = self.ticket.as_ref().and_then(|t| t.fair_in_use()) {
+                if first {
+                    tracing::warn!(
+                        key = %self.want.key,
+                        "plain-mode waiters of this key queue in fair mode: other processes \
+                         use the key in fair mode (set the same mode on every process)"
+                    );
+                }
+                self.want.fair = true;
+            }
+        }
         // Fair mode queues this process under one place per key; a first
         // attempt (no ticket yet) uses a fresh id, which may become the place.
         let (place, place_attempt) = match &self.ticket {

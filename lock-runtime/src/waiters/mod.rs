@@ -80,6 +80,9 @@ pub(crate) struct KeyWaiters {
     /// Notified when `busy_until` moves earlier (sleepers wake sooner).
     busy_changed: Notify,
     place: Mutex<FairPlace>,
+    /// A fair handoff to another process was seen on this key (0: no; 1:
+    /// yes; 2: yes, and a plain waiter said so in the log).
+    fair_seen: std::sync::atomic::AtomicU8,
 }
 
 impl Watched for KeyWaiters {
@@ -258,6 +261,16 @@ impl Waiters {
                 });
                 drop(place);
                 entry.wake_head();
+            } else if entry
+                .fair_seen
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // Other processes hand this key on in fair mode: a plain
+                // waiter of ours would never see it free. The head tries
+                // again now, and queues (see `WaitTicket::fair_in_use`).
+                drop(place);
+                entry.wake_head();
             }
         }
     }
@@ -432,6 +445,23 @@ impl WaitTicket {
     /// A hold another task of this process passed to this waiter, if any.
     pub(crate) fn take_passed(&self) -> Option<Passed> {
         self.slot.passed().take()
+    }
+
+    /// Whether other processes hand this key on in fair mode (a handoff
+    /// message to a place not ours was seen). A plain waiter then queues in
+    /// the key's fair queue too, instead of waiting for a free moment that
+    /// direct handoffs never leave. `true` also says whether this is the
+    /// first waiter to ask since (`first`), for a one-time log line.
+    pub(crate) fn fair_in_use(&self) -> Option<bool> {
+        match self.entry.fair_seen.load(Ordering::Acquire) {
+            0 => None,
+            _ => Some(
+                self.entry
+                    .fair_seen
+                    .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok(),
+            ),
+        }
     }
 
     /// Whether this waiter is first in its key's local queue.
