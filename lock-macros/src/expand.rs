@@ -10,9 +10,10 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, Pat, Path, Signature, Type};
+use syn::{FnArg, Ident, Path, Signature, Type};
 
 use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, OnLost, Options};
+use crate::patterns::{self, Scope};
 use crate::rebind::{self, Rebinding};
 use crate::spans::{generated, relocate};
 
@@ -35,12 +36,18 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
     let call = LockCall::new(output.as_ref(), &krate, options);
     let new_body = match body {
         // The boxed future already moves the parameters and carries a type hint: wrap it.
-        Body::AsyncTrait(AsyncTraitBody {
-            before,
-            pin,
-            future,
-        }) => {
-            let call = call.around(key.to_key_expr(&bound_names(&sig)), future);
+        Body::AsyncTrait(body) => {
+            let future_destructured = body.destructured();
+            let AsyncTraitBody {
+                before,
+                pin,
+                future,
+            } = body;
+            let scope = Scope {
+                destructured: future_destructured,
+                names: bound_names(&sig),
+            };
+            let call = call.around(key.to_key_expr(&scope), future);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
@@ -52,7 +59,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             // one-line body); they are the macro's braces, located where the user's were.
             body.set_span(generated(body.span()));
             let read_by_key: Vec<&Ident> = key.roots().collect();
-            let Rebinding { stmts, names } = rebind::rebind(&mut sig, &read_by_key);
+            let Rebinding { stmts, scope } = rebind::rebind(&mut sig, &read_by_key);
             let hint = return_type_hint(output.as_ref());
             let future = quote_spanned! {call.at=>
                 async move {
@@ -61,7 +68,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
                     #body
                 }
             };
-            call.around(key.to_key_expr(&names), future)
+            call.around(key.to_key_expr(&scope), future)
         }
     };
     quote! {
@@ -113,18 +120,21 @@ impl LockCall {
     }
 }
 
-/// The parameters `sig` binds to a name, `self` included.
+/// The names `sig` binds, `self` included: an `#[async_trait]` method's signature keeps
+/// the patterns of parameters taken by reference (`(a, b): &(A, B)`), and its hidden
+/// `__argN` for the others (the future destructures those, see
+/// `AsyncTraitBody::destructured`).
 fn bound_names(sig: &Signature) -> Vec<Ident> {
-    sig.inputs
-        .iter()
-        .filter_map(|input| match input {
-            FnArg::Receiver(receiver) => Some(Ident::from(receiver.self_token)),
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(pat) => Some(pat.ident.clone()),
-                _ => None,
-            },
-        })
-        .collect()
+    let mut names = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => names.push(Ident::from(receiver.self_token)),
+            FnArg::Typed(typed) => {
+                names.extend(patterns::bindings(&typed.pat).into_iter().cloned())
+            }
+        }
+    }
+    names
 }
 
 /// `Options { lease: …, ..Options::DEFAULT }` with only the fields the user gave.

@@ -126,6 +126,7 @@ mod duration;
 mod errors;
 mod expand;
 mod item;
+mod patterns;
 mod rebind;
 mod spans;
 mod suggest;

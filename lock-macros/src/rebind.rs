@@ -42,15 +42,17 @@ use syn::{
     Token,
 };
 
+use crate::patterns::{self, Destructured, Scope};
 use crate::spans::generated;
 
-/// The statements that move the parameters into the body, and the names the signature binds.
+/// The statements that move the parameters into the body, and how the key reaches the
+/// names they bind.
 pub(crate) struct Rebinding {
     /// Statements for the top of the body's block, in parameter order.
     pub stmts: Vec<TokenStream>,
-    /// Every parameter bound to a name (`self` included) as the signature now binds it: the
-    /// key reads them by these idents.
-    pub names: Vec<Ident>,
+    /// The names the signature now binds (`self` included) and the parameters it holds
+    /// whole as `__argN`, with their patterns: the key reads the parameters through them.
+    pub scope: Scope,
 }
 
 /// Rewrites the parameters of `sig` where the body has to take them (see the module docs)
@@ -58,7 +60,7 @@ pub(crate) struct Rebinding {
 pub(crate) fn rebind(sig: &mut Signature, read_by_key: &[&Ident]) -> Rebinding {
     let mut rebinding = Rebinding {
         stmts: Vec::new(),
-        names: Vec::new(),
+        scope: Scope::default(),
     };
     for (index, input) in sig.inputs.iter_mut().enumerate() {
         match input {
@@ -76,7 +78,7 @@ impl Rebinding {
         let span = generated(self_token.span);
         self.stmts
             .push(quote_spanned!(span=> let _ = &#self_token;));
-        self.names.push(Ident::from(self_token));
+        self.scope.names.push(Ident::from(self_token));
     }
 
     /// A parameter with a type: `x`, `mut x`, `_x`, `_` or a pattern.
@@ -86,7 +88,7 @@ impl Rebinding {
             Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
                 self.named(pat, &carried, read_by_key);
             }
-            pattern => self.pattern(pattern, index, &carried),
+            pattern => self.pattern(pattern, index, &carried, read_by_key),
         }
     }
 
@@ -104,7 +106,7 @@ impl Rebinding {
             self.stmts.push(quote_spanned! {span=>
                 #(#all)* let #mutability #user = { #hidden };
             });
-            self.names.push(hidden);
+            self.scope.names.push(hidden);
         } else {
             self.stmts.push(quote_spanned! {span=>
                 #(#all)* let #mutability #user = #user;
@@ -114,13 +116,19 @@ impl Rebinding {
                 self.stmts
                     .push(quote_spanned!(span=> #(#cfg)* let _ = &#user;));
             }
-            self.names.push(user);
+            self.scope.names.push(user);
         }
     }
 
-    /// `_` and patterns: the signature binds a hygienic `(__argN)`, moved first, then
-    /// destructured.
-    fn pattern(&mut self, pattern: &mut Pat, index: usize, carried: &Carried) {
+    /// `_` and patterns: the signature binds a hygienic `(__argN)`, moved first (into a
+    /// `mut` binding when the pattern borrows it mutably, `ref mut x`), then destructured.
+    fn pattern(
+        &mut self,
+        pattern: &mut Pat,
+        index: usize,
+        carried: &Carried,
+        read_by_key: &[&Ident],
+    ) {
         let Carried { cfg, all } = carried;
         let span = generated(
             pattern
@@ -145,12 +153,32 @@ impl Rebinding {
                 pat: Box::new(binding),
             }),
         );
+        let mutability = patterns::borrows_mutably(&pattern).then(|| Token![mut](span));
         self.stmts
-            .push(quote_spanned!(span=> #(#cfg)* let #hidden = #hidden;));
-        if !matches!(pattern, Pat::Wild(_)) {
-            self.stmts
-                .push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+            .push(quote_spanned!(span=> #(#cfg)* let #mutability #hidden = #hidden;));
+        if matches!(pattern, Pat::Wild(_)) {
+            return;
         }
+        self.stmts
+            .push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+        // A name the key reads is used, as it was before the body took the parameter (a
+        // `_name` needs no use).
+        let mut used: Vec<&Ident> = Vec::new();
+        for name in patterns::bindings(&pattern) {
+            let underscored = name.to_string().trim_start_matches("r#").starts_with('_');
+            if !underscored && read_by_key.contains(&name) && !used.contains(&name) {
+                used.push(name);
+            }
+        }
+        for name in used {
+            self.stmts
+                .push(quote_spanned!(span=> #(#cfg)* let _ = &#name;));
+        }
+        self.scope.destructured.push(Destructured {
+            cfg: cfg.clone(),
+            pattern,
+            place: hidden,
+        });
     }
 }
 
@@ -214,12 +242,12 @@ mod tests {
     /// the names the key reads.
     fn rebound(sig: &str, key: &str) -> (String, Vec<String>) {
         let mut sig: Signature = syn::parse_str(sig).unwrap();
-        let params = crate::template::Params::of(&sig);
+        let params = crate::template::Params::of(&sig, &[]);
         let template =
             crate::template::Template::new(key, Span::call_site(), &params, &sig.ident).unwrap();
         let read_by_key: Vec<&Ident> = template.roots().collect();
-        let Rebinding { stmts, names } = rebind(&mut sig, &read_by_key);
-        let names = names.iter().map(ToString::to_string).collect();
+        let Rebinding { stmts, scope } = rebind(&mut sig, &read_by_key);
+        let names = scope.names.iter().map(ToString::to_string).collect();
         (written(quote!(#sig { #(#stmts)* })), names)
     }
 
