@@ -171,6 +171,44 @@ mod tests {
     }
 
     #[test]
+    fn parameters_async_trait_destructures_in_the_future_are_found() {
+        let body = Group::new(
+            Delimiter::Brace,
+            quote!(Box::pin(async move {
+                let __self = self;
+                let x = x;
+                #[cfg(feature = "f")]
+                let (a, b) = {
+                    let __arg2 = __arg2;
+                    __arg2
+                };
+                let P { c, .. } = __arg3;
+                let other = {
+                    let y = z;
+                    y
+                };
+                let __ret: R = { 1 };
+                __ret
+            })),
+        );
+        let found = AsyncTraitBody::recognise(&body).unwrap().destructured();
+        let found: Vec<(String, String, usize)> = found
+            .iter()
+            .map(|d| {
+                let pattern = d.pattern.to_token_stream().to_string();
+                (d.place.to_string(), pattern, d.cfg.len())
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("__arg2".to_owned(), "(a , b)".to_owned(), 1),
+                ("__arg3".to_owned(), "P { c , .. }".to_owned(), 0),
+            ]
+        );
+    }
+
+    #[test]
     fn async_trait_output_is_found() {
         let sig: Signature = syn::parse2(quote!(
             fn f<'life0, 'async_trait>(&'life0 self) -> ::core::pin::Pin<Box<

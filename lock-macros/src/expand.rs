@@ -417,6 +417,62 @@ mod tests {
     }
 
     #[test]
+    fn a_key_reads_names_bound_in_patterns_through_the_hidden_parameter() {
+        let out = expanded(
+            quote!(key = "k:<name>:<a>"),
+            quote!(
+                async fn f(ref name: String, (a, b): (u8, u8)) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let key = quote! {
+            {
+                let ref name = __arg0;
+                let (ref a, _) = __arg1;
+                ::std::format!("k:{}:{}", name, a)
+            }
+        };
+        assert!(out.contains(&key.to_string()), "{out}");
+        let body = quote! {
+            let __arg0 = __arg0;
+            let ref name = __arg0;
+            let _ = &name;
+            let __arg1 = __arg1;
+            let (a, b) = __arg1;
+            let _ = &a;
+        };
+        assert!(out.contains(&body.to_string()), "{out}");
+    }
+
+    #[test]
+    fn an_async_trait_key_reads_the_patterns_its_future_destructures() {
+        let out = expanded(
+            quote!(key = "t:<a>:<c>"),
+            quote! {
+                fn f<'life0, 'async_trait>(&'life0 self, __arg1: (u8, u8), (c, d): &'life0 (u8, u8))
+                    -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>>
+                    where 'life0: 'async_trait, Self: 'async_trait
+                {
+                    Box::pin(async move {
+                        let __self = self;
+                        let (a, b) = { let __arg1 = __arg1; __arg1 };
+                        let __ret: Result<u8, E> = { Ok(a + b + c + d) };
+                        __ret
+                    })
+                }
+            },
+        );
+        let key = quote! {
+            {
+                let (ref a, _) = __arg1;
+                ::std::format!("t:{}:{}", a, c)
+            }
+        };
+        assert!(out.contains(&key.to_string()), "{out}");
+    }
+
+    #[test]
     fn async_trait_futures_are_wrapped() {
         let out = expanded(
             quote!(key = "t:<self.tenant>"),

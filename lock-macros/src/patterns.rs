@@ -140,26 +140,30 @@ fn rewrite(pattern: &Pat, reads: &dyn Fn(&Ident) -> bool, bound: &mut Vec<Ident>
     let mut pattern = pattern.clone();
     match &mut pattern {
         Pat::Ident(ident) => {
+            let read = reads(&ident.ident);
+            if read {
+                let span = Span::mixed_site().located_at(ident.ident.span());
+                let hidden = Ident::new(&ident.ident.to_string(), span);
+                if !bound.contains(&hidden) {
+                    bound.push(hidden.clone());
+                }
+                ident.by_ref = Some(token::Ref(span));
+                ident.mutability = None;
+                ident.ident = hidden;
+            }
             let sub = ident
                 .subpat
                 .take()
                 .map(|(at, sub)| (at, Box::new(rewrite(&sub, reads, bound))));
-            if !reads(&ident.ident) {
+            if read {
+                ident.subpat = sub;
+            } else {
                 // `name @ sub` matches what `sub` does; `name` alone matches anything.
                 return match sub {
                     Some((_, sub)) => *sub,
                     None => wild(ident.ident.span()),
                 };
             }
-            let span = Span::mixed_site().located_at(ident.ident.span());
-            let hidden = Ident::new(&ident.ident.to_string(), span);
-            if !bound.contains(&hidden) {
-                bound.push(hidden.clone());
-            }
-            ident.by_ref = Some(token::Ref(span));
-            ident.mutability = None;
-            ident.ident = hidden;
-            ident.subpat = sub;
         }
         Pat::Tuple(tuple) => rewrite_all(tuple.elems.iter_mut(), reads, bound),
         Pat::TupleStruct(tuple) => rewrite_all(tuple.elems.iter_mut(), reads, bound),
@@ -207,4 +211,116 @@ fn wild(at: Span) -> Pat {
         attrs: Vec::new(),
         underscore_token: token::Underscore(Span::mixed_site().located_at(at)),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use quote::ToTokens;
+
+    fn pat(text: &str) -> Pat {
+        syn::parse::Parser::parse_str(Pat::parse_multi, text).unwrap()
+    }
+
+    /// The pattern as the key reads it when it reads `read`, and the names it binds.
+    fn borrowed(text: &str, read: &[&str]) -> Option<(String, Vec<String>)> {
+        let reads = |name: &Ident| read.iter().any(|read| name == read);
+        borrowing(&pat(text), &reads).map(|(pattern, bound)| {
+            (
+                pattern.to_token_stream().to_string(),
+                bound.iter().map(ToString::to_string).collect(),
+            )
+        })
+    }
+
+    #[test]
+    fn every_binding_is_listed_once_per_place() {
+        let names = |text: &str| -> Vec<String> {
+            bindings(&pat(text))
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(names("ref mut r"), ["r"]);
+        assert_eq!(
+            names("all @ (a, P { x, y: mut z, .. }, [first, rest @ ..], &w)"),
+            ["all", "a", "x", "z", "first", "rest", "w"]
+        );
+        assert_eq!(names("(A(v) | B(v))"), ["v", "v"]);
+        assert_eq!(names("(_, m!(hidden), ..)"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_macro_pattern_is_found() {
+        let pattern = pat("(a, (m!(x), n!(y)))");
+        let found = first_macro(&pattern).unwrap();
+        assert_eq!(found.to_token_stream().to_string(), "m ! (x)");
+        assert!(first_macro(&pat("(a, b)")).is_none());
+    }
+
+    #[test]
+    fn only_ref_mut_outside_a_reference_borrows_the_value_mutably() {
+        assert!(borrows_mutably(&pat("ref mut r")));
+        assert!(borrows_mutably(&pat("(a, ref mut b)")));
+        assert!(borrows_mutably(&pat("all @ P { x: ref mut x, .. }")));
+        assert!(!borrows_mutably(&pat("ref r")));
+        assert!(!borrows_mutably(&pat("(mut a, b)")));
+        assert!(!borrows_mutably(&pat("&mut (ref mut a)")));
+    }
+
+    #[test]
+    fn names_the_key_reads_bind_by_reference_and_others_bind_nothing() {
+        assert_eq!(
+            borrowed("(a, mut b, ref mut c)", &["b"]).unwrap(),
+            ("(_ , ref b , _)".to_owned(), vec!["b".to_owned()])
+        );
+        assert_eq!(borrowed("ref mut name", &["name"]).unwrap().0, "ref name");
+        assert_eq!(borrowed("(a, b)", &["c"]), None);
+        assert_eq!(borrowed("_", &["a"]), None);
+    }
+
+    #[test]
+    fn the_pattern_keeps_its_shape() {
+        // Rest patterns, literals and references stay; a shorthand field is written out.
+        assert_eq!(
+            borrowed("[first, .., last]", &["last"]).unwrap().0,
+            "[_ , .. , ref last]"
+        );
+        assert_eq!(
+            borrowed("P { left, right: r, .. }", &["left"]).unwrap().0,
+            "P { left : ref left , right : _ , .. }"
+        );
+        assert_eq!(borrowed("(&n, 0)", &["n"]).unwrap().0, "(& ref n , 0)");
+        assert_eq!(
+            borrowed("(A(v) | B(v))", &["v"]).unwrap(),
+            ("(A (ref v) | B (ref v))".to_owned(), vec!["v".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_binding_at_a_subpattern_keeps_what_the_subpattern_reads() {
+        assert_eq!(
+            borrowed("all @ (x, _)", &["all", "x"]).unwrap(),
+            (
+                "ref all @ (ref x , _)".to_owned(),
+                vec!["all".to_owned(), "x".to_owned()]
+            )
+        );
+        assert_eq!(borrowed("all @ (x, _)", &["x"]).unwrap().0, "(ref x , _)");
+        // `rest @ ..` keeps its `..`: without it the slice pattern would change its length.
+        assert_eq!(
+            borrowed("[first, rest @ ..]", &["first"]).unwrap().0,
+            "[ref first , ..]"
+        );
+        assert_eq!(
+            borrowed("[first, rest @ ..]", &["rest"]).unwrap().0,
+            "[_ , ref rest @ ..]"
+        );
+    }
+
+    #[test]
+    fn a_macro_pattern_binds_nothing_in_the_key() {
+        assert_eq!(borrowed("(a, m!(b))", &["a"]).unwrap().0, "(ref a , _)");
+    }
 }

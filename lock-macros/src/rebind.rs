@@ -11,7 +11,11 @@
 //!   happens; left in the signature it would be unused).
 //! - `_` and patterns (`(a, b)`, `Point { x, .. }`, `ref r`, `v @ Some(_)`): the signature binds
 //!   a hygienic `__argN` instead, moved first, then destructured: `let __argN = __argN;
-//!   let (a, b) = __argN;`. rustdoc shows `__argN` for such a parameter. The name is written
+//!   let (a, b) = __argN;`. As in rustc's lowering, the moved value is `mut` where the pattern
+//!   borrows it mutably (`ref mut r`: `let mut __argN = __argN; let ref mut r = __argN;`);
+//!   only there, so that no `unused_mut` is left to silence. The key reaches names inside
+//!   the pattern through `__argN` too (see `patterns.rs`). rustdoc shows `__argN` for such a
+//!   parameter. The name is written
 //!   in parentheses, `(__argN): T`, which is the same pattern: an attribute below this one that
 //!   records parameters by name (`#[tracing::instrument]`, which formats each with `Debug`)
 //!   skips it as it skips `_` and does not require `T: Debug` of a parameter the user never
@@ -30,9 +34,10 @@
 //! moves: the binding in the body is where the lint fires, and the parameter (which the
 //! rebinding uses) keeps it as an `#[allow]`.
 //!
-//! No lint is allowed by the expansion: a parameter only the key reads is used once more
-//! (`let _ = &id;`) instead of being covered by `#[allow(unused_variables)]`, which a crate's
-//! `#![forbid(unused_variables)]` would turn into an error.
+//! No lint is allowed by the expansion: a parameter (or a name in a pattern) only the key
+//! reads is used once more (`let _ = &id;`) instead of being covered by
+//! `#[allow(unused_variables)]`, which a crate's `#![forbid(unused_variables)]` would turn into
+//! an error.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote_spanned, ToTokens};
@@ -292,6 +297,60 @@ mod tests {
         );
         assert_eq!(out, written(expected));
         assert!(names.is_empty());
+    }
+
+    #[test]
+    fn a_pattern_that_borrows_mutably_is_moved_into_a_mut_binding() {
+        let (out, _) = rebound(
+            "fn f(ref mut r: u8, (a, ref mut b): (u8, u8), &mut (ref mut c): &mut u8)",
+            "k",
+        );
+        let expected = quote!(
+            fn f((__arg0): u8, (__arg1): (u8, u8), (__arg2): &mut u8) {
+                let mut __arg0 = __arg0;
+                let ref mut r = __arg0;
+                let mut __arg1 = __arg1;
+                let (a, ref mut b) = __arg1;
+                let __arg2 = __arg2;
+                let &mut (ref mut c) = __arg2;
+            }
+        );
+        assert_eq!(out, written(expected));
+    }
+
+    #[test]
+    fn names_in_patterns_the_key_reads_are_used_once_more_and_reach_the_key() {
+        let mut sig: Signature =
+            syn::parse_str("fn f((a, _b, c): (u8, u8, u8), ref r: u8, (A(v) | B(v)): E)").unwrap();
+        let read = ["a", "_b", "r", "v"].map(|name| Ident::new(name, Span::call_site()));
+        let read: Vec<&Ident> = read.iter().collect();
+        let Rebinding { stmts, scope } = rebind(&mut sig, &read);
+        let expected = quote! {
+            let __arg0 = __arg0;
+            let (a, _b, c) = __arg0;
+            let _ = &a;
+            let __arg1 = __arg1;
+            let ref r = __arg1;
+            let _ = &r;
+            let __arg2 = __arg2;
+            let (A(v) | B(v)) = __arg2;
+            let _ = &v;
+        };
+        assert_eq!(quote!(#(#stmts)*).to_string(), expected.to_string());
+        assert!(scope.names.is_empty());
+        let destructured: Vec<(String, String)> = scope
+            .destructured
+            .iter()
+            .map(|d| (d.place.to_string(), crate::written::written(&d.pattern)))
+            .collect();
+        assert_eq!(
+            destructured,
+            [
+                ("__arg0".to_owned(), "(a, _b, c)".to_owned()),
+                ("__arg1".to_owned(), "ref r".to_owned()),
+                ("__arg2".to_owned(), "(A (v) | B (v))".to_owned()),
+            ]
+        );
     }
 
     #[test]

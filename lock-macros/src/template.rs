@@ -3,8 +3,11 @@
 //! A template is parsed once into [`Segment`]s. Placeholders are then checked against the fn's
 //! parameters ([`Params`]); a checked [`Template`] holds only text and placeholders, each
 //! placeholder with its parameter and fields already parsed as Rust names, and is finally
-//! turned into one `format!` call whose arguments are place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
-//! key is built without cloning or moving any argument, before the body takes them.
+//! turned into one `format!` call whose arguments are place expressions (`id`,
+//! `req.order_id`, `self.tenant`): `format!` only borrows them, so the key is built without
+//! cloning or moving any argument, before the body takes them. A name bound inside a
+//! parameter's pattern (`a` in `(a, b)`, `name` in `ref name`) is borrowed the same way,
+//! through the pattern rewritten by `patterns.rs`.
 //!
 //! Spans: the generated tokens sit at the key literal, so an error about a value (a field that
 //! does not exist, a type that is not `Display`) points at the key; they are the macro's own
