@@ -20,7 +20,7 @@
 //! applies is that of the tokens' span: the `ref` and the name are the macro's tokens, so
 //! the macro crate's edition, 2021, applies in every user's crate. (Moving this crate to
 //! edition 2024 would break keys that read such bindings: ui-tests/pass/key_from_patterns.rs
-//! has one.)
+//! has one, and ui-tests/tests/edition_2024.rs checks it in an edition-2024 crate.)
 //!
 //! The names the key binds are hygienic (`Span::mixed_site()`, located at the user's
 //! name): no lint about the user's binding (unused, `_x` used) fires on the key's copy, and
