@@ -8,9 +8,11 @@
 
 use proc_macro2::Group;
 use syn::{
-    Block, Expr, ExprAsync, ExprCall, GenericArgument, PathArguments, ReturnType, Stmt, Type,
-    TypeParamBound,
+    Block, Expr, ExprAsync, ExprCall, GenericArgument, Ident, Pat, PathArguments, ReturnType, Stmt,
+    Type, TypeParamBound,
 };
+
+use crate::patterns::Destructured;
 
 /// A body produced by `#[async_trait]`: the statements before `Box::pin(...)`, the call's
 /// function path (`Box::pin`), and the `async move { … }` future inside it.
@@ -46,8 +48,61 @@ impl AsyncTraitBody {
             _ => None,
         }
     }
+
+    /// The parameters async-trait hands to the future whole and destructures there: for
+    /// `(a, b): (A, B)` the signature binds `__arg1` and the future starts with
+    /// `let (a, b) = { let __arg1 = __arg1; __arg1 };` (older versions: `= __arg1;`). The key
+    /// reaches `a` through that pattern, as for a native `async fn`.
+    pub(crate) fn destructured(&self) -> Vec<Destructured> {
+        self.future
+            .block
+            .stmts
+            .iter()
+            .filter_map(|stmt| {
+                let Stmt::Local(local) = stmt else {
+                    return None;
+                };
+                let place = moved_argument(&local.init.as_ref()?.expr)?;
+                let cfg = local
+                    .attrs
+                    .iter()
+                    .filter(|attr| attr.path().is_ident("cfg"))
+                    .cloned()
+                    .collect();
+                Some(Destructured {
+                    cfg,
+                    pattern: local.pat.clone(),
+                    place: place.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
+/// `__argN` when `expr` is `__argN` or `{ let __argN = __argN; __argN }`.
+fn moved_argument(expr: &Expr) -> Option<&Ident> {
+    match expr {
+        Expr::Block(block) => match block.block.stmts.as_slice() {
+            [Stmt::Local(moved), Stmt::Expr(tail, None)] => {
+                let argument = argument(tail)?;
+                matches!(&moved.pat, Pat::Ident(pat) if pat.ident == *argument).then_some(argument)
+            }
+            _ => None,
+        },
+        expr => argument(expr),
+    }
+}
+
+/// `__argN` when `expr` is that name: how async-trait names a parameter it does not pass by
+/// name.
+fn argument(expr: &Expr) -> Option<&Ident> {
+    let Expr::Path(path) = expr else {
+        return None;
+    };
+    path.path
+        .get_ident()
+        .filter(|ident| ident.to_string().starts_with("__arg"))
+}
 /// `T` in the `Pin<Box<dyn Future<Output = T> + Send + 'async_trait>>` that `#[async_trait]`
 /// gives as the return type.
 pub(crate) fn future_output(output: &ReturnType) -> Option<&Type> {
@@ -113,6 +168,44 @@ mod tests {
         assert!(AsyncTraitBody::recognise(&body).is_none());
         let body = Group::new(Delimiter::Brace, quote!(foo(async move { 1 })));
         assert!(AsyncTraitBody::recognise(&body).is_none());
+    }
+
+    #[test]
+    fn parameters_async_trait_destructures_in_the_future_are_found() {
+        let body = Group::new(
+            Delimiter::Brace,
+            quote!(Box::pin(async move {
+                let __self = self;
+                let x = x;
+                #[cfg(feature = "f")]
+                let (a, b) = {
+                    let __arg2 = __arg2;
+                    __arg2
+                };
+                let P { c, .. } = __arg3;
+                let other = {
+                    let y = z;
+                    y
+                };
+                let __ret: R = { 1 };
+                __ret
+            })),
+        );
+        let found = AsyncTraitBody::recognise(&body).unwrap().destructured();
+        let found: Vec<(String, String, usize)> = found
+            .iter()
+            .map(|d| {
+                let pattern = d.pattern.to_token_stream().to_string();
+                (d.place.to_string(), pattern, d.cfg.len())
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("__arg2".to_owned(), "(a , b)".to_owned(), 1),
+                ("__arg3".to_owned(), "P { c , .. }".to_owned(), 0),
+            ]
+        );
     }
 
     #[test]

@@ -72,7 +72,12 @@ pub(crate) fn check(
         Ok(key) => key,
         Err(reported) => return Err(errors.stop(reported)),
     };
-    let key = match Template::new(&key.value(), key.span(), &Params::of(sig), &sig.ident) {
+    let destructured = match &item.body {
+        Body::AsyncTrait(body) => body.destructured(),
+        Body::Block(_) => Vec::new(),
+    };
+    let params = Params::of(sig, &destructured);
+    let key = match Template::new(&key.value(), key.span(), &params, &sig.ident) {
         Ok(key) => key,
         Err(error) => return Err(errors.fail(error)),
     };

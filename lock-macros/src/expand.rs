@@ -10,9 +10,10 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, Pat, Path, Signature, Type};
+use syn::{FnArg, Ident, Path, Signature, Type};
 
 use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, OnLost, Options};
+use crate::patterns::{self, Scope};
 use crate::rebind::{self, Rebinding};
 use crate::spans::{generated, relocate};
 
@@ -35,12 +36,18 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
     let call = LockCall::new(output.as_ref(), &krate, options);
     let new_body = match body {
         // The boxed future already moves the parameters and carries a type hint: wrap it.
-        Body::AsyncTrait(AsyncTraitBody {
-            before,
-            pin,
-            future,
-        }) => {
-            let call = call.around(key.to_key_expr(&bound_names(&sig)), future);
+        Body::AsyncTrait(body) => {
+            let future_destructured = body.destructured();
+            let AsyncTraitBody {
+                before,
+                pin,
+                future,
+            } = body;
+            let scope = Scope {
+                destructured: future_destructured,
+                names: bound_names(&sig),
+            };
+            let call = call.around(key.to_key_expr(&scope), future);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
@@ -52,7 +59,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             // one-line body); they are the macro's braces, located where the user's were.
             body.set_span(generated(body.span()));
             let read_by_key: Vec<&Ident> = key.roots().collect();
-            let Rebinding { stmts, names } = rebind::rebind(&mut sig, &read_by_key);
+            let Rebinding { stmts, scope } = rebind::rebind(&mut sig, &read_by_key);
             let hint = return_type_hint(output.as_ref());
             let future = quote_spanned! {call.at=>
                 async move {
@@ -61,7 +68,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
                     #body
                 }
             };
-            call.around(key.to_key_expr(&names), future)
+            call.around(key.to_key_expr(&scope), future)
         }
     };
     quote! {
@@ -113,18 +120,21 @@ impl LockCall {
     }
 }
 
-/// The parameters `sig` binds to a name, `self` included.
+/// The names `sig` binds, `self` included: an `#[async_trait]` method's signature keeps
+/// the patterns of parameters taken by reference (`(a, b): &(A, B)`), and its hidden
+/// `__argN` for the others (the future destructures those, see
+/// `AsyncTraitBody::destructured`).
 fn bound_names(sig: &Signature) -> Vec<Ident> {
-    sig.inputs
-        .iter()
-        .filter_map(|input| match input {
-            FnArg::Receiver(receiver) => Some(Ident::from(receiver.self_token)),
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(pat) => Some(pat.ident.clone()),
-                _ => None,
-            },
-        })
-        .collect()
+    let mut names = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => names.push(Ident::from(receiver.self_token)),
+            FnArg::Typed(typed) => {
+                names.extend(patterns::bindings(&typed.pat).into_iter().cloned())
+            }
+        }
+    }
+    names
 }
 
 /// `Options { lease: …, ..Options::DEFAULT }` with only the fields the user gave.
@@ -404,6 +414,62 @@ mod tests {
         };
         assert!(out.contains(&nested.to_string()), "{out}");
         assert!(!out.contains("allow"), "{out}");
+    }
+
+    #[test]
+    fn a_key_reads_names_bound_in_patterns_through_the_hidden_parameter() {
+        let out = expanded(
+            quote!(key = "k:<name>:<a>"),
+            quote!(
+                async fn f(ref name: String, (a, b): (u8, u8)) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let key = quote! {
+            {
+                let ref name = __arg0;
+                let (ref a, _) = __arg1;
+                ::std::format!("k:{}:{}", name, a)
+            }
+        };
+        assert!(out.contains(&key.to_string()), "{out}");
+        let body = quote! {
+            let __arg0 = __arg0;
+            let ref name = __arg0;
+            let _ = &name;
+            let __arg1 = __arg1;
+            let (a, b) = __arg1;
+            let _ = &a;
+        };
+        assert!(out.contains(&body.to_string()), "{out}");
+    }
+
+    #[test]
+    fn an_async_trait_key_reads_the_patterns_its_future_destructures() {
+        let out = expanded(
+            quote!(key = "t:<a>:<c>"),
+            quote! {
+                fn f<'life0, 'async_trait>(&'life0 self, __arg1: (u8, u8), (c, d): &'life0 (u8, u8))
+                    -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>>
+                    where 'life0: 'async_trait, Self: 'async_trait
+                {
+                    Box::pin(async move {
+                        let __self = self;
+                        let (a, b) = { let __arg1 = __arg1; __arg1 };
+                        let __ret: Result<u8, E> = { Ok(a + b + c + d) };
+                        __ret
+                    })
+                }
+            },
+        );
+        let key = quote! {
+            {
+                let (ref a, _) = __arg1;
+                ::std::format!("t:{}:{}", a, c)
+            }
+        };
+        assert!(out.contains(&key.to_string()), "{out}");
     }
 
     #[test]

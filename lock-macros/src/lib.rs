@@ -66,11 +66,14 @@
 //!
 //! Attributes, doc comments, visibility, generics, `where` clauses and the signature are kept,
 //! except where the body has to take a parameter the signature cannot hand over by name (see
-//! `rebind.rs`): `mut` on a by-value parameter moves to its rebinding in the body; a `_` or
-//! destructuring parameter is bound to a hygienic `(__argN)` (moved, then destructured in the
-//! body, as rustc itself lowers an `async fn`); a `_x` parameter's name becomes hygienic; an
-//! `#[expect]` on a parameter moves to its binding in the body (the parameter keeps it as an
-//! `#[allow]`). The body's `return` and `?` return from the `async move` block, which is the
+//! `rebind.rs`): `mut` on a by-value parameter moves to its rebinding in the body; a `_`,
+//! `ref`, `x @ pat` or destructuring parameter is bound to a hygienic `(__argN)` (moved, then
+//! destructured in the body, as rustc itself lowers an `async fn`); a `_x` parameter's name
+//! becomes hygienic; an `#[expect]` on a parameter moves to its binding in the body (the
+//! parameter keeps it as an `#[allow]`). A key that reads a name bound inside such a pattern
+//! destructures `__argN` first, by reference and in a block of its own
+//! (`{ let (ref a, _) = __arg1; ::std::format!("pair:{}", a) }`, see `patterns.rs`), so
+//! nothing is moved before the body takes it. The body's `return` and `?` return from the `async move` block, which is the
 //! body future, so they work as in the original fn. Nothing is allocated besides the key
 //! string: the body future is not boxed, and it is `Send` exactly when the original fn's
 //! future was.
@@ -109,7 +112,8 @@
 //!   - `template.rs`, the key parsed and checked against the parameters.
 //! - `expand.rs` writes the new fn from a `LockedFn` alone, with `rebind.rs` moving the
 //!   parameters into its body.
-//! - At the bottom, used by several: `errors.rs` (errors collected, not stopped at),
+//! - At the bottom, used by several: `patterns.rs` (the names a parameter's pattern binds,
+//!   and the pattern the key reads them through), `errors.rs` (errors collected, not stopped at),
 //!   `suggest.rs` ("did you mean"), `spans.rs` (where generated tokens point) and
 //!   `written.rs` (tokens quoted in messages).
 
@@ -126,6 +130,7 @@ mod duration;
 mod errors;
 mod expand;
 mod item;
+mod patterns;
 mod rebind;
 mod spans;
 mod suggest;
@@ -158,7 +163,11 @@ mod written;
 /// `<pair.0>` and `<self.tenant>` follow fields. The key is built from references before the
 /// body runs, so no argument is cloned or moved. `<<` is a literal `<`, `{{` a literal `{`
 /// and `}}` a literal `}` (as in `format!`); `>` and single braces are literal text. A
-/// placeholder must start at a named parameter (not a binding inside a destructuring pattern).
+/// placeholder starts at any name a parameter binds, as the body sees it: `<id>` for
+/// `mut id`, `ref id` or `ref mut id`, `<a>` for `(a, b): (A, B)`, `<left.0>` for
+/// `Pair { left, .. }: Pair`, `<all>` and `<x>` for `all @ (x, _)`, `<self.tenant>` for any
+/// receiver. (Not inside a pattern written by a macro, `m!(x): T`: what it binds is only
+/// known once it expands, after this attribute.)
 /// `format!`'s spelling of a placeholder is refused when it names a parameter:
 /// `key = "order:{id}"` would lock the text `order:{id}` for every order, so it is a compile
 /// error that says to write `<id>`; the literal text `{id}` is written `{{id}}`.
@@ -370,8 +379,8 @@ mod written;
 /// # Compile errors
 ///
 /// A missing `key`, or a key given as a bare string; an unknown or repeated argument; a
-/// placeholder that names no parameter, is empty or unclosed, or starts inside a destructured
-/// parameter; a `{name}` that names a parameter; a malformed duration, a lease out of range;
+/// placeholder that names no parameter (or a name bound inside a macro pattern), is empty or
+/// unclosed; a `{name}` that names a parameter; a malformed duration, a lease out of range;
 /// a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async` (also one that an
 /// attribute above this one already made blocking), has no body, or returns something that
 /// is not a `Result`; the attribute on anything but a fn.

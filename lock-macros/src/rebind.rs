@@ -11,7 +11,11 @@
 //!   happens; left in the signature it would be unused).
 //! - `_` and patterns (`(a, b)`, `Point { x, .. }`, `ref r`, `v @ Some(_)`): the signature binds
 //!   a hygienic `__argN` instead, moved first, then destructured: `let __argN = __argN;
-//!   let (a, b) = __argN;`. rustdoc shows `__argN` for such a parameter. The name is written
+//!   let (a, b) = __argN;`. As in rustc's lowering, the moved value is `mut` where the pattern
+//!   borrows it mutably (`ref mut r`: `let mut __argN = __argN; let ref mut r = __argN;`);
+//!   only there, so that no `unused_mut` is left to silence. The key reaches names inside
+//!   the pattern through `__argN` too (see `patterns.rs`). rustdoc shows `__argN` for such a
+//!   parameter. The name is written
 //!   in parentheses, `(__argN): T`, which is the same pattern: an attribute below this one that
 //!   records parameters by name (`#[tracing::instrument]`, which formats each with `Debug`)
 //!   skips it as it skips `_` and does not require `T: Debug` of a parameter the user never
@@ -30,9 +34,10 @@
 //! moves: the binding in the body is where the lint fires, and the parameter (which the
 //! rebinding uses) keeps it as an `#[allow]`.
 //!
-//! No lint is allowed by the expansion: a parameter only the key reads is used once more
-//! (`let _ = &id;`) instead of being covered by `#[allow(unused_variables)]`, which a crate's
-//! `#![forbid(unused_variables)]` would turn into an error.
+//! No lint is allowed by the expansion: a parameter (or a name in a pattern) only the key
+//! reads is used once more (`let _ = &id;`) instead of being covered by
+//! `#[allow(unused_variables)]`, which a crate's `#![forbid(unused_variables)]` would turn into
+//! an error.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote_spanned, ToTokens};
@@ -42,15 +47,17 @@ use syn::{
     Token,
 };
 
+use crate::patterns::{self, Destructured, Scope};
 use crate::spans::generated;
 
-/// The statements that move the parameters into the body, and the names the signature binds.
+/// The statements that move the parameters into the body, and how the key reaches the
+/// names they bind.
 pub(crate) struct Rebinding {
     /// Statements for the top of the body's block, in parameter order.
     pub stmts: Vec<TokenStream>,
-    /// Every parameter bound to a name (`self` included) as the signature now binds it: the
-    /// key reads them by these idents.
-    pub names: Vec<Ident>,
+    /// The names the signature now binds (`self` included) and the parameters it holds
+    /// whole as `__argN`, with their patterns: the key reads the parameters through them.
+    pub scope: Scope,
 }
 
 /// Rewrites the parameters of `sig` where the body has to take them (see the module docs)
@@ -58,7 +65,7 @@ pub(crate) struct Rebinding {
 pub(crate) fn rebind(sig: &mut Signature, read_by_key: &[&Ident]) -> Rebinding {
     let mut rebinding = Rebinding {
         stmts: Vec::new(),
-        names: Vec::new(),
+        scope: Scope::default(),
     };
     for (index, input) in sig.inputs.iter_mut().enumerate() {
         match input {
@@ -76,7 +83,7 @@ impl Rebinding {
         let span = generated(self_token.span);
         self.stmts
             .push(quote_spanned!(span=> let _ = &#self_token;));
-        self.names.push(Ident::from(self_token));
+        self.scope.names.push(Ident::from(self_token));
     }
 
     /// A parameter with a type: `x`, `mut x`, `_x`, `_` or a pattern.
@@ -86,7 +93,7 @@ impl Rebinding {
             Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
                 self.named(pat, &carried, read_by_key);
             }
-            pattern => self.pattern(pattern, index, &carried),
+            pattern => self.pattern(pattern, index, &carried, read_by_key),
         }
     }
 
@@ -104,7 +111,7 @@ impl Rebinding {
             self.stmts.push(quote_spanned! {span=>
                 #(#all)* let #mutability #user = { #hidden };
             });
-            self.names.push(hidden);
+            self.scope.names.push(hidden);
         } else {
             self.stmts.push(quote_spanned! {span=>
                 #(#all)* let #mutability #user = #user;
@@ -114,13 +121,19 @@ impl Rebinding {
                 self.stmts
                     .push(quote_spanned!(span=> #(#cfg)* let _ = &#user;));
             }
-            self.names.push(user);
+            self.scope.names.push(user);
         }
     }
 
-    /// `_` and patterns: the signature binds a hygienic `(__argN)`, moved first, then
-    /// destructured.
-    fn pattern(&mut self, pattern: &mut Pat, index: usize, carried: &Carried) {
+    /// `_` and patterns: the signature binds a hygienic `(__argN)`, moved first (into a
+    /// `mut` binding when the pattern borrows it mutably, `ref mut x`), then destructured.
+    fn pattern(
+        &mut self,
+        pattern: &mut Pat,
+        index: usize,
+        carried: &Carried,
+        read_by_key: &[&Ident],
+    ) {
         let Carried { cfg, all } = carried;
         let span = generated(
             pattern
@@ -145,12 +158,32 @@ impl Rebinding {
                 pat: Box::new(binding),
             }),
         );
+        let mutability = patterns::borrows_mutably(&pattern).then(|| Token![mut](span));
         self.stmts
-            .push(quote_spanned!(span=> #(#cfg)* let #hidden = #hidden;));
-        if !matches!(pattern, Pat::Wild(_)) {
-            self.stmts
-                .push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+            .push(quote_spanned!(span=> #(#cfg)* let #mutability #hidden = #hidden;));
+        if matches!(pattern, Pat::Wild(_)) {
+            return;
         }
+        self.stmts
+            .push(quote_spanned!(span=> #(#all)* let #pattern = #hidden;));
+        // A name the key reads is used, as it was before the body took the parameter (a
+        // `_name` needs no use).
+        let mut used: Vec<&Ident> = Vec::new();
+        for name in patterns::bindings(&pattern) {
+            let underscored = name.to_string().trim_start_matches("r#").starts_with('_');
+            if !underscored && read_by_key.contains(&name) && !used.contains(&name) {
+                used.push(name);
+            }
+        }
+        for name in used {
+            self.stmts
+                .push(quote_spanned!(span=> #(#cfg)* let _ = &#name;));
+        }
+        self.scope.destructured.push(Destructured {
+            cfg: cfg.clone(),
+            pattern,
+            place: hidden,
+        });
     }
 }
 
@@ -214,12 +247,12 @@ mod tests {
     /// the names the key reads.
     fn rebound(sig: &str, key: &str) -> (String, Vec<String>) {
         let mut sig: Signature = syn::parse_str(sig).unwrap();
-        let params = crate::template::Params::of(&sig);
+        let params = crate::template::Params::of(&sig, &[]);
         let template =
             crate::template::Template::new(key, Span::call_site(), &params, &sig.ident).unwrap();
         let read_by_key: Vec<&Ident> = template.roots().collect();
-        let Rebinding { stmts, names } = rebind(&mut sig, &read_by_key);
-        let names = names.iter().map(ToString::to_string).collect();
+        let Rebinding { stmts, scope } = rebind(&mut sig, &read_by_key);
+        let names = scope.names.iter().map(ToString::to_string).collect();
         (written(quote!(#sig { #(#stmts)* })), names)
     }
 
@@ -264,6 +297,60 @@ mod tests {
         );
         assert_eq!(out, written(expected));
         assert!(names.is_empty());
+    }
+
+    #[test]
+    fn a_pattern_that_borrows_mutably_is_moved_into_a_mut_binding() {
+        let (out, _) = rebound(
+            "fn f(ref mut r: u8, (a, ref mut b): (u8, u8), &mut (ref mut c): &mut u8)",
+            "k",
+        );
+        let expected = quote!(
+            fn f((__arg0): u8, (__arg1): (u8, u8), (__arg2): &mut u8) {
+                let mut __arg0 = __arg0;
+                let ref mut r = __arg0;
+                let mut __arg1 = __arg1;
+                let (a, ref mut b) = __arg1;
+                let __arg2 = __arg2;
+                let &mut (ref mut c) = __arg2;
+            }
+        );
+        assert_eq!(out, written(expected));
+    }
+
+    #[test]
+    fn names_in_patterns_the_key_reads_are_used_once_more_and_reach_the_key() {
+        let mut sig: Signature =
+            syn::parse_str("fn f((a, _b, c): (u8, u8, u8), ref r: u8, (A(v) | B(v)): E)").unwrap();
+        let read = ["a", "_b", "r", "v"].map(|name| Ident::new(name, Span::call_site()));
+        let read: Vec<&Ident> = read.iter().collect();
+        let Rebinding { stmts, scope } = rebind(&mut sig, &read);
+        let expected = quote! {
+            let __arg0 = __arg0;
+            let (a, _b, c) = __arg0;
+            let _ = &a;
+            let __arg1 = __arg1;
+            let ref r = __arg1;
+            let _ = &r;
+            let __arg2 = __arg2;
+            let (A(v) | B(v)) = __arg2;
+            let _ = &v;
+        };
+        assert_eq!(quote!(#(#stmts)*).to_string(), expected.to_string());
+        assert!(scope.names.is_empty());
+        let destructured: Vec<(String, String)> = scope
+            .destructured
+            .iter()
+            .map(|d| (d.place.to_string(), crate::written::written(&d.pattern)))
+            .collect();
+        assert_eq!(
+            destructured,
+            [
+                ("__arg0".to_owned(), "(a, _b, c)".to_owned()),
+                ("__arg1".to_owned(), "ref r".to_owned()),
+                ("__arg2".to_owned(), "(A (v) | B (v))".to_owned()),
+            ]
+        );
     }
 
     #[test]

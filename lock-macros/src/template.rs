@@ -3,8 +3,11 @@
 //! A template is parsed once into [`Segment`]s. Placeholders are then checked against the fn's
 //! parameters ([`Params`]); a checked [`Template`] holds only text and placeholders, each
 //! placeholder with its parameter and fields already parsed as Rust names, and is finally
-//! turned into one `format!` call whose arguments are place expressions (`id`, `req.order_id`, `self.tenant`): `format!` only borrows them, so the
-//! key is built without cloning or moving any argument, before the body takes them.
+//! turned into one `format!` call whose arguments are place expressions (`id`,
+//! `req.order_id`, `self.tenant`): `format!` only borrows them, so the key is built without
+//! cloning or moving any argument, before the body takes them. A name bound inside a
+//! parameter's pattern (`a` in `(a, b)`, `name` in `ref name`) is borrowed the same way,
+//! through the pattern rewritten by `patterns.rs`.
 //!
 //! Spans: the generated tokens sit at the key literal, so an error about a value (a field that
 //! does not exist, a type that is not `Display`) points at the key; they are the macro's own
@@ -35,6 +38,7 @@ use quote::{quote_spanned, ToTokens};
 use syn::{FnArg, Ident, Member, Pat, Signature};
 
 use crate::errors::Errors;
+use crate::patterns::{self, Destructured, Scope};
 use crate::spans::generated;
 use crate::suggest;
 use crate::written::written;
@@ -162,64 +166,74 @@ fn path(inner: &str) -> Option<Placeholder> {
     })
 }
 
-/// The names a key placeholder may start from, read from the fn signature.
+/// The names a key placeholder may start from: every name the fn's parameters bind.
 #[derive(Debug, Default)]
 pub(crate) struct Params {
-    /// Parameters bound to one name (`id: u64`, `mut req: Req`, `self`), in order.
-    whole: Vec<String>,
-    /// Names bound inside a destructuring pattern, with that pattern as written.
-    destructured: Vec<(String, String)>,
+    /// `self`, named parameters (`id`, `mut req`, `ref name`) and the names bound inside
+    /// patterns (`a` and `b` in `(a, b)`), in order.
+    names: Vec<String>,
+    /// Whether a parameter's pattern is a macro (`m!(…)`): what it binds is not known.
+    macro_pattern: Option<String>,
 }
 
 impl Params {
-    /// Collects the parameter names of `sig`.
-    pub(crate) fn of(sig: &Signature) -> Params {
+    /// Collects the names the parameters of `sig` bind, and those of `destructured`: the
+    /// patterns an `#[async_trait]` method destructures in its body (their hidden `place`
+    /// in the signature is not a name the user gave).
+    pub(crate) fn of(sig: &Signature, destructured: &[Destructured]) -> Params {
         let mut params = Params::default();
+        let mut patterns = Vec::new();
         for input in &sig.inputs {
             match input {
-                FnArg::Receiver(_) => params.whole.push("self".to_owned()),
-                FnArg::Typed(typed) => match &*typed.pat {
-                    Pat::Ident(ident) => params.whole.push(ident.ident.to_string()),
-                    Pat::Wild(_) => {}
-                    pattern => {
-                        let written = written(pattern);
-                        let mut names = Vec::new();
-                        bindings(pattern, &mut names);
-                        for name in names {
-                            params.destructured.push((name, written.clone()));
-                        }
+                FnArg::Receiver(_) => params.names.push("self".to_owned()),
+                FnArg::Typed(typed) => {
+                    let hidden = |pattern: &Pat| {
+                        destructured
+                            .iter()
+                            .any(|d| matches!(pattern, Pat::Ident(p) if p.ident == d.place))
+                    };
+                    if !hidden(&typed.pat) {
+                        patterns.push(&*typed.pat);
                     }
-                },
+                }
+            }
+        }
+        patterns.extend(destructured.iter().map(|d| &d.pattern));
+        for pattern in patterns {
+            let names = patterns::bindings(pattern);
+            params.names.extend(names.iter().map(ToString::to_string));
+            if params.macro_pattern.is_none() {
+                params.macro_pattern = patterns::first_macro(pattern).map(written);
             }
         }
         params
     }
 
-    /// Checks that `placeholder` starts at a whole parameter.
+    /// Checks that `placeholder` starts at a name a parameter binds.
     fn check(&self, placeholder: &Placeholder, fn_name: &Ident) -> Result<(), String> {
         let root = &placeholder.root.to_string();
-        if self.whole.contains(root) {
+        if self.names.contains(root) {
             return Ok(());
         }
         let written = placeholder.written();
-        if let Some((_, pattern)) = self.destructured.iter().find(|(name, _)| name == root) {
-            return Err(format!(
-                "placeholder `{written}` names `{root}`, which is bound inside the destructured \
-                 parameter `{pattern}`; a placeholder must start at a named parameter: bind the \
-                 whole parameter to a name and use a field path such as `<name.field>` or `<name.0>`"
-            ));
-        }
         let mut message = format!("placeholder `{written}` names no parameter of `{fn_name}`");
-        if self.whole.is_empty() {
+        if self.names.is_empty() {
             message.push_str(&format!(
                 "; `{fn_name}` has no named parameters, so its key can only be literal text"
             ));
         } else {
-            let list: Vec<String> = self.whole.iter().map(|name| format!("`{name}`")).collect();
+            let list: Vec<String> = self.names.iter().map(|name| format!("`{name}`")).collect();
             message.push_str(&format!("; its parameters are {}", list.join(", ")));
-            if let Some(near) = suggest::closest(root, self.whole.iter().map(String::as_str)) {
+            if let Some(near) = suggest::closest(root, self.names.iter().map(String::as_str)) {
                 message.push_str(&format!(" (did you mean `<{near}>`?)"));
             }
+        }
+        if let Some(mac) = &self.macro_pattern {
+            message.push_str(&format!(
+                "; the names the macro pattern `{mac}` binds are not known to #[distributed_lock], \
+                 which expands first: write the pattern out, or bind the parameter to a name and \
+                 use a field path such as `<name.0>`"
+            ));
         }
         Err(message)
     }
@@ -234,7 +248,7 @@ impl Params {
         let Some(path) = path(name.trim()) else {
             return Ok(());
         };
-        if !self.whole.contains(&path.root.to_string()) {
+        if !self.names.contains(&path.root.to_string()) {
             return Ok(());
         }
         let written = path.written();
@@ -255,27 +269,6 @@ impl Params {
             "; for the literal text `{{{inner}}}` write `{{{{{inner}}}}}`"
         ));
         Err(message)
-    }
-}
-
-/// Every name bound by `pattern`.
-fn bindings(pattern: &Pat, names: &mut Vec<String>) {
-    match pattern {
-        Pat::Ident(ident) => {
-            names.push(ident.ident.to_string());
-            if let Some((_, sub)) = &ident.subpat {
-                bindings(sub, names);
-            }
-        }
-        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
-        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
-        Pat::Struct(fields) => fields.fields.iter().for_each(|f| bindings(&f.pat, names)),
-        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bindings(p, names)),
-        Pat::Reference(reference) => bindings(&reference.pat, names),
-        Pat::Type(typed) => bindings(&typed.pat, names),
-        Pat::Paren(paren) => bindings(&paren.pat, names),
-        Pat::Or(or) => or.cases.iter().for_each(|p| bindings(p, names)),
-        _ => {}
     }
 }
 
@@ -373,9 +366,12 @@ impl Template {
 
     /// The expression that builds the key: `::std::format!("order:{}", id)`, or
     /// `<String as From<&str>>::from("jobs")` for a key without placeholders (fully qualified,
-    /// so that it compiles under `#[no_implicit_prelude]`). `params` are the parameters as the
-    /// signature binds them (`self` included): a placeholder's name resolves as they do.
-    pub(crate) fn to_key_expr(&self, params: &[Ident]) -> TokenStream {
+    /// so that it compiles under `#[no_implicit_prelude]`). `scope` holds the names as the
+    /// signature binds them (`self` included), so that a placeholder's name resolves as they
+    /// do, and the parameters still to be destructured: a name bound inside one is reached
+    /// by destructuring it first, by reference (see `patterns.rs`), in a block:
+    /// `{ let (ref a, _) = __arg1; ::std::format!("pair:{}", a) }`.
+    pub(crate) fn to_key_expr(&self, scope: &Scope) -> TokenStream {
         let span = generated(self.span);
         if let [Part::Text(text)] = self.parts.as_slice() {
             let text = syn::LitStr::new(text, span);
@@ -383,12 +379,31 @@ impl Template {
                 <::std::string::String as ::core::convert::From<&str>>::from(#text)
             };
         }
+        let mut names = scope.names.clone();
+        let mut lets = Vec::new();
+        for Destructured {
+            cfg,
+            pattern,
+            place,
+        } in &scope.destructured
+        {
+            let reads = |name: &Ident| self.roots().any(|root| root == name);
+            if let Some((pattern, bound)) = patterns::borrowing(pattern, &reads) {
+                lets.push(quote_spanned!(span=> #(#cfg)* let #pattern = #place;));
+                names.extend(bound);
+            }
+        }
         let format = syn::LitStr::new(&self.format_string(), span);
         let values = self.parts.iter().filter_map(|part| match part {
-            Part::Value(placeholder) => Some(self.value_expr(placeholder, params)),
+            Part::Value(placeholder) => Some(self.value_expr(placeholder, &names)),
             Part::Text(_) => None,
         });
-        quote_spanned!(span=> ::std::format!(#format #(, #values)*))
+        let format = quote_spanned!(span=> ::std::format!(#format #(, #values)*));
+        if lets.is_empty() {
+            format
+        } else {
+            quote_spanned!(span=> { #(#lets)* #format })
+        }
     }
 
     /// `root.field.0`, at the key literal. `root` is the parameter of that name in `params`,
@@ -443,13 +458,23 @@ mod tests {
         Segment::Value(path(&text).unwrap())
     }
 
+    fn scope(names: &[&str]) -> Scope {
+        Scope {
+            names: names
+                .iter()
+                .map(|name| Ident::new(name, Span::call_site()))
+                .collect(),
+            destructured: Vec::new(),
+        }
+    }
+
     fn sig(tokens: &str) -> Signature {
         syn::parse_str(tokens).unwrap()
     }
 
     fn template(key: &str, signature: &str) -> syn::Result<Template> {
         let sig = sig(signature);
-        Template::new(key, Span::call_site(), &Params::of(&sig), &sig.ident)
+        Template::new(key, Span::call_site(), &Params::of(&sig, &[]), &sig.ident)
     }
 
     #[test]
@@ -598,8 +623,7 @@ mod tests {
             "fn f(&self, id: u64, p: (u8, u8))",
         )
         .unwrap();
-        let params = ["self", "id", "p"].map(|name| Ident::new(name, Span::call_site()));
-        let expr = t.to_key_expr(&params).to_string();
+        let expr = t.to_key_expr(&scope(&["self", "id", "p"])).to_string();
         assert_eq!(
             expr,
             ":: std :: format ! (\"o:{}:{}:{}\" , id , self . tenant , p . 0)"
@@ -611,7 +635,7 @@ mod tests {
         let t = template("jobs<<{x}", "fn f()").unwrap();
         assert!(matches!(t.parts.as_slice(), [Part::Text(_)]));
         assert_eq!(
-            t.to_key_expr(&[]).to_string(),
+            t.to_key_expr(&Scope::default()).to_string(),
             quote!(<::std::string::String as ::core::convert::From<&str>>::from("jobs<{x}"))
                 .to_string()
         );
@@ -645,29 +669,72 @@ mod tests {
     }
 
     #[test]
-    fn destructured_parameters_are_refused() {
-        let error = template("<a>", "fn f((a, b): (u8, u8))")
-            .unwrap_err()
-            .to_string();
+    fn names_bound_in_patterns_are_parameters() {
+        let sig =
+            "fn f(ref r: u8, (a, mut b): (u8, u8), P { x, .. }: P, all @ [first, ..]: [u8; 2])";
+        for key in ["<r>", "<a>", "<b>", "<x>", "<all>", "<first>"] {
+            assert!(template(key, sig).is_ok(), "{key}");
+        }
+        let error = template("<y>", sig).unwrap_err().to_string();
         assert!(
-            error.contains("bound inside the destructured parameter `(a, b)`"),
+            error.contains("its parameters are `r`, `a`, `b`, `x`, `all`, `first`"),
             "{error}"
         );
-        let error = template("<x>", "fn f(P { x, .. }: P)")
+    }
+
+    #[test]
+    fn a_macro_pattern_is_named_when_a_placeholder_is_not_found() {
+        let error = template("<x>", "fn f(id: u8, (pair!(x), y): (P, u8))")
             .unwrap_err()
             .to_string();
-        assert!(error.contains("destructured"), "{error}");
+        assert!(error.contains("its parameters are `id`, `y`"), "{error}");
+        assert!(
+            error.contains("the names the macro pattern `pair!(x)` binds are not known"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_name_inside_a_pattern_is_borrowed_from_the_parameter_first() {
+        let t = template(
+            "<id>:<a>:<left.0>",
+            "fn f(id: u8, (a, _b): (u8, u8), P { left, right }: P)",
+        )
+        .unwrap();
+        let mut sig: Signature =
+            syn::parse_str("fn f(id: u8, (a, _b): (u8, u8), P { left, right }: P)").unwrap();
+        let read: Vec<&Ident> = t.roots().collect();
+        let scope = crate::rebind::rebind(&mut sig, &read).scope;
+        // (Written as a string: rustfmt would add a comma after the last field.)
+        let expected = "{ let (ref a , _) = __arg1 ; \
+                        let P { left : ref left , right : _ } = __arg2 ; \
+                        :: std :: format ! (\"{}:{}:{}\" , id , a , left . 0) }";
+        assert_eq!(t.to_key_expr(&scope).to_string(), expected);
+    }
+
+    #[test]
+    fn bound_by_the_signature_is_read_directly() {
+        let t = template("<a>", "fn f(a: u8, (b, c): (u8, u8))").unwrap();
+        let mut sig: Signature = syn::parse_str("fn f(a: u8, (b, c): (u8, u8))").unwrap();
+        let scope = crate::rebind::rebind(&mut sig, &t.roots().collect::<Vec<_>>()).scope;
+        assert_eq!(
+            t.to_key_expr(&scope).to_string(),
+            ":: std :: format ! (\"{}\" , a)"
+        );
     }
 
     #[test]
     fn raw_names_and_indices_reach_the_key_expression() {
         let t = template("<r#type.0>:<p.r#in>", "fn f(r#type: (u8,), p: P)").unwrap();
-        let params = [
-            Ident::new_raw("type", Span::call_site()),
-            Ident::new("p", Span::call_site()),
-        ];
+        let scope = Scope {
+            names: vec![
+                Ident::new_raw("type", Span::call_site()),
+                Ident::new("p", Span::call_site()),
+            ],
+            destructured: Vec::new(),
+        };
         assert_eq!(
-            t.to_key_expr(&params).to_string(),
+            t.to_key_expr(&scope).to_string(),
             ":: std :: format ! (\"{}:{}\" , r#type . 0 , p . r#in)"
         );
     }

@@ -1,5 +1,6 @@
 //! `#[distributed_lock]` on real Redis: nested annotated calls re-enter,
-//! methods, generics and trait impls lock by their key, strangers wait.
+//! methods, generics and trait impls lock by their key (also one read from names
+//! bound by `ref` or inside patterns), strangers wait.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -202,6 +203,53 @@ async fn trait_impl_method_locks() {
     install().await;
     assert_eq!(Books { id: 9 }.post(21).await.unwrap(), 42);
     assert!(!held_by_someone("books:9").await);
+}
+
+struct Transfer {
+    from: String,
+    to: String,
+}
+
+#[distributed_lock(key = "transfer:<from>:<to>:<amount>", wait = "300ms")]
+async fn transfer(Transfer { from, to }: Transfer, ref amount: u64) -> Result<u64, AppError> {
+    assert!(held_by_someone(&format!("transfer:{from}:{to}:{amount}")).await);
+    Ok(*amount)
+}
+
+fn alice_to_bob() -> Transfer {
+    Transfer {
+        from: "alice".to_owned(),
+        to: "bob".to_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_read_from_a_struct_pattern_and_a_ref_binding_is_the_lock_taken() {
+    install().await;
+    assert_eq!(transfer(alice_to_bob(), 5).await.unwrap(), 5);
+    assert!(!held_by_someone("transfer:alice:bob:5").await);
+    // A stranger holding that exact key keeps the call out.
+    let guard = lock_runtime::lock("transfer:alice:bob:5")
+        .acquire()
+        .await
+        .unwrap();
+    let err = tokio::spawn(transfer(alice_to_bob(), 5))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, AppError::Lock(LockError::Timeout { .. })),
+        "{err:?}"
+    );
+    // Released and confirmed before the next call tries: no wait on a release message.
+    guard.release().await.unwrap();
+    assert_eq!(
+        tokio::spawn(transfer(alice_to_bob(), 5))
+            .await
+            .unwrap()
+            .unwrap(),
+        5
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
-//! Every parameter (named, `_`, `_x`, destructured, `ref`, by-value `self`) is dropped as a
-//! native `async fn` drops it: at the end of the body, after the body's locals, in reverse
-//! order of declaration; and here while the lock is still held.
+//! Every parameter (named, `_`, `_x`, destructured, `ref`, `ref mut`, `x @ pat`, by-value
+//! `self`) is dropped as a native `async fn` drops it: at the end of the body, after the
+//! body's locals, in reverse order of declaration; and here while the lock is still held.
+//! The key reading names bound inside patterns changes none of it.
 #![deny(warnings)]
 
 use std::sync::{Mutex, PoisonError};
@@ -36,14 +37,17 @@ async fn native(
     Pair { left, .. }: Pair,
     mut d: Noisy,
     ref e: Noisy,
+    ref mut f: Noisy,
+    g @ Pair { .. }: Pair,
 ) -> Result<(), LockError> {
     let _local = Noisy("local");
     d.0 = "d";
-    let _ = (&a, &b, &left, e);
+    f.0 = "f";
+    let _ = (&a, &b, &left, e, &g);
     Ok(())
 }
 
-#[distributed_lock(key = "drops:<a.0>")]
+#[distributed_lock(key = "drops:<a.0>:<b.0>:<left.0>:<e.0>:<f.0>:<g.left.0>")]
 async fn locked(
     a: Noisy,
     _: Noisy,
@@ -52,10 +56,13 @@ async fn locked(
     Pair { left, .. }: Pair,
     mut d: Noisy,
     ref e: Noisy,
+    ref mut f: Noisy,
+    g @ Pair { .. }: Pair,
 ) -> Result<(), LockError> {
     let _local = Noisy("local");
     d.0 = "d";
-    let _ = (&a, &b, &left, e);
+    f.0 = "f";
+    let _ = (&a, &b, &left, e, &g);
     Ok(())
 }
 
@@ -86,6 +93,11 @@ macro_rules! arguments {
             },
             Noisy("d before"),
             Noisy("e"),
+            Noisy("f before"),
+            Pair {
+                left: Noisy("g.left"),
+                right: Noisy("g.right"),
+            },
         )
     };
 }
@@ -111,7 +123,10 @@ fn main() {
         assert_eq!(names(&locked_drops), names(&native_drops));
         assert_eq!(
             names(&native_drops),
-            ["local", "e", "d", "left", "right", "_c", "b", "b.1", "_", "a"],
+            [
+                "local", "g.left", "g.right", "f", "e", "d", "left", "right", "_c", "b", "b.1",
+                "_", "a"
+            ],
         );
         assert!(native_drops.iter().all(|(_, held)| !held), "{native_drops:?}");
         assert!(locked_drops.iter().all(|(_, held)| *held), "{locked_drops:?}");

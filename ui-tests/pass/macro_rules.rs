@@ -47,6 +47,26 @@ macro_rules! by_caller_parameter {
 
 by_caller_parameter!(from_caller, user);
 
+/// Names bound inside patterns, written by the macro (`inner`, `by_ref`) or by its caller
+/// (`outer`), read by a key passed in by the caller or written in the macro.
+macro_rules! patterns {
+    ($name:ident, $key:expr, $outer:ident) => {
+        #[distributed_lock(key = $key)]
+        async fn $name((inner, $outer): (u64, u64), ref by_ref: u64) -> Result<u64, LockError> {
+            Ok(inner + $outer + by_ref)
+        }
+    };
+    ($name:ident, $outer:ident) => {
+        #[distributed_lock(key = "pair:<inner>:<outer>:<by_ref>")]
+        async fn $name((inner, $outer): (u64, u64), ref by_ref: u64) -> Result<u64, LockError> {
+            Ok(inner + $outer + by_ref)
+        }
+    };
+}
+
+patterns!(from_patterns, "pair:<inner>:<outer>:<by_ref>", outer);
+patterns!(from_patterns_in_macro, outer);
+
 /// `$crate` in the `crate` argument, and a key fragment naming a parameter the macro writes.
 #[macro_export]
 macro_rules! exported {
@@ -67,4 +87,5 @@ exported!(from_exported, "account:<account>");
 fn main() {
     let _ = (from_literals(1), from_exprs(1, 2), from_exprs_typed(1), from_exported("a", 0));
     let _ = from_caller(1, 0);
+    let _ = (from_patterns((1, 2), 3), from_patterns_in_macro((1, 2), 3));
 }

@@ -64,6 +64,19 @@ async fn mutable(
     Ok(total)
 }
 
+/// `ref`, `ref mut`, `x @ pat`, and names inside patterns, read by the key (some only by it).
+#[distributed_lock(key = "patterns:<name>:<buf>:<a>:<_b>:<all.0>:<x>:<left>")]
+async fn patterns(
+    ref name: String,
+    ref mut buf: String,
+    (a, _b): (u8, u8),
+    all @ (x, _): (u8, u8),
+    (left, mut right): (String, String),
+) -> Result<usize, LockError> {
+    right.push('!');
+    Ok(name.len() + usize::from(all.1) + right.len())
+}
+
 struct Account {
     tenant: String,
 }
@@ -96,6 +109,17 @@ fn every_form_runs_without_a_lint() -> Result<(), LockError> {
             3 + 4 + 1
         );
         assert_eq!(mutable(0, 1, 0).await?, 2);
+        assert_eq!(
+            patterns(
+                "n".to_owned(),
+                String::new(),
+                (1, 2),
+                (3, 4),
+                (String::new(), "r".to_owned())
+            )
+            .await?,
+            1 + 4 + 2
+        );
         let account = Account {
             tenant: "t".to_owned(),
         };

@@ -124,6 +124,59 @@ fn every_argument_form_runs() {
     });
 }
 
+// ---- parameter patterns --------------------------------------------------------------------
+
+#[distributed_lock(key = "by-ref:<name>:<count>")]
+async fn by_reference(ref name: String, ref mut count: u64) -> Result<u64, LockError> {
+    assert!(held(&format!("by-ref:{name}:{count}")).await);
+    *count += 1;
+    Ok(*count)
+}
+
+struct Pair {
+    left: String,
+    right: String,
+}
+
+#[distributed_lock(key = "patterns:<a>:<left>:<all.1>:<x>:<last>")]
+async fn patterns(
+    (a, mut b): (u8, u8),
+    Pair { left, .. }: Pair,
+    all @ (x, _): (u8, u8),
+    [_, .., last]: [u8; 3],
+) -> Result<String, LockError> {
+    assert!(held(&format!("patterns:{a}:{left}:{}:{x}:{last}", all.1)).await);
+    b += 1;
+    Ok(format!("{a}{b}{left}"))
+}
+
+#[distributed_lock(key = "through:<a>:<right>")]
+async fn through_a_reference(
+    (a, _): &(u8, u8),
+    Pair { right, .. }: &Pair,
+) -> Result<usize, LockError> {
+    assert!(held(&format!("through:{a}:{right}")).await);
+    Ok(right.len())
+}
+
+#[test]
+fn a_key_reads_names_bound_by_ref_and_inside_patterns_as_the_body_sees_them() {
+    block_on(async {
+        assert_eq!(by_reference("n".to_owned(), 1).await.unwrap(), 2);
+        assert!(!held("by-ref:n:1").await);
+        let pair = || Pair {
+            left: "l".to_owned(),
+            right: "r".to_owned(),
+        };
+        assert_eq!(
+            patterns((1, 2), pair(), (3, 4), [5, 6, 7]).await.unwrap(),
+            "13l"
+        );
+        assert!(!held("patterns:1:l:4:3:7").await);
+        assert_eq!(through_a_reference(&(8, 9), &pair()).await.unwrap(), 1);
+    });
+}
+
 // ---- methods -------------------------------------------------------------------------------
 
 struct Account {
@@ -271,6 +324,39 @@ fn async_trait_methods_run_under_the_lock() {
         assert_eq!(store.load(4).await.unwrap(), 8);
         assert_eq!(store.load_default(6).await.unwrap(), 6);
         assert!(!held("load:a:4").await);
+    });
+}
+
+#[async_trait]
+trait Ledger: Send + Sync {
+    async fn post(&self, entry: (String, u64), ref note: String) -> Result<u64, LockError>;
+}
+
+#[async_trait]
+impl Ledger for Memory {
+    #[distributed_lock(key = "post:<self.tenant>:<account>:<note>")]
+    async fn post(
+        &self,
+        (account, amount): (String, u64),
+        ref note: String,
+    ) -> Result<u64, LockError> {
+        assert!(held(&format!("post:{}:{account}:{note}", self.tenant)).await);
+        Ok(amount)
+    }
+}
+
+#[test]
+fn an_async_trait_key_reads_names_bound_inside_patterns() {
+    block_on(async {
+        let ledger: Arc<dyn Ledger> = Arc::new(Memory { tenant: "l" });
+        assert_eq!(
+            ledger
+                .post(("acct".to_owned(), 5), "n".to_owned())
+                .await
+                .unwrap(),
+            5
+        );
+        assert!(!held("post:l:acct:n").await);
     });
 }
 
