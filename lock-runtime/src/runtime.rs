@@ -14,6 +14,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -244,13 +245,24 @@ impl LockRuntime {
         &self.inner.in_flight
     }
 
-    /// Runs `fut` as a task of the runtime's worker thread.
-    pub(crate) fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    /// Polls `fut` once here, so that whatever it sends goes out now, in
+    /// order with what this task sends after; if it is not done, the
+    /// runtime's worker thread finishes it (also when the caller goes away).
+    pub(crate) async fn finish_on_worker<F>(
+        &self,
+        fut: F,
+    ) -> Result<F::Output, tokio::task::JoinError>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.inner.handle.spawn(fut)
+        let mut fut = Box::pin(fut);
+        let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(output) => Ok(output),
+            // (The worker polls it at once, with its own waker.)
+            Poll::Pending => self.inner.handle.spawn(fut).await,
+        }
     }
 
     /// One round trip to the backend on the runtime's own connection (a Redis

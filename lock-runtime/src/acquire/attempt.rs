@@ -107,10 +107,11 @@ impl Acquisition {
 
     /// Sends the acquire script for the attempt's holder id, bounded by the
     /// wait (the last try by `try_timeout`); returns the reply and when it
-    /// was sent. The script runs as a task of the runtime's worker,
-    /// registered as in flight (see `inflight.rs`), so that it is answered
-    /// and what it takes is accounted for even if this future is never
-    /// polled again.
+    /// was sent. The script goes out from here (so a release of the same id
+    /// queued after it, by a caller that gives up, cannot overtake it), and
+    /// the runtime's worker waits for its answer, registered as in flight
+    /// (see `inflight.rs`): it is answered, and what it takes accounted for,
+    /// even if this future is never polled again.
     async fn send(
         &self,
         in_flight: &mut InFlight,
@@ -140,7 +141,7 @@ impl Acquisition {
         let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
         let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
         let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
-        let attempt = runtime.spawn(async move {
+        let attempt = runtime.finish_on_worker(async move {
             let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
             // What the script may have left under a fresh id: the lock, a
             // place in the fair queue, or (no answer) either.
