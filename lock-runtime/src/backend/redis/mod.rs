@@ -18,6 +18,7 @@
 
 mod con;
 mod connect;
+mod heard;
 mod scripts;
 mod tasks;
 
