@@ -10,6 +10,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
 use tokio::sync::mpsc;
 
 use super::con::Con;
+use super::heard::Heard;
 use super::scripts::{load_scripts, Scripts};
 use super::tasks::{releaser, send, subscriptions, SubscriptionCommand};
 use super::{ms, RedisBackend};
@@ -138,8 +139,10 @@ pub(crate) async fn connect(
     let endpoint = info.addr().to_string();
     let client = client_for(info, settings)?;
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let heard = Arc::new(Heard::default());
+    let pushes = push_handler(wakeups, heard.clone(), sub_tx.downgrade());
     let config = ConnectionManagerConfig::new()
-        .set_push_sender(push_handler(wakeups, sub_tx.downgrade()))
+        .set_push_sender(pushes)
         .set_automatic_resubscription()
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout))
@@ -152,7 +155,8 @@ pub(crate) async fn connect(
     )
     .await?;
     let con = Con::Single(con);
-    start((con.clone(), con), endpoint, settings, (sub_tx, sub_rx)).await
+    let subscriptions = (sub_tx, sub_rx, heard);
+    start((con.clone(), con), endpoint, settings, subscriptions).await
 }
 
 /// [`connect`] for a Redis Cluster, given some of its nodes (the client
@@ -174,13 +178,16 @@ pub(crate) async fn connect_cluster(
     let nodes: Vec<String> = infos.iter().map(|info| info.addr().to_string()).collect();
     let endpoint = format!("cluster nodes {}", nodes.join(", "));
     let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+    let heard = Arc::new(Heard::default());
     // Two connections: one for commands, one for the sharded subscriptions
     // (with the pushes). A node that gives a slot away sends its
     // subscribers an SUNSUBSCRIBE of its own accord, which redis-rs 1.8
     // takes as the reply of the oldest command in flight on that
     // connection, shifting every later reply by one
     // (`tests/tests/review_cluster.rs`). On a connection that carries only
-    // subscribe commands, no script ever gets a wrong reply.
+    // subscribe commands, no script ever gets a wrong reply; a subscribe
+    // that does is caught by waiting for the channel's own confirmation
+    // (`heard.rs`).
     let client = |infos: Vec<redis::ConnectionInfo>, pushes| {
         let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
             .use_protocol(ProtocolVersion::RESP3)
@@ -199,12 +206,13 @@ pub(crate) async fn connect_cluster(
         })
     };
     let commands = client(infos.clone(), None)?;
-    let listening = client(infos, Some(push_handler(wakeups, sub_tx.downgrade())))?;
+    let pushes = push_handler(wakeups, heard.clone(), sub_tx.downgrade());
+    let listening = client(infos, Some(pushes))?;
     let con = within_connect_timeout(settings, &endpoint, commands.get_async_connection()).await?;
     let listen =
         within_connect_timeout(settings, &endpoint, listening.get_async_connection()).await?;
     let cons = (Con::Cluster(con), Con::Cluster(listen));
-    start(cons, endpoint, settings, (sub_tx, sub_rx)).await
+    start(cons, endpoint, settings, (sub_tx, sub_rx, heard)).await
 }
 
 #[cfg(feature = "tls")]
@@ -267,9 +275,10 @@ async fn start(
     (con, listen): (Con, Con),
     endpoint: String,
     settings: &ConnectSettings,
-    (sub_tx, sub_rx): (
+    (sub_tx, sub_rx, heard): (
         mpsc::UnboundedSender<SubscriptionCommand>,
         mpsc::UnboundedReceiver<SubscriptionCommand>,
+        Arc<Heard>,
     ),
 ) -> Result<(RedisBackend, Arc<dyn Watches>), LockError> {
     let endpoint: Arc<str> = endpoint.into();
@@ -285,7 +294,7 @@ async fn start(
 
     let (releases, release_jobs) = ReleaseQueue::new();
     let window: Arc<str> = ms(settings.fence_window).into();
-    tokio::spawn(subscriptions(listen, sub_rx, sub_tx.downgrade()));
+    tokio::spawn(subscriptions(listen, heard, sub_rx, sub_tx.downgrade()));
     tokio::spawn(releaser(
         con.clone(),
         scripts.clone(),
@@ -341,12 +350,14 @@ impl Watches for RedisWatches {
 
 /// Routes RESP3 pushes: a release message wakes one waiter of its key, a
 /// handoff message ("g <holder> <fence>", fair mode) is delivered to the
-/// process it names; a lost connection wakes everyone. On a cluster, a
-/// node that gives a slot away unsubscribes its clients from the slot's
-/// sharded channels: the subscription task is asked to subscribe again
-/// (at the slot's new node) if the channel is still wanted.
+/// process it names; a lost connection wakes everyone. Every (un)subscribe
+/// confirmation is noted in `heard`, by its channel. On a cluster, a node
+/// that gives a slot away unsubscribes its clients from the slot's sharded
+/// channels: the subscription task is asked to subscribe again (at the
+/// slot's new node) if the channel is still wanted.
 fn push_handler(
     wakeups: Weak<dyn Wakeups>,
+    heard: Arc<Heard>,
     subscriptions: mpsc::WeakUnboundedSender<SubscriptionCommand>,
 ) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
     move |push: PushInfo| {
@@ -354,8 +365,14 @@ fn push_handler(
             return Err(());
         };
         match push.kind {
+            PushKind::Subscribe | PushKind::SSubscribe | PushKind::Unsubscribe => {
+                if let Some(channel) = text(push.data.first()) {
+                    heard.heard(channel, push.kind != PushKind::Unsubscribe);
+                }
+            }
             PushKind::SUnsubscribe => {
                 if let Some(channel) = text(push.data.first()) {
+                    heard.heard(channel, false);
                     send(
                         &subscriptions,
                         SubscriptionCommand::Resubscribe(channel.to_owned()),

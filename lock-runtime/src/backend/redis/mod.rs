@@ -13,11 +13,14 @@
 //! values always travel as KEYS/ARGV, never spliced into script text.
 //!
 //! Two small tasks run on the runtime's worker thread: the subscription task
-//! (subscribe/unsubscribe in order) and the releaser, which sends the releases
-//! queued by dropped guards and cancelled acquires, pipelined.
+//! (subscribe/unsubscribe in order; a subscribe counts once the server's
+//! confirmation of its channel was heard among the pushes, `heard.rs`) and
+//! the releaser, which sends the releases queued by dropped guards and
+//! cancelled acquires, pipelined.
 
 mod con;
 mod connect;
+mod heard;
 mod scripts;
 mod tasks;
 

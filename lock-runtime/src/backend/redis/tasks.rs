@@ -10,6 +10,7 @@ use redis::RedisResult;
 use tokio::sync::mpsc;
 
 use super::con::Con;
+use super::heard::Heard;
 use super::scripts::{is_noscript, Scripts};
 use crate::backend::releases::{PendingReleases, ReleaseJob};
 use crate::backend::Watched;
@@ -46,19 +47,29 @@ const RESUBSCRIBE_AGAIN: Duration = Duration::from_millis(500);
 const UNSUBSCRIBE_LIMIT: Duration = Duration::from_millis(200);
 const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(1);
 
+/// How long after a subscribe's reply the server's confirmation of the
+/// channel may still come (see `heard.rs`). It normally comes with the
+/// reply; when a stray confirmation was taken for the reply, the true one
+/// follows within a round trip, or never (the subscribe was refused): the
+/// subscribe is then retried like a failed one.
+const CONFIRM_LIMIT: Duration = Duration::from_millis(200);
+
 /// Pause before a failed subscribe is sent again (doubling up to the max).
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 
 /// Subscribes and unsubscribes release channels, in the order asked. A
-/// subscribe that fails is queued again after a pause, for as long as its
-/// key has waiters (the queue keeps it in order with that key's unsubscribe:
-/// an entry that closed meanwhile is skipped); when a retry goes through, the
-/// key's head waiter is woken, as a release may have gone unheard. The same
-/// holds for a subscription the server dropped: it is made again, and the
-/// head waiter woken.
+/// subscribe counts as made when the server confirmed its channel
+/// (`heard`), not when redis-rs reports its reply. A subscribe that fails
+/// is queued again after a pause, for as long as its key has waiters (the
+/// queue keeps it in order with that key's unsubscribe: an entry that closed
+/// meanwhile is skipped); when a retry goes through, the key's head waiter
+/// is woken, as a release may have gone unheard. The same holds for a
+/// subscription the server dropped: it is made again, and the head waiter
+/// woken.
 pub(super) async fn subscriptions(
     mut con: Con,
+    heard: Arc<Heard>,
     mut commands: mpsc::UnboundedReceiver<SubscriptionCommand>,
     again: mpsc::WeakUnboundedSender<SubscriptionCommand>,
 ) {
@@ -91,6 +102,7 @@ pub(super) async fn subscriptions(
             }
             SubscriptionCommand::Unsubscribe(channel) => {
                 wanted.remove(&channel);
+                heard.forget(&channel);
                 // Bounded: on a cluster, a frozen master must not hold up the
                 // subscriptions of keys on the others. An unsubscribe that
                 // did not go through only leaves messages nobody reads.
@@ -105,17 +117,11 @@ pub(super) async fn subscriptions(
         if entry.is_closed() {
             backoff.remove(&channel);
             wanted.remove(&channel);
+            heard.forget(&channel);
             continue;
         }
         wanted.insert(channel.clone(), entry.clone());
-        let subscribed = tokio::time::timeout(SUBSCRIBE_LIMIT, con.subscribe(&channel)).await;
-        let subscribed = subscribed.unwrap_or_else(|_| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "subscribe unanswered",
-            )))
-        });
-        match subscribed {
+        match subscribe(&mut con, &heard, &channel).await {
             Ok(()) => {
                 if backoff.remove(&channel).is_some() {
                     entry.wake_first();
@@ -135,6 +141,23 @@ pub(super) async fn subscriptions(
                     tokio::time::sleep(pause).await;
                     send(&again, SubscriptionCommand::Subscribe(channel, entry));
                 });
+            }
+        }
+    }
+}
+
+/// Subscribes to `channel`, and waits for the server's confirmation of it
+/// (see `heard.rs`), each bounded.
+async fn subscribe(con: &mut Con, heard: &Heard, channel: &str) -> RedisResult<()> {
+    let failed = |what| Err(redis::RedisError::from((redis::ErrorKind::Io, what)));
+    let mark = heard.follow(channel);
+    match tokio::time::timeout(SUBSCRIBE_LIMIT, con.subscribe(channel)).await {
+        Err(_) => failed("subscribe unanswered"),
+        Ok(Err(error)) => Err(error),
+        Ok(Ok(())) => {
+            match tokio::time::timeout(CONFIRM_LIMIT, heard.confirmed(channel, mark)).await {
+                Ok(()) => Ok(()),
+                Err(_) => failed("subscribe answered, but the server never confirmed the channel"),
             }
         }
     }
