@@ -62,18 +62,13 @@ on_every_backend_ignored!(
     two_tasks_of_a_foreign_executor_in_a_tokio_context_are_not_one_task,
 );
 
-on_every_backend_ignored!(
-    "defect: a tokio context without timers is used as is and the acquire's timers panic \
-     (context.rs InContext::poll trusts Handle::try_current)":
-    a_tokio_runtime_without_timers_can_take_locks,
-);
-
 on_every_backend!(
     shutdown_racing_acquires_releases_and_bodies_gives_everything_back,
     shutdown_called_inside_a_locked_body_returns,
     two_local_set_tasks_are_not_one_task,
     two_spawn_blocking_closures_are_not_one_task,
     join_arms_of_one_task_hand_a_guard_over_without_error,
+    a_tokio_runtime_without_timers_can_take_locks,
     an_acquire_moved_between_executors_mid_wait_completes,
     dropped_guards_on_many_keys_free_each_key_at_once,
     cancelled_acquires_do_not_unbalance_the_pending_releases,
@@ -698,11 +693,12 @@ async fn two_tasks_of_a_foreign_executor_in_a_tokio_context_are_not_one_task(kin
     );
 }
 
-/// DEFECT. A caller inside a tokio runtime built without timers
-/// (`enable_io()` only: a tokio context, but no time driver). `InContext`
-/// sees a context and polls the acquire in it as is, so the acquire's
-/// deadline timer panics ("timers are disabled") instead of borrowing the
-/// lock runtime's context as it would for a foreign executor.
+/// A caller inside a tokio runtime built without timers (`enable_io()`
+/// only: a tokio context, but no time driver) takes, waits for, holds
+/// through a locked body and releases locks: the acquire's timers, the
+/// waiter's sleeps, the body's lease-end watch and the Redis client's
+/// response timeouts belong to the lock runtime's context, never to the
+/// caller's, so nothing panics with "timers are disabled".
 async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
     let runtime = kind.runtime(&unique("rv-no-timers")).await;
     let rt = runtime.clone();
@@ -713,6 +709,27 @@ async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
             .unwrap();
         io_only.block_on(async move {
             let guard = rt.lock("k").acquire().await?;
+            let waiter = rt.clone();
+            let waited = tokio::spawn(async move {
+                waiter
+                    .lock("k")
+                    .wait(Duration::from_millis(100))
+                    .acquire()
+                    .await
+                    .map(drop)
+            })
+            .await
+            .unwrap();
+            assert!(
+                matches!(waited, Err(LockError::Timeout { .. })),
+                "{waited:?}"
+            );
+            let token = with_lock(rt.lock("other"), async {
+                tokio::task::yield_now().await;
+                Ok::<_, LockError>(fence())
+            })
+            .await?;
+            assert!(token.is_some());
             guard.release().await
         })
     })
