@@ -37,13 +37,15 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// The wait ran out while the lock was held through a guard that the
-    /// waiting task itself took with `acquire()`, outside any locked body,
-    /// and that is still alive (a guard moved to another task since is
-    /// still reported so: the hold remembers the task that took it). Such a wait can only end if the task's own code lets the
-    /// guard go (another branch of it, a `join!` arm). A locked call of the
-    /// same task running beside the waiter (`join!` arms) is not this: its
-    /// body ends by itself, and the waiter gets an ordinary `Timeout`.
+    /// Not returned any more; kept so that code matching on it compiles.
+    ///
+    /// It meant: the wait ran out while a guard that the waiting task took
+    /// with `acquire()` held the lock. But a guard is `Send`, and the runtime
+    /// cannot see it move to another task, so it could not know that the
+    /// waiting task still had it; a guard handed to a worker task was
+    /// reported as this task's own. Such a wait now ends with
+    /// [`LockError::Timeout`], and its start logs a warning naming the key
+    /// when a guard this task took holds it (README: "Where re-entry stops").
     #[error(
         "gave up after {} ms waiting for lock `{key}`, which a guard this same task took \
          with `acquire()` still holds. Run the call inside `guard.scope(...)` to re-enter, \

@@ -147,7 +147,7 @@ impl LockGuard {
     /// the owner scope its caller runs in (no future can), so without this a
     /// `#[distributed_lock]` fn on the same key called while the guard is
     /// held waits for the guard: in the same task, until its wait runs out
-    /// with [`LockError::SelfDeadlock`]. Await `fut` before releasing the
+    /// with [`LockError::Timeout`]. Await `fut` before releasing the
     /// guard: once the hold is given back, calls in `fut` no longer find it.
     ///
     /// ```

@@ -283,8 +283,9 @@ impl HeldLock {
 struct Frame {
     id: u64,
     owner: u64,
-    /// The tokio task (or `block_on`) that took this hold, when known, if
-    /// it was taken for a guard outside any locked body (see `held_by_this_task`).
+    /// The task that took this hold, if it was taken for a guard outside
+    /// any locked body (see `taken_by_this_task`): where the guard started,
+    /// not where it is now.
     task: Option<Runner>,
     held: Arc<HeldLock>,
 }
@@ -467,12 +468,19 @@ impl HeldTable {
     }
 
     /// Whether a live hold of `lock_key` was taken for a guard, outside any
-    /// locked body, by the tokio task (or `block_on`) running now: a wait
-    /// for it ends only if that task's code lets the guard go. (A locked
-    /// call of this task that holds the key is not counted: the waiter then
-    /// runs beside its body, a `join!` arm, and the body's end frees it.)
-    /// `false` on other executors.
-    pub(crate) fn held_by_this_task(&self, lock_key: &str) -> bool {
+    /// locked body, by the task running now: if that task still has the
+    /// guard, a wait for it ends only if the task's own code lets the guard
+    /// go. (A locked call of this task that holds the key is not counted:
+    /// the waiter then runs beside its body, a `join!` arm, and the body's
+    /// end frees it.)
+    ///
+    /// A hint, never a verdict: a guard is `Send`, and nothing tells the
+    /// runtime when one moves to another task (no code of ours runs on a
+    /// move, and a guard is not polled), so a task that took a guard and
+    /// handed it to a worker looks exactly like one that still holds it.
+    /// The waiter gets a warning that says "if"; its wait ends with
+    /// `Timeout`, never with `SelfDeadlock` (`acquire/mod.rs`, `gave_up`).
+    pub(crate) fn taken_by_this_task(&self, lock_key: &str) -> bool {
         let Some(task) = crate::context::runner() else {
             return false;
         };
@@ -522,5 +530,109 @@ struct SiblingWait<'a>(&'a HeldTable);
 impl Drop for SiblingWait<'_> {
     fn drop(&mut self) {
         self.0.sibling_waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    use crate::{LockError, LockRuntime};
+
+    /// Every warning, as its fields written out.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+
+    impl Warnings {
+        fn all(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    struct Fields(String);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={value:?} ", field.name()));
+        }
+    }
+
+    impl Subscriber for Warnings {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            if *event.metadata().level() == Level::WARN {
+                let mut fields = Fields(String::new());
+                event.record(&mut fields);
+                self.0.lock().unwrap().push(fields.0);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// The likely mistake, a wait for a guard the same task took (here the
+    /// future of a `block_on`, told by its waker), is named in a warning when
+    /// the wait starts, with the way out; the wait itself ends in `Timeout`.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_wait_for_a_guard_this_task_took_is_warned_and_times_out() {
+        let warnings = Warnings::default();
+        let _default = tracing::subscriber::set_default(warnings.clone());
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        let _guard = runtime.lock("order:7").acquire().await.unwrap();
+        let waited = runtime
+            .lock("order:7")
+            .wait(Duration::from_millis(50))
+            .acquire()
+            .await
+            .map(drop);
+        assert!(
+            matches!(waited, Err(LockError::Timeout { .. })),
+            "{waited:?}"
+        );
+        let warned = warnings.all();
+        assert!(
+            warned
+                .iter()
+                .any(|w| w.contains("key=order:7") && w.contains("guard.scope")),
+            "{warned:?}"
+        );
+    }
+
+    /// A task that did not take the guard (a spawned task, waiting for the
+    /// guard of the `block_on` that spawned it) is not warned.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_wait_for_a_guard_another_task_took_is_not_warned() {
+        let warnings = Warnings::default();
+        let _default = tracing::subscriber::set_default(warnings.clone());
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        let _guard = runtime.lock("order:7").acquire().await.unwrap();
+        let rt = runtime.clone();
+        let waited = tokio::spawn(async move {
+            rt.lock("order:7")
+                .wait(Duration::from_millis(50))
+                .acquire()
+                .await
+                .map(drop)
+        })
+        .await
+        .unwrap();
+        assert!(
+            matches!(waited, Err(LockError::Timeout { .. })),
+            "{waited:?}"
+        );
+        assert_eq!(warnings.all(), Vec::<String>::new());
     }
 }

@@ -44,9 +44,9 @@
 //! turns; tasks spawned from it do not re-enter, unless wrapped in
 //! [`inherit`]. A guard from `acquire()` does not change the scope its
 //! caller runs in; run calls that should re-enter it inside
-//! [`LockGuard::scope`]. A task that waits for a lock it holds itself gets
-//! [`LockError::SelfDeadlock`] at its deadline, and every wait is bounded by
-//! default ([`DEFAULT_WAIT`], 30 s).
+//! [`LockGuard::scope`]. A task that waits for a lock that a guard it took
+//! holds gets a warning naming the key when the wait starts, and every wait
+//! is bounded by default ([`DEFAULT_WAIT`], 30 s).
 //!
 //! At the end, [`shutdown`] gives back every lock still held. The futures of
 //! this crate work on any executor (the runtime has its own thread).

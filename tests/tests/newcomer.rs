@@ -10,7 +10,7 @@ use lock_tests::{block_on, on_every_backend, unique, wait_until, Kind};
 
 on_every_backend!(
     a_guard_scope_lets_calls_on_its_key_reenter_and_see_its_token,
-    a_task_waiting_for_its_own_guard_gets_self_deadlock_naming_the_key,
+    a_task_waiting_for_its_own_guard_gets_a_timeout_naming_the_key,
     a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout,
     a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout,
     locks_work_from_an_executor_other_than_tokio,
@@ -50,9 +50,11 @@ async fn a_guard_scope_lets_calls_on_its_key_reenter_and_see_its_token(kind: Kin
 }
 
 /// Acquiring a key the same task holds through a guard cannot succeed (the
-/// task is busy waiting): it ends at its deadline with `SelfDeadlock`, whose
-/// message names the key and the way out.
-async fn a_task_waiting_for_its_own_guard_gets_self_deadlock_naming_the_key(kind: Kind) {
+/// task is busy waiting): it ends at its deadline with a `Timeout` naming
+/// the key. (Not `SelfDeadlock`: the runtime cannot tell this from a guard
+/// handed to another task, review.rs; the wait's start logs a warning
+/// naming the key and `guard.scope`, checked in lock-runtime's held.rs.)
+async fn a_task_waiting_for_its_own_guard_gets_a_timeout_naming_the_key(kind: Kind) {
     let runtime = kind.runtime(&unique("selfwait")).await;
     let _guard = runtime.lock("order:7").acquire().await.unwrap();
     let wait = Duration::from_millis(300);
@@ -64,17 +66,14 @@ async fn a_task_waiting_for_its_own_guard_gets_self_deadlock_naming_the_key(kind
     .unwrap_err();
     assert!(start.elapsed() >= wait);
     match &err {
-        LockError::SelfDeadlock { key, waited } => {
+        LockError::Timeout { key, waited } => {
             assert_eq!(key, "order:7");
             assert!(*waited >= wait);
         }
-        other => panic!("expected SelfDeadlock, got {other:?}"),
+        other => panic!("expected Timeout, got {other:?}"),
     }
     let text = err.to_string();
-    assert!(
-        text.contains("`order:7`") && text.contains("guard.scope"),
-        "{text}"
-    );
+    assert!(text.contains("`order:7`"), "{text}");
     // Trying once is an ordinary "busy".
     assert!(runtime
         .lock("order:7")

@@ -261,12 +261,13 @@ impl Acquisition {
         if self.ticket.is_some() {
             return Ok(Attempted::Busy(ttl));
         }
-        if self.runtime.table().held_by_this_task(&self.want.lock_key) {
+        if self.runtime.table().taken_by_this_task(&self.want.lock_key) {
             tracing::warn!(
                 key = %self.want.key,
-                "waiting for a lock that this same task holds through a guard from \
-                 `acquire()`: unless another branch of this task drops it, this wait ends \
-                 only with its deadline; run the call inside `guard.scope(...)` to re-enter"
+                "waiting for a lock that a guard this same task took with `acquire()` holds: \
+                 if the task still has that guard, this wait ends only when another branch \
+                 of the task drops it, or with `Timeout` at its deadline; run the call \
+                 inside `guard.scope(...)` to re-enter"
             );
         }
         let waiters = self.runtime.waiters();

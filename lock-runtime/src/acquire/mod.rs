@@ -381,15 +381,15 @@ impl Acquisition {
         Ok(())
     }
 
-    /// The error of a wait that ended without the lock. A wait for a hold
-    /// of this very task is the likely mistake of a guard or locked call
-    /// still alive around the waiting call: it says so.
+    /// The error of a wait that ended without the lock: `Timeout`, also when
+    /// a guard that this task took holds the key. The runtime cannot know
+    /// that the task still has that guard (see `HeldTable::taken_by_this_task`),
+    /// and a false `SelfDeadlock` (a verdict callers treat as a bug, not as
+    /// contention) is worse than none; the wait's start warned instead.
     fn gave_up(&self) -> LockError {
-        let (key, waited) = (self.want.key.clone(), self.start.elapsed());
-        if !self.try_once && self.runtime.table().held_by_this_task(&self.want.lock_key) {
-            LockError::SelfDeadlock { key, waited }
-        } else {
-            LockError::Timeout { key, waited }
+        LockError::Timeout {
+            key: self.want.key.clone(),
+            waited: self.start.elapsed(),
         }
     }
 
