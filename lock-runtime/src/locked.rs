@@ -1,8 +1,10 @@
 //! [`with_lock`]: a body run under a lock, in an owner scope of its own. This
 //! is what `#[distributed_lock]` expands to (through `__private::locked`).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tracing::Instrument;
 
@@ -63,14 +65,27 @@ where
     let result = match on_lost {
         OnLost::Abort => {
             let held: &Arc<HeldLock> = guard.held();
+            let lost = guard.runtime().run(held.lost());
             // The loss first: a body is never polled again (nor for the
-            // first time) once its hold is known lost.
-            tokio::select! {
-                biased;
-                () = guard.runtime().run(held.lost()) => {
-                    return Err(lost_or_shut_down(guard).into());
-                }
-                result = body => result,
+            // first time) once its hold is known lost. Checked without a
+            // timer before each poll of the body; the watch for a loss (a
+            // timer at the lease end) is only set up once the body waits.
+            let outcome = {
+                let (mut lost, mut body) = (pin!(lost), pin!(body));
+                poll_fn(|cx| {
+                    if held.is_lost() {
+                        return Poll::Ready(None);
+                    }
+                    if let Poll::Ready(result) = body.as_mut().poll(cx) {
+                        return Poll::Ready(Some(result));
+                    }
+                    lost.as_mut().poll(cx).map(|()| None)
+                })
+                .await
+            };
+            match outcome {
+                Some(result) => result,
+                None => return Err(lost_or_shut_down(guard).into()),
             }
         }
         OnLost::Continue => body.await,

@@ -248,15 +248,16 @@ impl LockRuntime {
     /// Polls `fut` once here, so that whatever it sends goes out now, in
     /// order with what this task sends after; if it is not done, the
     /// runtime's worker thread finishes it (also when the caller goes away).
+    /// (Boxed by the caller: an unstarted future is as large as its
+    /// largest state, which every waiting acquire would otherwise carry.)
     pub(crate) async fn finish_on_worker<F>(
         &self,
-        fut: F,
+        mut fut: std::pin::Pin<Box<F>>,
     ) -> Result<F::Output, tokio::task::JoinError>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let mut fut = Box::pin(fut);
         let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
         match first {
             Poll::Ready(output) => Ok(output),

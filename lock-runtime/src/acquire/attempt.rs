@@ -141,7 +141,7 @@ impl Acquisition {
         let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
         let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
         let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
-        let attempt = runtime.finish_on_worker(async move {
+        let attempt = runtime.finish_on_worker(Box::pin(async move {
             let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
             // What the script may have left under a fresh id: the lock, a
             // place in the fair queue, or (no answer) either.
@@ -159,7 +159,7 @@ impl Acquisition {
                 gate.given_back(id);
             }
             outcome
-        });
+        }));
         let stopped = |_| BackendError::msg("the lock runtime's worker stopped");
         let Some(bound) = bound else {
             return Ok((attempt.await.map_err(stopped)?, sent_at));
