@@ -229,11 +229,12 @@ impl HeldLock {
     }
 
     /// Resolves once the hold is confirmed in the connection epoch that
-    /// `epoch` reads (the current one), or is lost.
+    /// `epoch` reads (the current one), is lost, or has no frame left
+    /// (released meanwhile: the caller asks the table again).
     pub(crate) async fn confirmed_or_lost(&self, epoch: impl Fn() -> u32) {
         loop {
             let changed = self.lost_changed.notified();
-            if self.confirmed_in(epoch()) {
+            if self.confirmed_in(epoch()) || self.holds.load(Ordering::Acquire) == 0 {
                 return;
             }
             tokio::select! {
@@ -351,7 +352,9 @@ impl HeldTable {
             return Reentry::No;
         };
         if scope.descends_from(innermost.owner) {
-            if !innermost.held.confirmed_in(epoch) {
+            // (A fixed lease has no renewal that could confirm it: it is
+            // re-entered on its lease alone, see README "Guarantees".)
+            if innermost.held.renew && !innermost.held.confirmed_in(epoch) {
                 return Reentry::Unconfirmed(innermost.held.clone());
             }
             let held = innermost.held.clone();
@@ -450,6 +453,11 @@ impl HeldTable {
         }
         let last = held.holds.fetch_sub(1, Ordering::Relaxed) <= 1;
         drop(locks);
+        if last {
+            // A re-entry waiting for this hold's confirmation asks the table
+            // again: the hold is gone, so it goes to the backend.
+            held.lost_changed.notify_waiters();
+        }
         if self.sibling_waiters.load(Ordering::Acquire) > 0 {
             self.frames_changed.notify_waiters();
         }

@@ -139,7 +139,12 @@ impl InFlight {
                 state.attempts.insert(id, Phase::GivingBack);
                 Some(taken)
             }
-            _ => None,
+            Some(Phase::Answered(None)) | None => None,
+            // Its task is giving it back already (or it was abandoned).
+            Some(phase) => {
+                state.attempts.insert(id, phase);
+                None
+            }
         }
     }
 

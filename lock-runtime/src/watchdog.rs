@@ -197,13 +197,15 @@ impl Watchdog {
     }
 
     /// Applies the outcome of one batch sent at `sent_at`, in the backend's
-    /// connection epoch `epoch`.
+    /// connection epoch `epoch`; `now_epoch` is the epoch now (a connection
+    /// lost while the batch was out: its holds are renewed again at once,
+    /// to be confirmed in the new epoch).
     fn settle(
         &self,
         batch: &[Arc<HeldLock>],
         outcome: &[Option<bool>],
         sent_at: Instant,
-        epoch: u32,
+        (epoch, now_epoch): (u32, u32),
     ) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
@@ -221,7 +223,11 @@ impl Watchdog {
                 }
                 Some(true) => {
                     entry.valid_until = sent_at + lock.lease;
-                    entry.due = sent_at + lock.lease / 3;
+                    entry.due = if epoch == now_epoch {
+                        sent_at + lock.lease / 3
+                    } else {
+                        now
+                    };
                     lock.set_valid_until(entry.valid_until);
                     lock.confirm(epoch);
                 }
@@ -306,7 +312,14 @@ pub(crate) async fn run(
         for batch in backend.renewal_batches(&due, BATCH) {
             watchdog.round_trips.fetch_add(1, Relaxed);
             meter::renewal_sent();
-            tokio::spawn(renew_batch(watchdog.clone(), backend.clone(), batch, epoch));
+            let heartbeats = heartbeats.clone();
+            tokio::spawn(renew_batch(
+                watchdog.clone(),
+                backend.clone(),
+                batch,
+                epoch,
+                heartbeats,
+            ));
         }
         let lost = async {
             match connection_lost.as_mut().as_pin_mut() {
@@ -331,6 +344,7 @@ async fn renew_batch(
     backend: Backend,
     batch: Vec<Arc<HeldLock>>,
     epoch: u32,
+    heartbeats: Weak<dyn Heartbeats>,
 ) {
     let sent_at = Instant::now();
     let deadline = watchdog
@@ -358,7 +372,8 @@ async fn renew_batch(
             vec![None; batch.len()]
         }
     };
-    watchdog.settle(&batch, &outcome, sent_at, epoch);
+    let now_epoch = heartbeats.upgrade().map_or(epoch, |h| h.connection_epoch());
+    watchdog.settle(&batch, &outcome, sent_at, (epoch, now_epoch));
 }
 
 /// Sends one batch of fair-place refreshes and reports the outcome. Bounded

@@ -9,11 +9,12 @@
 //! tests put each of those in between, with real servers.
 
 use std::sync::mpsc as std_mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
 use lock_tests::{unique, wait_until};
+
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 
@@ -321,4 +322,115 @@ async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() 
         | Err(LockError::Lost { .. }) => {}
         other => panic!("unexpected outcome: {other:?}"),
     }
+}
+
+/// Kills every client connection but the caller's (the server keeps its data).
+async fn kill_clients(con: &mut redis::aio::MultiplexedConnection) {
+    for kind in ["normal", "pubsub"] {
+        let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .query_async(con)
+            .await;
+    }
+}
+
+/// A fixed-lease hold (`watchdog(false)`) is never renewed, so no renewal can
+/// confirm it after a lost connection: it is re-entered on its lease alone,
+/// at once (it must not wait for a confirmation that never comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_into_a_fixed_lease_hold_after_a_lost_connection_does_not_hang() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-fixed-reentry");
+    let a = LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
+    let mut con = server.connection().await;
+    let lease = Duration::from_secs(20);
+    let guard = a
+        .lock("k")
+        .watchdog(false)
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    kill_clients(&mut con).await;
+    lock_tests::wait_until("the runtime saw its connection go", || {
+        a.stats().connections_lost > 0
+    })
+    .await;
+    // The hold is still in Redis (nothing restarted): only the connection went.
+    assert!(con.exists::<_, bool>(a.backend_key("k")).await.unwrap());
+    let started = Instant::now();
+    let nested = guard
+        .scope(
+            a.lock("k")
+                .watchdog(false)
+                .lease(lease)
+                .wait(Duration::from_secs(3))
+                .acquire(),
+        )
+        .await;
+    let took = started.elapsed();
+    eprintln!(
+        "nested re-entry: {:?} after {took:?}",
+        nested.as_ref().map(|g| g.fence())
+    );
+    assert!(nested.is_ok(), "{nested:?} after {took:?}");
+    drop(nested);
+    guard.release().await.unwrap();
+}
+
+/// A locked body is not polled again once its hold's client-side lease end
+/// has passed, also when the body never waits for long (a timer at the
+/// lease end fires late: tokio rounds up to the next millisecond and fires
+/// timers only when its driver turns; the loss is checked before each poll).
+#[tokio::test(flavor = "current_thread")]
+async fn a_locked_body_is_not_polled_past_its_client_side_lease_end() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let prefix = unique("hostile-polled-past-lease");
+    let a = lock_tests::Kind::Redis.runtime(&prefix).await;
+    let lease = Duration::from_millis(20);
+    let worst = AtomicU64::new(0);
+    let mut most_past = 0u64;
+    for _ in 0..20 {
+        let mut polls_past = 0u64;
+        let request = a.lock("k").watchdog(false).lease(lease);
+        let outcome = lock_runtime::with_lock(request, async {
+            // valid_until = sent_at + lease <= start + lease.
+            let start = Instant::now();
+            loop {
+                tokio::task::yield_now().await;
+                let now = Instant::now();
+                if now >= start + lease {
+                    polls_past += 1;
+                    let past = (now - (start + lease)).as_micros() as u64;
+                    worst.fetch_max(past, Ordering::Relaxed);
+                }
+                if now >= start + lease * 10 {
+                    return Ok::<_, lock_runtime::LockError>(());
+                }
+            }
+        })
+        .await;
+        assert!(
+            matches!(outcome, Err(lock_runtime::LockError::Lost { .. })),
+            "{outcome:?}"
+        );
+    }
+    let worst = worst.load(Ordering::Relaxed);
+    eprintln!(
+        "most polls past the client-side lease end in one hold: {most_past}, worst {worst} us"
+    );
+    // The check comes before each poll: a poll that began before the lease
+    // end may read the clock after it (the thread can be descheduled in
+    // between), but no poll begins after it. (Without the check: thousands.)
+    assert!(
+        most_past <= 1,
+        "{most_past} polls past the lease end, worst {worst} us"
+    );
 }

@@ -1,6 +1,7 @@
 //! Step 3 of an acquisition: one attempt at the backend, and what its reply
 //! means (held, busy, the first miss, a failure).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -142,7 +143,20 @@ impl Acquisition {
         let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
         let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
         let attempt = runtime.finish_on_worker(Box::pin(async move {
+            // Should the task be dropped unanswered (its runtime stopping),
+            // the entry still leaves the registry, with what it may hold.
+            let unanswered = Unanswered {
+                gate: gate.clone(),
+                id,
+                taken: armed.then(|| Taken {
+                    lock_key: lock_key.clone(),
+                    holder: holder.clone(),
+                    fair,
+                }),
+                backend: backend.clone(),
+            };
             let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
+            unanswered.defuse();
             // What the script may have left under a fresh id: the lock, a
             // place in the fair queue, or (no answer) either.
             let left = match &outcome {
@@ -306,6 +320,36 @@ impl Acquisition {
         }
         self.ticket = Some(ticket);
         Ok(Attempted::Registered)
+    }
+}
+
+/// An attempt's in-flight entry while its script is out: if the worker's
+/// task is dropped before the answer, it counts as answered with whatever
+/// a fresh id may have taken (given back now).
+struct Unanswered {
+    gate: Arc<crate::inflight::InFlight>,
+    id: u64,
+    taken: Option<Taken>,
+    backend: crate::backend::Backend,
+}
+
+impl Unanswered {
+    fn defuse(mut self) {
+        self.taken = None;
+        self.id = 0;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.id == 0 {
+            return;
+        }
+        if let Some(taken) = self.gate.answered(self.id, self.taken.take()) {
+            self.backend
+                .release_in_background(taken.lock_key, taken.holder, taken.fair);
+            self.gate.given_back(self.id);
+        }
     }
 }
 
