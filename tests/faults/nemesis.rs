@@ -43,6 +43,7 @@ mod check;
 mod checker_tests;
 mod faults;
 mod history;
+mod releases;
 mod report;
 mod workers;
 
@@ -51,15 +52,15 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 use lock_tests::FaultProxy;
-use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::{channels, keys, serial, XorShift};
 use check::{check, Violation};
-use faults::{drive_faults, place_firings};
+use faults::{drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts};
 use history::History;
 use report::{dump, report};
-use workers::{spawn_worker, Live};
+use workers::{spawn_worker, Control, Executor};
 
 /// Worker processes, each behind its own proxy.
 const PROCESSES: usize = 3;
@@ -72,6 +73,10 @@ const MAX_LEASE_MS: u64 = 3000;
 /// Scheduling slack for "before": a holder told `lost` at most this long
 /// after the next holder's acquisition still counts as told first.
 const SLACK: Duration = Duration::from_millis(5);
+/// A process that was stopped or whose executor was blocked acts on what it
+/// missed (a lost hold, a timer) at most this long after it runs again: its
+/// lock runtime's overdue timers fire, its tasks are polled in turn.
+const RESUME: Duration = Duration::from_millis(500);
 /// A bounded wait may end this long after its deadline: its last try may
 /// take the try-once bound plus the response timeout.
 const LATE_SLACK: Duration = Duration::from_millis(750);
@@ -144,6 +149,8 @@ enum Mode {
     /// Keys in fair mode (a third key, when there is one, stays plain: the
     /// modes live side by side, one per key).
     Fair,
+    /// On every key one process is plain and the others are fair.
+    Mixed,
 }
 
 /// Plain mode: random faults, random calls, every promise checked.
@@ -160,64 +167,114 @@ async fn nemesis_fair_mode_keeps_every_promise() {
     run(Mode::Fair).await;
 }
 
+/// Both modes on one key, one plain process beside fair ones: exclusion,
+/// fencing and nesting hold all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_plain_and_fair_processes_on_one_key_keep_every_promise() {
+    let _turn = serial().await;
+    run(Mode::Mixed).await;
+}
+
+/// Which keys each process takes in fair mode: `[process][key]`.
+fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>> {
+    let plain_process: Vec<u64> = (0..key_count)
+        .map(|_| rng.below(PROCESSES as u64))
+        .collect();
+    (0..PROCESSES)
+        .map(|p| {
+            (0..key_count)
+                .map(|i| match mode {
+                    Mode::Plain => false,
+                    Mode::Fair => !(key_count == 3 && i == 2),
+                    Mode::Mixed => plain_process[i] != p as u64,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Each worker's executor: `current_thread` or two threads, at random, at
+/// least one `current_thread` (where one blocked poll stops every task).
+fn executors(rng: &mut XorShift) -> Vec<Executor> {
+    let mut executors: Vec<Executor> = (0..PROCESSES)
+        .map(|_| {
+            if rng.below(2) == 0 {
+                Executor::Current
+            } else {
+                Executor::Multi
+            }
+        })
+        .collect();
+    if !executors.contains(&Executor::Current) {
+        executors[rng.below(PROCESSES as u64) as usize] = Executor::Current;
+    }
+    executors
+}
+
 async fn run(mode: Mode) {
     let seed = seed();
     let secs = secs();
     let mut rng = XorShift::new(splitmix(seed));
     let key_count = 1 + rng.below(3) as usize;
-    let key_list: Vec<String> = (0..key_count)
-        .map(|i| {
-            let fair = mode == Mode::Fair && !(key_count == 3 && i == 2);
-            format!("nk{i}:{}", if fair { "fair" } else { "plain" })
-        })
-        .collect();
+    let modes = key_modes(mode, key_count, &mut rng);
+    let executors = executors(&mut rng);
+    let stall_rng = XorShift::new(splitmix(seed ^ 0x5354_414c_4c53));
     let prefix = lock_tests::unique("nemesis");
     let prefix = format!("{prefix}:");
 
     let mut server = RedisServer::start_with_snapshots();
-    let port: u16 = server
-        .url()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("server port");
     let mut proxies = Vec::new();
     for _ in 0..PROCESSES {
-        proxies.push(FaultProxy::start(port).await);
+        proxies.push(FaultProxy::start(server.port()).await);
     }
     let clock_base = (std::time::Instant::now(), now_ns());
 
+    let changed = Arc::new(Notify::new());
     let mut workers = Vec::new();
     for (i, proxy) in proxies.iter().enumerate() {
-        workers.push(
-            spawn_worker(
-                &proxy.url(),
-                &prefix,
-                seed.wrapping_add(i as u64),
-                secs,
-                &key_list.join(","),
-            )
-            .await,
-        );
+        let keys: Vec<(String, bool)> = (0..key_count)
+            .map(|k| (format!("nk{k}"), modes[i][k]))
+            .collect();
+        let worker = spawn_worker(
+            i,
+            &proxy.url(),
+            &prefix,
+            seed.wrapping_add(i as u64),
+            secs,
+            &keys,
+            executors[i],
+            changed.clone(),
+        )
+        .await;
+        workers.push(worker);
     }
-    for worker in &mut workers {
-        worker
-            .stdin
-            .write_all(b"go\n")
-            .await
-            .expect("start a worker");
-        worker.stdin.flush().await.expect("start a worker");
+    let controls: Vec<Arc<Control>> = workers.iter().map(|w| w.control.clone()).collect();
+    for control in &controls {
+        control.go().await;
     }
     let run_start = now_ns();
 
-    let live: Vec<Arc<Live>> = workers.iter().map(|w| w.live.clone()).collect();
-    let faults = drive_faults(&mut server, &proxies, &live, &mut rng, secs).await;
+    let stalls = tokio::spawn(stall_executors(controls.clone(), stall_rng, secs));
+    let mut stage = Stage {
+        server: &mut server,
+        proxies: &proxies,
+        workers: &controls,
+        changed: &changed,
+        prefix: &prefix,
+        timed: TimedRestarts::default(),
+    };
+    let mut faults = drive_faults(&mut stage, &mut rng, secs).await;
+    let timed = stage.timed;
+    stalls.await.expect("the executor stalls");
 
     // Heal everything (each fault heals itself; this is belt and braces).
     for proxy in &proxies {
         proxy.resume();
         proxy.slow(None);
         proxy.refuse(false);
+    }
+    for control in &controls {
+        control.stop(false).await;
     }
 
     let mut violations = Vec::new();
@@ -244,7 +301,7 @@ async fn run(mode: Mode) {
                 ));
             }
         }
-        drop(worker.stdin);
+        worker.control.close().await;
         let lines = worker.lines.await.expect("worker output");
         let end = lines
             .iter()
@@ -252,9 +309,14 @@ async fn run(mode: Mode) {
             .find_map(|l| l.strip_prefix("done ").and_then(|t| t.parse().ok()))
             .unwrap_or(killed_at);
         ends.push(end);
+        // The executor stalls it reports are faults too.
+        faults.extend(
+            lines
+                .iter()
+                .filter_map(|l| Fault::stall(i, executors[i], l)),
+        );
         outputs.push(lines);
     }
-    let mut faults = faults;
     for (i, proxy) in proxies.iter().enumerate() {
         let fired: Vec<u64> = proxy
             .dropped_at_command_times()
@@ -287,12 +349,26 @@ async fn run(mode: Mode) {
         history.passed_locally,
         violations.len()
     );
+    println!(
+        "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on the \
+         new server before the blocked worker ran again",
+        timed.restarts, timed.tries, timed.taken_meanwhile
+    );
     if !violations.is_empty() {
         faults.sort_by_key(|f| f.start);
+        let setup: Vec<String> = (0..PROCESSES)
+            .map(|p| {
+                let keys: Vec<String> = (0..key_count)
+                    .map(|k| format!("nk{k}:{}", if modes[p][k] { "fair" } else { "plain" }))
+                    .collect();
+                format!("p{p} {:?} executor, {}", executors[p], keys.join(","))
+            })
+            .collect();
         let header = format!(
-            "nemesis ({mode:?} mode, keys {}) found {} violations; replay with \
-             LOCK_NEMESIS_SEED={seed} (times below: seconds since the run began)",
-            key_list.join(","),
+            "nemesis ({mode:?} mode; {}) found {} violations; replay with \
+             LOCK_NEMESIS_SEED={seed} LOCK_NEMESIS_SECS={secs} (times below: seconds since \
+             the run began)",
+            setup.join("; "),
             violations.len()
         );
         let report = report(&history, &faults, &violations, &header);

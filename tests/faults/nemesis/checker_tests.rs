@@ -15,6 +15,11 @@ fn ev(ms: u64, task: u32, call: u64, parent: u64, kind: &str, fields: &str) -> S
 
 /// A renewed 3 s hold of key 0 by `call` from `from` to `to` ms, ended by `end`.
 fn hold(call: u64, fence: u64, from: u64, to: u64, end: &str) -> Vec<String> {
+    polled_hold(call, fence, from, from, to, end)
+}
+
+/// [`hold`], handed over in a poll that began at `polled` ms.
+fn polled_hold(call: u64, fence: u64, polled: u64, from: u64, to: u64, end: &str) -> Vec<String> {
     vec![
         ev(
             from.saturating_sub(1),
@@ -30,7 +35,7 @@ fn hold(call: u64, fence: u64, from: u64, to: u64, end: &str) -> Vec<String> {
             call,
             0,
             "acquired",
-            &format!("fence={fence} outer=1"),
+            &format!("fence={fence} outer=1 polled={}", polled * 1_000_000),
         ),
         ev(from, 0, call, 0, "body_enter", ""),
         ev(to, 0, call, 0, end, ""),
@@ -55,6 +60,21 @@ fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
     classes
 }
 
+/// Process `p` stopped (or its executor blocked) from `from` to `to` ms.
+fn frozen(p: usize, from: u64, to: u64) -> Fault {
+    Fault {
+        start: from * 1_000_000,
+        end: to * 1_000_000,
+        what: format!("SIGSTOP worker p{p}"),
+        loses_data: false,
+        settled: to * 1_000_000 + ns(RECOVERY),
+        proxy: Some(p),
+        armed: false,
+        counted: true,
+        frozen: true,
+    }
+}
+
 fn restart_at(ms: u64) -> Fault {
     Fault {
         start: ms * 1_000_000,
@@ -65,6 +85,7 @@ fn restart_at(ms: u64) -> Fault {
         proxy: None,
         armed: false,
         counted: true,
+        frozen: false,
     }
 }
 
@@ -152,7 +173,7 @@ fn checker_excuses_data_loss_only_with_a_larger_fence_and_a_prompt_loss() {
     );
     assert_eq!(
         reused,
-        ["fence did not grow", "fence not larger after data loss"]
+        ["fence not larger after data loss", "fence went backwards"]
     );
 }
 
@@ -220,4 +241,98 @@ fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
         &[]
     )
     .is_empty());
+}
+
+#[test]
+fn checker_sees_a_token_go_backwards_after_a_restart() {
+    // p1 acquires on the new server; p0 then enters on what it was handed
+    // before the restart, with a smaller token.
+    let stale = verdict(
+        vec![
+            polled_hold(1, 10, 590, 600, 700, "released"),
+            hold(1, 20, 300, 650, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(stale, ["fence went backwards", "two holders at once"]);
+    // Even with no overlap.
+    let apart = verdict(
+        vec![
+            polled_hold(1, 10, 590, 600, 700, "released"),
+            hold(1, 20, 300, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(apart, ["fence went backwards"]);
+}
+
+#[test]
+fn checker_counts_an_entry_from_the_poll_that_handed_it_over() {
+    // p0 is stopped from 100 to 2000 ms; it logs an entry at 2001 ms from a
+    // poll that began at 90 ms, before the stop (p1 took the key while p0
+    // was stopped, after p0's hold ran out): not after p1's entry.
+    let before_the_stop = verdict(
+        vec![
+            polled_hold(1, 10, 90, 2001, 2002, "lost"),
+            hold(1, 20, 1000, 1200, "released"),
+        ],
+        &[frozen(0, 100, 2000)],
+    );
+    assert!(before_the_stop.is_empty(), "{before_the_stop:?}");
+    // The same entry from a poll after the stop: a hold lost during the
+    // stop, entered after it.
+    let after_the_stop = verdict(
+        vec![
+            polled_hold(1, 10, 2000, 2001, 2002, "lost"),
+            hold(1, 20, 1000, 1200, "released"),
+        ],
+        &[frozen(0, 100, 2000)],
+    );
+    assert_eq!(after_the_stop, ["fence went backwards"]);
+}
+
+#[test]
+fn checker_excuses_a_stopped_holder_only_until_it_runs_again() {
+    // p0 holds from 100 ms and is stopped from 500 to 2000 ms; p1 takes the
+    // key at 1500 ms. p0 must stop acting within 500 ms of running again.
+    let told = |at: u64| {
+        verdict(
+            vec![
+                hold(1, 10, 100, at, "lost"),
+                hold(1, 11, 1500, 1600, "released"),
+            ],
+            &[frozen(0, 500, 2000)],
+        )
+    };
+    assert!(told(2400).is_empty());
+    assert_eq!(told(2600), ["holder told lost too late"]);
+    // Not stopped: told lost when the next holder entered, or it is late.
+    let unfrozen = verdict(
+        vec![
+            hold(1, 10, 100, 2400, "lost"),
+            hold(1, 11, 1500, 1600, "released"),
+        ],
+        &[frozen(1, 500, 2000)],
+    );
+    assert_eq!(unfrozen, ["holder told lost too late"]);
+}
+
+#[test]
+fn checker_lets_a_frozen_waiter_return_late_by_its_freeze() {
+    let waiter = vec![
+        ev(
+            0,
+            0,
+            1,
+            0,
+            "begin",
+            "api=with wait=200 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(1500, 0, 1, 0, "timeout", "waited=1500"),
+    ];
+    assert_eq!(
+        verdict(vec![waiter.clone()], &[]),
+        ["timed out on a free key", "waiter overslept"]
+    );
+    assert!(verdict(vec![waiter], &[frozen(0, 100, 900)]).is_empty());
 }

@@ -18,7 +18,12 @@ pub(super) struct Call {
     pub(super) wait: Option<Duration>,
     pub(super) lease: Duration,
     pub(super) renew: bool,
+    /// When its process logged the entry (at the latest the entry).
     pub(super) acquired: Option<u64>,
+    /// When the poll began that handed the hold over (`polled=`): at the
+    /// earliest the entry. The two differ by more than a moment only when
+    /// the process was stopped in between.
+    pub(super) polled: Option<u64>,
     pub(super) fence: u64,
     pub(super) outer: bool,
     pub(super) body_enter: Option<u64>,
@@ -46,6 +51,16 @@ pub(super) struct History {
     pub(super) ends: Vec<u64>,
     /// When the run began (times in messages count from there).
     pub(super) start: u64,
+}
+
+impl Call {
+    /// The earliest moment its entry can have happened.
+    pub(super) fn entered_from(&self) -> u64 {
+        let acquired = self.acquired.unwrap_or(self.begin);
+        self.polled
+            .filter(|&p| p > 0 && p <= acquired)
+            .unwrap_or(acquired)
+    }
 }
 
 impl History {
@@ -76,7 +91,8 @@ impl History {
                     }
                     continue;
                 }
-                if line.starts_with("done ") {
+                // (Executor stalls: faults, read by the run.)
+                if line.starts_with("done ") || line.starts_with("stall ") {
                     continue;
                 }
                 if let Some(passed) = line.strip_prefix("cohort passed=") {
@@ -142,6 +158,7 @@ impl History {
             "acquired" => {
                 call.acquired = Some(t);
                 call.fence = field("fence").and_then(|v| v.parse().ok()).unwrap_or(0);
+                call.polled = field("polled").and_then(|v| v.parse().ok());
                 call.outer = field("outer") == Some("1");
             }
             "body_enter" => call.body_enter = Some(t),

@@ -79,7 +79,7 @@ pub(super) fn report(
         let (from, to) = (at.saturating_sub(ns(WINDOW)), at + ns(WINDOW));
         let _ = writeln!(
             out,
-            "history of key {key} from {:.3} to {:.3} s ({}):",
+            "history of key nk{key} from {:.3} to {:.3} s ({}):",
             rel(from),
             rel(to),
             class
