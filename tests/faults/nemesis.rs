@@ -309,11 +309,12 @@ async fn run(mode: Mode) {
             .find_map(|l| l.strip_prefix("done ").and_then(|t| t.parse().ok()))
             .unwrap_or(killed_at);
         ends.push(end);
-        // The executor stalls it reports are faults too.
+        // The executor stalls it reports are faults too, and so are the
+        // stretches in which it got no CPU.
         faults.extend(
             lines
                 .iter()
-                .filter_map(|l| Fault::stall(i, executors[i], l)),
+                .filter_map(|l| Fault::stall(i, executors[i], l).or_else(|| Fault::starved(i, l))),
         );
         outputs.push(lines);
     }

@@ -44,13 +44,25 @@ pub(super) fn act_by(faults: &[Fault], proc: usize, due: u64) -> u64 {
     by
 }
 
-/// How long freezes of `proc` overlap `from..to`, in ns.
+/// How long `proc` was frozen within `from..to`, in ns (overlapping
+/// freezes counted once).
 fn frozen_within(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
-    faults
+    let mut spans: Vec<(u64, u64)> = faults
         .iter()
         .filter(|f| f.frozen && f.proxy == Some(proc))
-        .map(|f| f.end.min(to).saturating_sub(f.start.max(from)))
-        .sum()
+        .map(|f| (f.start.max(from), f.end.min(to)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    spans.sort_unstable();
+    let (mut total, mut reach) = (0, 0);
+    for (a, b) in spans {
+        let a = a.max(reach);
+        if b > a {
+            total += b - a;
+            reach = b;
+        }
+    }
+    total
 }
 
 /// Until when a holder whose lock data was lost (restart) may go on after
@@ -158,7 +170,7 @@ pub(super) fn faults_around(history: &History, faults: &[Fault], from: u64, to: 
     let (from, to) = (from.saturating_sub(1_000_000_000), to + 1_000_000_000);
     let mut near: Vec<&Fault> = faults
         .iter()
-        .filter(|f| f.start <= to && f.end >= from && (f.counted || f.loses_data))
+        .filter(|f| f.start <= to && f.end >= from && (f.counted || f.loses_data || f.frozen))
         .collect();
     near.sort_by_key(|f| f.start);
     if near.is_empty() {

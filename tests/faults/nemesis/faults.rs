@@ -22,8 +22,12 @@ const MAX_STALL_MS: u64 = 1000;
 /// in ms: past the short lease (800 ms) and sometimes past the long one
 /// (3000 ms).
 const STOP_MS: (u64, u64) = (1000, 3500);
+/// A worker stopped while a hold it passed waits for its new holder is
+/// stopped past the long lease too, in ms: the hold is surely gone by the
+/// time that holder runs.
+const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
 /// How long a restart timed at a release waits for the release.
-const RELEASE_WAIT: Duration = Duration::from_millis(800);
+const RELEASE_WAIT: Duration = Duration::from_millis(700);
 
 /// One fault the test injected.
 #[derive(Clone, Debug)]
@@ -81,18 +85,50 @@ impl Fault {
             Executor::Current => "executor (current_thread)",
             Executor::Multi => "executor (one of two threads)",
         };
+        let by = if *n == "0" {
+            "its own work after a locked call".to_owned()
+        } else {
+            format!("the test (stall {n})")
+        };
         Some(Fault {
             start: from,
             end: to,
             what: format!(
-                "stall {n}: p{p}'s {blocked} blocked in {how} for {} ms",
+                "p{p}'s {blocked} blocked by {by}, in {how}, for {} ms",
                 (to.saturating_sub(from)) / 1_000_000
             ),
             loses_data: false,
             settled: to + ns(RECOVERY),
             proxy: Some(p),
             armed: false,
-            counted: true,
+            // The worker's own stalls are its workload, not faults.
+            counted: *n != "0",
+            frozen: true,
+        })
+    }
+}
+
+impl Fault {
+    /// A stretch in which worker `p` got no CPU (`starved <from> <to>`):
+    /// the machine was overloaded (or the worker stopped).
+    pub(super) fn starved(p: usize, line: &str) -> Option<Fault> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["starved", from, to] = words.as_slice() else {
+            return None;
+        };
+        let (from, to): (u64, u64) = (from.parse().ok()?, to.parse().ok()?);
+        Some(Fault {
+            start: from,
+            end: to,
+            what: format!(
+                "p{p} got no CPU for {} ms (the machine is overloaded, or p{p} was stopped)",
+                (to.saturating_sub(from)) / 1_000_000
+            ),
+            loses_data: false,
+            settled: to + ns(RECOVERY),
+            proxy: Some(p),
+            armed: false,
+            counted: false,
             frozen: true,
         })
     }
@@ -189,18 +225,18 @@ pub(super) async fn drive_faults(
         let mut fault = Fault::starting();
         let mut recovery = RECOVERY;
         let pick = rng.below(100);
-        if pick < 52 {
+        if pick < 45 {
             fault.proxy = Some(p);
         }
         match pick {
-            0..=13 => {
+            0..=11 => {
                 let d = millis(rng, 200, 3000);
                 proxy.stall();
                 tokio::time::sleep(d).await;
                 proxy.resume();
                 fault.what = format!("stall proxy {p} for {} ms", d.as_millis());
             }
-            14..=22 => {
+            12..=19 => {
                 let delay = millis(rng, 20, 250);
                 let d = millis(rng, 500, 3000);
                 proxy.slow(Some(delay));
@@ -212,12 +248,12 @@ pub(super) async fn drive_faults(
                     d.as_millis()
                 );
             }
-            23..=31 => {
+            20..=27 => {
                 proxy.drop_connections();
                 fault.what = format!("drop connections of proxy {p}");
                 recovery = LINGER_RECOVERY;
             }
-            32..=42 => {
+            28..=36 => {
                 let command = if rng.below(2) == 0 {
                     "SUBSCRIBE"
                 } else {
@@ -230,7 +266,7 @@ pub(super) async fn drive_faults(
                 faults.push(fault);
                 continue;
             }
-            43..=51 => {
+            37..=44 => {
                 let d = millis(rng, 300, 3000);
                 proxy.refuse(true);
                 let cut = rng.below(2) == 0;
@@ -246,14 +282,14 @@ pub(super) async fn drive_faults(
                     if cut { ", connections dropped" } else { "" }
                 );
             }
-            52..=61 => {
+            45..=52 => {
                 let d = millis(rng, 200, 2000);
                 stage.server.freeze();
                 tokio::time::sleep(d).await;
                 stage.server.thaw();
                 fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
             }
-            62..=69 => {
+            53..=59 => {
                 let from_snapshot = rng.below(100) < 40;
                 let (what, linger) = restart(stage.server, &mut snapshots, from_snapshot).await;
                 fault.what = what;
@@ -263,17 +299,36 @@ pub(super) async fn drive_faults(
                 }
                 snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
             }
-            70..=81 => {
+            60..=69 => {
                 // A whole worker process stopped past its lease: its locks
-                // run out while it cannot renew them.
+                // run out while it cannot renew them. Best while it is busy
+                // right after its release passed a hold to another of its
+                // tasks, which has not taken it yet (waiting for a worker to
+                // be so, within a second and a half).
+                let limit = Instant::now() + Duration::from_millis(1500);
+                let workers = stage.workers;
+                let busy = || workers.iter().position(|w| w.live.busy_after_a_pass());
+                let p = if until(stage.changed, limit, || busy().is_some()).await {
+                    busy().unwrap_or(p)
+                } else {
+                    p
+                };
+                fault.start = now_ns();
                 let worker = &stage.workers[p];
-                let d = millis(rng, STOP_MS.0, STOP_MS.1);
+                let aimed = worker.live.busy_after_a_pass();
+                let (lo, hi) = if aimed { AIMED_STOP_MS } else { STOP_MS };
+                let d = millis(rng, lo, hi);
                 worker.stop(true).await;
                 tokio::time::sleep(d).await;
                 worker.stop(false).await;
                 fault.what = format!(
-                    "SIGSTOP worker p{p} ({:?} executor) for {} ms",
+                    "SIGSTOP worker p{p} ({:?} executor{}) for {} ms",
                     worker.executor,
+                    if aimed {
+                        ", busy right after a local handoff"
+                    } else {
+                        ""
+                    },
                     d.as_millis()
                 );
                 fault.proxy = Some(p);
@@ -339,18 +394,36 @@ async fn restart_at_release(
     rng: &mut XorShift,
     snapshots: &mut Snapshots,
 ) -> Option<Fault> {
-    // A worker waiting for a key another one holds; a `current_thread`
-    // executor first (one blocked poll stops all its tasks).
-    let mut candidates: Vec<(usize, usize)> = Vec::new();
-    for (p, worker) in stage.workers.iter().enumerate() {
-        for key in worker.live.waits_for() {
-            let held = stage
-                .workers
-                .iter()
-                .any(|other| other.index != p && other.live.holds_key(key));
-            if held {
-                candidates.push((p, key));
-            }
+    let spin = rng.below(3) == 0;
+    let from_snapshot = rng.below(100) < 30;
+    let pause = millis(rng, 0, 10);
+    let choice = rng.next_u64();
+    // A worker waiting for a key another one holds (waiting for one, within
+    // a second).
+    let limit = Instant::now() + Duration::from_secs(1);
+    until(stage.changed, limit, || {
+        !candidates(stage.workers).is_empty()
+    })
+    .await;
+    let candidates = candidates(stage.workers);
+    if candidates.is_empty() {
+        // Nobody waits for a held key: an executor stall at random then.
+        let p = (choice % PROCESSES as u64) as usize;
+        stage.workers[p]
+            .stall(millis(rng, 50, MAX_STALL_MS), spin)
+            .await;
+        return None;
+    }
+    // The key's next holder, if the one to block is the head of the key's
+    // queue in Redis (fair mode): the next release goes to it. Else a
+    // `current_thread` executor (one blocked poll stops all its tasks).
+    let mut heads = Vec::new();
+    for &(p, key) in &candidates {
+        if queue_head(stage, key)
+            .await
+            .is_some_and(|h| h.starts_with(&format!("{}:", stage.workers[p].id)))
+        {
+            heads.push((p, key));
         }
     }
     let current: Vec<(usize, usize)> = candidates
@@ -358,22 +431,11 @@ async fn restart_at_release(
         .copied()
         .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
         .collect();
-    let pool = if current.is_empty() || rng.below(100) < 25 {
-        &candidates
-    } else {
-        &current
-    };
-    let spin = rng.below(3) == 0;
-    let from_snapshot = rng.below(100) < 30;
-    let pause = millis(rng, 0, 10);
-    let Some(&(p, key)) = pool.get(rng.below(pool.len().max(1) as u64) as usize) else {
-        // Nobody waits for a held key: an executor stall at a holder then.
-        let p = rng.below(PROCESSES as u64) as usize;
-        stage.workers[p]
-            .stall(millis(rng, 50, MAX_STALL_MS), spin)
-            .await;
-        return None;
-    };
+    let pool = [heads, current, candidates]
+        .into_iter()
+        .find(|pool| !pool.is_empty())
+        .unwrap_or_default();
+    let (p, key) = pool[(choice % pool.len() as u64) as usize];
     stage.timed.tries += 1;
     let worker = stage.workers[p].clone();
     let fair = worker.fair[key];
@@ -451,6 +513,38 @@ async fn restart_at_release(
     )
     .await;
     fault
+}
+
+/// `(worker, key)`: the worker waits for the key, and another one holds it.
+fn candidates(workers: &[Arc<Control>]) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    for (p, worker) in workers.iter().enumerate() {
+        for key in worker.live.waits_for() {
+            let held = workers
+                .iter()
+                .any(|other| other.index != p && other.live.holds_key(key));
+            if held {
+                found.push((p, key));
+            }
+        }
+    }
+    found
+}
+
+/// The first holder id in key `nk<key>`'s fair queue in Redis, if any.
+async fn queue_head(stage: &Stage<'_>, key: usize) -> Option<String> {
+    let queue = format!(
+        "{}:queue",
+        layout::lock_name(stage.prefix, &format!("nk{key}"))
+    );
+    let mut con = stage.server.connection().await;
+    redis::cmd("LINDEX")
+        .arg(queue)
+        .arg(0)
+        .query_async(&mut con)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Blocks worker executors at random beside the other faults, as a

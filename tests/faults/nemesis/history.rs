@@ -92,7 +92,11 @@ impl History {
                     continue;
                 }
                 // (Executor stalls: faults, read by the run.)
-                if line.starts_with("done ") || line.starts_with("stall ") {
+                if line.starts_with("done ")
+                    || line.starts_with("stall ")
+                    || line.starts_with("blocking ")
+                    || line.starts_with("starved ")
+                {
                     continue;
                 }
                 if let Some(passed) = line.strip_prefix("cohort passed=") {

@@ -126,6 +126,10 @@ struct LiveState {
     acquired: HashMap<usize, u64>,
     /// Stalls done: number → (from, to).
     stalls: HashMap<u64, (u64, u64)>,
+    /// A task blocks its thread right after a call whose release passed a
+    /// hold to another task of the process (`blocking <t> passed=1`), until
+    /// its `stall 0` line.
+    busy_after_a_pass: bool,
 }
 
 impl Live {
@@ -139,9 +143,18 @@ impl Live {
     pub(super) fn see(&self, line: &str) {
         let words: Vec<&str> = line.split(' ').collect();
         let mut state = self.state.lock().expect("live state");
+        if let ["blocking", _, passed] = words.as_slice() {
+            state.busy_after_a_pass = *passed == "passed=1";
+            drop(state);
+            self.changed.notify_waiters();
+            return;
+        }
         if let ["stall", id, from, to, ..] = words.as_slice() {
             if let (Ok(id), Ok(from), Ok(to)) = (id.parse(), from.parse(), to.parse()) {
                 state.stalls.insert(id, (from, to));
+                if id == 0 {
+                    state.busy_after_a_pass = false;
+                }
             }
             drop(state);
             self.changed.notify_waiters();
@@ -178,6 +191,11 @@ impl Live {
     /// Whether it holds any lock now.
     pub(super) fn holds(&self) -> bool {
         !self.state.lock().expect("live state").holding.is_empty()
+    }
+
+    /// Whether one of its tasks is busy right after passing a hold.
+    pub(super) fn busy_after_a_pass(&self) -> bool {
+        self.state.lock().expect("live state").busy_after_a_pass
     }
 
     /// Whether it holds `key` now.

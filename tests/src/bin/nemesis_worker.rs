@@ -26,6 +26,14 @@
 //!       blocked)
 //!   unstall <n>   ends stall `<n>` now (also when it has not begun yet)
 //!
+//! `starved <from> <to>`: the process got no CPU from to (no thread of it
+//! ran for over 100 ms: an overloaded machine, or SIGSTOP).
+//!
+//! Its own stalls: now and then a task blocks its thread for 100-500 ms
+//! right after a locked call, often after one whose release passed the hold
+//! to another task (CPU-bound work after a locked section): it prints
+//! `blocking <t> passed=0|1` before and `stall 0 <from> <to> <how>` after.
+//!
 //! Event lines: `ev <t> <task> <call> <parent> <key> <kind> [<name>=<value>...]`
 //! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
 //! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
@@ -132,6 +140,39 @@ struct Cx {
     task: u32,
     parent: u64,
     frames: Vec<Frame>,
+    /// Whether a release of this task's calls passed its hold on.
+    passes: Arc<Passes>,
+}
+
+/// Whether a release passed its hold to another task of the process (lock
+/// cohorting): it did when it ended in the poll it began in (a release to
+/// Redis waits for the server) and the process's count of passes grew
+/// meanwhile.
+#[derive(Default)]
+struct Passes {
+    /// The count right before the release.
+    before: AtomicU64,
+    /// When the poll began in which the release began.
+    poll: AtomicU64,
+    passed: std::sync::atomic::AtomicBool,
+}
+
+impl Passes {
+    /// Right before a release, in the poll that began at `poll`.
+    fn before(&self, runtime: &LockRuntime, poll: u64) {
+        self.before
+            .store(runtime.stats().passed_locally, Ordering::Relaxed);
+        self.poll.store(poll, Ordering::Relaxed);
+    }
+
+    /// Right after it, in the poll that began at `poll`.
+    fn after(&self, runtime: &LockRuntime, poll: u64) {
+        if poll == self.poll.load(Ordering::Relaxed)
+            && runtime.stats().passed_locally > self.before.load(Ordering::Relaxed)
+        {
+            self.passed.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -368,7 +409,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 );
                 // The body's first poll runs inside the poll of `with_lock`
                 // that acquired: it reads when that poll began.
-                let locked = Stamped::new(with_lock(request, body), polled);
+                let locked = Stamped::new(with_lock(request, body), polled.clone());
                 let outcome = if plan.wait.is_none() {
                     match tokio::time::timeout(plan.bound, locked).await {
                         Ok(outcome) => outcome,
@@ -377,6 +418,9 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 } else {
                     locked.await
                 };
+                // (The release ran after the body's last step.)
+                cx.passes
+                    .after(&ctx.runtime, polled.load(Ordering::Relaxed));
                 match outcome {
                     Ok(()) | Err(BodyError::User) => {}
                     Err(BodyError::Lock(LockError::Lost { .. })) => {
@@ -437,13 +481,13 @@ fn locked_body(
     let watch = plan.on_lost == OnLost::Continue;
     let user_error = rng.chance(5);
     async move {
-        let polled = polled.load(Ordering::Relaxed);
+        let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
         rec.set(Phase::Holding);
         rec.emit(
             "acquired",
             &format!(
-                "fence={token} outer={} polled={polled}",
+                "fence={token} outer={} polled={entered}",
                 u8::from(outer(&cx.frames, key, token))
             ),
         );
@@ -498,6 +542,8 @@ fn locked_body(
         exit.done = true;
         drop(exit);
         rec.finish("released", "");
+        cx.passes
+            .before(&cx.ctx.runtime, polled.load(Ordering::Relaxed));
         if user_error {
             Err(BodyError::User)
         } else {
@@ -610,7 +656,17 @@ async fn guarded(
     exit.done = true;
     drop(exit);
     rec.finish("released", "");
-    match guard.release().await {
+    cx.passes.before(&cx.ctx.runtime, 0);
+    let mut release = std::pin::pin!(guard.release());
+    let first = std::future::poll_fn(|task| Poll::Ready(release.as_mut().poll(task))).await;
+    let released = match first {
+        Poll::Ready(released) => {
+            cx.passes.after(&cx.ctx.runtime, 0);
+            released
+        }
+        Poll::Pending => release.await,
+    };
+    match released {
         Ok(()) => {}
         Err(LockError::Lost { .. } | LockError::NotHeld { .. }) => rec.emit("late_lost", ""),
         Err(e) => rec.emit("late_error", &format!("what={}", one_word(&e))),
@@ -624,11 +680,13 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
     // Bounded by time, and by count as a second guard.
     while Instant::now() < end && count < 1_000_000 {
         count += 1;
+        let passes = Arc::new(Passes::default());
         let cx = Cx {
             ctx: ctx.clone(),
             task: index,
             parent: 0,
             frames: Vec::new(),
+            passes: passes.clone(),
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -638,6 +696,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             OP_LIMIT
         };
         let by_select = rng.chance(50);
+        let mut work = rng.fork();
         let handle = tokio::spawn(async move {
             if by_select {
                 tokio::select! {
@@ -646,6 +705,17 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
                 }
             } else {
                 let _ = tokio::time::timeout(budget, op).await;
+            }
+            // Now and then CPU-bound work right after the locked call, in
+            // the same poll: when the call's release passed the hold to a
+            // task of this process, that task is not polled before the work
+            // is done (it was woken from this thread), the hold waiting for
+            // it meanwhile.
+            let passed = passes.passed.load(Ordering::Relaxed);
+            if (passed && work.chance(30)) || work.below(1000) < 3 {
+                let d = work.millis(100, 500);
+                println!("blocking {} passed={}", now_ns(), u8::from(passed));
+                block(0, d, work.chance(33));
             }
         });
         // A panic inside a body ends up here as a JoinError; its calls
@@ -673,20 +743,29 @@ static UNSTALLED: AtomicU64 = AtomicU64::new(0);
 /// CPU-bound or blocking code (with a `current` executor, every task is).
 async fn staller(mut orders: tokio::sync::mpsc::UnboundedReceiver<Stall>) {
     while let Some(stall) = orders.recv().await {
-        let from = now_ns();
-        let until = std::time::Instant::now() + stall.max;
-        // Bounded by `until`.
-        while UNSTALLED.load(Ordering::Acquire) < stall.id && std::time::Instant::now() < until {
-            if stall.spin {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        let to = now_ns();
-        let how = if stall.spin { "spin" } else { "sleep" };
-        println!("stall {} {from} {to} {how}", stall.id);
+        block(stall.id, stall.max, stall.spin);
     }
+}
+
+/// Blocks this thread for at most `max` (stall `id` may end sooner, at its
+/// `unstall`; stall 0 is the worker's own), sleeping or spinning; then
+/// reports the stall.
+fn block(id: u64, max: Duration, spin: bool) {
+    let from = now_ns();
+    let until = std::time::Instant::now() + max;
+    // Bounded by `until`.
+    while (id == 0 || UNSTALLED.load(Ordering::Acquire) < id) && std::time::Instant::now() < until {
+        if spin {
+            // Busy, but yielding the core: the machine is shared, and a
+            // spinning thread that starves the others tests the scheduler.
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let to = now_ns();
+    let how = if spin { "spin" } else { "sleep" };
+    println!("stall {id} {from} {to} {how}");
 }
 
 /// Reads the test's orders from stdin (after `go`) until it closes, then
@@ -714,6 +793,26 @@ fn read_orders(stalls: tokio::sync::mpsc::UnboundedSender<Stall>) -> ! {
             }
             _ => panic!("unknown order {line:?}"),
         }
+    }
+}
+
+/// How long the process may go without CPU before it says so.
+const STARVED: Duration = Duration::from_millis(100);
+
+/// Watches for stretches in which this process got no CPU (an overloaded
+/// machine, or SIGSTOP): a thread that wakes every 10 ms prints `starved
+/// <from> <to>` when it woke much later. Its code could not run meanwhile,
+/// which the test's timing bounds take into account.
+fn watch_starvation() {
+    let mut last = now_ns();
+    // Bounded by the process's life (it ends with `main`).
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = now_ns();
+        if now.saturating_sub(last) > STARVED.as_nanos() as u64 + 10_000_000 {
+            println!("starved {last} {now}");
+        }
+        last = now;
     }
 }
 
@@ -808,6 +907,7 @@ async fn run(args: Vec<String>) {
     });
     let _ = go_rx.await;
     let stalls = tokio::spawn(staller(stall_rx));
+    std::thread::spawn(watch_starvation);
 
     let ctx = Arc::new(Ctx {
         runtime: runtime.clone(),
