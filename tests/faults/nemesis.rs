@@ -1,33 +1,66 @@
 //! Nemesis: three processes take random locks through fault proxies while
-//! the test breaks the network and the server at random, then a checker
-//! reads every process's event log and tests the library's promises against
-//! the merged history, Jepsen style.
+//! the test breaks the network, the server and the processes themselves at
+//! random, then a checker reads every process's event log and tests the
+//! library's promises against the merged history, Jepsen style.
 //!
 //! Each worker process (`nemesis_worker`) reaches Redis through its own
 //! [`FaultProxy`], so a fault can hit one process's view of the network
 //! (stall, slow, cut, refuse, cut at the next SUBSCRIBE or EVALSHA) or all of
-//! them (SIGSTOP, restart empty, restart from an older snapshot). Everything
-//! is chosen from one seed (`LOCK_NEMESIS_SEED`, else the clock; printed),
-//! which replays the same choices — though not the same timing — and every
-//! event of every process carries `CLOCK_MONOTONIC`, the clock this process
-//! stamps the faults with.
+//! them (SIGSTOP of the server, restart empty, restart from an older
+//! snapshot). The processes themselves stall too, as services do:
+//! - some run their tasks on a `current_thread` executor (one blocked poll
+//!   stops every task), the others on two threads;
+//! - beside the other faults, every 0.3-2.5 s one worker's executor thread is
+//!   blocked for 50-1000 ms (`std::thread::sleep` or a busy loop), and the
+//!   workers block their own thread now and then right after a locked call,
+//!   often after one whose release passed the hold to another task, which
+//!   then waits for the thread (CPU-bound work after a locked section);
+//! - a worker is stopped (SIGSTOP) past its lease, and when one is busy
+//!   right after such a local handoff, past both leases then;
+//! - a restart (empty or from a snapshot) is timed to land between a release
+//!   and the next holder's entry: the worker heading the key's fair queue (or
+//!   waiting for it in plain mode) is blocked, the key is handed (released)
+//!   to it, the server restarts, another worker takes the key on the new
+//!   server, and only then does the blocked one run again.
+//!
+//! Keys are plain or fair, and in one test one process takes a key plain
+//! while the others take it fair. Everything is chosen from one seed
+//! (`LOCK_NEMESIS_SEED`, else the clock; printed), which replays the same
+//! choices — though not the same timing — and every event of every process
+//! carries `CLOCK_MONOTONIC`, the clock this process stamps the faults with.
+//! A worker also says when its executor was blocked and when it got no CPU
+//! at all (an overloaded machine): a process that cannot run cannot act, so
+//! the timing bounds allow for that (its "frozen" stretches), and nothing
+//! else.
 //!
 //! What is checked, and the bounds (named constants below):
 //! - exclusion: outermost holds of one key never overlap by more than
-//!   [`SLACK`], unless a data-losing fault came between the two acquisitions;
-//!   then the later fence must be larger and the earlier holder must be told
-//!   (`lost`) or be done within [`stale_bound`] of the later acquisition;
+//!   [`SLACK`], unless a data-losing fault came between the two acquisitions
+//!   (then the later token must be larger and the earlier holder must be
+//!   told (`lost`) or be done within [`stale_bound`] of the later
+//!   acquisition), or the earlier holder was frozen when it should have
+//!   learnt its hold was gone (then it must stop within [`RESUME`] of running
+//!   again);
+//! - fencing: a hold never enters with a token at or below one that a hold
+//!   of the same key surely entered with before (its entry was logged before
+//!   the poll that handed the later hold over began), whatever the faults:
+//!   no data loss, stop or stall excuses a token going backwards;
 //! - nesting: inside one task, bodies of one key that overlap are ancestor
 //!   and descendant (sibling `join!` arms take turns), unless the earlier
 //!   one's hold was reported lost before the later one got it;
-//! - fencing: tokens of successive outermost holds of a key only grow;
-//! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`],
-//!   and none times out on a key that was observably free for longer than
-//!   [`FREE_BASE`] (+ the lease of its last holder when that hold did not
-//!   end in a release) before its deadline (not checked near faults);
+//! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`]
+//!   (+ the time its process was frozen), and none times out on a key that
+//!   was observably free for longer than [`FREE_BASE`] (+ the lease of its
+//!   last holder when that hold did not end in a release) before its
+//!   deadline (not checked near faults);
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis and every worker's runtime reports nothing held, waiting or
 //!   tracked.
+//!
+//! A violation names the key, both holders (process, task, call, token,
+//! lease, when each asked, entered and stopped) and the faults around it;
+//! the failure message adds the history of the key around the first
+//! violation of each class.
 //!
 //! | module | what |
 //! |---|---|
@@ -133,13 +166,13 @@ fn seed() -> u64 {
         .unwrap_or_else(|| XorShift::from_clock().state())
 }
 
-/// `LOCK_NEMESIS_SECS`, else 22 s per mode (about 30 s with start-up and
-/// the leftover check).
+/// `LOCK_NEMESIS_SECS`, else 30 s per test (about 33 s with start-up and
+/// the leftover check; the three tests take about 100 s).
 fn secs() -> u64 {
     std::env::var("LOCK_NEMESIS_SECS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(22)
+        .unwrap_or(30)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -325,13 +325,15 @@ fn check_exclusion(
                 } else {
                     "two holders at once"
                 };
+                let both = ends[i].min(ends[j]).saturating_sub(acquired);
                 violations.push(Violation {
                     class,
                     detail: format!(
-                        "key nk{key}: {} and {} both held it for {} ms; {}",
+                        "key nk{key}: {} and {} both held it, for {} ms from {:.3} s; {}",
                         describe(history, earlier),
                         describe(history, later),
-                        (ends[i] - acquired) / 1_000_000,
+                        both / 1_000_000,
+                        history.secs(acquired),
                         around()
                     ),
                     at: Some((key, acquired)),
