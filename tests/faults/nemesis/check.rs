@@ -320,7 +320,10 @@ fn check_exclusion(
                     coverage.overlaps_after_a_freeze += 1;
                     continue;
                 }
-                let class = if earlier.lost.is_some() {
+                // A later holder with a smaller token entered on a stale
+                // hold: that is the fault, however late the earlier one
+                // was told.
+                let class = if earlier.lost.is_some() && later.fence > earlier.fence {
                     "holder told lost too late"
                 } else {
                     "two holders at once"
