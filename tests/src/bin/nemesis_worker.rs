@@ -21,13 +21,15 @@
 //! Orders on stdin after `go`:
 //!   stall <n> <ms> sleep|spin   block one thread of the executor (the only
 //!       one of a `current` executor) inside a poll, in `std::thread::sleep`
-//!       or a busy loop, for `<ms>` or until `unstall <n>`; then print
+//!       or a busy loop (that yields the core), for `<ms>` or until
+//!       `unstall <n>`; then print
 //!       `stall <n> <from> <to> <how>` (CLOCK_MONOTONIC ns: when it was
 //!       blocked)
 //!   unstall <n>   ends stall `<n>` now (also when it has not begun yet)
 //!
-//! `starved <from> <to>`: the process got no CPU from to (no thread of it
-//! ran for over 100 ms: an overloaded machine, or SIGSTOP).
+//! `starved <from> <to>`: the process got no CPU from `<from>` to `<to>`
+//! (a thread of it that wakes every 10 ms did not run for over 100 ms: an
+//! overloaded machine, or SIGSTOP).
 //!
 //! Its own stalls: now and then a task blocks its thread for 100-500 ms
 //! right after a locked call, often after one whose release passed the hold
