@@ -5,15 +5,36 @@
 //! merge the logs of all processes and check them against each other.
 //!
 //! Usage:
-//!   nemesis_worker <redis-url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...]
-//!       where each key is `<name>:fair` or `<name>:plain` (every process
-//!       of a run gets the same list: one mode per key).
+//!   nemesis_worker <redis-url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
+//!       where each key is `<name>:fair` or `<name>:plain` (the mode this
+//!       process uses for it; processes may differ), and `<executor>` is
+//!       `current` (the tasks run on a `current_thread` tokio runtime: one
+//!       blocked poll stops them all) or `multi` (two worker threads).
 //!
-//! It builds a runtime (connect and response timeouts of `<timeout-ms>`),
-//! prints `ready`, waits for a `go` line on stdin, runs `<tasks>` tasks for
-//! `<secs>` seconds, then prints
+//! It builds a lock runtime (connect and response timeouts of
+//! `<timeout-ms>`), prints `ready <id>` (`<id>`: the process part of its
+//! holder ids, so the test can tell whose a fair handoff is), waits for a
+//! `go` line on stdin, runs `<tasks>` tasks for `<secs>` seconds, then prints
 //! `stats held=<n> waiting=<n> tracked=<n>`, drops the runtime and prints
 //! `done <t>`. It exits when its stdin closes (the test is gone).
+//!
+//! Orders on stdin after `go`:
+//!   stall <n> <ms> sleep|spin   block one thread of the executor (the only
+//!       one of a `current` executor) inside a poll, in `std::thread::sleep`
+//!       or a busy loop (that yields the core), for `<ms>` or until
+//!       `unstall <n>`; then print
+//!       `stall <n> <from> <to> <how>` (CLOCK_MONOTONIC ns: when it was
+//!       blocked)
+//!   unstall <n>   ends stall `<n>` now (also when it has not begun yet)
+//!
+//! `starved <from> <to>`: the process got no CPU from `<from>` to `<to>`
+//! (a thread of it that wakes every 10 ms did not run for over 100 ms: an
+//! overloaded machine, or SIGSTOP).
+//!
+//! Its own stalls: now and then a task blocks its thread for 100-500 ms
+//! right after a locked call, often after one whose release passed the hold
+//! to another task (CPU-bound work after a locked section): it prints
+//! `blocking <t> passed=0|1` before and `stall 0 <from> <to> <how>` after.
 //!
 //! Event lines: `ev <t> <task> <call> <parent> <key> <kind> [<name>=<value>...]`
 //! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
@@ -21,8 +42,11 @@
 //! key's index, and `<kind>` one of:
 //!   begin     the request goes out; `api=with|guard wait=<ms>|forever
 //!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue`
-//!   acquired  `fence=<n> outer=0|1` (outer: a hold of its own in Redis,
-//!             not a re-entry of an enclosing call's hold)
+//!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
+//!             in Redis, not a re-entry of an enclosing call's hold; polled:
+//!             when the poll began in which the library handed the hold over,
+//!             the earliest moment the entry can have happened — the line
+//!             itself may be late when the process was stopped in between)
 //!   body_enter, body_exit `how=done|dropped`
 //!   lost      the holder was told its lock is gone
 //!   released  the holder stops acting; its release goes out right after
@@ -33,6 +57,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
@@ -117,6 +142,39 @@ struct Cx {
     task: u32,
     parent: u64,
     frames: Vec<Frame>,
+    /// Whether a release of this task's calls passed its hold on.
+    passes: Arc<Passes>,
+}
+
+/// Whether a release passed its hold to another task of the process (lock
+/// cohorting): it did when it ended in the poll it began in (a release to
+/// Redis waits for the server) and the process's count of passes grew
+/// meanwhile.
+#[derive(Default)]
+struct Passes {
+    /// The count right before the release.
+    before: AtomicU64,
+    /// When the poll began in which the release began.
+    poll: AtomicU64,
+    passed: std::sync::atomic::AtomicBool,
+}
+
+impl Passes {
+    /// Right before a release, in the poll that began at `poll`.
+    fn before(&self, runtime: &LockRuntime, poll: u64) {
+        self.before
+            .store(runtime.stats().passed_locally, Ordering::Relaxed);
+        self.poll.store(poll, Ordering::Relaxed);
+    }
+
+    /// Right after it, in the poll that began at `poll`.
+    fn after(&self, runtime: &LockRuntime, poll: u64) {
+        if poll == self.poll.load(Ordering::Relaxed)
+            && runtime.stats().passed_locally > self.before.load(Ordering::Relaxed)
+        {
+            self.passed.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -182,6 +240,33 @@ impl Drop for BodyExit {
     fn drop(&mut self) {
         let how = if self.done { "done" } else { "dropped" };
         self.rec.emit("body_exit", &format!("how={how}"));
+    }
+}
+
+/// A future that notes when each of its polls begins: the poll in which an
+/// acquire hands the hold over began at most that long before the entry.
+/// (Stamped right after the entry instead, a stop of the whole process in
+/// between would make an entry from before the stop look like one after.)
+struct Stamped<F> {
+    inner: Pin<Box<F>>,
+    polled: Arc<AtomicU64>,
+}
+
+impl<F: Future> Stamped<F> {
+    fn new(inner: F, polled: Arc<AtomicU64>) -> Stamped<F> {
+        Stamped {
+            inner: Box::pin(inner),
+            polled,
+        }
+    }
+}
+
+impl<F: Future> Future for Stamped<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polled.store(now_ns(), Ordering::Relaxed);
+        self.inner.as_mut().poll(cx)
     }
 }
 
@@ -313,10 +398,20 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
             None => request.wait_forever(),
         };
         rec.emit("begin", &plan.describe(spec.fair));
+        let polled = Arc::new(AtomicU64::new(0));
         match plan.api {
             Api::With => {
-                let body = locked_body(cx.clone(), rng.fork(), key, depth, rec.clone(), &plan);
-                let locked = with_lock(request, body);
+                let body = locked_body(
+                    cx.clone(),
+                    rng.fork(),
+                    key,
+                    depth,
+                    (rec.clone(), polled.clone()),
+                    &plan,
+                );
+                // The body's first poll runs inside the poll of `with_lock`
+                // that acquired: it reads when that poll began.
+                let locked = Stamped::new(with_lock(request, body), polled.clone());
                 let outcome = if plan.wait.is_none() {
                     match tokio::time::timeout(plan.bound, locked).await {
                         Ok(outcome) => outcome,
@@ -325,6 +420,9 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 } else {
                     locked.await
                 };
+                // (The release ran after the body's last step.)
+                cx.passes
+                    .after(&ctx.runtime, polled.load(Ordering::Relaxed));
                 match outcome {
                     Ok(()) | Err(BodyError::User) => {}
                     Err(BodyError::Lock(LockError::Lost { .. })) => {
@@ -337,7 +435,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                     Err(BodyError::Lock(e)) => finish_error(&rec, &e),
                 }
             }
-            Api::Guard => guarded(cx, rng, key, rec, &plan, request).await,
+            Api::Guard => guarded(cx, rng, key, (rec, polled), &plan, request).await,
         }
     })
 }
@@ -379,18 +477,19 @@ fn locked_body(
     mut rng: Rng,
     key: usize,
     depth: u32,
-    rec: Arc<Rec>,
+    (rec, polled): (Arc<Rec>, Arc<AtomicU64>),
     plan: &Plan,
 ) -> impl Future<Output = Result<(), BodyError>> + Send + 'static {
     let watch = plan.on_lost == OnLost::Continue;
     let user_error = rng.chance(5);
     async move {
+        let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
         rec.set(Phase::Holding);
         rec.emit(
             "acquired",
             &format!(
-                "fence={token} outer={}",
+                "fence={token} outer={} polled={entered}",
                 u8::from(outer(&cx.frames, key, token))
             ),
         );
@@ -445,6 +544,8 @@ fn locked_body(
         exit.done = true;
         drop(exit);
         rec.finish("released", "");
+        cx.passes
+            .before(&cx.ctx.runtime, polled.load(Ordering::Relaxed));
         if user_error {
             Err(BodyError::User)
         } else {
@@ -503,11 +604,11 @@ async fn guarded(
     cx: Cx,
     mut rng: Rng,
     key: usize,
-    rec: Arc<Rec>,
+    (rec, polled): (Arc<Rec>, Arc<AtomicU64>),
     plan: &Plan,
     request: lock_runtime::LockRequest,
 ) {
-    let acquire = request.acquire();
+    let acquire = Stamped::new(request.acquire(), polled.clone());
     let outcome = if plan.wait.is_none() {
         match tokio::time::timeout(plan.bound, acquire).await {
             Ok(outcome) => outcome,
@@ -520,12 +621,13 @@ async fn guarded(
         Ok(guard) => guard,
         Err(e) => return finish_error(&rec, &e),
     };
+    let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
     rec.set(Phase::Holding);
     rec.emit(
         "acquired",
         &format!(
-            "fence={token} outer={}",
+            "fence={token} outer={} polled={polled}",
             u8::from(outer(&cx.frames, key, token))
         ),
     );
@@ -556,7 +658,17 @@ async fn guarded(
     exit.done = true;
     drop(exit);
     rec.finish("released", "");
-    match guard.release().await {
+    cx.passes.before(&cx.ctx.runtime, 0);
+    let mut release = std::pin::pin!(guard.release());
+    let first = std::future::poll_fn(|task| Poll::Ready(release.as_mut().poll(task))).await;
+    let released = match first {
+        Poll::Ready(released) => {
+            cx.passes.after(&cx.ctx.runtime, 0);
+            released
+        }
+        Poll::Pending => release.await,
+    };
+    match released {
         Ok(()) => {}
         Err(LockError::Lost { .. } | LockError::NotHeld { .. }) => rec.emit("late_lost", ""),
         Err(e) => rec.emit("late_error", &format!("what={}", one_word(&e))),
@@ -570,11 +682,13 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
     // Bounded by time, and by count as a second guard.
     while Instant::now() < end && count < 1_000_000 {
         count += 1;
+        let passes = Arc::new(Passes::default());
         let cx = Cx {
             ctx: ctx.clone(),
             task: index,
             parent: 0,
             frames: Vec::new(),
+            passes: passes.clone(),
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -584,6 +698,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             OP_LIMIT
         };
         let by_select = rng.chance(50);
+        let mut work = rng.fork();
         let handle = tokio::spawn(async move {
             if by_select {
                 tokio::select! {
@@ -592,6 +707,17 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
                 }
             } else {
                 let _ = tokio::time::timeout(budget, op).await;
+            }
+            // Now and then CPU-bound work right after the locked call, in
+            // the same poll: when the call's release passed the hold to a
+            // task of this process, that task is not polled before the work
+            // is done (it was woken from this thread), the hold waiting for
+            // it meanwhile.
+            let passed = passes.passed.load(Ordering::Relaxed);
+            if (passed && work.chance(30)) || work.below(1000) < 3 {
+                let d = work.millis(100, 500);
+                println!("blocking {} passed={}", now_ns(), u8::from(passed));
+                block(0, d, work.chance(33));
             }
         });
         // A panic inside a body ends up here as a JoinError; its calls
@@ -603,8 +729,117 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// A stall the test ordered: block an executor thread for at most `max`,
+/// sleeping or spinning.
+struct Stall {
+    id: u64,
+    max: Duration,
+    spin: bool,
+}
+
+/// The highest stall id the test ended with `unstall` (stall ids grow).
+static UNSTALLED: AtomicU64 = AtomicU64::new(0);
+
+/// Runs the test's stalls, one after the other, each inside a poll of this
+/// task: the thread that polls it is blocked meanwhile, as by a service's
+/// CPU-bound or blocking code (with a `current` executor, every task is).
+async fn staller(mut orders: tokio::sync::mpsc::UnboundedReceiver<Stall>) {
+    while let Some(stall) = orders.recv().await {
+        block(stall.id, stall.max, stall.spin);
+    }
+}
+
+/// Blocks this thread for at most `max` (stall `id` may end sooner, at its
+/// `unstall`; stall 0 is the worker's own), sleeping or spinning; then
+/// reports the stall.
+fn block(id: u64, max: Duration, spin: bool) {
+    let from = now_ns();
+    let until = std::time::Instant::now() + max;
+    // Bounded by `until`.
+    while (id == 0 || UNSTALLED.load(Ordering::Acquire) < id) && std::time::Instant::now() < until {
+        if spin {
+            // Busy, but yielding the core: the machine is shared, and a
+            // spinning thread that starves the others tests the scheduler.
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let to = now_ns();
+    let how = if spin { "spin" } else { "sleep" };
+    println!("stall {id} {from} {to} {how}");
+}
+
+/// Reads the test's orders from stdin (after `go`) until it closes, then
+/// exits: the test is gone.
+fn read_orders(stalls: tokio::sync::mpsc::UnboundedSender<Stall>) -> ! {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => std::process::exit(3),
+            Ok(_) => {}
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["stall", id, ms, how] => {
+                let stall = Stall {
+                    id: id.parse().expect("stall id"),
+                    max: Duration::from_millis(ms.parse().expect("stall ms")),
+                    spin: *how == "spin",
+                };
+                let _ = stalls.send(stall);
+            }
+            ["unstall", id] => {
+                UNSTALLED.fetch_max(id.parse().expect("stall id"), Ordering::AcqRel);
+            }
+            _ => panic!("unknown order {line:?}"),
+        }
+    }
+}
+
+/// How long the process may go without CPU before it says so.
+const STARVED: Duration = Duration::from_millis(100);
+
+/// Watches for stretches in which this process got no CPU (an overloaded
+/// machine, or SIGSTOP): a thread that wakes every 10 ms prints `starved
+/// <from> <to>` when it woke much later. Its code could not run meanwhile,
+/// which the test's timing bounds take into account.
+fn watch_starvation() {
+    let mut last = now_ns();
+    // Bounded by the process's life (it ends with `main`).
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = now_ns();
+        if now.saturating_sub(last) > STARVED.as_nanos() as u64 + 10_000_000 {
+            println!("starved {last} {now}");
+        }
+        last = now;
+    }
+}
+
+/// The process part of this runtime's holder ids (`<process-uuid>:<n>`),
+/// read back from a lock it takes for the purpose.
+async fn holder_prefix(runtime: &LockRuntime) -> String {
+    const PROBE: &str = "nemesis-worker-id";
+    let guard = runtime
+        .lock(PROBE)
+        .fair(false)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("take the id probe lock");
+    let info = runtime
+        .inspect(PROBE)
+        .await
+        .expect("inspect the id probe lock")
+        .expect("the id probe lock is held");
+    guard.release().await.expect("release the id probe lock");
+    let (id, _) = info.holder.rsplit_once(':').expect("holder id <uuid>:<n>");
+    id.to_owned()
+}
+
+fn main() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if info.payload().downcast_ref::<&str>() != Some(&PANIC_PAYLOAD) {
@@ -612,9 +847,26 @@ async fn main() {
         }
     }));
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, prefix, seed, secs, tasks, timeout_ms, keys] = args.as_slice() else {
+    let executor = match args.last().map(String::as_str) {
+        Some("current") => tokio::runtime::Builder::new_current_thread(),
+        Some("multi") => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(2);
+            builder
+        }
+        other => panic!("the last argument is the executor, current or multi: {other:?}"),
+    }
+    .enable_all()
+    .build()
+    .expect("build the executor");
+    executor.block_on(run(args));
+}
+
+async fn run(args: Vec<String>) {
+    let [url, prefix, seed, secs, tasks, timeout_ms, keys, _executor] = args.as_slice() else {
         panic!(
-            "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key:fair|plain,...>"
+            "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> \
+             <key:fair|plain,...> <current|multi>"
         );
     };
     let seed: u64 = seed.parse().expect("seed");
@@ -643,23 +895,21 @@ async fn main() {
         .await
         .expect("build the lock runtime");
     runtime.ping().await.expect("ping through the proxy");
-    println!("ready");
+    println!("ready {}", holder_prefix(&runtime).await);
 
-    // Wait for `go`; afterwards, exit as soon as stdin closes (the test died).
+    // Wait for `go`; afterwards, take the test's orders, and exit as soon as
+    // stdin closes (the test died).
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stall_tx, stall_rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
         let _ = go_tx.send(());
-        loop {
-            line.clear();
-            match std::io::stdin().read_line(&mut line) {
-                Ok(0) | Err(_) => std::process::exit(3),
-                Ok(_) => {}
-            }
-        }
+        read_orders(stall_tx)
     });
     let _ = go_rx.await;
+    let stalls = tokio::spawn(staller(stall_rx));
+    std::thread::spawn(watch_starvation);
 
     let ctx = Arc::new(Ctx {
         runtime: runtime.clone(),
@@ -674,6 +924,8 @@ async fn main() {
     for handle in handles {
         handle.await.expect("a worker task failed outside a call");
     }
+    // Stalls ordered after this are not run (the test orders none so late).
+    stalls.abort();
     drop(ctx);
     // Background releases and the watchdog settle (bounded; no event to
     // await for these counters).

@@ -1,0 +1,503 @@
+//! The checker: the library's promises tested against the merged history.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::faults::Fault;
+use super::history::{Call, History};
+use super::{ns, FREE_BASE, LATE_SLACK, RESUME, SLACK, TIMEOUT};
+
+pub(super) struct Violation {
+    pub(super) class: &'static str,
+    pub(super) detail: String,
+    /// The key and moment to show the history around.
+    pub(super) at: Option<(usize, u64)>,
+}
+
+impl Violation {
+    pub(super) fn plain(class: &'static str, detail: String) -> Violation {
+        Violation {
+            class,
+            detail,
+            at: None,
+        }
+    }
+}
+
+/// When a process that should act at `due` (notice a loss, say) does so
+/// at the latest: `due`, or, when it was frozen then (stopped, or its
+/// executor blocked), [`RESUME`] after that freeze ended (and after every
+/// freeze that follows before then): a process that cannot run cannot act,
+/// in either sense, until it runs again.
+pub(super) fn act_by(faults: &[Fault], proc: usize, due: u64) -> u64 {
+    let mut freezes: Vec<&Fault> = faults
+        .iter()
+        .filter(|f| f.frozen && f.proxy == Some(proc))
+        .collect();
+    freezes.sort_by_key(|f| f.start);
+    let mut by = due;
+    for f in freezes {
+        if f.start <= by && f.end + ns(RESUME) > by {
+            by = f.end + ns(RESUME);
+        }
+    }
+    by
+}
+
+/// How long `proc` was frozen within `from..to`, in ns (overlapping
+/// freezes counted once).
+fn frozen_within(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
+    let mut spans: Vec<(u64, u64)> = faults
+        .iter()
+        .filter(|f| f.frozen && f.proxy == Some(proc))
+        .map(|f| (f.start.max(from), f.end.min(to)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    spans.sort_unstable();
+    let (mut total, mut reach) = (0, 0);
+    for (a, b) in spans {
+        let a = a.max(reach);
+        if b > a {
+            total += b - a;
+            reach = b;
+        }
+    }
+    total
+}
+
+/// Until when a holder whose lock data was lost (restart) may go on after
+/// the next holder acquired: one renewal period plus the response timeout
+/// plus [`SLACK`] for a renewed lease; a fixed lease is lost when it runs
+/// out (counted from its acquisition, which is later than the library
+/// counts from: its request's send time).
+///
+/// A renewal needs the server: when another fault kept the holder from it
+/// in that time (the server frozen or restarted again, the holder's own
+/// proxy stalled, slowed, cut or refusing), nothing can tell the holder
+/// before its lease runs out, so then the bound is its lease end (the
+/// README's "lost at the client-side lease end"). A holder frozen at that
+/// moment acts on it once it runs again ([`act_by`]).
+pub(super) fn stale_bound(earlier: &Call, later_acquired: u64, faults: &[Fault]) -> u64 {
+    let lease_end = earlier.acquired.unwrap_or(0) + ns(earlier.lease);
+    let bound = if !earlier.renew {
+        later_acquired.max(lease_end) + ns(SLACK)
+    } else {
+        let renewal = later_acquired + ns(earlier.lease / 3 + TIMEOUT + SLACK);
+        let cut_off = faults.iter().any(|f| {
+            f.counted
+                && !f.frozen
+                && f.start < renewal
+                && f.end >= later_acquired
+                && f.proxy.is_none_or(|p| p == earlier.proc)
+                && !(f.loses_data && f.start < later_acquired)
+        });
+        if cut_off {
+            renewal.max(lease_end + ns(SLACK))
+        } else {
+            renewal
+        }
+    };
+    act_by(faults, earlier.proc, bound)
+}
+
+/// What the checks had to work with (written with `LOCK_NEMESIS_DUMP`): a
+/// run whose faults never hit a holder proves little.
+#[derive(Debug, Default)]
+pub(super) struct Coverage {
+    pub(super) outer_holds: u64,
+    pub(super) holds_told_lost: u64,
+    pub(super) overlaps_after_data_loss: u64,
+    /// Overlaps with a holder that was stopped or whose executor was
+    /// blocked, and that stopped acting once it ran again.
+    pub(super) overlaps_after_a_freeze: u64,
+    /// Entries whose poll began long (over 50 ms) before they were logged:
+    /// the process was stopped or its thread blocked in between.
+    pub(super) entries_across_a_freeze: u64,
+    pub(super) nested_bodies: u64,
+    pub(super) bounded_waits: u64,
+    pub(super) timeouts_on_a_free_key_near_faults: u64,
+}
+
+pub(super) fn check(
+    history: &History,
+    faults: &[Fault],
+    violations: &mut Vec<Violation>,
+) -> Coverage {
+    let mut coverage = Coverage::default();
+    let by_key = outer_holds(history, &mut coverage);
+    check_fences(history, faults, &by_key, violations);
+    check_exclusion(history, faults, &by_key, violations, &mut coverage);
+    check_nesting(history, faults, violations, &mut coverage);
+    check_waiters(history, faults, violations, &mut coverage);
+    coverage
+}
+
+/// A hold, for a report: process, task, call, token, lease, when it was
+/// asked for, entered and left, and whether it was told lost.
+pub(super) fn describe(history: &History, call: &Call) -> String {
+    let acquired = call.acquired.unwrap_or(0);
+    let entered = call.entered_from();
+    let entry = if acquired.saturating_sub(entered) > 1_000_000 {
+        format!(
+            "entered between {:.3} and {:.3} s",
+            history.secs(entered),
+            history.secs(acquired)
+        )
+    } else {
+        format!("entered at {:.3} s", history.secs(acquired))
+    };
+    format!(
+        "p{} t{} call {} (token {}, lease {} ms{}, asked at {:.3} s, {entry}, held until {:.3} s{})",
+        call.proc,
+        call.task,
+        call.id,
+        call.fence,
+        call.lease.as_millis(),
+        if call.renew { "" } else { " fixed" },
+        history.secs(call.begin),
+        history.secs(history.hold_end(call)),
+        if call.lost.is_some() {
+            ", told lost"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The faults within a second of `from..to`, for a report: what happened
+/// around a violation.
+pub(super) fn faults_around(history: &History, faults: &[Fault], from: u64, to: u64) -> String {
+    let (from, to) = (from.saturating_sub(1_000_000_000), to + 1_000_000_000);
+    let mut near: Vec<&Fault> = faults
+        .iter()
+        .filter(|f| f.start <= to && f.end >= from && (f.counted || f.loses_data || f.frozen))
+        .collect();
+    near.sort_by_key(|f| f.start);
+    if near.is_empty() {
+        return "no fault within a second".to_owned();
+    }
+    let listed: Vec<String> = near
+        .iter()
+        .map(|f| {
+            format!(
+                "{:.3}-{:.3} s {}",
+                history.secs(f.start),
+                history.secs(f.end),
+                f.what
+            )
+        })
+        .collect();
+    format!("faults around: {}", listed.join("; "))
+}
+
+/// Outermost holds of each key (a hold of its own, not a re-entry), in
+/// the order their entries were logged.
+fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usize, Vec<&'h Call>> {
+    let mut by_key: HashMap<usize, Vec<&Call>> = HashMap::new();
+    for call in &history.calls {
+        if call.acquired.is_some() && call.outer {
+            coverage.outer_holds += 1;
+            coverage.holds_told_lost += u64::from(call.lost.is_some());
+            let acquired = call.acquired.unwrap_or(0);
+            coverage.entries_across_a_freeze +=
+                u64::from(acquired.saturating_sub(call.entered_from()) > 50_000_000);
+            by_key.entry(call.key).or_default().push(call);
+        }
+    }
+    for holds in by_key.values_mut() {
+        holds.sort_by_key(|c| (c.acquired, c.proc, c.id));
+    }
+    by_key
+}
+
+/// Fencing tokens never go backwards: every hold of a key enters with a
+/// token larger than that of every hold that surely entered before it (its
+/// `acquired` line is older than the poll that handed the later hold over),
+/// whatever faults came between — also after data loss, a stop or a stall.
+fn check_fences(
+    history: &History,
+    faults: &[Fault],
+    by_key: &HashMap<usize, Vec<&Call>>,
+    violations: &mut Vec<Violation>,
+) {
+    for (&key, holds) in by_key {
+        // The largest token entered up to each position (in logged order).
+        let mut largest: Vec<&Call> = Vec::with_capacity(holds.len());
+        for &hold in holds {
+            let top = match largest.last() {
+                Some(&top) if top.fence >= hold.fence => top,
+                _ => hold,
+            };
+            largest.push(top);
+        }
+        for &later in holds {
+            let from = later.entered_from();
+            let before = holds.partition_point(|c| c.acquired.unwrap_or(0) < from);
+            let Some(&top) = before.checked_sub(1).map(|i| &largest[i]) else {
+                continue;
+            };
+            if top.fence < later.fence {
+                continue;
+            }
+            let acquired = later.acquired.unwrap_or(0);
+            violations.push(Violation {
+                class: "fence went backwards",
+                detail: format!(
+                    "key nk{key}: {} entered with token {} after {} had entered with token {}; \
+                     {}",
+                    describe(history, later),
+                    later.fence,
+                    describe(history, top),
+                    top.fence,
+                    faults_around(history, faults, top.acquired.unwrap_or(0), acquired)
+                ),
+                at: Some((key, acquired)),
+            });
+        }
+    }
+}
+
+/// Outermost holds of each key, across processes: no overlap (beyond
+/// [`SLACK`]) unless lock data was lost in between (then the later token is
+/// larger, and the earlier holder is told within [`stale_bound`]), or the
+/// earlier holder could not run (stopped, its executor blocked) when it
+/// should have learnt its hold was gone, and stopped acting within
+/// [`RESUME`] of running again.
+fn check_exclusion(
+    history: &History,
+    faults: &[Fault],
+    by_key: &HashMap<usize, Vec<&Call>>,
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    for (&key, holds) in by_key {
+        let ends: Vec<u64> = holds.iter().map(|c| history.hold_end(c)).collect();
+        for j in 0..holds.len() {
+            let later = holds[j];
+            let acquired = later.acquired.unwrap_or(0);
+            for i in 0..j {
+                let earlier = holds[i];
+                if ends[i] <= acquired + ns(SLACK) {
+                    continue;
+                }
+                let around =
+                    || faults_around(history, faults, earlier.acquired.unwrap_or(0), ends[i]);
+                let data_lost = faults.iter().any(|f| {
+                    f.loses_data && f.start < acquired && f.end > earlier.acquired.unwrap_or(0)
+                });
+                if data_lost {
+                    coverage.overlaps_after_data_loss += 1;
+                    if later.fence <= earlier.fence {
+                        violations.push(Violation {
+                            class: "fence not larger after data loss",
+                            detail: format!(
+                                "key nk{key}: {} overlaps {}; {}",
+                                describe(history, later),
+                                describe(history, earlier),
+                                around()
+                            ),
+                            at: Some((key, acquired)),
+                        });
+                    }
+                    let bound = stale_bound(earlier, acquired, faults);
+                    if ends[i] > bound {
+                        violations.push(Violation {
+                            class: "stale holder not told after data loss",
+                            detail: format!(
+                                "key nk{key}: {} still held {} ms after {} entered (bound {} ms); {}",
+                                describe(history, earlier),
+                                (ends[i] - acquired) / 1_000_000,
+                                describe(history, later),
+                                (bound - acquired) / 1_000_000,
+                                around()
+                            ),
+                            at: Some((key, acquired)),
+                        });
+                    }
+                    continue;
+                }
+                if ends[i] <= act_by(faults, earlier.proc, acquired + ns(SLACK)) {
+                    coverage.overlaps_after_a_freeze += 1;
+                    continue;
+                }
+                // A later holder with a smaller token entered on a stale
+                // hold: that is the fault, however late the earlier one
+                // was told.
+                let class = if earlier.lost.is_some() && later.fence > earlier.fence {
+                    "holder told lost too late"
+                } else {
+                    "two holders at once"
+                };
+                let both = ends[i].min(ends[j]).saturating_sub(acquired);
+                violations.push(Violation {
+                    class,
+                    detail: format!(
+                        "key nk{key}: {} and {} both held it, for {} ms from {:.3} s; {}",
+                        describe(history, earlier),
+                        describe(history, later),
+                        both / 1_000_000,
+                        history.secs(acquired),
+                        around()
+                    ),
+                    at: Some((key, acquired)),
+                });
+            }
+        }
+    }
+}
+
+/// Inside one task (one tree of calls), bodies of one key that overlap are
+/// ancestor and descendant: sibling `join!` arms take turns. Pairs of two
+/// outermost holds are left to the exclusion check (tasks of one process
+/// are checked there too, through their outermost holds).
+pub(super) fn check_nesting(
+    history: &History,
+    faults: &[Fault],
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    let mut groups: HashMap<(usize, u32, usize), Vec<&Call>> = HashMap::new();
+    for call in &history.calls {
+        if call.body_enter.is_some() {
+            coverage.nested_bodies += u64::from(!call.outer);
+            groups
+                .entry((call.proc, call.task, call.key))
+                .or_default()
+                .push(call);
+        }
+    }
+    for ((proc, _, key), mut bodies) in groups {
+        bodies.sort_by_key(|c| (c.body_enter, c.id));
+        let exit = |c: &Call| c.body_exit.unwrap_or(history.ends[proc]);
+        for j in 0..bodies.len() {
+            let b = bodies[j];
+            let b_enter = b.body_enter.unwrap_or(0);
+            for a in &bodies[..j] {
+                if exit(a) <= b_enter || (a.outer && b.outer) {
+                    continue;
+                }
+                if history.is_ancestor(a, b) || history.is_ancestor(b, a) {
+                    continue;
+                }
+                let b_acquired = b.acquired.unwrap_or(b_enter);
+                if history
+                    .told_lost(a)
+                    .is_some_and(|lost| lost <= act_by(faults, proc, b_acquired + ns(SLACK)))
+                {
+                    continue;
+                }
+                violations.push(Violation {
+                    class: "siblings inside at once",
+                    detail: format!(
+                        "key nk{key}: body of p{proc} call {} entered at {:.3} s while call {} \
+                         (not its ancestor) was inside since {:.3} s, until {:.3} s",
+                        b.id,
+                        history.secs(b_enter),
+                        a.id,
+                        history.secs(a.body_enter.unwrap_or(0)),
+                        history.secs(exit(a))
+                    ),
+                    at: Some((key, b_enter)),
+                });
+            }
+        }
+    }
+}
+
+/// Bounded waits end in time, and do not time out on a key that was free.
+pub(super) fn check_waiters(
+    history: &History,
+    faults: &[Fault],
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    // Per key: (acquired, end, what may linger after the end: nothing after
+    // a release, else the lease).
+    let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
+    for call in &history.calls {
+        if let (Some(acquired), true) = (call.acquired, call.outer) {
+            let end = history.hold_end(call);
+            let linger = if call.released == Some(end) {
+                Duration::ZERO
+            } else {
+                call.lease
+            };
+            holds
+                .entry(call.key)
+                .or_default()
+                .push((acquired, end, linger));
+        }
+    }
+    for call in &history.calls {
+        let Some(wait) = call.wait else { continue };
+        let outcome = match (call.acquired, &call.ended) {
+            (Some(t), _) => Some((t, "acquired")),
+            (None, Some((t, kind))) if kind == "timeout" || kind == "error" => {
+                Some((*t, kind.as_str()))
+            }
+            _ => None,
+        };
+        let Some((t, kind)) = outcome else { continue };
+        coverage.bounded_waits += 1;
+        let deadline = call.begin + ns(wait);
+        // A process that could not run (stopped, executor blocked) returns
+        // late by as long.
+        let frozen = frozen_within(faults, call.proc, call.begin, t);
+        if t > deadline + ns(LATE_SLACK) + frozen {
+            violations.push(Violation {
+                class: "waiter overslept",
+                detail: format!(
+                    "key nk{}: p{} call {} with wait {} ms ended ({kind}) {} ms after it began",
+                    call.key,
+                    call.proc,
+                    call.id,
+                    wait.as_millis(),
+                    (t - call.begin) / 1_000_000
+                ),
+                at: Some((call.key, t)),
+            });
+        }
+        if kind != "timeout" || wait.is_zero() {
+            continue;
+        }
+        // Was the key observably free right before the timeout?
+        let key_holds = holds.get(&call.key).map(Vec::as_slice).unwrap_or(&[]);
+        let busy = key_holds.iter().any(|&(a, e, _)| a <= t && e >= t);
+        if busy {
+            continue;
+        }
+        let last = key_holds
+            .iter()
+            .filter(|&&(a, e, _)| a <= t && e <= t)
+            .max_by_key(|&&(_, e, _)| e);
+        let free_since = last.map_or(call.begin, |&(_, e, _)| e.max(call.begin));
+        let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, linger)| linger);
+        if t - free_since <= ns(bound) {
+            continue;
+        }
+        // Around faults the system may legitimately be unavailable (stalled,
+        // frozen, restarting, reconnecting, or a snapshot's locks living
+        // again), so a free key may not be reachable: no verdict there.
+        if faults
+            .iter()
+            .any(|f| f.start <= t && f.settled >= free_since)
+        {
+            coverage.timeouts_on_a_free_key_near_faults += 1;
+            continue;
+        }
+        violations.push(Violation {
+            class: "timed out on a free key",
+            detail: format!(
+                "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; the key was free since {:.3} s (bound {} ms)",
+                call.key,
+                call.proc,
+                call.id,
+                wait.as_millis(),
+                history.secs(t),
+                history.secs(free_since),
+                bound.as_millis()
+            ),
+            at: Some((call.key, t)),
+        });
+    }
+}

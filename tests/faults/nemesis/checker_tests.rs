@@ -1,0 +1,338 @@
+//! The checker on made-up histories: it must see what it claims to see.
+
+use super::check::check;
+use super::faults::Fault;
+use super::history::History;
+use super::{ns, RECOVERY};
+
+/// An event line at `ms` milliseconds.
+fn ev(ms: u64, task: u32, call: u64, parent: u64, kind: &str, fields: &str) -> String {
+    format!(
+        "ev {} {task} {call} {parent} 0 {kind} {fields}",
+        ms * 1_000_000
+    )
+}
+
+/// A renewed 3 s hold of key 0 by `call` from `from` to `to` ms, ended by `end`.
+fn hold(call: u64, fence: u64, from: u64, to: u64, end: &str) -> Vec<String> {
+    polled_hold(call, fence, from, from, to, end)
+}
+
+/// [`hold`], handed over in a poll that began at `polled` ms.
+fn polled_hold(call: u64, fence: u64, polled: u64, from: u64, to: u64, end: &str) -> Vec<String> {
+    vec![
+        ev(
+            from.saturating_sub(1),
+            0,
+            call,
+            0,
+            "begin",
+            "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(
+            from,
+            0,
+            call,
+            0,
+            "acquired",
+            &format!("fence={fence} outer=1 polled={}", polled * 1_000_000),
+        ),
+        ev(from, 0, call, 0, "body_enter", ""),
+        ev(to, 0, call, 0, end, ""),
+    ]
+}
+
+/// The violation classes the checker finds in these per-process logs.
+fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
+    let outputs: Vec<Vec<String>> = processes
+        .into_iter()
+        .map(|mut lines| {
+            lines.push("stats held=0 waiting=0 tracked=0".to_owned());
+            lines
+        })
+        .collect();
+    let ends = vec![60_000_000_000; outputs.len()];
+    let mut violations = Vec::new();
+    let history = History::parse(&outputs, &ends, 0, &mut violations);
+    let _ = check(&history, faults, &mut violations);
+    let mut classes: Vec<&str> = violations.iter().map(|v| v.class).collect();
+    classes.sort_unstable();
+    classes
+}
+
+/// Process `p` stopped (or its executor blocked) from `from` to `to` ms.
+fn frozen(p: usize, from: u64, to: u64) -> Fault {
+    Fault {
+        start: from * 1_000_000,
+        end: to * 1_000_000,
+        what: format!("SIGSTOP worker p{p}"),
+        loses_data: false,
+        settled: to * 1_000_000 + ns(RECOVERY),
+        proxy: Some(p),
+        armed: false,
+        counted: true,
+        frozen: true,
+    }
+}
+
+fn restart_at(ms: u64) -> Fault {
+    Fault {
+        start: ms * 1_000_000,
+        end: ms * 1_000_000 + 1_000_000,
+        what: "restart".to_owned(),
+        loses_data: true,
+        settled: ms * 1_000_000 + ns(RECOVERY),
+        proxy: None,
+        armed: false,
+        counted: true,
+        frozen: false,
+    }
+}
+
+#[test]
+fn checker_sees_two_holders_at_once() {
+    let found = verdict(
+        vec![
+            hold(1, 10, 100, 300, "released"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert_eq!(found, ["two holders at once"]);
+}
+
+#[test]
+fn checker_accepts_a_holder_told_lost_before_the_next_one_acquires() {
+    let told_in_time = verdict(
+        vec![
+            hold(1, 10, 100, 204, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert!(told_in_time.is_empty(), "{told_in_time:?}");
+    let told_late = verdict(
+        vec![
+            hold(1, 10, 100, 210, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[],
+    );
+    assert_eq!(told_late, ["holder told lost too late"]);
+}
+
+#[test]
+fn checker_excuses_data_loss_only_with_a_larger_fence_and_a_prompt_loss() {
+    // Bound: lease / 3 + response timeout + slack = 1405 ms after 200 ms.
+    let excused = verdict(
+        vec![
+            hold(1, 10, 100, 1600, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert!(excused.is_empty(), "{excused:?}");
+    let stale = verdict(
+        vec![
+            hold(1, 10, 100, 1700, "lost"),
+            hold(1, 11, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(stale, ["stale holder not told after data loss"]);
+    // The server frozen before the holder's next renewal: only its lease
+    // end (100 + 3000 ms) can tell it.
+    let freeze = Fault {
+        what: "freeze".to_owned(),
+        loses_data: false,
+        ..restart_at(1000)
+    };
+    let frozen = |told: u64| {
+        verdict(
+            vec![
+                hold(1, 10, 100, told, "lost"),
+                hold(1, 11, 200, 400, "released"),
+            ],
+            &[
+                restart_at(150),
+                Fault {
+                    end: 2500 * 1_000_000,
+                    ..freeze.clone()
+                },
+            ],
+        )
+    };
+    assert!(frozen(3100).is_empty());
+    assert_eq!(frozen(3200), ["stale holder not told after data loss"]);
+    let reused = verdict(
+        vec![
+            hold(1, 10, 100, 1600, "lost"),
+            hold(1, 9, 200, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(
+        reused,
+        ["fence not larger after data loss", "fence went backwards"]
+    );
+}
+
+#[test]
+fn checker_sees_siblings_inside_at_once_but_not_a_nested_call() {
+    let nested = |call: u64, from: u64, to: u64| {
+        vec![
+            ev(
+                from,
+                0,
+                call,
+                1,
+                "begin",
+                "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+            ),
+            ev(from, 0, call, 1, "acquired", "fence=10 outer=0"),
+            ev(from, 0, call, 1, "body_enter", ""),
+            ev(to, 0, call, 1, "body_exit", "how=done"),
+            ev(to, 0, call, 1, "released", ""),
+        ]
+    };
+    let mut turns = hold(1, 10, 100, 500, "released");
+    turns.extend(nested(2, 200, 300));
+    turns.extend(nested(3, 300, 350));
+    assert!(verdict(vec![turns], &[]).is_empty());
+    let mut together = hold(1, 10, 100, 500, "released");
+    together.extend(nested(2, 200, 300));
+    together.extend(nested(3, 250, 350));
+    assert_eq!(verdict(vec![together], &[]), ["siblings inside at once"]);
+}
+
+#[test]
+fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
+    let waiter = |wait: u64, timed_out: u64| {
+        vec![
+            ev(
+                0,
+                0,
+                1,
+                0,
+                "begin",
+                &format!("api=with wait={wait} bound=0 lease=3000 renew=1 fair=0 lost=abort"),
+            ),
+            ev(
+                timed_out,
+                0,
+                1,
+                0,
+                "timeout",
+                &format!("waited={timed_out}"),
+            ),
+        ]
+    };
+    // Deadline 200 ms + 750 ms of slack; free for under a second.
+    assert!(verdict(vec![waiter(200, 950)], &[]).is_empty());
+    assert_eq!(verdict(vec![waiter(200, 1000)], &[]), ["waiter overslept"]);
+    assert_eq!(
+        verdict(vec![waiter(3000, 3000)], &[]),
+        ["timed out on a free key"]
+    );
+    assert!(verdict(vec![waiter(3000, 3000)], &[restart_at(1000)]).is_empty());
+    // Held all along by another process: a fair timeout.
+    assert!(verdict(
+        vec![waiter(3000, 3000), hold(1, 10, 0, 3100, "released")],
+        &[]
+    )
+    .is_empty());
+}
+
+#[test]
+fn checker_sees_a_token_go_backwards_after_a_restart() {
+    // p1 acquires on the new server; p0 then enters on what it was handed
+    // before the restart, with a smaller token.
+    let stale = verdict(
+        vec![
+            polled_hold(1, 10, 590, 600, 700, "released"),
+            hold(1, 20, 300, 650, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(stale, ["fence went backwards", "two holders at once"]);
+    // Even with no overlap.
+    let apart = verdict(
+        vec![
+            polled_hold(1, 10, 590, 600, 700, "released"),
+            hold(1, 20, 300, 400, "released"),
+        ],
+        &[restart_at(150)],
+    );
+    assert_eq!(apart, ["fence went backwards"]);
+}
+
+#[test]
+fn checker_counts_an_entry_from_the_poll_that_handed_it_over() {
+    // p0 is stopped from 100 to 2000 ms; it logs an entry at 2001 ms from a
+    // poll that began at 90 ms, before the stop (p1 took the key while p0
+    // was stopped, after p0's hold ran out): not after p1's entry.
+    let before_the_stop = verdict(
+        vec![
+            polled_hold(1, 10, 90, 2001, 2002, "lost"),
+            hold(1, 20, 1000, 1200, "released"),
+        ],
+        &[frozen(0, 100, 2000)],
+    );
+    assert!(before_the_stop.is_empty(), "{before_the_stop:?}");
+    // The same entry from a poll after the stop: a hold lost during the
+    // stop, entered after it.
+    let after_the_stop = verdict(
+        vec![
+            polled_hold(1, 10, 2000, 2001, 2002, "lost"),
+            hold(1, 20, 1000, 1200, "released"),
+        ],
+        &[frozen(0, 100, 2000)],
+    );
+    assert_eq!(after_the_stop, ["fence went backwards"]);
+}
+
+#[test]
+fn checker_excuses_a_stopped_holder_only_until_it_runs_again() {
+    // p0 holds from 100 ms and is stopped from 500 to 2000 ms; p1 takes the
+    // key at 1500 ms. p0 must stop acting within 500 ms of running again.
+    let told = |at: u64| {
+        verdict(
+            vec![
+                hold(1, 10, 100, at, "lost"),
+                hold(1, 11, 1500, 1600, "released"),
+            ],
+            &[frozen(0, 500, 2000)],
+        )
+    };
+    assert!(told(2400).is_empty());
+    assert_eq!(told(2600), ["holder told lost too late"]);
+    // Not stopped: told lost when the next holder entered, or it is late.
+    let unfrozen = verdict(
+        vec![
+            hold(1, 10, 100, 2400, "lost"),
+            hold(1, 11, 1500, 1600, "released"),
+        ],
+        &[frozen(1, 500, 2000)],
+    );
+    assert_eq!(unfrozen, ["holder told lost too late"]);
+}
+
+#[test]
+fn checker_lets_a_frozen_waiter_return_late_by_its_freeze() {
+    let waiter = vec![
+        ev(
+            0,
+            0,
+            1,
+            0,
+            "begin",
+            "api=with wait=200 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(1500, 0, 1, 0, "timeout", "waited=1500"),
+    ];
+    assert_eq!(
+        verdict(vec![waiter.clone()], &[]),
+        ["timed out on a free key", "waiter overslept"]
+    );
+    assert!(verdict(vec![waiter], &[frozen(0, 100, 900)]).is_empty());
+}

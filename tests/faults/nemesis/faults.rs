@@ -1,0 +1,610 @@
+//! The faults: one at a time at random moments (network, server, worker
+//! processes), each healed before the next; beside them, at random, worker
+//! executors that stall.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::layout;
+use lock_testkit::RedisServer;
+use lock_tests::FaultProxy;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::releases::ReleaseWatch;
+use super::workers::{Control, Executor};
+use super::{now_ns, ns, LINGER_RECOVERY, PROCESSES, RECOVERY};
+use crate::XorShift;
+
+/// Longest executor stall, in ms.
+const MAX_STALL_MS: u64 = 1000;
+/// A worker process is stopped (SIGSTOP) for this long at least and at most,
+/// in ms: past the short lease (800 ms) and sometimes past the long one
+/// (3000 ms).
+const STOP_MS: (u64, u64) = (1000, 3500);
+/// A worker stopped while a hold it passed waits for its new holder is
+/// stopped past the long lease too, in ms: the hold is surely gone by the
+/// time that holder runs.
+const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
+/// How long a restart timed at a release waits for the release.
+const RELEASE_WAIT: Duration = Duration::from_millis(700);
+
+/// One fault the test injected.
+#[derive(Clone, Debug)]
+pub(super) struct Fault {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) what: String,
+    /// Can lose lock data (restart empty, restart from a snapshot).
+    pub(super) loses_data: bool,
+    /// The system may be unavailable until then.
+    pub(super) settled: u64,
+    /// The proxy (so the process) a fault hits; `None`: the server.
+    pub(super) proxy: Option<usize>,
+    /// A drop-at-command fault: armed at `start`; once it fired, its window
+    /// is the firing (see `place_firings`).
+    pub(super) armed: bool,
+    /// A fault (not a snapshot taken for a later restore).
+    pub(super) counted: bool,
+    /// The process (`proxy`) could not run its code from `start` to `end`:
+    /// it was stopped, or its executor (one thread of it, for a `Multi`
+    /// executor) was blocked. It acts on what it missed only afterwards.
+    pub(super) frozen: bool,
+}
+
+impl Fault {
+    /// A fault starting now, with no window yet.
+    fn starting() -> Fault {
+        let start = now_ns();
+        Fault {
+            start,
+            end: start,
+            what: String::new(),
+            loses_data: false,
+            settled: start,
+            proxy: None,
+            armed: false,
+            counted: true,
+            frozen: false,
+        }
+    }
+
+    /// A stall worker `p` reported (`stall <n> <from> <to> <how>`).
+    pub(super) fn stall(p: usize, executor: Executor, line: &str) -> Option<Fault> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["stall", n, from, to, how] = words.as_slice() else {
+            return None;
+        };
+        let (from, to): (u64, u64) = (from.parse().ok()?, to.parse().ok()?);
+        let how = if *how == "spin" {
+            "a busy loop"
+        } else {
+            "std::thread::sleep"
+        };
+        let blocked = match executor {
+            Executor::Current => "executor (current_thread)",
+            Executor::Multi => "executor (one of two threads)",
+        };
+        let by = if *n == "0" {
+            "its own work after a locked call".to_owned()
+        } else {
+            format!("the test (stall {n})")
+        };
+        Some(Fault {
+            start: from,
+            end: to,
+            what: format!(
+                "p{p}'s {blocked} blocked by {by}, in {how}, for {} ms",
+                (to.saturating_sub(from)) / 1_000_000
+            ),
+            loses_data: false,
+            settled: to + ns(RECOVERY),
+            proxy: Some(p),
+            armed: false,
+            // The worker's own stalls are its workload, not faults.
+            counted: *n != "0",
+            frozen: true,
+        })
+    }
+}
+
+impl Fault {
+    /// A stretch in which worker `p` got no CPU (`starved <from> <to>`):
+    /// the machine was overloaded (or the worker stopped).
+    pub(super) fn starved(p: usize, line: &str) -> Option<Fault> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["starved", from, to] = words.as_slice() else {
+            return None;
+        };
+        let (from, to): (u64, u64) = (from.parse().ok()?, to.parse().ok()?);
+        Some(Fault {
+            start: from,
+            end: to,
+            what: format!(
+                "p{p} got no CPU for {} ms (the machine is overloaded, or p{p} was stopped)",
+                (to.saturating_sub(from)) / 1_000_000
+            ),
+            loses_data: false,
+            settled: to + ns(RECOVERY),
+            proxy: Some(p),
+            armed: false,
+            counted: false,
+            frozen: true,
+        })
+    }
+}
+
+pub(super) fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.below(hi - lo + 1))
+}
+
+/// What the faults act on.
+pub(super) struct Stage<'a> {
+    pub(super) server: &'a mut RedisServer,
+    pub(super) proxies: &'a [FaultProxy],
+    pub(super) workers: &'a [Arc<Control>],
+    /// Notified at every line of every worker.
+    pub(super) changed: &'a Notify,
+    /// The runtimes' key prefix.
+    pub(super) prefix: &'a str,
+    /// How the restarts timed at a release went.
+    pub(super) timed: TimedRestarts,
+}
+
+/// Restarts timed at a release, counted (printed after the run: a run in
+/// which none came to pass tested little of them).
+#[derive(Debug, Default)]
+pub(super) struct TimedRestarts {
+    /// A worker waiting for a key another one held was blocked.
+    pub(super) tries: u64,
+    /// The key was released to it meanwhile, and the server restarted.
+    pub(super) restarts: u64,
+    /// ... and another worker took the key on the new server before the
+    /// blocked one ran again.
+    pub(super) taken_meanwhile: u64,
+}
+
+/// The last snapshot taken, for the restarts from a snapshot.
+struct Snapshots {
+    taken: Option<u64>,
+    next: Instant,
+}
+
+/// Injects one fault at a time at random moments until 5 s before the end
+/// of the run, each healed before the next, a fault at one process mostly
+/// at a process that holds a lock at that moment; takes a snapshot every 2-4
+/// s for the restarts from a snapshot.
+pub(super) async fn drive_faults(
+    stage: &mut Stage<'_>,
+    rng: &mut XorShift,
+    secs: u64,
+) -> Vec<Fault> {
+    // The longest fault (a stop) lasts 3.5 s: all are over 1 s before the
+    // run ends.
+    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(5));
+    let mut faults = Vec::new();
+    let mut snapshots = Snapshots {
+        taken: None,
+        next: Instant::now() + millis(rng, 300, 1500),
+    };
+    // Bounded by time (`stop_at`) and by count.
+    for _ in 0..10_000 {
+        let gap = millis(rng, 200, 1500);
+        tokio::time::sleep_until((Instant::now() + gap).min(stop_at)).await;
+        if Instant::now() >= stop_at {
+            break;
+        }
+        if Instant::now() >= snapshots.next {
+            // `SAVE` blocks the server while it writes (briefly: the data
+            // directory is in memory); it gets a window like a fault's, but
+            // is not counted as one.
+            let start = now_ns();
+            stage.server.snapshot().await;
+            let end = now_ns();
+            snapshots.taken = Some(start);
+            snapshots.next = Instant::now() + millis(rng, 2000, 4000);
+            faults.push(Fault {
+                start,
+                end,
+                what: "snapshot (SAVE)".to_owned(),
+                settled: end + ns(RECOVERY),
+                counted: false,
+                ..Fault::starting()
+            });
+        }
+        // Mostly at a process that holds a lock now.
+        let holders: Vec<usize> = (0..PROCESSES)
+            .filter(|&i| stage.workers[i].live.holds())
+            .collect();
+        let p = if !holders.is_empty() && rng.below(100) < 70 {
+            holders[rng.below(holders.len() as u64) as usize]
+        } else {
+            rng.below(PROCESSES as u64) as usize
+        };
+        let proxy = &stage.proxies[p];
+        let mut fault = Fault::starting();
+        let mut recovery = RECOVERY;
+        let pick = rng.below(100);
+        if pick < 45 {
+            fault.proxy = Some(p);
+        }
+        match pick {
+            0..=11 => {
+                let d = millis(rng, 200, 3000);
+                proxy.stall();
+                tokio::time::sleep(d).await;
+                proxy.resume();
+                fault.what = format!("stall proxy {p} for {} ms", d.as_millis());
+            }
+            12..=19 => {
+                let delay = millis(rng, 20, 250);
+                let d = millis(rng, 500, 3000);
+                proxy.slow(Some(delay));
+                tokio::time::sleep(d).await;
+                proxy.slow(None);
+                fault.what = format!(
+                    "slow proxy {p} by {} ms for {} ms",
+                    delay.as_millis(),
+                    d.as_millis()
+                );
+            }
+            20..=27 => {
+                proxy.drop_connections();
+                fault.what = format!("drop connections of proxy {p}");
+                recovery = LINGER_RECOVERY;
+            }
+            28..=36 => {
+                let command = if rng.below(2) == 0 {
+                    "SUBSCRIBE"
+                } else {
+                    "EVALSHA"
+                };
+                proxy.drop_at_command(command);
+                fault.what = format!("drop proxy {p} at its next {command}");
+                fault.armed = true;
+                // No window until it fires (see `place_firings`).
+                faults.push(fault);
+                continue;
+            }
+            37..=44 => {
+                let d = millis(rng, 300, 3000);
+                proxy.refuse(true);
+                let cut = rng.below(2) == 0;
+                if cut {
+                    proxy.drop_connections();
+                    recovery = LINGER_RECOVERY;
+                }
+                tokio::time::sleep(d).await;
+                proxy.refuse(false);
+                fault.what = format!(
+                    "refuse proxy {p} for {} ms{}",
+                    d.as_millis(),
+                    if cut { ", connections dropped" } else { "" }
+                );
+            }
+            45..=52 => {
+                let d = millis(rng, 200, 2000);
+                stage.server.freeze();
+                tokio::time::sleep(d).await;
+                stage.server.thaw();
+                fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
+            }
+            53..=59 => {
+                let from_snapshot = rng.below(100) < 40;
+                let (what, linger) = restart(stage.server, &mut snapshots, from_snapshot).await;
+                fault.what = what;
+                fault.loses_data = true;
+                if linger {
+                    recovery = LINGER_RECOVERY;
+                }
+                snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
+            }
+            60..=69 => {
+                // A whole worker process stopped past its lease: its locks
+                // run out while it cannot renew them. Best while it is busy
+                // right after its release passed a hold to another of its
+                // tasks, which has not taken it yet (waiting for a worker to
+                // be so, within a second and a half).
+                let limit = Instant::now() + Duration::from_millis(1500);
+                let workers = stage.workers;
+                let busy = || workers.iter().position(|w| w.live.busy_after_a_pass());
+                let p = if until(stage.changed, limit, || busy().is_some()).await {
+                    busy().unwrap_or(p)
+                } else {
+                    p
+                };
+                fault.start = now_ns();
+                let worker = &stage.workers[p];
+                let aimed = worker.live.busy_after_a_pass();
+                let (lo, hi) = if aimed { AIMED_STOP_MS } else { STOP_MS };
+                let d = millis(rng, lo, hi);
+                worker.stop(true).await;
+                tokio::time::sleep(d).await;
+                worker.stop(false).await;
+                fault.what = format!(
+                    "SIGSTOP worker p{p} ({:?} executor{}) for {} ms",
+                    worker.executor,
+                    if aimed {
+                        ", busy right after a local handoff"
+                    } else {
+                        ""
+                    },
+                    d.as_millis()
+                );
+                fault.proxy = Some(p);
+                fault.frozen = true;
+                recovery = LINGER_RECOVERY;
+            }
+            _ => {
+                if let Some(restarted) = restart_at_release(stage, rng, &mut snapshots).await {
+                    faults.push(restarted);
+                    snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
+                }
+                // Otherwise only the stall happened (its worker reports it).
+                continue;
+            }
+        }
+        fault.end = now_ns();
+        fault.settled = fault.end + ns(recovery);
+        faults.push(fault);
+    }
+    faults
+}
+
+/// Kills the server and starts it again, from the last snapshot when
+/// `from_snapshot` and one at least a second old exists, else empty: what
+/// was done, and whether locks of the snapshot may live again.
+async fn restart(
+    server: &mut RedisServer,
+    snapshots: &mut Snapshots,
+    from_snapshot: bool,
+) -> (String, bool) {
+    let start = now_ns();
+    let old_enough = snapshots
+        .taken
+        .filter(|&t| start.saturating_sub(t) >= 1_000_000_000);
+    match old_enough {
+        Some(taken) if from_snapshot => {
+            server.restart_from_snapshot().await;
+            let what = format!(
+                "restart the server from a snapshot taken {} ms before",
+                (start - taken) / 1_000_000
+            );
+            (what, true)
+        }
+        _ => {
+            server.restart().await;
+            snapshots.taken = None;
+            ("restart the server empty".to_owned(), false)
+        }
+    }
+}
+
+/// A restart timed to land between a release and the next holder's entry:
+/// a worker waiting for a key that another one holds has its executor
+/// blocked; when the key is released to it (a fair handoff to its place, or
+/// in plain mode the "free" message its waiters race on), the server
+/// restarts (empty or from a snapshot); once another worker has taken the
+/// key on the new server, or the stall's longest time is up, the blocked
+/// executor runs again and finds the release it was told of before the
+/// restart. The restart, if it came to that (the stall is reported by its
+/// worker).
+async fn restart_at_release(
+    stage: &mut Stage<'_>,
+    rng: &mut XorShift,
+    snapshots: &mut Snapshots,
+) -> Option<Fault> {
+    let spin = rng.below(3) == 0;
+    let from_snapshot = rng.below(100) < 30;
+    let pause = millis(rng, 0, 10);
+    let choice = rng.next_u64();
+    // A worker waiting for a key another one holds (waiting for one, within
+    // a second).
+    let limit = Instant::now() + Duration::from_secs(1);
+    until(stage.changed, limit, || {
+        !candidates(stage.workers).is_empty()
+    })
+    .await;
+    let candidates = candidates(stage.workers);
+    if candidates.is_empty() {
+        // Nobody waits for a held key: an executor stall at random then.
+        let p = (choice % PROCESSES as u64) as usize;
+        stage.workers[p]
+            .stall(millis(rng, 50, MAX_STALL_MS), spin)
+            .await;
+        return None;
+    }
+    // The key's next holder, if the one to block is the head of the key's
+    // queue in Redis (fair mode): the next release goes to it. Else a
+    // `current_thread` executor (one blocked poll stops all its tasks).
+    let mut heads = Vec::new();
+    for &(p, key) in &candidates {
+        if queue_head(stage, key)
+            .await
+            .is_some_and(|h| h.starts_with(&format!("{}:", stage.workers[p].id)))
+        {
+            heads.push((p, key));
+        }
+    }
+    let current: Vec<(usize, usize)> = candidates
+        .iter()
+        .copied()
+        .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
+        .collect();
+    let pool = [heads, current, candidates]
+        .into_iter()
+        .find(|pool| !pool.is_empty())
+        .unwrap_or_default();
+    let (p, key) = pool[(choice % pool.len() as u64) as usize];
+    stage.timed.tries += 1;
+    let worker = stage.workers[p].clone();
+    let fair = worker.fair[key];
+    let channel = layout::release_channel(&layout::lock_name(stage.prefix, &format!("nk{key}")));
+    let watch = ReleaseWatch::start(stage.server.port(), channel).await;
+    let stall = worker
+        .stall(Duration::from_millis(MAX_STALL_MS), spin)
+        .await;
+    let stalled_at = Instant::now();
+    let handed = format!("g {}:", worker.id);
+    let released = match watch {
+        Some(mut watch) => {
+            watch
+                .next(stalled_at + RELEASE_WAIT, |m| {
+                    if fair {
+                        m.starts_with(&handed)
+                    } else {
+                        m == "1"
+                    }
+                })
+                .await
+        }
+        None => None,
+    };
+    let mut fault = None;
+    if released.is_some() {
+        // Time for the message to reach the blocked worker's lock runtime
+        // (its own thread, not blocked), which records it.
+        tokio::time::sleep(pause).await;
+        let mut restarted = Fault::starting();
+        let (what, linger) = restart(stage.server, snapshots, from_snapshot).await;
+        restarted.end = now_ns();
+        let recovery = if linger { LINGER_RECOVERY } else { RECOVERY };
+        restarted.settled = restarted.end + ns(recovery);
+        restarted.loses_data = true;
+        // Another worker takes the key on the new server before the blocked
+        // one runs again.
+        let limit = stalled_at + Duration::from_millis(MAX_STALL_MS);
+        let others: Vec<Arc<Control>> = stage
+            .workers
+            .iter()
+            .filter(|w| w.index != p)
+            .cloned()
+            .collect();
+        let end = restarted.end;
+        let taken = until(stage.changed, limit, || {
+            others.iter().any(|w| w.live.acquired_after(key, end))
+        })
+        .await;
+        stage.timed.restarts += 1;
+        stage.timed.taken_meanwhile += u64::from(taken);
+        restarted.what = format!(
+            "{what}, {} ms after nk{key} was {} while p{p}'s executor was blocked (stall {stall}){}",
+            pause.as_millis(),
+            if fair {
+                format!("handed to p{p}'s place")
+            } else {
+                "released (free)".to_owned()
+            },
+            if taken {
+                "; another worker took the key on the new server before the stall ended"
+            } else {
+                ""
+            }
+        );
+        fault = Some(restarted);
+    }
+    worker.unstall(stall).await;
+    // Its report comes once its executor runs again (bounded).
+    let live = worker.live.clone();
+    until(
+        stage.changed,
+        Instant::now() + Duration::from_secs(3),
+        || live.stalled(stall).is_some(),
+    )
+    .await;
+    fault
+}
+
+/// `(worker, key)`: the worker waits for the key, and another one holds it.
+fn candidates(workers: &[Arc<Control>]) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    for (p, worker) in workers.iter().enumerate() {
+        for key in worker.live.waits_for() {
+            let held = workers
+                .iter()
+                .any(|other| other.index != p && other.live.holds_key(key));
+            if held {
+                found.push((p, key));
+            }
+        }
+    }
+    found
+}
+
+/// The first holder id in key `nk<key>`'s fair queue in Redis, if any.
+async fn queue_head(stage: &Stage<'_>, key: usize) -> Option<String> {
+    let queue = format!(
+        "{}:queue",
+        layout::lock_name(stage.prefix, &format!("nk{key}"))
+    );
+    let mut con = stage.server.connection().await;
+    redis::cmd("LINDEX")
+        .arg(queue)
+        .arg(0)
+        .query_async(&mut con)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Blocks worker executors at random beside the other faults, as a
+/// service's CPU-bound or blocking code does: every 0.3-2.5 s one worker,
+/// for 50-1000 ms, until 2 s before the end of the run. (Each worker runs
+/// its stalls one after the other and reports them; the checker reads the
+/// reports.)
+pub(super) async fn stall_executors(workers: Vec<Arc<Control>>, mut rng: XorShift, secs: u64) {
+    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(2));
+    // Bounded by time (`stop_at`) and by count.
+    for _ in 0..10_000 {
+        let gap = millis(&mut rng, 300, 2500);
+        tokio::time::sleep_until((Instant::now() + gap).min(stop_at)).await;
+        if Instant::now() >= stop_at {
+            break;
+        }
+        let busy: Vec<usize> = (0..workers.len())
+            .filter(|&i| workers[i].live.holds() || !workers[i].live.waits_for().is_empty())
+            .collect();
+        let p = if !busy.is_empty() && rng.below(100) < 70 {
+            busy[rng.below(busy.len() as u64) as usize]
+        } else {
+            rng.below(workers.len() as u64) as usize
+        };
+        let spin = rng.below(3) == 0;
+        let d = millis(&mut rng, 50, MAX_STALL_MS);
+        workers[p].stall(d, spin).await;
+    }
+}
+
+/// Waits until `done` says yes (checked whenever a worker's log moves) or
+/// `limit` passes; whether it said yes.
+pub(super) async fn until(changed: &Notify, limit: Instant, done: impl Fn() -> bool) -> bool {
+    // Bounded by `limit`.
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if done() {
+            return true;
+        }
+        if tokio::time::timeout_at(limit, notified).await.is_err() {
+            return done();
+        }
+    }
+}
+
+/// Gives each armed drop-at-command fault of proxy `p` the moment it fired
+/// (the latest arming before each firing).
+pub(super) fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
+    for &t in fired {
+        if let Some(fault) = faults
+            .iter_mut()
+            .rev()
+            .find(|f| f.armed && f.proxy == Some(p) && f.start <= t)
+        {
+            fault.what.push_str(" (fired)");
+            fault.start = t;
+            fault.end = t;
+            fault.settled = t + ns(LINGER_RECOVERY);
+        }
+    }
+}

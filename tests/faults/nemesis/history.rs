@@ -1,0 +1,251 @@
+//! The history: every call of every process, from the event logs.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::check::Violation;
+
+/// One locked call, as its process logged it.
+#[derive(Debug, Default)]
+pub(super) struct Call {
+    pub(super) proc: usize,
+    pub(super) task: u32,
+    pub(super) id: u64,
+    pub(super) parent: u64,
+    pub(super) key: usize,
+    pub(super) begin: u64,
+    /// `None`: wait forever.
+    pub(super) wait: Option<Duration>,
+    pub(super) lease: Duration,
+    pub(super) renew: bool,
+    /// When its process logged the entry (at the latest the entry).
+    pub(super) acquired: Option<u64>,
+    /// When the poll began that handed the hold over (`polled=`): at the
+    /// earliest the entry. The two differ by more than a moment only when
+    /// the process was stopped in between.
+    pub(super) polled: Option<u64>,
+    pub(super) fence: u64,
+    pub(super) outer: bool,
+    pub(super) body_enter: Option<u64>,
+    pub(super) body_exit: Option<u64>,
+    pub(super) lost: Option<u64>,
+    pub(super) released: Option<u64>,
+    /// The first of timeout, error, cancelled, panicked.
+    pub(super) ended: Option<(u64, String)>,
+}
+
+/// One event line, kept for the report.
+pub(super) struct Event {
+    pub(super) t: u64,
+    pub(super) key: usize,
+    pub(super) text: String,
+}
+
+pub(super) struct History {
+    /// Holds the workers passed between their tasks (lock cohorting).
+    pub(super) passed_locally: u64,
+    pub(super) calls: Vec<Call>,
+    pub(super) by_id: HashMap<(usize, u64), usize>,
+    pub(super) events: Vec<Event>,
+    /// When each process ended (its `done`, or when it was killed).
+    pub(super) ends: Vec<u64>,
+    /// When the run began (times in messages count from there).
+    pub(super) start: u64,
+}
+
+impl Call {
+    /// The earliest moment its entry can have happened.
+    pub(super) fn entered_from(&self) -> u64 {
+        let acquired = self.acquired.unwrap_or(self.begin);
+        self.polled
+            .filter(|&p| p > 0 && p <= acquired)
+            .unwrap_or(acquired)
+    }
+}
+
+impl History {
+    pub(super) fn parse(
+        outputs: &[Vec<String>],
+        ends: &[u64],
+        start: u64,
+        violations: &mut Vec<Violation>,
+    ) -> History {
+        let mut history = History {
+            passed_locally: 0,
+            calls: Vec::new(),
+            by_id: HashMap::new(),
+            events: Vec::new(),
+            ends: ends.to_vec(),
+            start,
+        };
+        for (proc, lines) in outputs.iter().enumerate() {
+            let mut stats_seen = false;
+            for line in lines {
+                if let Some(stats) = line.strip_prefix("stats ") {
+                    stats_seen = true;
+                    if stats != "held=0 waiting=0 tracked=0" {
+                        violations.push(Violation::plain(
+                            "stats not zero",
+                            format!("worker {proc} ended with {stats}"),
+                        ));
+                    }
+                    continue;
+                }
+                // (Executor stalls: faults, read by the run.)
+                if line.starts_with("done ")
+                    || line.starts_with("stall ")
+                    || line.starts_with("blocking ")
+                    || line.starts_with("starved ")
+                {
+                    continue;
+                }
+                if let Some(passed) = line.strip_prefix("cohort passed=") {
+                    history.passed_locally += passed.parse::<u64>().unwrap_or(0);
+                    continue;
+                }
+                let Some(rest) = line.strip_prefix("ev ") else {
+                    violations.push(Violation::plain(
+                        "worker output",
+                        format!("worker {proc} printed {line:?}"),
+                    ));
+                    continue;
+                };
+                history.event(proc, rest);
+            }
+            if !stats_seen {
+                violations.push(Violation::plain(
+                    "stats not zero",
+                    format!("worker {proc} never printed its stats"),
+                ));
+            }
+        }
+        history.events.sort_by_key(|e| e.t);
+        history
+    }
+
+    pub(super) fn event(&mut self, proc: usize, rest: &str) {
+        let words: Vec<&str> = rest.split(' ').filter(|w| !w.is_empty()).collect();
+        let [t, task, id, parent, key, kind, fields @ ..] = words.as_slice() else {
+            panic!("bad event line {rest:?}");
+        };
+        let t: u64 = t.parse().expect("event time");
+        let id: u64 = id.parse().expect("call id");
+        let key: usize = key.parse().expect("key index");
+        let field = |name: &str| -> Option<&str> {
+            fields
+                .iter()
+                .find_map(|f| f.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+        };
+        let index = *self.by_id.entry((proc, id)).or_insert_with(|| {
+            self.calls.push(Call {
+                proc,
+                task: task.parse().expect("task"),
+                id,
+                parent: parent.parse().expect("parent"),
+                key,
+                ..Call::default()
+            });
+            self.calls.len() - 1
+        });
+        let call = &mut self.calls[index];
+        match *kind {
+            "begin" => {
+                call.begin = t;
+                call.wait = match field("wait") {
+                    Some("forever") | None => None,
+                    Some(ms) => Some(Duration::from_millis(ms.parse().expect("wait ms"))),
+                };
+                call.lease =
+                    Duration::from_millis(field("lease").and_then(|v| v.parse().ok()).unwrap_or(0));
+                call.renew = field("renew") == Some("1");
+            }
+            "acquired" => {
+                call.acquired = Some(t);
+                call.fence = field("fence").and_then(|v| v.parse().ok()).unwrap_or(0);
+                call.polled = field("polled").and_then(|v| v.parse().ok());
+                call.outer = field("outer") == Some("1");
+            }
+            "body_enter" => call.body_enter = Some(t),
+            "body_exit" => call.body_exit = Some(t),
+            "lost" => {
+                call.lost.get_or_insert(t);
+            }
+            "released" => {
+                call.released.get_or_insert(t);
+            }
+            "timeout" | "error" | "cancelled" | "panicked" if call.ended.is_none() => {
+                call.ended = Some((t, (*kind).to_owned()));
+            }
+            _ => {} // late_lost, late_error: for the report only
+        }
+        self.events.push(Event {
+            t,
+            key,
+            text: format!("p{proc} t{task} c{id}<{parent} {kind} {}", fields.join(" ")),
+        });
+    }
+
+    /// Seconds since the run began.
+    pub(super) fn secs(&self, t: u64) -> f64 {
+        (t as i64 - self.start as i64) as f64 / 1e9
+    }
+
+    pub(super) fn parent_of(&self, call: &Call) -> Option<&Call> {
+        if call.parent == 0 {
+            return None;
+        }
+        self.by_id
+            .get(&(call.proc, call.parent))
+            .map(|&i| &self.calls[i])
+    }
+
+    /// Whether `a` is an ancestor of `b` (same process, up b's parents).
+    pub(super) fn is_ancestor(&self, a: &Call, b: &Call) -> bool {
+        let mut node = self.parent_of(b);
+        // Bounded by the nesting depth; the count guards against a cycle.
+        for _ in 0..64 {
+            match node {
+                Some(n) if n.id == a.id => return true,
+                Some(n) => node = self.parent_of(n),
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The end of a call's hold: its first of released, lost, body exit,
+    /// timeout/error/cancelled/panicked after the acquisition, else the end
+    /// of its process.
+    pub(super) fn hold_end(&self, call: &Call) -> u64 {
+        let acquired = call.acquired.unwrap_or(call.begin);
+        [
+            call.released,
+            call.lost,
+            call.body_exit,
+            call.ended.as_ref().map(|e| e.0),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&t| t >= acquired)
+        .min()
+        .unwrap_or(self.ends[call.proc])
+    }
+
+    /// When the holder learnt that this call's hold was lost: its own `lost`
+    /// or that of an enclosing call whose hold it re-entered.
+    pub(super) fn told_lost(&self, call: &Call) -> Option<u64> {
+        let mut told = call.lost;
+        let mut node = self.parent_of(call);
+        for _ in 0..64 {
+            let Some(n) = node else { break };
+            if n.key == call.key && n.fence == call.fence {
+                told = match (told, n.lost) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            node = self.parent_of(n);
+        }
+        told
+    }
+}
