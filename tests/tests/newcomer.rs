@@ -210,10 +210,7 @@ async fn shutdown_releases_every_held_lock_and_refuses_new_ones(kind: Kind) {
         Err(LockError::ShutDown)
     ));
     assert_eq!(runtime.stats().held, 0);
-    let other = match kind {
-        Kind::Redis | Kind::Cluster => kind.runtime(&prefix).await,
-        Kind::Memory => runtime.clone(),
-    };
+    let other = kind.peer(&runtime, &prefix).await;
     for key in ["a", "b", "c"] {
         assert!(
             !other.force_unlock(key).await.unwrap(),

@@ -1,10 +1,11 @@
 //! The fault proxy itself: what each fault does to the bytes between a
-//! client and the test `redis-server`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! client and the test `redis-server` (the tests of the harness, beside
+//! it, not among the lock's guarantees).
 
 use std::time::{Duration, Instant};
 
-use lock_tests::{redis, FaultProxy};
+use super::FaultProxy;
+use crate::redis;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
