@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{unique, wait_until, FaultProxy, Occupancy};
+use lock_tests::{timing_turn, unique, wait_until, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -27,9 +27,6 @@ const SLACK: Duration = Duration::from_millis(300);
 
 /// Per-master answer bound of the fault tests' runtimes.
 const RESPONSE: Duration = Duration::from_millis(400);
-
-/// One fault test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn start_fleet() -> Vec<RedisServer> {
     fleet_of(MASTERS)
@@ -259,7 +256,7 @@ async fn cycle_latency(runtime: &LockRuntime, rounds: usize) -> (Duration, Durat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_acquire_and_release_cost_a_few_round_trips_beside_one_server() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = shared_fleet();
     let prefix = unique("redlock-latency");
     let redlock = runtime(fleet, &prefix).await;
@@ -347,7 +344,7 @@ async fn redlock_refuses_fair_mode_with_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-clocks").await;
     // Master 0 behaves as if its clock ran 1000 s ahead: its counter is there.
@@ -406,7 +403,7 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_locks_with_two_of_five_masters_down() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-two-down").await;
     let healthy = Instant::now();
@@ -472,7 +469,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let prefix = unique("redlock-three-down");
     let a = runtime(&fleet, &prefix).await;
@@ -514,7 +511,7 @@ async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-restart").await;
     let lock_key = a.backend_key("k");
@@ -569,7 +566,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-majority-lost").await;
     let lease = Duration::from_millis(1500);
@@ -616,7 +613,7 @@ async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let prefix = unique("redlock-start");
     fleet[0].kill();
@@ -678,7 +675,7 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_contender_gets_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = start_fleet();
     let prefix = unique("redlock-cut-off");
     // The holder reaches masters 0..3 through proxies; the contender
@@ -753,7 +750,7 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_until_the_lease_ends(
 ) {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = fleet_of(3);
     let prefix = unique("redlock-bare-majority");
     let (a, b) = (
@@ -855,7 +852,7 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
 /// votes at once: with master 1 down, masters 0 and 2 make the majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with_snapshots())
         .collect();
@@ -901,7 +898,7 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
 /// taken without a wait. The markers record the longest TTL given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_fresh_fleet_locks_at_once_and_records_the_longest_lease() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = fleet_of(3);
     let prefix = unique("redlock-fresh");
     let a = runtime(&fleet, &prefix).await;
