@@ -159,6 +159,15 @@ impl Kind {
         }
     }
 
+    /// Two clients of one lock store under a fresh prefix made from
+    /// `name`: a runtime and its [`peer`](Self::peer).
+    pub async fn two(self, name: &str) -> (LockRuntime, LockRuntime) {
+        let prefix = unique(name);
+        let first = self.runtime(&prefix).await;
+        let second = self.peer(&first, &prefix).await;
+        (first, second)
+    }
+
     /// A second client of the same lock store: another runtime on the same
     /// servers, or (the embedded store being per runtime) the same runtime.
     pub async fn peer(self, first: &LockRuntime, prefix: &str) -> LockRuntime {
@@ -320,9 +329,11 @@ pub async fn until_exists(con: &mut MultiplexedConnection, hash: &str) {
 }
 
 /// Every name under `prefix` on the server of `con`, with its PTTL in ms
-/// (-1: no TTL). `SCAN` also drops the expired names it meets, as a read
-/// would.
+/// (-1: no TTL), but for Redlock's boot marker (one per master and prefix,
+/// permanent by design: README, "Redis layout"). `SCAN` also drops the
+/// expired names it meets, as a read would.
 pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(String, i64)> {
+    let marker = lock_runtime::layout::redlock_boot_marker(prefix);
     let mut names = Vec::new();
     let mut cursor = 0u64;
     // Bounded: a full scan of a test server is far below this many steps.
@@ -336,7 +347,7 @@ pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(S
             .query_async(con)
             .await
             .unwrap();
-        for name in batch {
+        for name in batch.into_iter().filter(|name| *name != marker) {
             let ttl: i64 = con.pttl(&name).await.unwrap();
             if ttl != -2 {
                 names.push((name, ttl));

@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
-use lock_tests::{
-    fair_runtime, on_every_backend, redis, unique, until_queued, wait_until, Kind,
-};
+use lock_tests::{fair_runtime, on_every_backend, redis, unique, until_queued, wait_until, Kind};
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -29,9 +27,7 @@ on_every_backend!(
 /// A `with_lock` call dropped by `timeout` frees its lock through the guard's
 /// drop: a peer already waiting gets it within 100 ms of the timeout firing.
 async fn cancelled_holder_frees_lock_within_100ms(kind: Kind) {
-    let prefix = unique("cancel");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("cancel").await;
     let key = unique("cancel-key");
 
     let (inside_tx, inside_rx) = oneshot::channel();
@@ -90,9 +86,7 @@ async fn cancelled_holder_frees_lock_within_100ms(kind: Kind) {
 
 /// A body that panics frees its lock at once, long before its 30 s lease.
 async fn panicking_body_frees_lock(kind: Kind) {
-    let prefix = unique("panic");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("panic").await;
     let key = unique("panic-key");
 
     let task = {

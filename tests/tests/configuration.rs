@@ -358,7 +358,7 @@ async fn tls_connection_locks_and_rejects_an_unknown_ca() {
         pki.path("server.key"),
         pki.path("ca.crt"),
     );
-    let server = RedisServer::start_with(&[
+    let tls_only = [
         "--tls-port",
         &tls_port,
         "--tls-cert-file",
@@ -369,7 +369,8 @@ async fn tls_connection_locks_and_rejects_an_unknown_ca() {
         &ca,
         "--tls-auth-clients",
         "no",
-    ]);
+    ];
+    let server = RedisServer::start_with(&tls_only);
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let runtime = LockRuntime::builder()
         .redis(&url)
@@ -393,18 +394,7 @@ async fn tls_connection_locks_and_rejects_an_unknown_ca() {
     drop(server);
 
     // The system roots do not know the test CA: refused, with a clear error.
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let server = RedisServer::start_with(&tls_only);
     let err = LockRuntime::builder()
         .redis(&url)
         .connect_timeout(Duration::from_millis(500))

@@ -218,9 +218,7 @@ async fn intruder_cannot_release_or_renew_a_lock_it_does_not_hold() {
 /// A held lock shows its holder, one backend hold, the lease left and the
 /// holder's token, to any client; a free one shows nothing.
 async fn inspect_reports_holder_lease_and_token_and_nothing_once_free(kind: Kind) {
-    let prefix = unique("inspect");
-    let holder = kind.runtime(&prefix).await;
-    let other = kind.peer(&holder, &prefix).await;
+    let (holder, other) = kind.two("inspect").await;
     assert!(other.inspect("order:1").await.unwrap().is_none());
     assert!(!other.is_locked("order:1").await.unwrap());
 

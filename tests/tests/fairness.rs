@@ -29,26 +29,22 @@ on_every_backend!(
 );
 
 /// A holder and a waiter (two fair runtimes: two processes) on `server`,
-/// the backend name of key `k`, and a raw connection for inspecting it.
-struct Pair {
-    holder: LockRuntime,
-    waiter: LockRuntime,
-    hash: String,
-    con: redis::aio::MultiplexedConnection,
-    prefix: String,
-}
+/// the backend name of key `k`, a raw connection for inspecting it, and
+/// the prefix they share.
+type Pair = (
+    LockRuntime,
+    LockRuntime,
+    String,
+    redis::aio::MultiplexedConnection,
+    String,
+);
 
 async fn pair_on(server: &RedisServer, name: &str) -> Pair {
     let prefix = unique(name);
     let holder = fair_runtime(&server.url(), &prefix).await;
     let waiter = fair_runtime(&server.url(), &prefix).await;
-    Pair {
-        hash: holder.backend_key("k"),
-        holder,
-        waiter,
-        con: server.connection().await,
-        prefix,
-    }
+    let hash = holder.backend_key("k");
+    (holder, waiter, hash, server.connection().await, prefix)
 }
 
 /// Four waiters in four processes, queued one after the other, get the lock
@@ -123,13 +119,7 @@ async fn until_waiter_settled(con: &mut redis::aio::MultiplexedConnection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_costs_no_acquire_round_trip() {
     let server = RedisServer::start();
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(&server, "fair-rt").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-rt").await;
     let guard = holder
         .lock("k")
         .lease(Duration::from_secs(30))
@@ -172,13 +162,7 @@ async fn handoff_costs_no_acquire_round_trip() {
 /// (here 300 ms) and no more; a place that ran out is skipped at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_waiter_costs_at_most_its_lease() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-dead").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-dead").await;
 
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
     let now_ms = secs * 1000 + micros / 1000;
@@ -237,13 +221,7 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_claim_is_extended_to_the_full_lease() {
     let server = RedisServer::start();
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(&server, "fair-claim").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-claim").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
         let g = waiter
@@ -284,13 +262,7 @@ async fn a_handoff_claim_is_extended_to_the_full_lease() {
 /// declared lost on arrival, and the watchdog keeps it through 3 leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_handed_over_after_a_long_wait_is_kept() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-short").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-short").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
         lock_runtime::with_lock(waiter.lock("k").lease(Duration::from_millis(300)), async {
@@ -343,13 +315,7 @@ async fn a_claim_never_shortens_the_lease() {
 /// a try-once never joins it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_that_give_up_leave_the_queue() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-leave").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-leave").await;
     let guard = holder.lock("k").acquire().await.unwrap();
 
     let busy = waiter.lock("k").try_acquire().await.unwrap();
@@ -387,13 +353,7 @@ async fn waiters_that_give_up_leave_the_queue() {
 /// head refreshes it while waiting, and gets the lock by handoff at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_keeps_its_place() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        prefix,
-    } = pair_on(redis(), "fair-long").await;
+    let (holder, waiter, hash, mut con, prefix) = pair_on(redis(), "fair-long").await;
     let late = fair_runtime(&redis().url(), &prefix).await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let first = tokio::spawn(async move {
@@ -421,9 +381,7 @@ async fn a_long_wait_keeps_its_place() {
 /// Many fair waiters on two runtimes, with a non-atomic counter: exact total,
 /// never two holders at once, everybody leaves the queue.
 async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
-    let prefix = unique("fair-many");
-    let a = kind.runtime(&prefix).await;
-    let b = kind.peer(&a, &prefix).await;
+    let (a, b) = kind.two("fair-many").await;
     let counter = Arc::new(Mutex::new(0u64));
     let occupancy = Arc::new(lock_tests::Occupancy::default());
     let mut tasks = Vec::new();

@@ -38,9 +38,7 @@ const IN_FLIGHT: usize = 50;
 /// Every new holder's token is greater than the last one; nested holds see
 /// the outer token.
 async fn fencing_tokens_increase_across_holders_and_match_in_nests(kind: Kind) {
-    let prefix = unique("fence");
-    let first = kind.runtime(&prefix).await;
-    let second = kind.peer(&first, &prefix).await;
+    let (first, second) = kind.two("fence").await;
     let mut last = 0;
     for round in 0..10 {
         let rt = if round % 2 == 0 { &first } else { &second };

@@ -51,9 +51,7 @@ on_every_backend_ignored!(
 /// Three nested locked calls on one key: no self-deadlock, one backend hold,
 /// the same token all the way down, and the key free only after the outermost.
 async fn reentrancy_three_deep_holds_one_lock(kind: Kind) {
-    let prefix = unique("nest");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("nest").await;
     let rt = &runtime;
     let tokens = with_lock(rt.lock("k").wait(Duration::from_secs(1)), async {
         let outer = fence().unwrap();
@@ -242,9 +240,7 @@ async fn explicit_guard_outside_any_scope_is_not_reentrant(kind: Kind) {
 /// re-enters at once, with the caller's token; the lock stays held until the
 /// child is done even if the parent finishes first.
 async fn spawned_task_with_inherit_reenters(kind: Kind) {
-    let prefix = unique("inherit");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("inherit").await;
     let rt = runtime.clone();
     let (release_child, child_may_finish) = tokio::sync::oneshot::channel::<()>();
     let (child_in, child_has_it) = tokio::sync::oneshot::channel::<()>();
@@ -434,6 +430,39 @@ async fn join_arms_of_one_task_hand_a_guard_over_without_error(kind: Kind) {
     got.release().await.unwrap();
 }
 
+/// A holder and a waiter of `k` on `runtime`, for a test to run as two
+/// tasks of the kind it means: the holder takes `k` and keeps it until the
+/// waiter has tried it for 300 ms; the waiter returns how that ended.
+fn holder_and_waiter(
+    runtime: &LockRuntime,
+) -> (
+    impl Future<Output = Result<(), LockError>> + Send + 'static,
+    impl Future<Output = Result<(), LockError>> + Send + 'static,
+) {
+    let (held_tx, held_rx) = oneshot::channel::<()>();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let rt = runtime.clone();
+    let holder = async move {
+        let guard = rt.lock("k").acquire().await.unwrap();
+        held_tx.send(()).unwrap();
+        let _ = release_rx.await;
+        guard.release().await
+    };
+    let rt = runtime.clone();
+    let waiter = async move {
+        held_rx.await.unwrap();
+        let got = rt
+            .lock("k")
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await
+            .map(drop);
+        release_tx.send(()).unwrap();
+        got
+    };
+    (holder, waiter)
+}
+
 /// Two `spawn_local` tasks of one `LocalSet` (one thread) are two tasks:
 /// the waiter's wait ends with a plain `Timeout`.
 async fn two_local_set_tasks_are_not_one_task(kind: Kind) {
@@ -441,27 +470,9 @@ async fn two_local_set_tasks_are_not_one_task(kind: Kind) {
     let local = tokio::task::LocalSet::new();
     let got = local
         .run_until(async {
-            let (held_tx, held_rx) = oneshot::channel::<()>();
-            let (release_tx, release_rx) = oneshot::channel::<()>();
-            let rt = runtime.clone();
-            let holder = tokio::task::spawn_local(async move {
-                let guard = rt.lock("k").acquire().await.unwrap();
-                held_tx.send(()).unwrap();
-                let _ = release_rx.await;
-                guard.release().await
-            });
-            let rt = runtime.clone();
-            let waiter = tokio::task::spawn_local(async move {
-                held_rx.await.unwrap();
-                let got = rt
-                    .lock("k")
-                    .wait(Duration::from_millis(300))
-                    .acquire()
-                    .await
-                    .map(drop);
-                release_tx.send(()).unwrap();
-                got
-            });
+            let (holder, waiter) = holder_and_waiter(&runtime);
+            let holder = tokio::task::spawn_local(holder);
+            let waiter = tokio::task::spawn_local(waiter);
             let got = waiter.await.unwrap();
             holder.await.unwrap().unwrap();
             // And the `run_until` future itself against a local task.
@@ -488,31 +499,11 @@ async fn two_local_set_tasks_are_not_one_task(kind: Kind) {
 /// future are two tasks, whichever pool thread they land on.
 async fn two_spawn_blocking_closures_are_not_one_task(kind: Kind) {
     let runtime = kind.runtime(&unique("rv-blocking")).await;
-    let (held_tx, held_rx) = oneshot::channel::<()>();
-    let (release_tx, release_rx) = oneshot::channel::<()>();
-    let (rt, handle) = (runtime.clone(), tokio::runtime::Handle::current());
-    let holder = tokio::task::spawn_blocking(move || {
-        handle.block_on(async move {
-            let guard = rt.lock("k").acquire().await.unwrap();
-            held_tx.send(()).unwrap();
-            let _ = release_rx.await;
-            guard.release().await
-        })
-    });
-    let (rt, handle) = (runtime.clone(), tokio::runtime::Handle::current());
-    let waiter = tokio::task::spawn_blocking(move || {
-        handle.block_on(async move {
-            held_rx.await.unwrap();
-            let got = rt
-                .lock("k")
-                .wait(Duration::from_millis(300))
-                .acquire()
-                .await
-                .map(drop);
-            release_tx.send(()).unwrap();
-            got
-        })
-    });
+    let (holder, waiter) = holder_and_waiter(&runtime);
+    let handle = tokio::runtime::Handle::current();
+    let holder = tokio::task::spawn_blocking(move || handle.block_on(holder));
+    let handle = tokio::runtime::Handle::current();
+    let waiter = tokio::task::spawn_blocking(move || handle.block_on(waiter));
     let got = waiter.await.unwrap();
     holder.await.unwrap().unwrap();
     assert!(matches!(got, Err(LockError::Timeout { .. })), "{got:?}");

@@ -36,9 +36,7 @@ fn ms(d: Duration) -> u128 {
 /// peer waiting 800 ms times out, the holder ends with `Ok`, and the lock is
 /// free right after.
 async fn body_running_three_leases_stays_exclusive(kind: Kind) {
-    let prefix = unique("long");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("long").await;
     let key = unique("long-key");
     let before = runtime.stats().watchdog;
 
@@ -103,9 +101,7 @@ async fn body_running_three_leases_stays_exclusive(kind: Kind) {
 /// abort mode the body (which never ends) is dropped and the call returns
 /// `Lost` within a second.
 async fn deleted_lock_is_lost_and_abort_stops_the_body(kind: Kind) {
-    let prefix = unique("lost");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("lost").await;
     let key = unique("lost-key");
     let before = runtime.stats().watchdog;
 
@@ -138,9 +134,7 @@ async fn deleted_lock_is_lost_and_abort_stops_the_body(kind: Kind) {
 /// watchdog counts a loss) but the body runs to the end and its result is
 /// returned.
 async fn deleted_lock_in_continue_mode_finishes_the_body(kind: Kind) {
-    let prefix = unique("cont");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("cont").await;
     let key = unique("cont-key");
     let before = runtime.stats().watchdog;
 
@@ -174,9 +168,7 @@ async fn deleted_lock_in_continue_mode_finishes_the_body(kind: Kind) {
 /// With the watchdog off the lease is fixed: a peer gets the lock once it
 /// runs out, the first guard reports the loss, and its release fails.
 async fn fixed_lease_without_watchdog_is_not_renewed(kind: Kind) {
-    let prefix = unique("fixed");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("fixed").await;
     let key = unique("fixed-key");
 
     let first = runtime
@@ -226,9 +218,7 @@ async fn fixed_lease_without_watchdog_is_not_renewed(kind: Kind) {
 /// A holder whose lock was deleted and taken by someone else gets `NotHeld`
 /// from its release, and that release leaves the new holder's lock alone.
 async fn release_after_takeover_is_not_held(kind: Kind) {
-    let prefix = unique("takeover");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("takeover").await;
     let key = unique("takeover-key");
     let lease = Duration::from_secs(30);
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
 use lock_tests::{
-    block_on, fair_runtime, on_every_backend, queue_len, redis, unique, until_exists,
-    until_queued, wait_until, FaultProxy, Kind,
+    block_on, fair_runtime, on_every_backend, queue_len, redis, unique, until_exists, until_queued,
+    wait_until, FaultProxy, Kind,
 };
 use redis::AsyncCommands;
 use tokio::sync::oneshot;

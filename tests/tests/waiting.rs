@@ -42,9 +42,7 @@ const SLACK: Duration = Duration::from_millis(150);
 
 /// A 500 ms wait on a held lock ends with `Timeout` between 500 and 550 ms.
 async fn wait_timeout_returns_timeout_within_ten_percent(kind: Kind) {
-    let prefix = unique("wait");
-    let holder = kind.runtime(&prefix).await;
-    let waiter = kind.peer(&holder, &prefix).await;
+    let (holder, waiter) = kind.two("wait").await;
     let _guard = holder.lock("busy").acquire().await.unwrap();
     let wait = Duration::from_millis(500);
     let start = Instant::now();
@@ -74,9 +72,7 @@ async fn wait_timeout_returns_timeout_within_ten_percent(kind: Kind) {
 
 /// `wait(ZERO)` tries once: a held lock gives `Timeout` at once.
 async fn zero_wait_on_held_lock_times_out_at_once(kind: Kind) {
-    let prefix = unique("zero");
-    let holder = kind.runtime(&prefix).await;
-    let waiter = kind.peer(&holder, &prefix).await;
+    let (holder, waiter) = kind.two("zero").await;
     let _guard = holder.lock("busy").acquire().await.unwrap();
     let start = Instant::now();
     let err = waiter
@@ -226,9 +222,7 @@ async fn a_stuck_release_does_not_stretch_a_try_past_its_timeout() {
 /// A waiter behind a 30 s lease gets the lock right after the release, not
 /// after the lease: the release message wakes it.
 async fn release_wakes_waiter_without_waiting_for_the_lease(kind: Kind) {
-    let prefix = unique("wake");
-    let holder = kind.runtime(&prefix).await;
-    let waiter = kind.peer(&holder, &prefix).await;
+    let (holder, waiter) = kind.two("wake").await;
     let guard = holder
         .lock("k")
         .lease(Duration::from_secs(30))
@@ -268,9 +262,7 @@ async fn release_wakes_waiter_without_waiting_for_the_lease(kind: Kind) {
 /// 20 waiters queue on one key; each gets it exactly once, and nobody is left
 /// registered afterwards.
 async fn many_waiters_each_get_the_lock_once(kind: Kind) {
-    let prefix = unique("queue");
-    let runtime = kind.runtime(&prefix).await;
-    let peer = kind.peer(&runtime, &prefix).await;
+    let (runtime, peer) = kind.two("queue").await;
     let first = runtime.lock("q").acquire().await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..20 {
@@ -409,9 +401,7 @@ async fn a_lost_subscribe_is_retried_and_waiters_are_woken_promptly() {
 /// where the client's timers used to panic with "there is no reactor
 /// running".
 async fn locks_work_from_an_executor_other_than_tokio(kind: Kind) {
-    let prefix = unique("executor");
-    let holder = kind.runtime(&prefix).await;
-    let waiter = kind.peer(&holder, &prefix).await;
+    let (holder, waiter) = kind.two("executor").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let rt = waiter.clone();
     let thread = std::thread::spawn(move || {
@@ -437,9 +427,7 @@ async fn locks_work_from_an_executor_other_than_tokio(kind: Kind) {
 /// runtime's context), is moved into a tokio task, and finishes there; and
 /// one that starts in tokio and finishes on the plain thread.
 async fn an_acquire_moved_between_executors_mid_wait_completes(kind: Kind) {
-    let prefix = unique("rv-move-fut");
-    let holder = kind.runtime(&prefix).await;
-    let waiter = kind.peer(&holder, &prefix).await;
+    let (holder, waiter) = kind.two("rv-move-fut").await;
     type Acquiring =
         Pin<Box<dyn Future<Output = Result<lock_runtime::LockGuard, LockError>> + Send>>;
 
