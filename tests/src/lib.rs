@@ -380,6 +380,12 @@ pub async fn until_nothing_left(con: &mut MultiplexedConnection, prefix: &str, l
     }
 }
 
+/// Takes the lock `request` asks for and gives it back at once (a warm-up,
+/// or a lock a test needs taken once), failing the test if either fails.
+pub async fn take_and_release(request: lock_runtime::LockRequest) {
+    request.acquire().await.unwrap().release().await.unwrap();
+}
+
 /// Waits (bounded: 5 s) until `ready` says yes: for state with no event to
 /// await (a runtime's counters, say). Panics naming `what` otherwise.
 pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{timing_turn, unique, wait_until, FaultProxy, Occupancy};
+use lock_tests::{take_and_release, timing_turn, unique, wait_until, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -411,13 +411,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-two-down").await;
     let healthy = Instant::now();
-    a.lock("warmup")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("warmup")).await;
     let healthy = healthy.elapsed();
     fleet[0].kill();
     fleet[1].freeze();
@@ -650,14 +644,7 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
     // the longest lease used before it votes (it cannot be told from a
     // master that lost its data).
     let lease = Duration::from_millis(500);
-    a.lock("k")
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("k").lease(lease)).await;
     // Master 0 comes back: the runtime connects it in the background and
     // takes locks there too.
     fleet[0].restart().await;
@@ -863,14 +850,7 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
     let prefix = unique("redlock-persisted");
     let a = runtime(&fleet, &prefix).await;
     let lease = Duration::from_secs(5);
-    a.lock("k")
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("k").lease(lease)).await;
     let before = boot_marker(&fleet[0], &prefix).await.expect("a marker");
     fleet[0].snapshot().await;
     fleet[0].restart_from_snapshot().await;
@@ -1037,13 +1017,7 @@ async fn redlock_majority_reached_past_the_validity_limit_is_given_back() {
     let a = redlock_runtime(urls, &prefix, Duration::from_secs(3)).await;
     let lease = Duration::from_millis(500);
     // Warm the connections and scripts.
-    a.lock("warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("warm")).await;
 
     // Each way 260 ms: a round trip of 520 ms to two of three masters.
     p1.slow(Some(Duration::from_millis(260)));

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::sentinel::SERVICE;
 use lock_testkit::SentinelSet;
-use lock_tests::{count_under_lock, unique};
+use lock_tests::{count_under_lock, take_and_release, unique};
 
 /// Longest a failover may take before a test fails.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
@@ -408,13 +408,7 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
     let set = SentinelSet::start(1);
     let prefix = unique("sentinel-forced");
     let rt = runtime(&set, &prefix, false).await;
-    rt.lock("before")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(rt.lock("before")).await;
 
     let first = format!("127.0.0.1:{}", set.first_primary().port());
     let mut old = node(&set, &first).await;
