@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::{free_port, RedisServer};
-use lock_tests::{redis, unique};
+use lock_tests::{redis, unique, until_queued};
 
 // ---------------------------------------------------------------------------
 // Refused before anything runs
@@ -508,20 +508,8 @@ async fn acl_user_with_password_can_lock_and_wait() {
             .await
             .map(|g| g.fence())
     });
-    let queue = format!("{}:queue", a.backend_key("f"));
-    let mut queued = 0;
-    for _ in 0..400 {
-        queued = redis::cmd("LLEN")
-            .arg(&queue)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if queued == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(queued, 1, "the fair waiter did not queue");
+    // The fair waiter queues (as the admin sees it).
+    until_queued(&mut admin, &a.backend_key("f"), 1).await;
     let first = held.fence();
     held.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();
