@@ -124,8 +124,8 @@ async fn panicking_body_frees_lock(kind: Kind) {
 }
 
 /// `let _ = lock(k).acquire().await` frees the key for this process's next
-/// acquire at once on both backends (on Redis the release is still sent in
-/// the background; the next acquire waits for it).
+/// acquire at once on every backend (on a server the release is still sent
+/// in the background; the next acquire waits for it).
 async fn a_dropped_guard_frees_the_key_for_this_process_at_once(kind: Kind) {
     let runtime = kind.runtime(&unique("dropped")).await;
     for round in 0..100 {

@@ -180,8 +180,9 @@ async fn shutdown_racing_acquires_releases_and_bodies_gives_everything_back(kind
     // last acquires) are drained by a second one.
     runtime.shutdown().await.unwrap();
     assert_eq!(runtime.stats().held, 0);
-    // (A hold adopted while shutdown ran may stay in the watchdog until its
-    // first renewal finds it gone: see the ignored test below.)
+    // (A hold adopted while shutdown ran was once left in the watchdog
+    // until its first renewal found it gone: see
+    // `no_hold_adopted_during_shutdown_stays_in_the_watchdog`.)
     wait_until("the watchdog lets go", || {
         runtime.stats().watchdog.tracked == 0
     })
