@@ -114,3 +114,22 @@ macro_rules! __behaviour {
         $crate::backends!(__on_backends);
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Kind;
+
+    /// A backend added to the list must be a `Kind` too, and the other way
+    /// round: `Kind::ALL` is the list, in its order.
+    #[test]
+    fn the_backend_list_is_kind_all() {
+        let mut listed = Vec::new();
+        macro_rules! collect {
+            ($($module:ident $kind:ident),+) => {
+                $( listed.push(Kind::$kind); )+
+            };
+        }
+        crate::backends!(collect);
+        assert_eq!(listed, Kind::ALL);
+    }
+}
