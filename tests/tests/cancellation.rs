@@ -112,9 +112,8 @@ async fn panicking_body_frees_lock(kind: Kind) {
     );
 
     let asked = Instant::now();
-    let guard = peer
-        .lock(&key)
-        .wait(Duration::from_secs(1))
+    let request = peer.lock(&key).wait(Duration::from_secs(1));
+    let guard = request
         .acquire()
         .await
         .expect("the panicked holder's lock is free well before its 30 s lease");
@@ -168,20 +167,13 @@ async fn a_dropped_runtime_sends_the_releases_it_had_queued() {
     let second = Kind::Redis.runtime(&prefix).await;
     for round in 0..20 {
         let runtime = Kind::Redis.runtime(&prefix).await;
-        let guard = runtime
-            .lock("k")
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
+        let request = runtime.lock("k").lease(Duration::from_secs(30));
+        let guard = request.acquire().await.unwrap();
         drop(guard);
         drop(runtime);
         let start = Instant::now();
-        let next = second
-            .lock("k")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await;
+        let request = second.lock("k").wait(Duration::from_secs(5));
+        let next = request.acquire().await;
         assert!(next.is_ok(), "round {round}: {next:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
         next.unwrap().release().await.unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime, DEFAULT_COHORT};
 use lock_testkit::{CommandStats, RedisServer};
-use lock_tests::{on_every_backend, unique, wait_until, Kind, Occupancy};
+use lock_tests::{on_every_backend, runtime_at, unique, wait_until, Kind, Occupancy};
 use tokio::time::Instant;
 
 on_every_backend!(cohort_keeps_exclusion_and_token_order_across_processes);
@@ -96,12 +96,7 @@ fn check_tokens(records: &[(usize, u64)], bound: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cohort_passes_a_contended_lock_between_tasks_with_few_round_trips() {
     let server = RedisServer::start();
-    let rt = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(unique("co-few"))
-        .build()
-        .await
-        .unwrap();
+    let rt = runtime_at(&server.url(), &unique("co-few")).await;
     let mut con = server.connection().await;
     let before = CommandStats::read(&mut con).await.unwrap();
     let (records, max) = contend(std::slice::from_ref(&rt), 4, "k", 400).await;
@@ -193,12 +188,8 @@ async fn cohort_is_bounded_so_another_process_gets_its_turn() {
         let mut waits = Vec::new();
         for _ in 0..5 {
             let started = Instant::now();
-            let guard = other
-                .lock("k")
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-                .unwrap();
+            let request = other.lock("k").wait(Duration::from_secs(5));
+            let guard = request.acquire().await.unwrap();
             waits.push(started.elapsed());
             guard.release().await.unwrap();
         }
@@ -450,12 +441,8 @@ async fn cohort_does_not_pass_a_hold_the_server_may_have_lost() {
         a.stats().connections_lost > 0
     })
     .await;
-    let other = b
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let request = b.lock("k").wait(Duration::from_secs(10));
+    let other = request.acquire().await.unwrap();
     // A task of the first process now waits for the key (busy in Redis).
     let waiter = {
         let a = a.clone();

@@ -102,12 +102,8 @@ async fn bad_keys_and_leases_are_refused_before_any_round_trip() {
     let long = runtime.lock("x".repeat(5000)).acquire().await.unwrap_err();
     assert!(matches!(long, LockError::InvalidKey { .. }), "{long}");
     assert!(long.to_string().len() < 300, "the error repeats a huge key");
-    let lease = runtime
-        .lock("k")
-        .lease(Duration::from_millis(1))
-        .acquire()
-        .await
-        .unwrap_err();
+    let request = runtime.lock("k").lease(Duration::from_millis(1));
+    let lease = request.acquire().await.unwrap_err();
     assert!(matches!(lease, LockError::InvalidConfig(_)), "{lease}");
     let prefix = LockRuntime::builder()
         .memory()
@@ -215,12 +211,8 @@ async fn no_duration_input_panics() {
 #[tokio::test]
 async fn enormous_wait_is_a_wait_forever() {
     let runtime = LockRuntime::builder().memory().build().await.unwrap();
-    let guard = runtime
-        .lock("k")
-        .wait(Duration::MAX)
-        .acquire()
-        .await
-        .unwrap();
+    let request = runtime.lock("k").wait(Duration::MAX);
+    let guard = request.acquire().await.unwrap();
     guard.release().await.unwrap();
     let guard = runtime
         .lock("k")
@@ -463,18 +455,13 @@ async fn acl_user_with_password_can_lock_and_wait() {
         .await
         .unwrap();
     let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
-    let a = LockRuntime::builder()
-        .redis(&url)
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap();
-    let b = LockRuntime::builder()
-        .redis(&url)
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap();
+    let locker = || {
+        LockRuntime::builder()
+            .redis(&url)
+            .key_prefix(prefix)
+            .build()
+    };
+    let (a, b) = (locker().await.unwrap(), locker().await.unwrap());
     let held = a.lock("k").acquire().await.unwrap();
     let info = b.inspect("k").await.unwrap().expect("held");
     assert_eq!(info.fence, Some(held.fence()));
@@ -562,11 +549,8 @@ async fn runtime_after_redis_is_gone_for_good_returns_errors() {
     let start = Instant::now();
     let once = runtime.lock("other").wait(Duration::ZERO).acquire().await;
     assert!(matches!(once, Err(LockError::Backend(_))), "{once:?}");
-    let bounded = runtime
-        .lock("other")
-        .wait(Duration::from_millis(500))
-        .acquire()
-        .await;
+    let request = runtime.lock("other").wait(Duration::from_millis(500));
+    let bounded = request.acquire().await;
     assert!(
         matches!(bounded, Err(LockError::Timeout { .. })),
         "{bounded:?}"

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, LockError};
 use lock_tests::{
-    contender_bin, count_under_lock, on_every_backend, redis, unique, Kind, Occupancy,
+    contender_bin, count_under_lock, on_every_backend, redis, runtime_at, unique, Kind, Occupancy,
 };
 use redis::AsyncCommands;
 
@@ -120,9 +120,8 @@ async fn awkward_keys_are_distinct_locks(kind: Kind) {
     ];
     let mut guards = Vec::new();
     for key in &keys {
-        let guard = runtime
-            .lock(key.as_str())
-            .wait(Duration::ZERO)
+        let request = runtime.lock(key.as_str()).wait(Duration::ZERO);
+        let guard = request
             .acquire()
             .await
             .unwrap_or_else(|e| panic!("{key:?}: {e}"));
@@ -147,18 +146,9 @@ async fn awkward_keys_are_distinct_locks(kind: Kind) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn intruder_cannot_release_or_renew_a_lock_it_does_not_hold() {
     let server = redis();
-    let runtime = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(unique("intr"))
-        .build()
-        .await
-        .unwrap();
-    let guard = runtime
-        .lock("vault")
-        .lease(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let runtime = runtime_at(&server.url(), &unique("intr")).await;
+    let request = runtime.lock("vault").lease(Duration::from_secs(5));
+    let guard = request.acquire().await.unwrap();
     let hash = runtime.backend_key("vault");
     let mut intruder = server.connection().await;
     let mut holders: Vec<String> = intruder.hkeys(&hash).await.unwrap();

@@ -64,11 +64,8 @@ async fn waiters_of_different_processes_get_the_lock_in_arrival_order() {
         let runtime = fair_runtime(&url, &prefix).await;
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            let g = runtime
-                .lock("k")
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
+            let request = runtime.lock("k").wait(Duration::from_secs(10));
+            let g = request.acquire().await?;
             order.lock().unwrap().push(i);
             // Hold a little, so a late waiter would have every chance to barge.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -120,20 +117,12 @@ async fn until_waiter_settled(con: &mut redis::aio::MultiplexedConnection) {
 async fn handoff_costs_no_acquire_round_trip() {
     let server = RedisServer::start();
     let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-rt").await;
-    let guard = holder
-        .lock("k")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock("k").lease(Duration::from_secs(30));
+    let guard = request.acquire().await.unwrap();
     let first_fence = guard.fence();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").wait(Duration::from_secs(10));
+        let g = request.acquire().await.unwrap();
         let at = Instant::now();
         (g, at, waiter)
     });
@@ -186,12 +175,8 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
         .await
         .unwrap();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").wait(Duration::from_secs(10));
+        let g = request.acquire().await.unwrap();
         (Instant::now(), g)
     });
     until_queued(&mut con, &hash, 3).await;
@@ -224,12 +209,8 @@ async fn a_handoff_claim_is_extended_to_the_full_lease() {
     let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-claim").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").lease(Duration::from_secs(30));
+        let g = request.acquire().await.unwrap();
         (g, waiter)
     });
     until_queued(&mut con, &hash, 1).await;
@@ -322,12 +303,8 @@ async fn waiters_that_give_up_leave_the_queue() {
     assert!(busy.is_none());
     assert_eq!(queue_len(&mut con, &hash).await, (0, 0), "try-once queued");
 
-    let err = waiter
-        .lock("k")
-        .wait(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let request = waiter.lock("k").wait(Duration::from_millis(300));
+    let err = request.acquire().await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err}");
     until_queued(&mut con, &hash, 0).await;
 
@@ -390,12 +367,8 @@ async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
         let counter = counter.clone();
         let occupancy = occupancy.clone();
         tasks.push(tokio::spawn(async move {
-            let g = rt
-                .lock("k")
-                .fair(true)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await?;
+            let request = rt.lock("k").fair(true).wait(Duration::from_secs(20));
+            let g = request.acquire().await?;
             let inside = occupancy.enter();
             let read = *counter.lock().unwrap();
             tokio::task::yield_now().await;
@@ -522,12 +495,7 @@ async fn inspect_shows_the_fair_queue() {
 /// back when the last one leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiters_sharing_a_place_keep_their_deadlines() {
-    let prefix = unique("rv-fair-deadline");
-    let url = redis().url();
-    let holder = fair_runtime(&url, &prefix).await;
-    let waiter = fair_runtime(&url, &prefix).await;
-    let hash = holder.backend_key("k");
-    let mut con = redis().connection().await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "rv-fair-deadline").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let mut set = tokio::task::JoinSet::new();
     for i in 0..8u64 {
@@ -572,11 +540,8 @@ async fn an_abandoned_fair_queue_expires_with_its_last_place() {
     let guard = holder.lock("k").acquire().await.unwrap();
     // The waiter queues, then "dies": its runtime is dropped mid-wait.
     let waiting = tokio::spawn(async move {
-        let _ = waiter
-            .lock("k")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await;
+        let request = waiter.lock("k").wait(Duration::from_secs(30));
+        let _ = request.acquire().await;
     });
     let mut queued = false;
     for _ in 0..200 {

@@ -62,12 +62,8 @@ async fn fencing_tokens_increase_across_holders_and_match_in_nests(kind: Kind) {
 }
 
 async fn token_of(runtime: &LockRuntime, key: &str) -> u64 {
-    let guard = runtime
-        .lock(key)
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let request = runtime.lock(key).wait(Duration::from_secs(5));
+    let guard = request.acquire().await.unwrap();
     let token = guard.fence();
     guard.release().await.unwrap();
     token

@@ -119,11 +119,7 @@ async fn redlock_excludes_holders_of_two_runtimes_and_their_tokens_only_grow() {
     let tokens = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for worker in 0..4 {
-        let runtime = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
+        let runtime = [&a, &b][worker % 2].clone();
         let (inside, tokens) = (inside.clone(), tokens.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
@@ -187,12 +183,8 @@ async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile(
 async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
     let fleet = shared_fleet();
     let (a, b) = two_runtimes(fleet, "redlock-wake").await;
-    let held = a
-        .lock("k")
-        .lease(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(20));
+    let held = request.acquire().await.unwrap();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
@@ -293,12 +285,8 @@ async fn redlock_inspect_force_unlock_and_ping_answer_for_the_majority() {
     let fleet = shared_fleet();
     let (a, b) = two_runtimes(fleet, "redlock-admin").await;
     a.ping().await.unwrap();
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(5));
+    let guard = request.acquire().await.unwrap();
     let info = b.inspect("k").await.unwrap().expect("held");
     assert!(info.held_by_this_process);
     assert_eq!(info.fence, Some(guard.fence()));
@@ -417,12 +405,8 @@ async fn redlock_locks_with_two_of_five_masters_down() {
     fleet[1].freeze();
 
     let begun = Instant::now();
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(2));
+    let guard = request.acquire().await.unwrap();
     let took = begun.elapsed();
     println!(
         "redlock acquire: {healthy:?} healthy, {took:?} with one master killed and one frozen"
@@ -450,12 +434,8 @@ async fn redlock_locks_with_two_of_five_masters_down() {
     assert!(b.lock("k").try_acquire().await.unwrap().is_none());
     let released = Instant::now();
     guard.release().await.unwrap();
-    let after = b
-        .lock("k")
-        .wait(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let request = b.lock("k").wait(Duration::from_secs(2));
+    let after = request.acquire().await.unwrap();
     println!(
         "redlock release + next acquire with two down: {:?}",
         released.elapsed()
@@ -513,12 +493,8 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-restart").await;
     let lock_key = a.backend_key("k");
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_millis(1500))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_millis(1500));
+    let guard = request.acquire().await.unwrap();
     fleet[0].restart().await;
     assert!(
         !has_key(&fleet[0], &lock_key).await,
@@ -783,12 +759,8 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
         .await
         .unwrap();
     let short = Duration::from_millis(500);
-    let early = b
-        .lock("k")
-        .lease(short)
-        .wait(Duration::from_millis(300))
-        .acquire()
-        .await;
+    let request = b.lock("k").lease(short).wait(Duration::from_millis(300));
+    let early = request.acquire().await;
     assert!(
         matches!(early, Err(LockError::Timeout { .. })),
         "with master 0 back empty and master 1 free: {:?}",
@@ -808,12 +780,8 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
     let contender = {
         let (b, held) = (b.clone(), held.clone());
         tokio::spawn(async move {
-            let got = b
-                .lock("k")
-                .lease(short)
-                .wait(Duration::from_secs(8))
-                .acquire()
-                .await;
+            let request = b.lock("k").lease(short).wait(Duration::from_secs(8));
+            let got = request.acquire().await;
             (got, held.is_lost(), Instant::now())
         })
     };
@@ -862,10 +830,8 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
     );
     let begun = Instant::now();
     // A quarantine would last longer than the lease (5 s) and the wait.
-    let guard = a
-        .lock("k")
-        .lease(lease)
-        .wait(Duration::from_secs(3))
+    let request = a.lock("k").lease(lease).wait(Duration::from_secs(3));
+    let guard = request
         .acquire()
         .await
         .expect("masters 0 and 2 make a majority: the master restarted with its data votes");
@@ -1023,12 +989,8 @@ async fn redlock_majority_reached_past_the_validity_limit_is_given_back() {
     p1.slow(Some(Duration::from_millis(260)));
     p2.slow(Some(Duration::from_millis(260)));
     let begun = Instant::now();
-    let too_slow = a
-        .lock("k")
-        .lease(lease)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
+    let request = a.lock("k").lease(lease).wait(Duration::ZERO);
+    let too_slow = request.acquire().await;
     eprintln!(
         "too slow: {:?} after {:?}",
         too_slow.as_ref().map(|g| g.fence()),
@@ -1130,11 +1092,7 @@ async fn redlock_one_flapping_master_breaks_neither_exclusion_nor_token_order() 
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     for worker in 0..6usize {
-        let rt = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
+        let rt = [&a, &b][worker % 2].clone();
         let (occupancy, tokens, stop, errors) = (
             occupancy.clone(),
             tokens.clone(),

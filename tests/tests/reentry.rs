@@ -246,11 +246,8 @@ async fn spawned_task_with_inherit_reenters(kind: Kind) {
     let (child_in, child_has_it) = tokio::sync::oneshot::channel::<()>();
     let (child, parent_token) = with_lock(runtime.lock("job"), async move {
         let child = tokio::spawn(inherit(async move {
-            let guard = rt
-                .lock("job")
-                .wait(Duration::from_millis(500))
-                .acquire()
-                .await?;
+            let request = rt.lock("job").wait(Duration::from_millis(500));
+            let guard = request.acquire().await?;
             let token = guard.fence();
             let _ = child_in.send(());
             let _ = child_may_finish.await;
@@ -272,11 +269,8 @@ async fn spawned_task_with_inherit_reenters(kind: Kind) {
     release_child.send(()).unwrap();
     let child_token = child.await.unwrap().unwrap();
     assert_eq!(child_token, parent_token);
-    let after = peer
-        .lock("job")
-        .wait(Duration::from_secs(1))
-        .acquire()
-        .await;
+    let request = peer.lock("job").wait(Duration::from_secs(1));
+    let after = request.acquire().await;
     assert!(after.is_ok(), "lock not freed after the child released");
 }
 
@@ -451,12 +445,8 @@ fn holder_and_waiter(
     let rt = runtime.clone();
     let waiter = async move {
         held_rx.await.unwrap();
-        let got = rt
-            .lock("k")
-            .wait(Duration::from_millis(300))
-            .acquire()
-            .await
-            .map(drop);
+        let request = rt.lock("k").wait(Duration::from_millis(300));
+        let got = request.acquire().await.map(drop);
         release_tx.send(()).unwrap();
         got
     };

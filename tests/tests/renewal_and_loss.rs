@@ -171,17 +171,11 @@ async fn fixed_lease_without_watchdog_is_not_renewed(kind: Kind) {
     let (runtime, peer) = kind.two("fixed").await;
     let key = unique("fixed-key");
 
-    let first = runtime
-        .lock(&key)
-        .lease(LEASE)
-        .watchdog(false)
-        .acquire()
-        .await
-        .unwrap();
+    let request = runtime.lock(&key).lease(LEASE).watchdog(false);
+    let first = request.acquire().await.unwrap();
     let held_at = Instant::now();
-    let second = peer
-        .lock(&key)
-        .wait(Duration::from_secs(2))
+    let request = peer.lock(&key).wait(Duration::from_secs(2));
+    let second = request
         .acquire()
         .await
         .expect("the fixed lease runs out and frees the lock");
@@ -290,9 +284,8 @@ async fn holder_killed_frees_lock_after_about_one_lease() {
     let killed_at = Instant::now();
     child.kill().await.expect("SIGKILL the contender");
 
-    let guard = runtime
-        .lock(&key)
-        .wait(Duration::from_secs(10))
+    let request = runtime.lock(&key).wait(Duration::from_secs(10));
+    let guard = request
         .acquire()
         .await
         .expect("the lock freed after the lease");
@@ -328,12 +321,8 @@ async fn every_hold_is_told_lost_by_its_own_lease_end_while_a_renewal_hangs() {
     let other = runtime_at(&redis().url(), &prefix).await;
 
     let begun = Instant::now();
-    let renewed = stalled
-        .lock("a")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let request = stalled.lock("a").lease(Duration::from_secs(3));
+    let renewed = request.acquire().await.unwrap();
     let fixed = stalled
         .lock("b")
         .lease(Duration::from_millis(1500))
@@ -345,12 +334,8 @@ async fn every_hold_is_told_lost_by_its_own_lease_end_while_a_renewal_hangs() {
     tokio::time::sleep_until(begun + Duration::from_millis(900)).await;
     proxy.stall();
 
-    let taken = other
-        .lock("b")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let request = other.lock("b").wait(Duration::from_secs(5));
+    let taken = request.acquire().await.unwrap();
     let taken_at = begun.elapsed();
     assert!(
         fixed.is_lost(),

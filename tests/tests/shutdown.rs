@@ -89,12 +89,8 @@ async fn shutdown_racing_acquires_releases_and_bodies_gives_everything_back(kind
                 let outcome: Result<(), LockError> = match i % 4 {
                     0 => {
                         async {
-                            let guard = rt
-                                .lock(&key)
-                                .lease(Duration::from_secs(1))
-                                .wait(wait)
-                                .acquire()
-                                .await?;
+                            let request = rt.lock(&key).lease(Duration::from_secs(1)).wait(wait);
+                            let guard = request.acquire().await?;
                             let nested = guard
                                 .scope(rt.lock(&key).lease(Duration::from_secs(1)).acquire())
                                 .await?;

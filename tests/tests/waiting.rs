@@ -75,12 +75,8 @@ async fn zero_wait_on_held_lock_times_out_at_once(kind: Kind) {
     let (holder, waiter) = kind.two("zero").await;
     let _guard = holder.lock("busy").acquire().await.unwrap();
     let start = Instant::now();
-    let err = waiter
-        .lock("busy")
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .unwrap_err();
+    let request = waiter.lock("busy").wait(Duration::ZERO);
+    let err = request.acquire().await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err}");
     assert!(start.elapsed() < Duration::from_millis(100));
 }
@@ -151,11 +147,8 @@ async fn a_try_once_answers_within_the_try_timeout_when_the_network_stalls() {
     assert!(took <= bound, "wait(ZERO) took {took:?}");
 
     let begun = Instant::now();
-    let short = runtime
-        .lock("k")
-        .wait(Duration::from_millis(50))
-        .acquire()
-        .await;
+    let request = runtime.lock("k").wait(Duration::from_millis(50));
+    let short = request.acquire().await;
     let took = begun.elapsed();
     assert!(matches!(short, Err(LockError::Timeout { .. })), "{short:?}");
     assert!(
@@ -205,11 +198,8 @@ async fn a_stuck_release_does_not_stretch_a_try_past_its_timeout() {
     assert!(matches!(tried, Err(LockError::Backend(_))), "{tried:?}");
     assert!(took < Duration::from_millis(400), "took {took:?}");
     proxy.resume();
-    let again = runtime
-        .lock("k")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await;
+    let request = runtime.lock("k").wait(Duration::from_secs(5));
+    let again = request.acquire().await;
     assert!(again.is_ok(), "{again:?}");
     drop(again);
     runtime.shutdown().await.unwrap();
@@ -223,12 +213,8 @@ async fn a_stuck_release_does_not_stretch_a_try_past_its_timeout() {
 /// after the lease: the release message wakes it.
 async fn release_wakes_waiter_without_waiting_for_the_lease(kind: Kind) {
     let (holder, waiter) = kind.two("wake").await;
-    let guard = holder
-        .lock("k")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock("k").lease(Duration::from_secs(30));
+    let guard = request.acquire().await.unwrap();
     let (registered_tx, registered) = tokio::sync::oneshot::channel();
     let w = waiter.clone();
     let task = tokio::spawn(async move {
@@ -266,11 +252,7 @@ async fn many_waiters_each_get_the_lock_once(kind: Kind) {
     let first = runtime.lock("q").acquire().await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..20 {
-        let rt = if i % 2 == 0 {
-            runtime.clone()
-        } else {
-            peer.clone()
-        };
+        let rt = [&runtime, &peer][i % 2].clone();
         tasks.push(tokio::spawn(async move {
             let g = rt.lock("q").wait(Duration::from_secs(20)).acquire().await?;
             tokio::task::yield_now().await;
@@ -353,11 +335,8 @@ async fn a_lost_subscribe_is_retried_and_waiters_are_woken_promptly() {
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
         async move {
-            let guard = waiter
-                .lock("k")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
+            let request = waiter.lock("k").wait(Duration::from_secs(20));
+            let guard = request.acquire().await;
             (guard, Instant::now())
         }
     });
