@@ -152,9 +152,7 @@ async fn dropped_guards_on_many_keys_free_each_key_at_once(kind: Kind) {
         );
     }
     // Nothing stays counted: a shutdown drains at once.
-    let start = Instant::now();
-    runtime.shutdown().await.unwrap();
-    assert!(start.elapsed() < Duration::from_secs(2));
+    shutdown_drains_at_once(&runtime).await;
 }
 
 /// Dropping the last handle of a Redis runtime right after dropping a guard
@@ -203,9 +201,7 @@ async fn cancelled_acquires_do_not_unbalance_the_pending_releases(kind: Kind) {
         .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
         drop(again);
     }
-    let start = Instant::now();
-    runtime.shutdown().await.unwrap();
-    assert!(start.elapsed() < Duration::from_secs(2));
+    shutdown_drains_at_once(&runtime).await;
 }
 
 /// The same with fair mode on Redis: a fair runtime's dropped guards and
@@ -228,9 +224,7 @@ async fn fair_dropped_guards_and_cancelled_acquires_leave_nothing_behind() {
         );
     }
     until_queued(&mut con, &hash, 0).await;
-    let start = Instant::now();
-    runtime.shutdown().await.unwrap();
-    assert!(start.elapsed() < Duration::from_secs(2));
+    shutdown_drains_at_once(&runtime).await;
     assert!(!con.exists::<_, bool>(&hash).await.unwrap());
 }
 
@@ -286,4 +280,12 @@ async fn waiters_cancelled_anywhere_leave_no_trace_plain_and_fair() {
         let mine = waiter.lock("k").try_acquire().await.unwrap();
         assert!(mine.is_some(), "fair={fair}: a cancelled acquire holds `k`");
     }
+}
+
+/// Nothing stays counted (no pending release, no waiter): a shutdown
+/// drains at once.
+async fn shutdown_drains_at_once(runtime: &LockRuntime) {
+    let start = Instant::now();
+    runtime.shutdown().await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
 }

@@ -298,12 +298,11 @@ async fn cohort_passes_on_what_a_cancelled_waiter_was_given() {
 async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
     let prefix = unique("co-terms");
     let rt = patient(&prefix).await;
-    let off = Kind::Redis
-        .builder(&prefix)
-        .cohort(0, Duration::from_millis(5))
-        .build()
-        .await
-        .unwrap();
+    let cohort = |handoffs| {
+        let builder = Kind::Redis.builder(&prefix);
+        builder.cohort(handoffs, Duration::from_millis(5)).build()
+    };
+    let off = cohort(0).await.unwrap();
     for (runtime, waiter, name) in [
         (&rt, rt.lock("k").watchdog(false), "fixed lease"),
         (
@@ -323,12 +322,7 @@ async fn cohort_passes_only_on_the_waiters_terms_and_when_on() {
         assert!(second.fence() > token, "{name}: tokens went back");
         second.release().await.unwrap();
     }
-    let error = Kind::Redis
-        .builder(&prefix)
-        .cohort(1001, Duration::from_millis(5))
-        .build()
-        .await
-        .unwrap_err();
+    let error = cohort(1001).await.unwrap_err();
     assert!(error.to_string().contains("cohort"), "{error}");
 }
 

@@ -455,13 +455,10 @@ async fn acl_user_with_password_can_lock_and_wait() {
         .await
         .unwrap();
     let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
-    let locker = || {
-        LockRuntime::builder()
-            .redis(&url)
-            .key_prefix(prefix)
-            .build()
-    };
-    let (a, b) = (locker().await.unwrap(), locker().await.unwrap());
+    // Runtimes of the ACL user under a key prefix.
+    let locker = |prefix: &str| LockRuntime::builder().redis(&url).key_prefix(prefix);
+    let (a, b) = (locker(prefix).build().await, locker(prefix).build().await);
+    let (a, b) = (a.unwrap(), b.unwrap());
     let held = a.lock("k").acquire().await.unwrap();
     let info = b.inspect("k").await.unwrap().expect("held");
     assert_eq!(info.fence, Some(held.fence()));
@@ -481,13 +478,7 @@ async fn acl_user_with_password_can_lock_and_wait() {
     // Fair mode runs with the extra commands the README lists: a queued
     // waiter is handed the lock by the release.
     let held = a.lock("f").fair(true).acquire().await.unwrap();
-    let c = LockRuntime::builder()
-        .redis(&url)
-        .key_prefix(prefix)
-        .fair(true)
-        .build()
-        .await
-        .unwrap();
+    let c = locker(prefix).fair(true).build().await.unwrap();
     let waiter = tokio::spawn(async move {
         c.lock("f")
             .wait(Duration::from_secs(5))
@@ -516,12 +507,7 @@ async fn acl_user_with_password_can_lock_and_wait() {
         "{shown}"
     );
     // A user outside its key pattern is refused by Redis, not silently ignored.
-    let outside = LockRuntime::builder()
-        .redis(&url)
-        .key_prefix("other:")
-        .build()
-        .await
-        .unwrap();
+    let outside = locker("other:").build().await.unwrap();
     let err = outside.lock("k").acquire().await.unwrap_err();
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
 }
