@@ -462,13 +462,8 @@ async fn acl_user_with_password_can_lock_and_wait() {
     let held = a.lock("k").acquire().await.unwrap();
     let info = b.inspect("k").await.unwrap().expect("held");
     assert_eq!(info.fence, Some(held.fence()));
-    let waiter = tokio::spawn(async move {
-        b.lock("k")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .map(|g| g.fence())
-    });
+    let request = b.lock("k").wait(Duration::from_secs(5));
+    let waiter = tokio::spawn(async move { request.acquire().await.map(|g| g.fence()) });
     tokio::task::yield_now().await;
     let first = held.fence();
     held.release().await.unwrap();
@@ -479,13 +474,8 @@ async fn acl_user_with_password_can_lock_and_wait() {
     // waiter is handed the lock by the release.
     let held = a.lock("f").fair(true).acquire().await.unwrap();
     let c = locker(prefix).fair(true).build().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        c.lock("f")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .map(|g| g.fence())
-    });
+    let request = c.lock("f").wait(Duration::from_secs(5));
+    let waiter = tokio::spawn(async move { request.acquire().await.map(|g| g.fence()) });
     // The fair waiter queues (as the admin sees it).
     until_queued(&mut admin, &a.backend_key("f"), 1).await;
     let first = held.fence();

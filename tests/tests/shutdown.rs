@@ -256,9 +256,7 @@ async fn shutdown_called_inside_a_locked_body_returns(kind: Kind) {
 /// dropped guards (its drain timer borrows the runtime's context).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_from_a_foreign_executor_drains_dropped_guards() {
-    let prefix = unique("rv-foreign-shutdown");
-    let runtime = Kind::Redis.runtime(&prefix).await;
-    let peer = Kind::Redis.runtime(&prefix).await;
+    let (runtime, peer) = Kind::Redis.two("rv-foreign-shutdown").await;
     for k in 0..50 {
         drop(runtime.lock(format!("k{k}")).acquire().await.unwrap());
     }
