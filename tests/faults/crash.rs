@@ -64,12 +64,8 @@ async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
         let runtime = runtime.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            let guard = runtime
-                .lock(key)
-                .lease(LEASE)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await;
+            let request = runtime.lock(key).lease(LEASE).wait(Duration::from_secs(10));
+            let guard = request.acquire().await;
             (Instant::now(), guard)
         })
     };
@@ -155,13 +151,8 @@ async fn killed_queued_waiter_blocks_a_fair_lock_for_its_claim_at_most() {
         }
     };
 
-    let guard = holder
-        .lock(&key)
-        .fair(true)
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock(&key).fair(true).lease(Duration::from_secs(30));
+    let guard = request.acquire().await.unwrap();
     let (mut child, mut lines) = crate::spawn_contender_env(
         &[&server.url(), &prefix, "herd", &key, "1", "60000", "0"],
         &[("LOCK_FAIR", "1")],
@@ -175,13 +166,8 @@ async fn killed_queued_waiter_blocks_a_fair_lock_for_its_claim_at_most() {
     child.wait().await.expect("reap the contender");
 
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock(&key)
-            .fair(true)
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock(&key).fair(true).lease(Duration::from_secs(30));
+        let g = request.acquire().await.unwrap();
         (Instant::now(), g.fence(), waiter)
     });
     until_queued(2).await;

@@ -207,11 +207,8 @@ async fn waiters_of_one_process_do_not_stampede_redis_on_each_handover() {
         let rt = waiters.clone();
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
-            let guard = rt
-                .lock(&key)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await?;
+            let request = rt.lock(&key).wait(Duration::from_secs(30));
+            let guard = request.acquire().await?;
             tokio::task::yield_now().await;
             let fence = guard.fence();
             guard.release().await?;

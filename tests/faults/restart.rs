@@ -86,10 +86,8 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
         let rt = waiters.clone();
         let key = key.clone();
         waiting.push(tokio::spawn(async move {
-            let guard = rt
-                .lock(&key)
-                .lease(LEASE)
-                .wait(Duration::from_secs(15))
+            let request = rt.lock(&key).lease(LEASE).wait(Duration::from_secs(15));
+            let guard = request
                 .acquire()
                 .await
                 .unwrap_or_else(|e| panic!("waiter {n} on {key}: {e}"));
@@ -256,9 +254,8 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
         );
     }
     // Both runtimes work on the new server.
-    let guard = holders
-        .lock(&ka)
-        .wait(Duration::from_secs(2))
+    let request = holders.lock(&ka).wait(Duration::from_secs(2));
+    let guard = request
         .acquire()
         .await
         .expect("the holders' runtime acquires after the restart");

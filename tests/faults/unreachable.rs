@@ -262,12 +262,8 @@ async fn killed_connections_reconnect_and_resubscribe() {
     let channel = format!("{}:released", holder.backend_key(&key));
     let mut con = server.connection().await;
 
-    let guard = holder
-        .lock(&key)
-        .lease(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock(&key).lease(Duration::from_secs(10));
+    let guard = request.acquire().await.unwrap();
     let waiter = {
         let rt = peer.clone();
         let key = key.clone();
@@ -362,9 +358,8 @@ async fn killed_connections_reconnect_and_resubscribe() {
     next.release().await.unwrap();
 
     for rt in [&holder, &peer] {
-        let g = rt
-            .lock(unique("ckill-fresh"))
-            .wait(Duration::from_secs(2))
+        let request = rt.lock(unique("ckill-fresh")).wait(Duration::from_secs(2));
+        let g = request
             .acquire()
             .await
             .expect("a fresh acquire after the kill");

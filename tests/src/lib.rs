@@ -1,18 +1,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Test harness: a private `redis-server` per test binary, runtimes on both
-//! backends, and small helpers the behaviour tests share.
+//! Test harness: the servers of every backend, shared per test binary, a
+//! runtime on any of them, the one list of backends every behaviour runs
+//! on, and the small helpers the behaviour tests share.
 //!
-//! The server is `lock_testkit`'s (shared with the benchmark): on a free
+//! Each server is `lock_testkit`'s (shared with the benchmark): on a free
 //! loopback port, no data on disk, gone when the test process exits however
-//! it exits. When `redis-server` is not installed every test that needs it
-//! fails with the install command; nothing is skipped.
+//! it exits, and started on first use, so a binary that never asks for a
+//! backend never starts it. When `redis-server` is not installed every test
+//! that needs it fails with the install command; nothing is skipped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{RedisCluster, RedisServer, SentinelSet};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
 
+pub mod backends;
 pub mod proxy;
 pub use proxy::FaultProxy;
 
@@ -28,6 +34,22 @@ pub fn cluster() -> &'static RedisCluster {
     CLUSTER.get_or_init(|| RedisCluster::start(3))
 }
 
+/// The shared Sentinel deployment of this test binary (a primary, one
+/// replica, three sentinels), started on first use. Nothing fails it over:
+/// the failover tests (`sentinel.rs`) start sets of their own.
+pub fn sentinel() -> &'static SentinelSet {
+    static SET: OnceLock<SentinelSet> = OnceLock::new();
+    SET.get_or_init(|| SentinelSet::start(1))
+}
+
+/// The shared Redlock fleet of this test binary: three independent masters
+/// (a quorum is two), started on first use. The quorum's faults
+/// (`redlock.rs`) run on fleets of their own.
+pub fn redlock() -> &'static [RedisServer] {
+    static FLEET: OnceLock<Vec<RedisServer>> = OnceLock::new();
+    FLEET.get_or_init(|| (0..3).map(|_| RedisServer::start()).collect())
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -38,7 +60,9 @@ pub fn unique(name: &str) -> String {
     )
 }
 
-/// Which backend a test runs on.
+/// Which backend a test runs on. The list every behaviour runs on is
+/// [`backends!`](crate::backends); a new backend adds a variant here, its
+/// arms below, and its line there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// The shared test `redis-server`.
@@ -47,11 +71,25 @@ pub enum Kind {
     Memory,
     /// The shared 3-master test Redis Cluster.
     Cluster,
+    /// The shared Sentinel deployment's primary, found through its sentinels.
+    Sentinel,
+    /// The shared fleet of three independent masters.
+    Redlock,
 }
 
 impl Kind {
-    /// A fresh runtime on this backend. Redis runtimes of one test share the
-    /// server and the prefix, like processes sharing a Redis would.
+    /// Every backend, in the order of [`backends!`](crate::backends).
+    pub const ALL: [Kind; 5] = [
+        Kind::Redis,
+        Kind::Memory,
+        Kind::Cluster,
+        Kind::Sentinel,
+        Kind::Redlock,
+    ];
+
+    /// A fresh runtime on this backend. Runtimes of one test on a server
+    /// backend share the servers and the prefix, like processes sharing a
+    /// Redis would.
     pub async fn runtime(self, prefix: &str) -> LockRuntime {
         self.try_runtime(prefix)
             .await
@@ -70,13 +108,21 @@ impl Kind {
             Kind::Redis => LockRuntime::builder().redis(redis().url()),
             Kind::Memory => LockRuntime::builder().memory(),
             Kind::Cluster => LockRuntime::builder().redis_cluster(cluster().urls()),
+            Kind::Sentinel => LockRuntime::builder()
+                .redis_sentinel(sentinel().sentinel_urls(), lock_testkit::sentinel::SERVICE),
+            // Redlock has no fair mode: plain whatever `LOCK_FAIR` says (a
+            // test that asks for fair mode still gets the refusal).
+            Kind::Redlock => LockRuntime::builder()
+                .redlock(redlock().iter().map(RedisServer::url))
+                .fair(false),
         };
         builder.key_prefix(prefix)
     }
 
-    /// A plain connection to every server of this backend, for a test that
-    /// looks at what is stored (none for the embedded store).
-    pub async fn connections(self) -> Vec<redis::aio::MultiplexedConnection> {
+    /// A plain connection to every server that stores locks of this
+    /// backend, for a test that looks at what is stored (none for the
+    /// embedded store; Sentinel's primary only, which its replica copies).
+    pub async fn connections(self) -> Vec<MultiplexedConnection> {
         match self {
             Kind::Redis => vec![redis().connection().await],
             Kind::Memory => Vec::new(),
@@ -87,54 +133,49 @@ impl Kind {
                 }
                 all
             }
+            Kind::Sentinel => vec![sentinel().first_primary().connection().await],
+            Kind::Redlock => {
+                let mut all = Vec::new();
+                for master in redlock() {
+                    all.push(master.connection().await);
+                }
+                all
+            }
         }
     }
 
-    /// A plain connection to the server that stores `name` (a backend name,
-    /// see `LockRuntime::backend_key`); none for the embedded store.
-    pub async fn connection_storing(self, name: &str) -> Option<redis::aio::MultiplexedConnection> {
+    /// A plain connection to the one server that stores `name` (a backend
+    /// name, see `LockRuntime::backend_key`); none for the embedded store,
+    /// nor for Redlock, whose locks live on a majority.
+    pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory => None,
+            Kind::Memory | Kind::Redlock => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)
             }
+            Kind::Sentinel => Some(sentinel().first_primary().connection().await),
         }
+    }
+
+    /// Two clients of one lock store under a fresh prefix made from
+    /// `name`: a runtime and its [`peer`](Self::peer).
+    pub async fn two(self, name: &str) -> (LockRuntime, LockRuntime) {
+        let prefix = unique(name);
+        let first = self.runtime(&prefix).await;
+        let second = self.peer(&first, &prefix).await;
+        (first, second)
     }
 
     /// A second client of the same lock store: another runtime on the same
-    /// Redis, or — the embedded store being per runtime — the same runtime.
+    /// servers, or (the embedded store being per runtime) the same runtime.
     pub async fn peer(self, first: &LockRuntime, prefix: &str) -> LockRuntime {
         match self {
-            Kind::Redis | Kind::Cluster => self.runtime(prefix).await,
             Kind::Memory => first.clone(),
+            _ => self.runtime(prefix).await,
         }
     }
-}
-
-/// Declares one `#[tokio::test]` per backend (a Redis server, the embedded
-/// store, a Redis Cluster) for `async fn $name(kind: Kind)`.
-#[macro_export]
-macro_rules! on_every_backend {
-    ($($name:ident),+ $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn redis() {
-                    super::$name($crate::Kind::Redis).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn memory() {
-                    super::$name($crate::Kind::Memory).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn cluster() {
-                    super::$name($crate::Kind::Cluster).await;
-                }
-            }
-        )+
-    };
 }
 
 /// Counts how many bodies are inside a critical section at once, and the
@@ -222,6 +263,18 @@ macro_rules! contender_bin {
     };
 }
 
+/// A runtime on the Redis at `url` (another "process" of a test, or one
+/// that reaches the server through a [`FaultProxy`]), in the mode the
+/// builder's default gives.
+pub async fn runtime_at(url: &str, prefix: &str) -> LockRuntime {
+    LockRuntime::builder()
+        .redis(url)
+        .key_prefix(prefix)
+        .build()
+        .await
+        .expect("build the lock runtime")
+}
+
 /// A fair-mode runtime on the Redis at `url` (another "process" of a test).
 pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
     LockRuntime::builder()
@@ -233,6 +286,106 @@ pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
         .expect("build the lock runtime")
 }
 
+/// Takes the test binary's timing turn: the tests that measure a bound
+/// with little slack hold it, so that no other such test runs beside them
+/// (the machine has few cores).
+pub async fn timing_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// Length of the fair queue of the lock `hash` (a backend name) in Redis,
+/// and the number of its entries.
+pub async fn queue_len(con: &mut MultiplexedConnection, hash: &str) -> (usize, usize) {
+    let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
+    let entries: usize = con.hlen(format!("{hash}:queued")).await.unwrap();
+    (list, entries)
+}
+
+/// Polls Redis (bounded: 3 s) until the fair queue of `hash` holds `want`
+/// places: a queue in Redis sends no event to await.
+pub async fn until_queued(con: &mut MultiplexedConnection, hash: &str, want: usize) {
+    for _ in 0..600 {
+        if queue_len(con, hash).await == (want, want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "queue of {hash} never reached {want}: {:?}",
+        queue_len(con, hash).await
+    );
+}
+
+/// Polls Redis (bounded: 3 s) until the lock hash `hash` exists.
+pub async fn until_exists(con: &mut MultiplexedConnection, hash: &str) {
+    for _ in 0..600 {
+        if con.exists::<_, bool>(hash).await.unwrap() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{hash} was never taken");
+}
+
+/// Every name under `prefix` on the server of `con`, with its PTTL in ms
+/// (-1: no TTL), but for Redlock's boot marker (one per master and prefix,
+/// permanent by design: README, "Redis layout"). `SCAN` also drops the
+/// expired names it meets, as a read would.
+pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(String, i64)> {
+    let marker = lock_runtime::layout::redlock_boot_marker(prefix);
+    let mut names = Vec::new();
+    let mut cursor = 0u64;
+    // Bounded: a full scan of a test server is far below this many steps.
+    for _ in 0..100_000 {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(con)
+            .await
+            .unwrap();
+        for name in batch.into_iter().filter(|name| *name != marker) {
+            let ttl: i64 = con.pttl(&name).await.unwrap();
+            if ttl != -2 {
+                names.push((name, ttl));
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            return names;
+        }
+    }
+    panic!("SCAN did not finish");
+}
+
+/// Polls (bounded by `limit`) until nothing is left under `prefix` on the
+/// server of `con`: expiry sends no event to await.
+pub async fn until_nothing_left(con: &mut MultiplexedConnection, prefix: &str, limit: Duration) {
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = names_left(con, prefix).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{} names still there after {limit:?}, e.g. {:?}",
+            left.len(),
+            &left[..left.len().min(3)]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Takes the lock `request` asks for and gives it back at once (a warm-up,
+/// or a lock a test needs taken once), failing the test if either fails.
+pub async fn take_and_release(request: lock_runtime::LockRequest) {
+    request.acquire().await.unwrap().release().await.unwrap();
+}
+
 /// Waits (bounded: 5 s) until `ready` says yes: for state with no event to
 /// await (a runtime's counters, say). Panics naming `what` otherwise.
 pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
@@ -240,7 +393,7 @@ pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
         if ready() {
             return;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("timed out: {what}");
 }
@@ -259,7 +412,7 @@ impl std::task::Wake for Unpark {
 /// the test).
 pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     use std::task::{Context, Poll};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
     let mut cx = Context::from_waker(&waker);
     let mut fut = std::pin::pin!(fut);

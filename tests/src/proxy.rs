@@ -24,6 +24,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+#[cfg(test)]
+mod tests;
+
 /// How long the proxy tries to reach the upstream server for a new client.
 const UPSTREAM_CONNECT_LIMIT: Duration = Duration::from_secs(5);
 

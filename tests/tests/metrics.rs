@@ -34,6 +34,13 @@ struct Seen {
     described: Mutex<Vec<String>>,
 }
 
+impl Seen {
+    /// Records that `key` was described.
+    fn describe(&self, key: KeyName) {
+        self.described.lock().unwrap().push(key.as_str().to_owned());
+    }
+}
+
 fn series(key: &Key) -> String {
     let labels: Vec<String> = key
         .labels()
@@ -50,25 +57,13 @@ struct Record(&'static Seen);
 
 impl Recorder for Record {
     fn describe_counter(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
-        self.0
-            .described
-            .lock()
-            .unwrap()
-            .push(key.as_str().to_owned());
+        self.0.describe(key);
     }
     fn describe_gauge(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
-        self.0
-            .described
-            .lock()
-            .unwrap()
-            .push(key.as_str().to_owned());
+        self.0.describe(key);
     }
     fn describe_histogram(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
-        self.0
-            .described
-            .lock()
-            .unwrap()
-            .push(key.as_str().to_owned());
+        self.0.describe(key);
     }
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         let mut map = self.0.counters.lock().unwrap();
@@ -154,11 +149,8 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
     assert!(b.lock("order:1").try_acquire().await.unwrap().is_none());
     assert_eq!(counter(BUSY), busy + 1);
     let timeouts = counter(TIMEOUT);
-    let waited = b
-        .lock("order:1")
-        .wait(Duration::from_millis(50))
-        .acquire()
-        .await;
+    let request = b.lock("order:1").wait(Duration::from_millis(50));
+    let waited = request.acquire().await;
     assert!(
         matches!(waited, Err(LockError::Timeout { .. })),
         "{waited:?}"
@@ -191,12 +183,8 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
     // is lost, and counted once.
     let renewals = counter("lock_renewal_round_trips_total");
     let lost = counter("lock_lost_total");
-    let guard = a
-        .lock("order:2")
-        .lease(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("order:2").lease(Duration::from_millis(300));
+    let guard = request.acquire().await.unwrap();
     wait_until("a renewal", || {
         counter("lock_renewal_round_trips_total") > renewals
     })
@@ -222,12 +210,8 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
         .await
         .unwrap();
     let lost = counter("lock_lost_total");
-    let guard = through
-        .lock("order:3")
-        .lease(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
+    let request = through.lock("order:3").lease(Duration::from_millis(300));
+    let guard = request.acquire().await.unwrap();
     proxy.stall();
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await

@@ -1,22 +1,26 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Redlock over five real `redis-server`s: exclusion, re-entry and wake-ups
+//! Redlock over real `redis-server`s (five, or three where a test needs a
+//! bare majority): exclusion, re-entry and wake-ups
 //! across two runtimes (two "processes"), tokens that grow across different
 //! majorities, and the faults the quorum is for: two masters down, three
 //! down, a master restarted empty under a hold, a holder that loses its
-//! majority.
+//! majority, a master flapping under contention, a majority reached past
+//! the validity limit, and acquires cancelled mid-vote.
 //!
 //! The healthy tests share one fleet of masters; every fault test starts a
 //! fleet of its own and takes its turn (they measure timing, and the
 //! machine has few cores). Every runtime is built with `.fair(false)`:
-//! Redlock refuses fair mode, and `scripts/test` runs this file a second
-//! time with `LOCK_FAIR=1` (see `redlock_refuses_fair_mode_with_a_clear_error`).
+//! Redlock refuses fair mode, also when `LOCK_FAIR=1` asks for it (see
+//! `redlock_refuses_fair_mode_with_a_clear_error`). The behaviours of
+//! `on_every_backend!` run on a fleet of three as well; these are the
+//! quorum's own.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{unique, wait_until, FaultProxy, Occupancy};
+use lock_tests::{take_and_release, timing_turn, unique, wait_until, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -27,9 +31,6 @@ const SLACK: Duration = Duration::from_millis(300);
 
 /// Per-master answer bound of the fault tests' runtimes.
 const RESPONSE: Duration = Duration::from_millis(400);
-
-/// One fault test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn start_fleet() -> Vec<RedisServer> {
     fleet_of(MASTERS)
@@ -118,11 +119,7 @@ async fn redlock_excludes_holders_of_two_runtimes_and_their_tokens_only_grow() {
     let tokens = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for worker in 0..4 {
-        let runtime = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
+        let runtime = [&a, &b][worker % 2].clone();
         let (inside, tokens) = (inside.clone(), tokens.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
@@ -186,12 +183,8 @@ async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile(
 async fn redlock_wakes_a_waiter_at_the_release_not_at_the_lease_end() {
     let fleet = shared_fleet();
     let (a, b) = two_runtimes(fleet, "redlock-wake").await;
-    let held = a
-        .lock("k")
-        .lease(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(20));
+    let held = request.acquire().await.unwrap();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
@@ -259,7 +252,7 @@ async fn cycle_latency(runtime: &LockRuntime, rounds: usize) -> (Duration, Durat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_acquire_and_release_cost_a_few_round_trips_beside_one_server() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = shared_fleet();
     let prefix = unique("redlock-latency");
     let redlock = runtime(fleet, &prefix).await;
@@ -292,12 +285,8 @@ async fn redlock_inspect_force_unlock_and_ping_answer_for_the_majority() {
     let fleet = shared_fleet();
     let (a, b) = two_runtimes(fleet, "redlock-admin").await;
     a.ping().await.unwrap();
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(5));
+    let guard = request.acquire().await.unwrap();
     let info = b.inspect("k").await.unwrap().expect("held");
     assert!(info.held_by_this_process);
     assert_eq!(info.fence, Some(guard.fence()));
@@ -347,7 +336,7 @@ async fn redlock_refuses_fair_mode_with_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-clocks").await;
     // Master 0 behaves as if its clock ran 1000 s ahead: its counter is there.
@@ -406,28 +395,18 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_locks_with_two_of_five_masters_down() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-two-down").await;
     let healthy = Instant::now();
-    a.lock("warmup")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("warmup")).await;
     let healthy = healthy.elapsed();
     fleet[0].kill();
     fleet[1].freeze();
 
     let begun = Instant::now();
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_secs(2));
+    let guard = request.acquire().await.unwrap();
     let took = begun.elapsed();
     println!(
         "redlock acquire: {healthy:?} healthy, {took:?} with one master killed and one frozen"
@@ -455,12 +434,8 @@ async fn redlock_locks_with_two_of_five_masters_down() {
     assert!(b.lock("k").try_acquire().await.unwrap().is_none());
     let released = Instant::now();
     guard.release().await.unwrap();
-    let after = b
-        .lock("k")
-        .wait(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap();
+    let request = b.lock("k").wait(Duration::from_secs(2));
+    let after = request.acquire().await.unwrap();
     println!(
         "redlock release + next acquire with two down: {:?}",
         released.elapsed()
@@ -472,7 +447,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let prefix = unique("redlock-three-down");
     let a = runtime(&fleet, &prefix).await;
@@ -514,16 +489,12 @@ async fn redlock_with_three_of_five_masters_down_fails_naming_the_quorum() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-restart").await;
     let lock_key = a.backend_key("k");
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_millis(1500))
-        .acquire()
-        .await
-        .unwrap();
+    let request = a.lock("k").lease(Duration::from_millis(1500));
+    let guard = request.acquire().await.unwrap();
     fleet[0].restart().await;
     assert!(
         !has_key(&fleet[0], &lock_key).await,
@@ -569,7 +540,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = start_fleet();
     let (a, b) = two_runtimes(&fleet, "redlock-majority-lost").await;
     let lease = Duration::from_millis(1500);
@@ -616,7 +587,7 @@ async fn redlock_holder_that_loses_its_majority_is_told_before_another_gets_in()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = start_fleet();
     let prefix = unique("redlock-start");
     fleet[0].kill();
@@ -649,14 +620,7 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
     // the longest lease used before it votes (it cannot be told from a
     // master that lost its data).
     let lease = Duration::from_millis(500);
-    a.lock("k")
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("k").lease(lease)).await;
     // Master 0 comes back: the runtime connects it in the background and
     // takes locks there too.
     fleet[0].restart().await;
@@ -678,7 +642,7 @@ async fn redlock_starts_without_a_minority_of_masters_and_connects_them_later() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_contender_gets_in() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = start_fleet();
     let prefix = unique("redlock-cut-off");
     // The holder reaches masters 0..3 through proxies; the contender
@@ -753,7 +717,7 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_until_the_lease_ends(
 ) {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet = fleet_of(3);
     let prefix = unique("redlock-bare-majority");
     let (a, b) = (
@@ -795,12 +759,8 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
         .await
         .unwrap();
     let short = Duration::from_millis(500);
-    let early = b
-        .lock("k")
-        .lease(short)
-        .wait(Duration::from_millis(300))
-        .acquire()
-        .await;
+    let request = b.lock("k").lease(short).wait(Duration::from_millis(300));
+    let early = request.acquire().await;
     assert!(
         matches!(early, Err(LockError::Timeout { .. })),
         "with master 0 back empty and master 1 free: {:?}",
@@ -820,12 +780,8 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
     let contender = {
         let (b, held) = (b.clone(), held.clone());
         tokio::spawn(async move {
-            let got = b
-                .lock("k")
-                .lease(short)
-                .wait(Duration::from_secs(8))
-                .acquire()
-                .await;
+            let request = b.lock("k").lease(short).wait(Duration::from_secs(8));
+            let got = request.acquire().await;
             (got, held.is_lost(), Instant::now())
         })
     };
@@ -855,21 +811,14 @@ async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_u
 /// votes at once: with master 1 down, masters 0 and 2 make the majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let mut fleet: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with_snapshots())
         .collect();
     let prefix = unique("redlock-persisted");
     let a = runtime(&fleet, &prefix).await;
     let lease = Duration::from_secs(5);
-    a.lock("k")
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(a.lock("k").lease(lease)).await;
     let before = boot_marker(&fleet[0], &prefix).await.expect("a marker");
     fleet[0].snapshot().await;
     fleet[0].restart_from_snapshot().await;
@@ -881,10 +830,8 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
     );
     let begun = Instant::now();
     // A quarantine would last longer than the lease (5 s) and the wait.
-    let guard = a
-        .lock("k")
-        .lease(lease)
-        .wait(Duration::from_secs(3))
+    let request = a.lock("k").lease(lease).wait(Duration::from_secs(3));
+    let guard = request
         .acquire()
         .await
         .expect("masters 0 and 2 make a majority: the master restarted with its data votes");
@@ -901,7 +848,7 @@ async fn redlock_master_restarted_with_its_data_is_not_quarantined() {
 /// taken without a wait. The markers record the longest TTL given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_fresh_fleet_locks_at_once_and_records_the_longest_lease() {
-    let _turn = SERIAL.lock().await;
+    let _turn = timing_turn().await;
     let fleet = fleet_of(3);
     let prefix = unique("redlock-fresh");
     let a = runtime(&fleet, &prefix).await;
@@ -926,4 +873,281 @@ async fn redlock_fresh_fleet_locks_at_once_and_records_the_longest_lease() {
         recorded.iter().filter(|&&l| l == 3032).count() >= 2,
         "{recorded:?}"
     );
+}
+
+/// A Redlock runtime over `urls`.
+async fn redlock_runtime(urls: Vec<String>, prefix: &str, response: Duration) -> LockRuntime {
+    LockRuntime::builder()
+        .redlock(urls)
+        .key_prefix(prefix)
+        .fair(false)
+        .response_timeout(response)
+        .try_timeout(response * 2)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The lock hashes (not the counters) under `prefix` on `server`.
+async fn holds_on(server: &RedisServer, prefix: &str) -> Vec<String> {
+    let mut con = server.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    keys.into_iter().filter(|k| k.ends_with('}')).collect()
+}
+
+/// Acquires cancelled at many points (before, during and after the calls to
+/// the masters and the token write-back; uncontended and while another
+/// runtime holds the key) leave no hold behind on any master once the
+/// runtime has settled its releases: "a cancelled future … frees it at
+/// once", and the other runtime gets each key with a single try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_cancelled_acquires_leave_no_hold_on_any_master() {
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let urls: Vec<String> = fleet.iter().map(RedisServer::url).collect();
+    let prefix = format!("{}:", unique("rv-cancel"));
+    let a = redlock_runtime(urls.clone(), &prefix, Duration::from_secs(2)).await;
+    let b = redlock_runtime(urls, &prefix, Duration::from_secs(2)).await;
+    let lease = Duration::from_secs(20);
+    let mut outcomes = [0u32; 3]; // cancelled, acquired (then dropped), failed
+    let mut keys = Vec::new();
+    for round in 0u64..60 {
+        let key = format!("c{round}");
+        let contended = round % 3 == 2;
+        let blocker = if contended {
+            Some(b.lock(&key).lease(lease).acquire().await.unwrap())
+        } else {
+            None
+        };
+        // 0 to ~3 ms in uneven steps.
+        let after = Duration::from_micros((round * 389) % 3100);
+        let attempt = a
+            .lock(&key)
+            .lease(lease)
+            .wait(Duration::from_secs(5))
+            .acquire();
+        match tokio::time::timeout(after, attempt).await {
+            Err(_) => outcomes[0] += 1,
+            Ok(Ok(guard)) => {
+                outcomes[1] += 1;
+                drop(guard);
+            }
+            Ok(Err(_)) => outcomes[2] += 1,
+        }
+        if let Some(blocker) = blocker {
+            blocker.release().await.unwrap();
+        }
+        keys.push(key);
+    }
+    eprintln!(
+        "cancelled {}, acquired {}, failed {}",
+        outcomes[0], outcomes[1], outcomes[2]
+    );
+    a.shutdown().await.unwrap();
+    let mut left = Vec::new();
+    for (i, server) in fleet.iter().enumerate() {
+        for hold in holds_on(server, &prefix).await {
+            left.push(format!("master {i}: {hold}"));
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "holds left behind after shutdown: {left:?}"
+    );
+    for key in &keys {
+        let got = b.lock(key).try_acquire().await.unwrap();
+        assert!(
+            got.is_some(),
+            "{key} still held after its acquire was cancelled"
+        );
+    }
+}
+
+/// Two of three masters answer slowly (a proxy delays every chunk), so a
+/// majority says yes only after more than the lease: the acquire must count
+/// as failed and give the holds back ("a majority that took longer than the
+/// lease minus that allowance counts as a failure"); a little faster, it
+/// holds, and its client-side end comes before the majority's TTLs run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_majority_reached_past_the_validity_limit_is_given_back() {
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let p1 = FaultProxy::start(fleet[1].port()).await;
+    let p2 = FaultProxy::start(fleet[2].port()).await;
+    let urls = vec![fleet[0].url(), p1.url(), p2.url()];
+    let prefix = format!("{}:", unique("rv-slow"));
+    let a = redlock_runtime(urls, &prefix, Duration::from_secs(3)).await;
+    let lease = Duration::from_millis(500);
+    // Warm the connections and scripts.
+    take_and_release(a.lock("warm")).await;
+
+    // Each way 260 ms: a round trip of 520 ms to two of three masters.
+    p1.slow(Some(Duration::from_millis(260)));
+    p2.slow(Some(Duration::from_millis(260)));
+    let begun = Instant::now();
+    let request = a.lock("k").lease(lease).wait(Duration::ZERO);
+    let too_slow = request.acquire().await;
+    eprintln!(
+        "too slow: {:?} after {:?}",
+        too_slow.as_ref().map(|g| g.fence()),
+        begun.elapsed()
+    );
+    assert!(
+        too_slow.is_err(),
+        "a majority reached after {:?} of a {lease:?} lease was taken as held",
+        begun.elapsed()
+    );
+    drop(too_slow);
+    p1.slow(None);
+    p2.slow(None);
+    // Given back on every master (the undo runs in the background: bounded poll).
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left.clear();
+        for (i, server) in fleet.iter().enumerate() {
+            for hold in holds_on(server, &prefix).await {
+                left.push(format!("master {i}: {hold}"));
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(left.is_empty(), "a failed acquire left holds: {left:?}");
+
+    // 2 × 150 ms: inside the lease; held, and not yet lost.
+    p1.slow(Some(Duration::from_millis(150)));
+    p2.slow(Some(Duration::from_millis(150)));
+    let begun = Instant::now();
+    let guard = a
+        .lock("k2")
+        .lease(lease)
+        .watchdog(false)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    let took = begun.elapsed();
+    p1.slow(None);
+    p2.slow(None);
+    assert!(!guard.is_lost(), "held after {took:?} but already lost");
+    // The client-side end is begun + lease at the latest; every master of
+    // the majority must still hold the key then.
+    guard.lost().await;
+    let lost_at = begun.elapsed();
+    let lock_key = a.backend_key("k2");
+    let mut still = 0;
+    for server in &fleet {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&lock_key)
+            .query_async(&mut server.connection().await)
+            .await
+            .unwrap();
+        if pttl > 0 {
+            still += 1;
+        }
+    }
+    eprintln!(
+        "held after {took:?}; told lost {lost_at:?} after the send; {still} masters still hold it"
+    );
+    assert!(
+        lost_at <= lease + Duration::from_millis(50),
+        "told lost late: {lost_at:?}"
+    );
+    assert!(
+        still >= 2,
+        "the majority let the key go before the holder was told"
+    );
+}
+
+/// Redlock over three masters, one of which is killed and restarted empty
+/// again and again, while two runtimes contend for two keys with short
+/// leases: one master is a minority, so exclusion must hold throughout and
+/// each key's tokens must grow from holder to holder. (It once saw two
+/// holders: a holder of exactly masters 0 and 2 lost its majority silently
+/// when master 2 came back empty, and a contender took masters 1 and 2. A
+/// master that lost its data now sits out the longest lease before it
+/// votes again: README, "Redlock".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_one_flapping_master_breaks_neither_exclusion_nor_token_order() {
+    use std::sync::{Arc, Mutex};
+
+    let _turn = timing_turn().await;
+    let mut fleet = fleet_of(3);
+    let urls: Vec<String> = fleet.iter().map(RedisServer::url).collect();
+    let prefix = format!("{}:", unique("rv-flap"));
+    let a = redlock_runtime(urls.clone(), &prefix, Duration::from_millis(300)).await;
+    let b = redlock_runtime(urls, &prefix, Duration::from_millis(300)).await;
+    let keys = ["f0", "f1"];
+    let occupancy: Arc<Vec<lock_tests::Occupancy>> =
+        Arc::new(keys.iter().map(|_| lock_tests::Occupancy::new()).collect());
+    let tokens: Arc<Vec<Mutex<Vec<u64>>>> =
+        Arc::new(keys.iter().map(|_| Mutex::new(Vec::new())).collect());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..6usize {
+        let rt = [&a, &b][worker % 2].clone();
+        let (occupancy, tokens, stop, errors) = (
+            occupancy.clone(),
+            tokens.clone(),
+            stop.clone(),
+            errors.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut round = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let i = (worker + round) % 2;
+                round += 1;
+                let got = rt
+                    .lock(keys[i])
+                    .lease(Duration::from_millis(800))
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await;
+                let Ok(guard) = got else {
+                    errors.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    continue;
+                };
+                {
+                    let _inside = occupancy[i].enter();
+                    tokens[i].lock().unwrap().push(guard.fence());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let _ = guard.release().await;
+            }
+        }));
+    }
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        fleet[2].restart().await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let tokens = tokens[i].lock().unwrap();
+        eprintln!(
+            "{key}: {} holds, max occupancy {}, errors so far {}",
+            tokens.len(),
+            occupancy[i].max(),
+            errors.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        assert_eq!(occupancy[i].max(), 1, "{key}: two holders at once");
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "{key}: tokens did not grow from holder to holder"
+        );
+        assert!(
+            tokens.len() >= 20,
+            "{key}: hardly any progress with one master flapping"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::sentinel::SERVICE;
 use lock_testkit::SentinelSet;
-use lock_tests::{count_under_lock, unique};
+use lock_tests::{count_under_lock, take_and_release, unique};
 
 /// Longest a failover may take before a test fails.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
@@ -217,11 +217,8 @@ async fn sentinel_primary_killed_a_replica_is_promoted_and_locks_work_again() {
     let waiter = {
         let other = other.clone();
         tokio::spawn(async move {
-            let guard = other
-                .lock("kept")
-                .wait(Duration::from_secs(40))
-                .acquire()
-                .await;
+            let request = other.lock("kept").wait(Duration::from_secs(40));
+            let guard = request.acquire().await;
             (guard, Instant::now())
         })
     };
@@ -243,12 +240,8 @@ async fn sentinel_primary_killed_a_replica_is_promoted_and_locks_work_again() {
         .query_async(&mut primary)
         .await
         .unwrap();
-    let unreplicated = holder
-        .lock("unreplicated")
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock("unreplicated").lease(lease);
+    let unreplicated = request.acquire().await.unwrap();
     let killed_at = Instant::now();
     set.kill_primary();
     for replica in set.replicas() {
@@ -261,9 +254,8 @@ async fn sentinel_primary_killed_a_replica_is_promoted_and_locks_work_again() {
 
     // `unreplicated` is gone from the new primary: another holder gets in,
     // with a larger token, and the first holder is told it lost the lock.
-    let second = other
-        .lock("unreplicated")
-        .wait(Duration::from_secs(10))
+    let request = other.lock("unreplicated").wait(Duration::from_secs(10));
+    let second = request
         .acquire()
         .await
         .expect("the unreplicated lock was lost in the failover");
@@ -315,12 +307,8 @@ async fn sentinel_sync_replicas_lock_survives_a_kill_right_after_the_acquire() {
     let plain_took = started.elapsed();
     drop(plain);
     let started = Instant::now();
-    let guard = holder
-        .lock("synced")
-        .lease(Duration::from_secs(15))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock("synced").lease(Duration::from_secs(15));
+    let guard = request.acquire().await.unwrap();
     let sync_took = started.elapsed();
     let killed_at = Instant::now();
     set.kill_primary();
@@ -363,12 +351,8 @@ async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
     assert!(!has_key(&set, &primary, &synced.backend_key("k")).await);
     // A bounded wait reports it at once (after one WAIT), not at its deadline.
     let started = Instant::now();
-    let error = synced
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect_err("still no replica");
+    let request = synced.lock("k").wait(Duration::from_secs(10));
+    let error = request.acquire().await.expect_err("still no replica");
     assert!(
         error.to_string().contains("replication sync failed"),
         "{error}"
@@ -383,9 +367,8 @@ async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
     guard.release().await.unwrap();
 
     set.replicas()[0].thaw();
-    let guard = synced
-        .lock("k")
-        .wait(Duration::from_secs(10))
+    let request = synced.lock("k").wait(Duration::from_secs(10));
+    let guard = request
         .acquire()
         .await
         .expect("the replica acknowledges again");
@@ -408,13 +391,7 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
     let set = SentinelSet::start(1);
     let prefix = unique("sentinel-forced");
     let rt = runtime(&set, &prefix, false).await;
-    rt.lock("before")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(rt.lock("before")).await;
 
     let first = format!("127.0.0.1:{}", set.first_primary().port());
     let mut old = node(&set, &first).await;
@@ -442,11 +419,8 @@ async fn sentinel_forced_failover_of_a_live_primary_is_followed_at_once() {
     // Bounded: 60 tries 50 ms apart, each a short acquire.
     let mut moved = None;
     for _ in 0..60 {
-        let guard = rt
-            .lock("after")
-            .wait(Duration::from_secs(2))
-            .acquire()
-            .await;
+        let request = rt.lock("after").wait(Duration::from_secs(2));
+        let guard = request.acquire().await;
         if let Ok(guard) = guard {
             let landed = has_key(&set, &promoted, &rt.backend_key("after")).await;
             let _ = guard.release().await;
@@ -513,12 +487,8 @@ async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
     let holder = runtime(&set, &prefix, true).await;
     let other = runtime(&set, &prefix, false).await;
     let first = format!("127.0.0.1:{}", set.first_primary().port());
-    let guard = holder
-        .lock("held")
-        .lease(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
+    let request = holder.lock("held").lease(Duration::from_secs(20));
+    let guard = request.acquire().await.unwrap();
 
     let frozen_at = Instant::now();
     set.freeze_primary();

@@ -419,7 +419,7 @@ impl Backend {
     /// are renewed (and time out) independently. On a Redis Cluster a batch
     /// never spans two slots, so a frozen master delays only its own locks'
     /// renewals, not those of the healthy masters
-    /// (`tests/tests/review_cluster.rs`).
+    /// (`tests/tests/cluster.rs`).
     pub(crate) fn renewal_batches(
         &self,
         due: &[Arc<HeldLock>],

@@ -184,7 +184,7 @@ pub(crate) async fn connect_cluster(
     // subscribers an SUNSUBSCRIBE of its own accord, which redis-rs 1.8
     // takes as the reply of the oldest command in flight on that
     // connection, shifting every later reply by one
-    // (`tests/tests/review_cluster.rs`). On a connection that carries only
+    // (`tests/tests/cluster.rs`). On a connection that carries only
     // subscribe commands, no script ever gets a wrong reply; a subscribe
     // that does is caught by waiting for the channel's own confirmation
     // (`heard.rs`).

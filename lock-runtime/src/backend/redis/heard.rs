@@ -13,7 +13,7 @@
 //! connection, which then reports success although the node may have refused
 //! it (`MOVED`, in a reply nobody reads any more): the runtime stayed deaf to
 //! the channel, and its waiters slept until the holder's lease ended
-//! (`tests/tests/review_cluster.rs`). Every confirmation also reaches the
+//! (`tests/tests/cluster.rs`). Every confirmation also reaches the
 //! push handler, with the channel it is about; that is what is believed here.
 
 use std::collections::HashMap;

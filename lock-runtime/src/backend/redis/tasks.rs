@@ -191,7 +191,7 @@ pub(super) async fn releaser(
     while jobs.recv_many(&mut batch, RELEASE_BATCH).await > 0 {
         // Each batch on its own: a batch stuck on a frozen cluster master
         // must not hold back the releases that follow it
-        // (`tests/tests/review_cluster.rs`). Holder ids are unique per hold,
+        // (`tests/tests/cluster.rs`). Holder ids are unique per hold,
         // so the order between batches does not matter.
         let batch = std::mem::replace(&mut batch, Vec::with_capacity(RELEASE_BATCH));
         let sending = release_batch(con.clone(), scripts.clone(), window.clone(), batch);

@@ -1,61 +1,51 @@
-//! Fair mode: first come, first served across processes, with direct handoff.
+//! Fair mode: first come, first served across processes, with direct
+//! handoff; a queue place lives only as long as its process keeps it, so a
+//! dead waiter costs at most its lease and an abandoned queue expires.
 //!
 //! Each runtime stands for a process (its own connection, waiters and place
 //! in the key's Redis queue). The queue is inspected with a raw client.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockError, LockRuntime};
+use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::{CommandStats, RedisServer};
-use lock_tests::{fair_runtime, on_every_backend, redis, unique, Kind};
+use lock_tests::{
+    fair_runtime, on_every_backend, queue_len, redis, unique, until_nothing_left, until_queued,
+    Kind, Occupancy,
+};
 use redis::AsyncCommands;
 
-on_every_backend!(fair_waiters_each_get_the_lock_once_and_exclude);
+/// How long a queue place lives without a refresh (the runtime's
+/// `QUEUE_ENTRY_LIFE`): the queue keys expire at most this long after it.
+const PLACE_LIFE: Duration = Duration::from_secs(3);
+/// The fence window of the test that waits for everything to expire.
+const WINDOW: Duration = Duration::from_secs(1);
+
+on_every_backend!(
+    fair_waiters_each_get_the_lock_once_and_exclude
+        skip(redlock = "Redlock has no fair mode: a fair request is refused (redlock.rs)"),
+);
 
 /// A holder and a waiter (two fair runtimes: two processes) on `server`,
-/// the backend name of key `k`, and a raw connection for inspecting it.
-struct Pair {
-    holder: LockRuntime,
-    waiter: LockRuntime,
-    hash: String,
-    con: redis::aio::MultiplexedConnection,
-    prefix: String,
-}
+/// the backend name of key `k`, a raw connection for inspecting it, and
+/// the prefix they share.
+type Pair = (
+    LockRuntime,
+    LockRuntime,
+    String,
+    redis::aio::MultiplexedConnection,
+    String,
+);
 
 async fn pair_on(server: &RedisServer, name: &str) -> Pair {
     let prefix = unique(name);
     let holder = fair_runtime(&server.url(), &prefix).await;
     let waiter = fair_runtime(&server.url(), &prefix).await;
-    Pair {
-        hash: holder.backend_key("k"),
-        holder,
-        waiter,
-        con: server.connection().await,
-        prefix,
-    }
-}
-
-/// Length of the key's Redis queue and number of its entries.
-async fn queue_len(con: &mut redis::aio::MultiplexedConnection, hash: &str) -> (usize, usize) {
-    let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
-    let entries: usize = con.hlen(format!("{hash}:queued")).await.unwrap();
-    (list, entries)
-}
-
-/// Polls (bounded: 2 s) until the key's Redis queue holds `want` places.
-async fn until_queued(con: &mut redis::aio::MultiplexedConnection, hash: &str, want: usize) {
-    for _ in 0..400 {
-        if queue_len(con, hash).await == (want, want) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!(
-        "queue of {hash} never reached {want}: {:?}",
-        queue_len(con, hash).await
-    );
+    let hash = holder.backend_key("k");
+    (holder, waiter, hash, server.connection().await, prefix)
 }
 
 /// Four waiters in four processes, queued one after the other, get the lock
@@ -75,11 +65,8 @@ async fn waiters_of_different_processes_get_the_lock_in_arrival_order() {
         let runtime = fair_runtime(&url, &prefix).await;
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            let g = runtime
-                .lock("k")
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
+            let request = runtime.lock("k").wait(Duration::from_secs(10));
+            let g = request.acquire().await?;
             order.lock().unwrap().push(i);
             // Hold a little, so a late waiter would have every chance to barge.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -130,27 +117,13 @@ async fn until_waiter_settled(con: &mut redis::aio::MultiplexedConnection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_costs_no_acquire_round_trip() {
     let server = RedisServer::start();
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(&server, "fair-rt").await;
-    let guard = holder
-        .lock("k")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-rt").await;
+    let request = holder.lock("k").lease(Duration::from_secs(30));
+    let guard = request.acquire().await.unwrap();
     let first_fence = guard.fence();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").wait(Duration::from_secs(10));
+        let g = request.acquire().await.unwrap();
         let at = Instant::now();
         (g, at, waiter)
     });
@@ -179,13 +152,7 @@ async fn handoff_costs_no_acquire_round_trip() {
 /// (here 300 ms) and no more; a place that ran out is skipped at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_waiter_costs_at_most_its_lease() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-dead").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-dead").await;
 
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
     let now_ms = secs * 1000 + micros / 1000;
@@ -209,12 +176,8 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
         .await
         .unwrap();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").wait(Duration::from_secs(10));
+        let g = request.acquire().await.unwrap();
         (Instant::now(), g)
     });
     until_queued(&mut con, &hash, 3).await;
@@ -244,21 +207,11 @@ async fn a_dead_waiter_costs_at_most_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_claim_is_extended_to_the_full_lease() {
     let server = RedisServer::start();
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(&server, "fair-claim").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(&server, "fair-claim").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
-        let g = waiter
-            .lock("k")
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
+        let request = waiter.lock("k").lease(Duration::from_secs(30));
+        let g = request.acquire().await.unwrap();
         (g, waiter)
     });
     until_queued(&mut con, &hash, 1).await;
@@ -291,13 +244,7 @@ async fn a_handoff_claim_is_extended_to_the_full_lease() {
 /// declared lost on arrival, and the watchdog keeps it through 3 leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_handed_over_after_a_long_wait_is_kept() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-short").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-short").await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let task = tokio::spawn(async move {
         lock_runtime::with_lock(waiter.lock("k").lease(Duration::from_millis(300)), async {
@@ -350,25 +297,15 @@ async fn a_claim_never_shortens_the_lease() {
 /// a try-once never joins it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_that_give_up_leave_the_queue() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        ..
-    } = pair_on(redis(), "fair-leave").await;
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "fair-leave").await;
     let guard = holder.lock("k").acquire().await.unwrap();
 
     let busy = waiter.lock("k").try_acquire().await.unwrap();
     assert!(busy.is_none());
     assert_eq!(queue_len(&mut con, &hash).await, (0, 0), "try-once queued");
 
-    let err = waiter
-        .lock("k")
-        .wait(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap_err();
+    let request = waiter.lock("k").wait(Duration::from_millis(300));
+    let err = request.acquire().await.unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err}");
     until_queued(&mut con, &hash, 0).await;
 
@@ -394,13 +331,7 @@ async fn waiters_that_give_up_leave_the_queue() {
 /// head refreshes it while waiting, and gets the lock by handoff at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_keeps_its_place() {
-    let Pair {
-        holder,
-        waiter,
-        hash,
-        mut con,
-        prefix,
-    } = pair_on(redis(), "fair-long").await;
+    let (holder, waiter, hash, mut con, prefix) = pair_on(redis(), "fair-long").await;
     let late = fair_runtime(&redis().url(), &prefix).await;
     let guard = holder.lock("k").acquire().await.unwrap();
     let first = tokio::spawn(async move {
@@ -428,9 +359,7 @@ async fn a_long_wait_keeps_its_place() {
 /// Many fair waiters on two runtimes, with a non-atomic counter: exact total,
 /// never two holders at once, everybody leaves the queue.
 async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
-    let prefix = unique("fair-many");
-    let a = kind.runtime(&prefix).await;
-    let b = kind.peer(&a, &prefix).await;
+    let (a, b) = kind.two("fair-many").await;
     let counter = Arc::new(Mutex::new(0u64));
     let occupancy = Arc::new(lock_tests::Occupancy::default());
     let mut tasks = Vec::new();
@@ -439,12 +368,8 @@ async fn fair_waiters_each_get_the_lock_once_and_exclude(kind: Kind) {
         let counter = counter.clone();
         let occupancy = occupancy.clone();
         tasks.push(tokio::spawn(async move {
-            let g = rt
-                .lock("k")
-                .fair(true)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await?;
+            let request = rt.lock("k").fair(true).wait(Duration::from_secs(20));
+            let g = request.acquire().await?;
             let inside = occupancy.enter();
             let read = *counter.lock().unwrap();
             tokio::task::yield_now().await;
@@ -531,4 +456,174 @@ async fn fair_places_of_many_waiting_keys_cost_a_few_scripts_per_second() {
         guard.release().await.unwrap();
     }
     eprintln!("every waiter handed its lock in {:?}", started.elapsed());
+}
+
+/// Fair mode: a waiting process's place shows in the queue, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_fair_queue() {
+    let prefix = unique("inspectq");
+    let holder = Kind::Redis.runtime(&prefix).await;
+    let waiter = Kind::Redis.runtime(&prefix).await;
+    let guard = holder.lock("k").fair(true).acquire().await.unwrap();
+    let request = waiter.lock("k").fair(true).wait(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move { request.acquire().await });
+    let mut queue = Vec::new();
+    for _ in 0..500 {
+        queue = holder.inspect("k").await.unwrap().expect("held").queue;
+        if !queue.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(queue.len(), 1, "the waiting process's place: {queue:?}");
+    let handed_over = guard.fence();
+    guard.release().await.unwrap();
+    let next = waiting.await.unwrap().unwrap();
+    assert!(next.fence() > handed_over);
+    let after = holder
+        .inspect("k")
+        .await
+        .unwrap()
+        .expect("held by the waiter");
+    assert_eq!(after.fence, Some(next.fence()));
+    assert!(after.queue.is_empty(), "{after:?}");
+    next.release().await.unwrap();
+}
+
+/// Eight fair waiters of one process on a busy key, with short waits: they
+/// share one place, so all but one find it in use; each still returns
+/// `Timeout` by its deadline plus the try timeout, and the place is given
+/// back when the last one leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_sharing_a_place_keep_their_deadlines() {
+    let (holder, waiter, hash, mut con, _) = pair_on(redis(), "rv-fair-deadline").await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..8u64 {
+        let w = waiter.clone();
+        set.spawn(async move {
+            let wait = Duration::from_millis(200 + 50 * i);
+            let start = Instant::now();
+            let got = w.lock("k").wait(wait).acquire().await.map(drop);
+            (got, start.elapsed(), wait)
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (got, took, wait) = joined.unwrap();
+        assert!(matches!(got, Err(LockError::Timeout { .. })), "{got:?}");
+        assert!(took >= wait, "gave up early: {took:?} < {wait:?}");
+        assert!(
+            took < wait + Duration::from_millis(250 + 200),
+            "overslept: {took:?} for a wait of {wait:?}"
+        );
+    }
+    until_queued(&mut con, &hash, 0).await;
+    guard.release().await.unwrap();
+}
+
+/// Fair mode's queue is dropped with its last place: a waiter that gives up
+/// leaves the queue at once, and one that dies leaves it to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_fair_queue_expires_with_its_last_place() {
+    let prefix = unique("retain-queue");
+    // A fence window of a second, so the key's counter is gone soon too.
+    let fair = || {
+        Kind::Redis
+            .builder(&prefix)
+            .fair(true)
+            .fence_window(WINDOW)
+            .build()
+    };
+    let holder = fair().await.unwrap();
+    let waiter = fair().await.unwrap();
+    let hash = holder.backend_key("k");
+    let mut con = redis().connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    // The waiter queues, then "dies": its runtime is dropped mid-wait.
+    let waiting = tokio::spawn(async move {
+        let request = waiter.lock("k").wait(Duration::from_secs(30));
+        let _ = request.acquire().await;
+    });
+    let mut queued = false;
+    for _ in 0..200 {
+        let places: usize = con.hlen(format!("{hash}:queued")).await.unwrap();
+        if places == 1 {
+            queued = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(queued, "the waiter never queued");
+    waiting.abort();
+    let _ = waiting.await;
+    for name in [format!("{hash}:queue"), format!("{hash}:queued")] {
+        let ttl: i64 = con.pttl(&name).await.unwrap();
+        assert!(
+            ttl == -2 || (ttl > 0 && u128::from(ttl.unsigned_abs()) <= PLACE_LIFE.as_millis()),
+            "{name}: TTL {ttl} ms"
+        );
+    }
+    guard.release().await.unwrap();
+    until_nothing_left(
+        &mut con,
+        &prefix,
+        PLACE_LIFE + WINDOW + Duration::from_secs(2),
+    )
+    .await;
+}
+
+async fn runtime(prefix: &str, fair: bool) -> LockRuntime {
+    LockRuntime::builder()
+        .redis(redis().url())
+        .key_prefix(prefix)
+        .fair(fair)
+        .build()
+        .await
+        .expect("build the lock runtime")
+}
+
+/// Two fair processes and one plain process, two tasks each, take one key
+/// in a loop for two seconds (each body a short await). The plain process
+/// gets a fair share of the bodies (before, it got almost none: 0-4 against
+/// ~1,700 each), and nobody overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_process_on_a_key_fair_processes_use_gets_its_turns() {
+    let prefix = unique("mixed");
+    let runtimes = [
+        runtime(&prefix, true).await,
+        runtime(&prefix, true).await,
+        runtime(&prefix, false).await,
+    ];
+    let occupancy = Arc::new(Occupancy::new());
+    let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let end = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for (i, runtime) in runtimes.iter().enumerate() {
+        for _ in 0..2 {
+            let (runtime, occupancy, counts) = (runtime.clone(), occupancy.clone(), counts.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let request = runtime.lock("k").wait(Duration::from_secs(10));
+                    with_lock(request, async {
+                        let _inside = occupancy.enter();
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        counts[i].fetch_add(1, Ordering::Relaxed);
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let counts: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    assert_eq!(occupancy.max(), 1, "two holders at once");
+    let fair_mean = (counts[0] + counts[1]) / 2;
+    assert!(
+        counts[2] * 4 >= fair_mean,
+        "the plain process hardly got the key: {counts:?} (fair, fair, plain)"
+    );
 }

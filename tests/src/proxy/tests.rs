@@ -1,10 +1,11 @@
 //! The fault proxy itself: what each fault does to the bytes between a
-//! client and the test `redis-server`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! client and the test `redis-server` (the tests of the harness, beside
+//! it, not among the lock's guarantees).
 
 use std::time::{Duration, Instant};
 
-use lock_tests::{redis, FaultProxy};
+use super::FaultProxy;
+use crate::redis;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -15,6 +16,12 @@ async fn connect(proxy: &FaultProxy) -> TcpStream {
     TcpStream::connect(("127.0.0.1", proxy.port()))
         .await
         .expect("connect to the proxy")
+}
+
+/// Sends a PING through `con` and expects its PONG.
+async fn ping(con: &mut TcpStream) {
+    con.write_all(PING).await.unwrap();
+    expect_reply(con, b"+PONG\r\n").await;
 }
 
 /// Reads until `expected` arrived (at most 5 s); panics on anything else.
@@ -83,8 +90,7 @@ async fn forwards_both_ways_and_counts_connections() {
     assert_eq!(proxy.connections(), 2);
     drop(first);
     // The other one still works after its neighbour left.
-    second.write_all(PING).await.unwrap();
-    expect_reply(&mut second, b"+PONG\r\n").await;
+    ping(&mut second).await;
 }
 
 /// While stalled, a PING's reply is held; `resume` delivers it, in order
@@ -93,8 +99,7 @@ async fn forwards_both_ways_and_counts_connections() {
 async fn stall_holds_a_ping_reply_until_resume() {
     let proxy = FaultProxy::start(redis().port()).await;
     let mut con = connect(&proxy).await;
-    con.write_all(PING).await.unwrap();
-    expect_reply(&mut con, b"+PONG\r\n").await;
+    ping(&mut con).await;
 
     proxy.stall();
     con.write_all(PING).await.unwrap();
@@ -132,8 +137,7 @@ async fn drop_at_command_closes_on_subscribe_and_not_before() {
     let channel = format!("proxy-test-{}", std::process::id());
     proxy.drop_at_command("subscribe");
     let mut con = connect(&proxy).await;
-    con.write_all(PING).await.unwrap();
-    expect_reply(&mut con, b"+PONG\r\n").await;
+    ping(&mut con).await;
     assert_eq!(proxy.dropped_at_command(), 0);
 
     con.write_all(&subscribe(&channel)).await.unwrap();
@@ -176,22 +180,19 @@ async fn drop_at_command_sees_a_command_split_across_writes() {
 async fn refuse_closes_new_connections_only() {
     let proxy = FaultProxy::start(redis().port()).await;
     let mut old = connect(&proxy).await;
-    old.write_all(PING).await.unwrap();
-    expect_reply(&mut old, b"+PONG\r\n").await;
+    ping(&mut old).await;
 
     proxy.refuse(true);
     let mut refused = connect(&proxy).await;
     let _ = refused.write_all(PING).await;
     let got = expect_closed(&mut refused).await;
     assert!(got.is_empty(), "a refused connection got {got:?}");
-    old.write_all(PING).await.unwrap();
-    expect_reply(&mut old, b"+PONG\r\n").await;
+    ping(&mut old).await;
     assert_eq!(proxy.connections(), 1);
 
     proxy.refuse(false);
     let mut fresh = connect(&proxy).await;
-    fresh.write_all(PING).await.unwrap();
-    expect_reply(&mut fresh, b"+PONG\r\n").await;
+    ping(&mut fresh).await;
 }
 
 /// `drop_connections` closes every open connection; new ones work.
@@ -201,8 +202,7 @@ async fn drop_connections_closes_every_connection() {
     let mut a = connect(&proxy).await;
     let mut b = connect(&proxy).await;
     for con in [&mut a, &mut b] {
-        con.write_all(PING).await.unwrap();
-        expect_reply(con, b"+PONG\r\n").await;
+        ping(con).await;
     }
     assert_eq!(proxy.connections(), 2);
     proxy.drop_connections();
@@ -210,8 +210,7 @@ async fn drop_connections_closes_every_connection() {
     expect_closed(&mut b).await;
     assert_eq!(proxy.connections(), 0);
     let mut c = connect(&proxy).await;
-    c.write_all(PING).await.unwrap();
-    expect_reply(&mut c, b"+PONG\r\n").await;
+    ping(&mut c).await;
 }
 
 /// `slow` delays each chunk (both directions, so a round trip takes at
@@ -222,15 +221,13 @@ async fn slow_delays_each_chunk() {
     let mut con = connect(&proxy).await;
     proxy.slow(Some(Duration::from_millis(150)));
     let sent = Instant::now();
-    con.write_all(PING).await.unwrap();
-    expect_reply(&mut con, b"+PONG\r\n").await;
+    ping(&mut con).await;
     let took = sent.elapsed();
     assert!(took >= Duration::from_millis(300), "round trip {took:?}");
     assert!(took < Duration::from_secs(2), "round trip {took:?}");
     proxy.slow(None);
     let sent = Instant::now();
-    con.write_all(PING).await.unwrap();
-    expect_reply(&mut con, b"+PONG\r\n").await;
+    ping(&mut con).await;
     assert!(sent.elapsed() < Duration::from_millis(150));
 }
 
@@ -240,8 +237,7 @@ async fn drop_closes_everything() {
     let proxy = FaultProxy::start(redis().port()).await;
     let port = proxy.port();
     let mut con = connect(&proxy).await;
-    con.write_all(PING).await.unwrap();
-    expect_reply(&mut con, b"+PONG\r\n").await;
+    ping(&mut con).await;
     drop(proxy);
     expect_closed(&mut con).await;
     // The listener is gone once the aborted acceptor is dropped; a connect

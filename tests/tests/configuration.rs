@@ -1,0 +1,550 @@
+//! Configuration and errors: what a user can get wrong (URLs, passwords,
+//! keys, leases, durations at their extremes, TLS roots, ACL users) is
+//! refused with a clear error that never shows a secret; defaults are
+//! bounded; and a runtime whose server is gone answers with errors, never
+//! a panic or a hang.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_testkit::{free_port, RedisServer};
+use lock_tests::{redis, unique, until_queued};
+
+// ---------------------------------------------------------------------------
+// Refused before anything runs
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn malformed_url_is_invalid_config_without_echoing_it() {
+    for url in [
+        "http://user:hunter2@127.0.0.1:6379",
+        "redis://user:hunter2@[::1",
+        "hunter2",
+    ] {
+        let err = LockRuntime::builder().redis(url).build().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidConfig(_)), "{url}: {err:?}");
+        let shown = format!("{err} {err:?}");
+        assert!(
+            shown.contains("redis://"),
+            "message should show the expected shape: {shown}"
+        );
+        assert!(!shown.contains("hunter2"), "secret leaked: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_redis_fails_fast_and_names_the_address_not_the_password() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let err = LockRuntime::builder()
+        .redis(format!("redis://app:hunter2@127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
+    assert!(!shown.contains("hunter2"), "secret leaked: {shown}");
+}
+
+#[tokio::test]
+async fn wrong_password_is_a_backend_error_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right-one"]);
+    let err = LockRuntime::builder()
+        .redis(format!("redis://:hunter2@127.0.0.1:{}", server.port()))
+        .build()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(matches!(err, LockError::Backend(_)), "{shown}");
+    assert!(!shown.contains("hunter2"), "secret leaked: {shown}");
+}
+
+#[tokio::test]
+async fn runtime_debug_and_describe_hide_credentials() {
+    let builder = LockRuntime::builder().redis("redis://app:hunter2@127.0.0.1:6379");
+    assert!(!format!("{builder:?}").contains("hunter2"));
+    let runtime = LockRuntime::builder()
+        .redis(redis().url())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime.describe(),
+        format!("redis at 127.0.0.1:{}", redis().port())
+    );
+}
+
+#[tokio::test]
+async fn bad_keys_and_leases_are_refused_before_any_round_trip() {
+    let runtime = LockRuntime::builder()
+        .redis(redis().url())
+        .key_prefix(unique("bad"))
+        .build()
+        .await
+        .unwrap();
+    let empty = runtime.lock("").acquire().await.unwrap_err();
+    assert!(matches!(empty, LockError::InvalidKey { .. }), "{empty}");
+    let long = runtime.lock("x".repeat(5000)).acquire().await.unwrap_err();
+    assert!(matches!(long, LockError::InvalidKey { .. }), "{long}");
+    assert!(long.to_string().len() < 300, "the error repeats a huge key");
+    let request = runtime.lock("k").lease(Duration::from_millis(1));
+    let lease = request.acquire().await.unwrap_err();
+    assert!(matches!(lease, LockError::InvalidConfig(_)), "{lease}");
+    let prefix = LockRuntime::builder()
+        .memory()
+        .key_prefix("a{b")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(prefix, LockError::InvalidConfig(_)), "{prefix}");
+}
+
+/// Every duration setter takes 0, 1 ns, `MAX` and values around its
+/// documented limits without a panic: the result is a runtime, a hold, or
+/// `InvalidConfig`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_duration_input_panics() {
+    let nanos = Duration::from_nanos;
+    let extremes = [
+        Duration::ZERO,
+        nanos(1),
+        Duration::from_millis(1) - nanos(1),
+        Duration::from_millis(1),
+        lock_runtime::MIN_LEASE - nanos(1),
+        lock_runtime::MIN_LEASE,
+        lock_runtime::MAX_LEASE,
+        lock_runtime::MAX_LEASE + nanos(1),
+        Duration::from_secs(3600),
+        Duration::from_secs(3600) + nanos(1),
+        Duration::MAX - nanos(1),
+        Duration::MAX,
+    ];
+    let url = redis().url();
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for d in extremes {
+        let builders = [
+            (
+                "connect_timeout",
+                LockRuntime::builder().redis(&url).connect_timeout(d),
+            ),
+            (
+                "response_timeout",
+                LockRuntime::builder().redis(&url).response_timeout(d),
+            ),
+            (
+                "try_timeout",
+                LockRuntime::builder().redis(&url).try_timeout(d),
+            ),
+            (
+                "default_lease",
+                LockRuntime::builder().memory().default_lease(d),
+            ),
+            (
+                "default_wait",
+                LockRuntime::builder().memory().default_wait(Some(d)),
+            ),
+        ];
+        for (setter, builder) in builders {
+            let outcome = match builder.build().await {
+                Ok(runtime) => {
+                    // A runtime that started must still answer: with a lock,
+                    // or (timeouts of a millisecond) with an error.
+                    let guard = runtime
+                        .lock(unique("k"))
+                        .wait(Duration::from_millis(500))
+                        .acquire()
+                        .await;
+                    if d >= Duration::from_millis(100) || !setter.ends_with("timeout") {
+                        assert!(guard.is_ok(), "{setter}({d:?}): {guard:?}");
+                    }
+                    "ok"
+                }
+                Err(LockError::InvalidConfig(message)) => {
+                    assert!(message.contains(setter), "{setter}({d:?}): {message}");
+                    "invalid"
+                }
+                // A timeout of a few milliseconds may run out while the
+                // runtime connects or loads its scripts (a busy machine):
+                // an error, not a panic.
+                Err(LockError::Backend(_))
+                    if d < Duration::from_millis(100) && setter.ends_with("timeout") =>
+                {
+                    "backend error"
+                }
+                Err(other) => panic!("{setter}({d:?}): {other:?}"),
+            };
+            *outcomes.entry(format!("{setter} {outcome}")).or_default() += 1;
+        }
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        for (what, request) in [
+            ("lease", runtime.lock("r").lease(d)),
+            ("wait", runtime.lock("r").wait(d)),
+        ] {
+            match request.acquire().await {
+                Ok(guard) => guard.release().await.unwrap(),
+                Err(LockError::InvalidConfig(message)) => {
+                    assert!(message.contains(what), "{what}({d:?}): {message}")
+                }
+                Err(other) => panic!("{what}({d:?}): {other:?}"),
+            }
+        }
+    }
+    eprintln!("duration extremes: {outcomes:?}");
+}
+
+/// `wait(Duration::MAX)` means forever, not an overflow.
+#[tokio::test]
+async fn enormous_wait_is_a_wait_forever() {
+    let runtime = LockRuntime::builder().memory().build().await.unwrap();
+    let request = runtime.lock("k").wait(Duration::MAX);
+    let guard = request.acquire().await.unwrap();
+    guard.release().await.unwrap();
+    let guard = runtime
+        .lock("k")
+        .lease(Duration::from_secs(24 * 3600))
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+}
+
+/// `LockRuntime::builder()` bounds waits by default ([`DEFAULT_WAIT`]): a
+/// request that sets none gives up with an error instead of hanging. (The
+/// 30 s default itself is checked in the runtime's unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_wait_is_bounded_and_configurable() {
+    assert_eq!(lock_runtime::DEFAULT_WAIT, Duration::from_secs(30));
+    let runtime = LockRuntime::builder()
+        .memory()
+        .default_wait(Some(Duration::from_millis(200)))
+        .build()
+        .await
+        .unwrap();
+    let _guard = runtime.lock("k").acquire().await.unwrap();
+    let rt = runtime.clone();
+    let err = tokio::spawn(async move { rt.lock("k").acquire().await.map(drop) })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------
+// TLS and ACL users
+// ---------------------------------------------------------------------------
+
+/// A throw-away CA and a server certificate for 127.0.0.1/localhost, made
+/// with the `openssl` command line.
+struct TestPki {
+    dir: PathBuf,
+}
+
+impl TestPki {
+    fn new() -> TestPki {
+        let dir = std::env::temp_dir().join(unique("lock-tls"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl not found: install it with `apt-get install -y openssl`");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=lock-test-ca",
+        ]);
+        run(&ca);
+        let mut csr = vec!["req"];
+        csr.extend(ec);
+        csr.extend([
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        run(&csr);
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        TestPki { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(Path::new(&self.path(name))).unwrap()
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Locks work over `rediss://` against a TLS-only listener, trusting a
+/// private CA; without that CA the handshake is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connection_locks_and_rejects_an_unknown_ca() {
+    let pki = TestPki::new();
+    let tls_port = free_port().to_string();
+    let (cert, key, ca) = (
+        pki.path("server.crt"),
+        pki.path("server.key"),
+        pki.path("ca.crt"),
+    );
+    let tls_only = [
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    let server = RedisServer::start_with(&tls_only);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let runtime = LockRuntime::builder()
+        .redis(&url)
+        .tls_root_ca(pki.read("ca.crt"))
+        .key_prefix(unique("tls"))
+        .build()
+        .await
+        .unwrap();
+    let peer = LockRuntime::builder()
+        .redis(&url)
+        .tls_root_ca(pki.read("ca.crt"))
+        .key_prefix(runtime_prefix(&runtime))
+        .build()
+        .await
+        .unwrap();
+    let guard = runtime.lock("tls-key").acquire().await.unwrap();
+    assert!(peer.lock("tls-key").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let value = with_lock(peer.lock("tls-key"), async { Ok::<_, LockError>(7) }).await;
+    assert_eq!(value.unwrap(), 7);
+    drop(server);
+
+    // The system roots do not know the test CA: refused, with a clear error.
+    let server = RedisServer::start_with(&tls_only);
+    let err = LockRuntime::builder()
+        .redis(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    drop(server);
+}
+
+fn runtime_prefix(runtime: &LockRuntime) -> String {
+    let name = runtime.backend_key("x");
+    name.trim_end_matches("{x}").to_owned()
+}
+
+/// An ACL user limited to the lock keys and channels and to the commands the
+/// README lists, with a password, can lock, wait and be woken; its password
+/// never shows in errors or Debug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_with_password_can_lock_and_wait() {
+    let server = RedisServer::start();
+    let mut admin = server.connection().await;
+    let prefix = "acl:";
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "locker",
+            "on",
+            ">s3cret-pw",
+            "resetkeys",
+            "~acl:*",
+            "resetchannels",
+            "&acl:*",
+            "-@all",
+            "+evalsha",
+            "+eval",
+            "+script|load",
+            "+ping",
+            "+hello",
+            "+subscribe",
+            "+unsubscribe",
+            "+client",
+            "+exists",
+            "+time",
+            "+get",
+            "+set",
+            "+hset",
+            "+hexists",
+            "+hincrby",
+            "+hget",
+            "+pexpire",
+            "+pttl",
+            "+del",
+            "+publish",
+            // fair mode
+            "+lindex",
+            "+lpop",
+            "+rpush",
+            "+lrem",
+            "+hdel",
+            // inspect
+            "+hgetall",
+            "+lrange",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
+    // Runtimes of the ACL user under a key prefix.
+    let locker = |prefix: &str| LockRuntime::builder().redis(&url).key_prefix(prefix);
+    let (a, b) = (locker(prefix).build().await, locker(prefix).build().await);
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let held = a.lock("k").acquire().await.unwrap();
+    let info = b.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.fence, Some(held.fence()));
+    let request = b.lock("k").wait(Duration::from_secs(5));
+    let waiter = tokio::spawn(async move { request.acquire().await.map(|g| g.fence()) });
+    tokio::task::yield_now().await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second > first);
+
+    // Fair mode runs with the extra commands the README lists: a queued
+    // waiter is handed the lock by the release.
+    let held = a.lock("f").fair(true).acquire().await.unwrap();
+    let c = locker(prefix).fair(true).build().await.unwrap();
+    let request = c.lock("f").wait(Duration::from_secs(5));
+    let waiter = tokio::spawn(async move { request.acquire().await.map(|g| g.fence()) });
+    // The fair waiter queues (as the admin sees it).
+    until_queued(&mut admin, &a.backend_key("f"), 1).await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second > first);
+
+    // Wrong password: a backend error that does not repeat it.
+    let bad = format!("redis://locker:wrong-pw@127.0.0.1:{}", server.port());
+    let err = LockRuntime::builder()
+        .redis(&bad)
+        .build()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(matches!(err, LockError::Backend(_)), "{shown}");
+    assert!(
+        !shown.contains("wrong-pw") && !shown.contains("s3cret-pw"),
+        "{shown}"
+    );
+    // A user outside its key pattern is refused by Redis, not silently ignored.
+    let outside = locker("other:").build().await.unwrap();
+    let err = outside.lock("k").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------
+// A server gone for good
+// ---------------------------------------------------------------------------
+
+/// A runtime whose Redis is gone for good keeps answering with errors (never
+/// a panic, never a hang): bounded waits end in `Timeout` at their deadline,
+/// single tries and releases report the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_after_redis_is_gone_for_good_returns_errors() {
+    let server = RedisServer::start();
+    let runtime = LockRuntime::builder()
+        .redis(server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let guard = runtime.lock("k").acquire().await.unwrap();
+    drop(server);
+
+    let start = Instant::now();
+    let once = runtime.lock("other").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(once, Err(LockError::Backend(_))), "{once:?}");
+    let request = runtime.lock("other").wait(Duration::from_millis(500));
+    let bounded = request.acquire().await;
+    assert!(
+        matches!(bounded, Err(LockError::Timeout { .. })),
+        "{bounded:?}"
+    );
+    assert!(runtime.ping().await.is_err());
+    assert!(runtime.force_unlock("k").await.is_err());
+    let released = guard.release().await;
+    assert!(
+        matches!(
+            released,
+            Err(LockError::Backend(_) | LockError::Lost { .. })
+        ),
+        "{released:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(runtime.stats().held, 0);
+}
