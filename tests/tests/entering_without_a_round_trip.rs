@@ -42,6 +42,26 @@ async fn until_queued(con: &mut redis::aio::MultiplexedConnection, hash: &str, w
     panic!("the queue of {hash} never held {want} places");
 }
 
+/// Restarts `server` empty, waits until `seen` noticed its connection go,
+/// and has `taker` (another process) take `k` from the fresh server.
+async fn restart_and_take(
+    server: &mut RedisServer,
+    seen: &LockRuntime,
+    taker: &LockRuntime,
+) -> lock_runtime::LockGuard {
+    server.restart().await;
+    wait_until("the runtime saw its connection go", || {
+        seen.stats().connections_lost > 0
+    })
+    .await;
+    taker
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap()
+}
+
 /// An executor of its own (a `current_thread` runtime on a thread) that the
 /// test can stall: [`stall`](Self::stall) blocks its only thread until
 /// resumed, as CPU work blocks a busy service's executor.
@@ -139,17 +159,7 @@ async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
     // own connection, and the message has been written to B's socket.
     held.release().await.unwrap();
     let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
-    server.restart().await;
-    wait_until("B's runtime saw its connection go", || {
-        b.stats().connections_lost > 0
-    })
-    .await;
-    let other = c
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let other = restart_and_take(&mut server, &b, &c).await;
     let token = other.fence();
     resume.send(()).unwrap();
     // B's waiter runs again: it must queue behind C on the fresh server.
@@ -297,17 +307,7 @@ async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() 
         })
     };
     held_rx.await.unwrap();
-    server.restart().await;
-    wait_until("the holder's runtime saw its connection go", || {
-        a.stats().connections_lost > 0
-    })
-    .await;
-    let other = c
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let other = restart_and_take(&mut server, &a, &c).await;
     nest_tx.send(()).unwrap();
     let nested = outer.await.unwrap();
     let token = other.fence();
