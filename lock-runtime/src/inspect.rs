@@ -26,7 +26,11 @@ pub struct LockInfo {
     /// Holds recorded under the holder id. Nested holds of one process are
     /// counted in the process ([`hold_count`]), so this is usually 1.
     pub holds: u64,
-    /// How long the lease has left; `None` when it has no expiry.
+    /// How long the lease has left in the backend, that is, until the key
+    /// frees itself if nobody renews or releases it; `None` when it has no
+    /// expiry. (On Redlock each master holds a key for the lease plus the
+    /// clock-drift allowance, lease / 100 + 2 ms, so this can exceed the
+    /// lease asked for by that much.)
     pub remaining_lease: Option<Duration>,
     /// The holder's fencing token, when recorded.
     pub fence: Option<u64>,

@@ -16,11 +16,7 @@ on_every_backend!(
     counter_under_lock_is_exact_with_many_tasks,
     join_of_two_top_level_calls_excludes,
     awkward_keys_are_distinct_locks,
-    inspect_reports_holder_lease_and_token_and_nothing_once_free ignore(
-        redlock = "finding: inspect on Redlock reports a master's TTL, which is the lease plus \
-                   the clock-drift allowance (1% + 2 ms), so remaining_lease exceeds the lease \
-                   asked for (20.199 s of a 20 s lease)"
-    ),
+    inspect_reports_holder_lease_and_token_and_nothing_once_free,
 );
 
 /// A non-atomic read-modify-write (load, yield, store) by 16 tasks × 50
@@ -220,8 +216,16 @@ async fn inspect_reports_holder_lease_and_token_and_nothing_once_free(kind: Kind
     assert_eq!(info.holds, 1);
     assert_eq!(info.fence, Some(guard.fence()));
     let left = info.remaining_lease.expect("a lease");
+    // The time until the key frees itself: on Redlock each master holds it
+    // for the lease plus the clock-drift allowance (lease / 100 + 2 ms,
+    // README "Redlock"), and that is what other processes wait for.
+    let most = if kind == Kind::Redlock {
+        lease + lease / 100 + Duration::from_millis(2)
+    } else {
+        lease
+    };
     assert!(
-        left <= lease && left > lease - Duration::from_secs(5),
+        left <= most && left > lease - Duration::from_secs(5),
         "{left:?}"
     );
     assert!(info.queue.is_empty());
