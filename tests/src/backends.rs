@@ -7,16 +7,15 @@
 //! behaviour by adding its pair to [`backends!`](crate::backends) (and its
 //! arms to [`Kind`](crate::Kind)).
 //!
-//! A behaviour that cannot hold on a backend says so where it is declared,
-//! with the reason, so the exception is read with the behaviour:
+//! A behaviour that a backend does not offer by design says so where it is
+//! declared, with the reason, so the exception is read with the behaviour.
+//! A defect is no such reason: its test runs, and fails until it is fixed.
 //!
 //! ```ignore
 //! on_every_backend!(
 //!     counter_is_exact,
 //!     // No test on Redlock: a design limit, not a defect.
 //!     fair_waiters_take_turns skip(redlock = "Redlock has no fair mode"),
-//!     // An ignored test on Sentinel: a defect, kept visible until fixed.
-//!     woken_after_a_release ignore(sentinel = "defect: …"),
 //! );
 //! ```
 
@@ -31,43 +30,26 @@ macro_rules! backends {
 
 /// Declares one `#[tokio::test]` per backend of [`backends!`] for each
 /// `async fn $name(kind: Kind)`; `skip(backend = "why")` leaves a backend
-/// out, `ignore(backend = "why")` keeps its test but ignored (see the
-/// module docs).
+/// out (see the module docs).
 #[macro_export]
 macro_rules! on_every_backend {
     ($(
         $name:ident
         $( skip( $($skip:ident = $skip_why:literal),+ $(,)? ) )?
-        $( ignore( $($ignore:ident = $ignore_why:literal),+ $(,)? ) )?
     ),+ $(,)?) => {
         $(
             mod $name {
                 $crate::__behaviour! {
                     ($) $name
                     [$($($skip $skip_why)+)?]
-                    [$($($ignore $ignore_why)+)?]
-                    []
                 }
             }
         )+
     };
 }
 
-/// [`on_every_backend!`] for behaviours that a known defect breaks: every
-/// test is declared, and ignored with `$reason`.
-#[macro_export]
-macro_rules! on_every_backend_ignored {
-    ($reason:literal: $($name:ident),+ $(,)?) => {
-        $(
-            mod $name {
-                $crate::__behaviour! { ($) $name [] [] [$reason] }
-            }
-        )+
-    };
-}
-
 /// The tests of one behaviour: a local macro with one rule per backend
-/// left out or ignored, then the general rule, applied to every backend
+/// left out, then the general rule, applied to every backend
 /// of [`backends!`]. (`$d` is a `$` handed in, so that this macro can
 /// write the local macro's own metavariables.)
 #[doc(hidden)]
@@ -76,8 +58,6 @@ macro_rules! __behaviour {
     (
         ($d:tt) $name:ident
         [$($skip:ident $skip_why:literal)*]
-        [$($ignore:ident $ignore_why:literal)*]
-        [$($all:literal)?]
     ) => {
         macro_rules! __on_backends {
             ($d ($d backend:ident $d kind:ident),+) => {
@@ -86,24 +66,6 @@ macro_rules! __behaviour {
             $(
                 (@one $skip $d kind:ident) => {};
             )*
-            $(
-                (@one $ignore $d kind:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    #[ignore = $ignore_why]
-                    async fn $ignore() {
-                        super::$name($crate::Kind::$d kind).await;
-                    }
-                };
-            )*
-            $(
-                (@one $d backend:ident $d kind:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    #[ignore = $all]
-                    async fn $d backend() {
-                        super::$name($crate::Kind::$d kind).await;
-                    }
-                };
-            )?
             (@one $d backend:ident $d kind:ident) => {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $d backend() {
