@@ -33,6 +33,17 @@ pub(crate) struct Taken {
     pub(crate) fair: bool,
 }
 
+/// What [`InFlight::abandon`] found.
+#[derive(Debug)]
+pub(crate) enum Abandoned {
+    /// The script is still out.
+    StillOut,
+    /// Answered, and this must be given back.
+    GiveBack(Taken),
+    /// Nothing to give back.
+    Nothing,
+}
+
 #[derive(Debug)]
 enum Phase {
     /// The script is out.
@@ -123,27 +134,29 @@ impl InFlight {
         self.answered.notify_waiters();
     }
 
-    /// The caller of attempt `id` goes away without claiming its outcome;
-    /// returns what must be given back now (if the answer came already: the
-    /// caller queues its release, then calls [`given_back`](Self::given_back)).
-    pub(crate) fn abandon(&self, id: u64) -> Option<Taken> {
+    /// The caller of attempt `id` goes away without claiming its outcome.
+    /// [`Abandoned::GiveBack`]: the answer came, and what it took must be
+    /// given back now (the caller queues its release, then calls
+    /// [`given_back`](Self::given_back)); [`Abandoned::StillOut`]: the
+    /// script is still out (its task gives back what it takes when the
+    /// answer comes).
+    pub(crate) fn abandon(&self, id: u64) -> Abandoned {
         let mut state = self.state();
         match state.attempts.remove(&id) {
             Some(Phase::Sent) => {
-                // The task gives it back when the answer comes.
                 state.attempts.insert(id, Phase::Abandoned);
-                None
+                Abandoned::StillOut
             }
             Some(Phase::Answered(Some(taken))) => {
                 // Out until its release is queued (see `given_back`).
                 state.attempts.insert(id, Phase::GivingBack);
-                Some(taken)
+                Abandoned::GiveBack(taken)
             }
-            Some(Phase::Answered(None)) | None => None,
+            Some(Phase::Answered(None)) | None => Abandoned::Nothing,
             // Its task is giving it back already (or it was abandoned).
             Some(phase) => {
                 state.attempts.insert(id, phase);
-                None
+                Abandoned::Nothing
             }
         }
     }
@@ -220,19 +233,19 @@ mod tests {
         let gate = InFlight::default();
         // The caller goes first, then the answer: the task gives it back.
         let id = gate.start().unwrap();
-        assert!(gate.abandon(id).is_none());
+        assert!(matches!(gate.abandon(id), Abandoned::StillOut));
         assert!(gate.answered(id, taken()).is_some());
         gate.given_back(id);
         // The answer first, then the caller: the caller gives it back.
         let id = gate.start().unwrap();
         assert!(gate.answered(id, taken()).is_none());
-        assert!(gate.abandon(id).is_some());
+        assert!(matches!(gate.abandon(id), Abandoned::GiveBack(_)));
         gate.given_back(id);
         // Claimed: nothing to give back.
         let id = gate.start().unwrap();
         assert!(gate.answered(id, taken()).is_none());
         assert_eq!(gate.admit(Some(id), || 7), Some(7));
-        assert!(gate.abandon(id).is_none());
+        assert!(matches!(gate.abandon(id), Abandoned::Nothing));
     }
 
     #[test]

@@ -11,9 +11,10 @@ use crate::backend::{Acquire, Queue};
 use crate::error::{BackendError, LockError};
 use crate::guard::LockGuard;
 use crate::held::HeldLock;
-use crate::inflight::Taken;
+use crate::inflight::{Abandoned, Taken};
 use crate::owner;
 use crate::runtime::LockRuntime;
+use crate::waiters::PlaceAttempt;
 
 /// What one attempt found.
 pub(super) enum Attempted {
@@ -51,7 +52,11 @@ impl Acquisition {
         // attempt (no ticket yet) uses a fresh id, which may become the place.
         let (place, place_attempt) = match &self.ticket {
             Some(ticket) if self.want.fair => match ticket.begin_attempt(self.handoff_lease()) {
-                Some((id, attempt)) => (Some(id), Some(attempt)),
+                // Shared with the script's task: the place stays in use
+                // until the script is answered, also if this future goes
+                // away first, so that no sibling's attempt and no give-back
+                // of the place overtakes it.
+                Some((id, attempt)) => (Some(id), Some(Arc::new(attempt))),
                 // A sibling's attempt with our place is out, and it is our
                 // last chance: that attempt stands for ours.
                 None if self.last_try => return Err(self.gave_up()),
@@ -73,7 +78,10 @@ impl Acquisition {
             (true, false) => Queue::Join(self.handoff_lease()),
         };
         self.epoch = self.runtime.waiters().connection_epoch();
-        let (outcome, sent_at) = self.send(&mut in_flight, queue).await?;
+        // (Boxed: a waiting acquire holds no attempt, and the attempt's
+        // state must not grow every waiting acquire's.)
+        let sending = Box::pin(self.send(&mut in_flight, queue, place_attempt.clone()));
+        let (outcome, sent_at) = sending.await?;
         let attempted = match outcome {
             Ok(Acquire::Held { fence, upto, .. }) => {
                 self.took(&mut in_flight, (fence, upto), sent_at)?
@@ -113,10 +121,14 @@ impl Acquisition {
     /// the runtime's worker waits for its answer, registered as in flight
     /// (see `inflight.rs`): it is answered, and what it takes accounted for,
     /// even if this future is never polled again.
+    ///
+    /// `place_attempt` (fair mode: the attempt with the process's place)
+    /// goes with the script and is let go when its answer comes.
     async fn send(
         &self,
         in_flight: &mut InFlight,
         queue: Queue,
+        place_attempt: Option<Arc<PlaceAttempt>>,
     ) -> Result<(Result<Acquire, BackendError>, Instant), LockError> {
         let runtime = &self.runtime;
         let bound = if self.last_try {
@@ -157,6 +169,7 @@ impl Acquisition {
             };
             let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
             unanswered.defuse();
+            drop(place_attempt);
             // What the script may have left under a fresh id: the lock, a
             // place in the fair queue, or (no answer) either.
             let left = match &outcome {
@@ -381,13 +394,29 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(id) = self.sent.take() {
             let gate = self.runtime.in_flight();
-            if let Some(taken) = gate.abandon(id) {
-                self.runtime.backend().release_in_background(
-                    taken.lock_key,
-                    taken.holder,
-                    taken.fair,
-                );
-                gate.given_back(id);
+            match gate.abandon(id) {
+                Abandoned::GiveBack(taken) => {
+                    self.runtime.backend().release_in_background(
+                        taken.lock_key,
+                        taken.holder,
+                        taken.fair,
+                    );
+                    gate.given_back(id);
+                }
+                // A fresh id's script is still out: its release is queued
+                // now, behind the script on the connection, so that this
+                // process's next acquire of the key waits for it (see
+                // `send`). The task releases once more when the answer
+                // comes, should the script have gone out after this (a
+                // second release of a unique id is harmless).
+                Abandoned::StillOut if self.armed => {
+                    self.runtime.backend().release_in_background(
+                        std::mem::take(&mut self.lock_key),
+                        std::mem::take(&mut self.holder),
+                        self.fair,
+                    );
+                }
+                Abandoned::StillOut | Abandoned::Nothing => {}
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{KeyWaiters, WaitTicket, Waiters};
-use crate::backend::{Heartbeats, PlaceRefresh, Refreshed, QUEUE_ENTRY_LIFE};
+use crate::backend::{Heartbeats, PlaceRefresh, Refreshed, Watches, QUEUE_ENTRY_LIFE};
 
 /// This process's place in a key's fair queue in Redis.
 #[derive(Debug, Default)]
@@ -24,7 +24,7 @@ pub(super) struct FairPlace {
     /// A handoff to `id` not yet taken by a local waiter.
     pub(super) handed: Option<Handed>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
-    attempting: bool,
+    pub(super) attempting: bool,
     /// A refresh of `id` by the watchdog's tick is out.
     refreshing: bool,
     /// When the next refresh is due (`None`: a refresh interval after
@@ -33,6 +33,10 @@ pub(super) struct FairPlace {
     /// Counts the places this one has been (an [`Attempt`] of an earlier
     /// place must not end an attempt of the current one).
     generation: u64,
+    /// The give-back of a place whose last waiter left while an attempt
+    /// with it was out: sent when that attempt ends (its watches, channel
+    /// and holder id).
+    pub(super) give_back_after: Option<(Arc<dyn Watches>, String, String)>,
 }
 
 /// A handoff message to this process's place, as it arrived.
@@ -95,7 +99,11 @@ impl Drop for Attempt {
         }
         place.attempting = false;
         let handed = place.handed.is_some();
+        let give_back = place.give_back_after.take();
         drop(place);
+        if let Some((watches, channel, id)) = give_back {
+            watches.give_back_place(channel, id);
+        }
         if handed {
             self.entry.wake_head();
         }

@@ -39,6 +39,7 @@ use crate::meter;
 mod fair;
 
 use crate::owner::Node;
+pub(crate) use fair::Attempt as PlaceAttempt;
 use fair::FairPlace;
 
 /// A hold passed to a waiter by another task of this process (lock
@@ -376,8 +377,18 @@ impl Waiters {
                 // Give back an unused fair place: it leaves the Redis queue,
                 // or, if the lock was handed to it meanwhile, frees the lock.
                 if let Some(watches) = self.watches.get() {
-                    if let Some(id) = ticket.entry.place().id.take() {
-                        watches.give_back_place(channel.clone(), id);
+                    let mut place = ticket.entry.place();
+                    if let Some(id) = place.id.take() {
+                        if place.attempting {
+                            // An attempt with it is still out: its script
+                            // must reach the server first (or it would queue
+                            // the place again after the give-back). Given
+                            // back when that attempt is answered.
+                            place.give_back_after = Some((watches.clone(), channel.clone(), id));
+                        } else {
+                            drop(place);
+                            watches.give_back_place(channel.clone(), id);
+                        }
                     }
                     watches.unwatch(&channel);
                 }
