@@ -517,6 +517,7 @@ impl LockRuntimeBuilder {
                 crate::backend::etcd::EtcdConfig {
                     endpoints: endpoints.clone(),
                     user: self.etcd_user.clone(),
+                    default_lease: self.default_lease,
                 },
                 settings,
             ),

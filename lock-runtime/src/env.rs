@@ -217,8 +217,10 @@ fn etcd_from_env(
         .filter(|e| !e.is_empty())
         .map(str::to_owned)
         .collect();
-    let mut builder = LockRuntimeBuilder::default();
-    builder.choice = Choice::Etcd(endpoints);
+    let mut builder = LockRuntimeBuilder {
+        choice: Choice::Etcd(endpoints),
+        ..LockRuntimeBuilder::default()
+    };
     match (set("LOCK_ETCD_USER"), set("LOCK_ETCD_PASSWORD")) {
         (Some(user), Some(password)) => builder.etcd_user = Some((user, password)),
         (None, None) => {}

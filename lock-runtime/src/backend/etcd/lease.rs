@@ -154,6 +154,21 @@ impl Leases {
         }
     }
 
+    /// A lease of its own for a fixed-lease hold (`watchdog(false)`): its
+    /// TTL is the lock's lease rounded up to whole seconds (at least the
+    /// server's minimum), and nobody keeps it alive, so the key ends with
+    /// it. Returns its id.
+    pub(super) async fn fixed(&self, lease: Duration) -> Result<i64, BackendError> {
+        let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
+        let ttl = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        let granted = tokio::time::timeout(self.timeout, client.grant(ttl, None))
+            .await
+            .map_err(|_| BackendError::msg("etcd lease grant: no answer in time"))?
+            .map_err(|e| BackendError::new("etcd lease grant", e))?;
+        Ok(granted.id())
+    }
+
     /// Whether `lease` (by id) is confirmed until at least `at`.
     pub(super) fn confirmed_until(&self, id: i64, at: Instant) -> bool {
         self.by_ttl()

@@ -62,6 +62,9 @@ pub(crate) struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     /// User name and password (etcd's own auth), if any.
     pub(crate) user: Option<(String, String)>,
+    /// The runtime's default lease: its etcd lease is granted at connect,
+    /// so that first acquires go out in the order they were made.
+    pub(crate) default_lease: Duration,
 }
 
 /// The lock `name`'s directory: `name/`.
@@ -256,6 +259,13 @@ pub(crate) async fn connect(
         .await
         .map_err(|_| unreachable(None))?
         .map_err(LockError::Backend)?;
+    tokio::time::timeout(
+        settings.connect_timeout,
+        backend.inner.leases.ahead(config.default_lease),
+    )
+    .await
+    .map_err(|_| unreachable(None))?
+    .map_err(LockError::Backend)?;
     tokio::spawn(releaser(
         Arc::downgrade(&backend.inner),
         jobs,
@@ -278,15 +288,24 @@ impl EtcdBackend {
         &self,
         lock: &str,
         holder: &str,
-        lease: Duration,
+        (lease, renewed): (Duration, bool),
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
         let on = self.inner.leases.ahead(lease).await?;
         let ours = node(lock, holder);
-        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(on.id)));
         // Waiting: our key joins the queue (or stays in it). Trying once:
         // it goes in only if the directory is empty.
         let joins = matches!(queue, Queue::Join(_));
+        // A fixed lease ends on the server by itself: an etcd lease of its
+        // own that nobody keeps alive. A waiting place stays on the kept
+        // lease until it holds the lock (then it moves, below).
+        let fixed = if renewed || joins {
+            None
+        } else {
+            Some(self.inner.leases.fixed(lease).await?)
+        };
+        let put_on = fixed.unwrap_or(on.id);
+        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(put_on)));
         let when = if joins {
             Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
         } else {
@@ -301,7 +320,7 @@ impl EtcdBackend {
         let created = answer.succeeded();
         let reads = gets(&answer);
         let (own, first) = match (created, reads.as_slice()) {
-            (true, [first]) => ((revision, on.id), first.kvs().first()),
+            (true, [first]) => ((revision, put_on), first.kvs().first()),
             (false, [own, first]) => match own.kvs().first() {
                 Some(kv) => ((kv.create_revision(), kv.lease()), first.kvs().first()),
                 // Not ours, and (trying once) the directory is not empty.
@@ -310,14 +329,19 @@ impl EtcdBackend {
             _ => return Err(BackendError::msg("etcd answered an acquire unexpectedly")),
         };
         let (mine, its_lease) = own;
-        if its_lease != on.id {
+        let fence = u64::try_from(mine).unwrap_or(0);
+        let held = first.is_some_and(|kv| kv.key() == ours.as_bytes());
+        if held && !renewed && Some(its_lease) != fixed {
+            // A fixed lease's place got the lock: onto a lease of its own.
+            let own = self.inner.leases.fixed(lease).await?;
+            self.reattach(&ours, mine, own).await?;
+        } else if its_lease != put_on {
             // A place made with another lease length: move it onto this
             // lease (its create revision, so its place, stays), so that it
             // lives as long as this hold counts on.
-            self.reattach(&ours, mine, on.id).await?;
+            self.reattach(&ours, mine, put_on).await?;
         }
-        let fence = u64::try_from(mine).unwrap_or(0);
-        if first.is_some_and(|kv| kv.key() == ours.as_bytes()) {
+        if held {
             self.inner.waits.stop(lock, holder);
             return Ok(Acquire::Held {
                 fence,
@@ -326,7 +350,9 @@ impl EtcdBackend {
             });
         }
         if joins {
-            self.inner.waits.start(&self.inner, lock, holder, mine);
+            self.inner
+                .waits
+                .start(&self.inner, lock, holder, mine, renewed);
         }
         Ok(Acquire::Busy { ttl: None })
     }
