@@ -46,7 +46,7 @@ pub(crate) enum Choice {
     /// Sentinel addresses and the service name.
     Sentinel(Vec<String>, String),
     /// etcd endpoints (without the feature `etcd`, `build` refuses it).
-    Etcd(Vec<String>),
+    Etcd(#[cfg_attr(not(feature = "etcd"), allow(dead_code))] Vec<String>),
 }
 
 /// Configures and starts a [`LockRuntime`].
