@@ -51,8 +51,8 @@ use lease::Leases;
 /// 128).
 const TXN_OPS: usize = 128;
 
-/// How often a background release is tried before the lease is left to
-/// free the lock.
+/// After how many failed tries a background release is logged as a
+/// warning (it goes on trying).
 const RELEASE_ATTEMPTS: u32 = 5;
 
 /// Where the etcd servers are, and who we are to them.
@@ -211,7 +211,10 @@ pub(crate) async fn connect(
     let mut options = ConnectOptions::new()
         .with_connect_timeout(settings.connect_timeout)
         .with_keep_alive(Duration::from_secs(2), settings.response_timeout)
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        // A member cut off from the leader refuses requests (and cancels
+        // its watches) instead of answering from its stale state.
+        .with_require_leader(true);
     if let Some((user, password)) = &config.user {
         options = options.with_user(user.clone(), password.clone());
     }
@@ -375,11 +378,20 @@ impl EtcdBackend {
         &self,
         lock: &str,
         holder: &str,
-        _fair: bool,
+        fair: bool,
     ) -> Result<Release, BackendError> {
         self.inner.waits.stop(lock, holder);
         let txn = Txn::new().and_then([TxnOp::delete(node(lock, holder), None)]);
-        let answer = self.inner.txn(txn).await?;
+        let answer = match self.inner.txn(txn).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                // The key would outlive this failure: the runtime's lease is
+                // kept alive. The background releaser tries until etcd
+                // answers.
+                self.release_in_background(lock.to_owned(), holder.to_owned(), fair);
+                return Err(error);
+            }
+        };
         let deleted = answer.op_responses().into_iter().any(|r| match r {
             TxnOpResponse::Delete(d) => d.deleted() > 0,
             _ => false,
@@ -587,8 +599,12 @@ impl EtcdBackend {
     }
 }
 
-/// Deletes the keys of dropped guards, cancelled acquires and unused
-/// places, in transactions of many, retrying a few times.
+/// Deletes the keys of dropped guards, cancelled acquires, failed releases
+/// and unused places, in transactions of many. Unlike on Redis, a key whose
+/// delete fails does not end by itself (the runtime's lease is kept alive
+/// for its other keys), so a batch is tried until etcd answers, backing
+/// off, for as long as the runtime lives; an outage is logged once per
+/// batch, not per try.
 async fn releaser(
     inner: Weak<Inner>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
@@ -597,32 +613,39 @@ async fn releaser(
     let mut batch = Vec::with_capacity(TXN_OPS);
     while jobs.recv_many(&mut batch, TXN_OPS).await > 0 {
         let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS));
-        let Some(backend) = inner.upgrade() else {
-            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
-            return;
-        };
-        let pending = pending.clone();
+        let (inner, pending) = (inner.clone(), pending.clone());
         tokio::spawn(async move {
             let mut keys: Vec<String> = batch.iter().map(|(l, h, _)| node(l, h)).collect();
             keys.sort_unstable();
             keys.dedup();
-            for attempt in 1..=RELEASE_ATTEMPTS {
+            let mut backoff = Duration::from_millis(50);
+            let mut tries = 0u32;
+            loop {
+                let Some(backend) = inner.upgrade() else {
+                    break; // the runtime is gone: so is its lease, soon
+                };
                 let deletes: Vec<TxnOp> = keys
                     .iter()
                     .map(|k| TxnOp::delete(k.clone(), None))
                     .collect();
                 match backend.txn(Txn::new().and_then(deletes)).await {
                     Ok(_) => break,
-                    Err(error) if attempt < RELEASE_ATTEMPTS => {
-                        tracing::debug!(%error, "background release failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    Err(error) => {
+                        tries += 1;
+                        if tries == RELEASE_ATTEMPTS {
+                            tracing::warn!(
+                                %error,
+                                locks = keys.len(),
+                                "background release failed; retrying until etcd answers"
+                            );
+                        } else {
+                            tracing::debug!(%error, "background release failed; retrying");
+                        }
                     }
-                    Err(error) => tracing::warn!(
-                        %error,
-                        locks = keys.len(),
-                        "background release failed; the locks will be freed by their etcd lease"
-                    ),
                 }
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
             pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
         });

@@ -189,14 +189,19 @@ async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Fo
 async fn deleted(backend: &Inner, before: &[u8], ours: &str, revision: i64) -> Result<(), ()> {
     let from = WatchOptions::new().with_start_revision(revision + 1);
     let mut client = backend.client.watch_client();
-    let mut stream = client
-        .watch(before.to_vec(), Some(from.clone()))
-        .await
-        .map_err(|e| backend.failed(&e))?;
-    stream
-        .watch(ours.to_owned(), Some(from))
-        .await
-        .map_err(|e| backend.failed(&e))?;
+    let opened = tokio::time::timeout(backend.timeout, async {
+        let mut stream = client.watch(before.to_vec(), Some(from.clone())).await?;
+        stream.watch(ours.to_owned(), Some(from)).await?;
+        Ok::<_, etcd_client::Error>(stream)
+    });
+    let mut stream = match opened.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            backend.failed(&error);
+            return Err(());
+        }
+        Err(_) => return Err(()),
+    };
     loop {
         let Some(answer) = stream.message().await.map_err(|e| backend.failed(&e))? else {
             return Err(());
