@@ -56,6 +56,14 @@ pub fn etcd() -> &'static EtcdCluster {
     ETCD.get_or_init(|| EtcdCluster::start(1))
 }
 
+/// The shared etcd cluster of three members of this test binary, started
+/// on first use. Nothing kills its members: the fault tests (`etcd.rs`)
+/// start clusters of their own.
+pub fn etcd3() -> &'static EtcdCluster {
+    static ETCD: OnceLock<EtcdCluster> = OnceLock::new();
+    ETCD.get_or_init(|| EtcdCluster::start(3))
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -83,17 +91,20 @@ pub enum Kind {
     Redlock,
     /// The shared one-member etcd.
     Etcd,
+    /// The shared etcd cluster of three members.
+    Etcd3,
 }
 
 impl Kind {
     /// Every backend, in the order of [`backends!`](crate::backends).
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
         Kind::Sentinel,
         Kind::Redlock,
         Kind::Etcd,
+        Kind::Etcd3,
     ];
 
     /// A fresh runtime on this backend. Runtimes of one test on a server
@@ -125,6 +136,7 @@ impl Kind {
                 .redlock(redlock().iter().map(RedisServer::url))
                 .fair(false),
             Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
+            Kind::Etcd3 => LockRuntime::builder().etcd(etcd3().endpoints()),
         };
         builder.key_prefix(prefix)
     }
@@ -151,7 +163,7 @@ impl Kind {
                 }
                 all
             }
-            Kind::Etcd => Vec::new(),
+            Kind::Etcd | Kind::Etcd3 => Vec::new(),
         }
     }
 
@@ -161,7 +173,7 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock | Kind::Etcd => None,
+            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Etcd3 => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)

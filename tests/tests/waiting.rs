@@ -311,7 +311,7 @@ async fn a_queued_waiter_tries_when_the_holder_lease_ends(kind: Kind) {
     );
     // etcd keeps a lease in whole seconds and revokes expired leases every
     // 500 ms: a 600 ms fixed lease ends there within 1.5 s (README "etcd").
-    let ends = if kind == Kind::Etcd {
+    let ends = if matches!(kind, Kind::Etcd | Kind::Etcd3) {
         Duration::from_millis(1500)
     } else {
         Duration::from_millis(600)
