@@ -175,7 +175,7 @@ impl LockRuntimeBuilder {
     /// reachable node is enough, the client learns the others and the
     /// slots from it). Needs Redis 7 or later (sharded pub/sub). Every name
     /// of one lock shares a hash tag, so each lock lives on one node; see
-    /// README "Deploying".
+    /// `docs/deploying.md`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -195,8 +195,8 @@ impl LockRuntimeBuilder {
     /// N and N+1 masters tolerate the same number of failures): a lock is
     /// held while a majority (N/2+1) of them hold it, so it survives the loss
     /// of a minority. Fair mode is not available on it: `build` refuses a
-    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). README,
-    /// "Deploying", says what it guarantees.
+    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). `docs/deploying.md`
+    /// says what it guarantees.
     ///
     /// ```
     /// # async fn demo() {
@@ -224,7 +224,7 @@ impl LockRuntimeBuilder {
     /// one authenticates to that sentinel), `service` the name they monitor
     /// (`sentinel monitor <service> …`). The primary and replicas are
     /// reached with [`sentinel_auth`](Self::sentinel_auth) and
-    /// [`sentinel_db`](Self::sentinel_db). See README, "Redis Sentinel".
+    /// [`sentinel_db`](Self::sentinel_db). See `docs/deploying.md`, "Redis Sentinel".
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -327,7 +327,7 @@ impl LockRuntimeBuilder {
     /// locks with a renewed lease are passed, and only to a waiter that asks
     /// for the same lease and mode. On the embedded store (no round trip to
     /// save) and on Redlock (tokens come from a majority) this does nothing.
-    /// README, "Contention".
+    /// `docs/fair-mode-and-cohorting.md`.
     pub fn cohort(mut self, handoffs: u32, budget: Duration) -> Self {
         self.cohort = Cohort { handoffs, budget };
         self
@@ -352,8 +352,7 @@ impl LockRuntimeBuilder {
     /// Tokens are at least the backend's clock in µs, so the stored token is
     /// needed only while the clock could still be at or below it; after the
     /// window a released key leaves nothing behind. Tokens keep growing as
-    /// long as the server's clock never steps back by more than this (README,
-    /// "Guarantees"). Shorten it only to watch keys expire in a test.
+    /// long as the server's clock never steps back by more than this (`docs/guarantees.md`). Shorten it only to watch keys expire in a test.
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {

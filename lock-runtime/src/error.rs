@@ -45,11 +45,11 @@ pub enum LockError {
     /// waiting task still had it; a guard handed to a worker task was
     /// reported as this task's own. Such a wait now ends with
     /// [`LockError::Timeout`], and its start logs a warning naming the key
-    /// when a guard this task took holds it (README: "Where re-entry stops").
+    /// when a guard this task took holds it (`docs/reentry.md`).
     #[error(
         "gave up after {} ms waiting for lock `{key}`, which a guard this same task took \
          with `acquire()` still holds. Run the call inside `guard.scope(...)` to re-enter, \
-         or release the guard first (README: \"Where re-entry stops\")",
+         or release the guard first (docs/reentry.md)",
         waited.as_millis()
     )]
     SelfDeadlock {

@@ -353,7 +353,7 @@ impl HeldTable {
         };
         if scope.descends_from(innermost.owner) {
             // (A fixed lease has no renewal that could confirm it: it is
-            // re-entered on its lease alone, see README "Guarantees".)
+            // re-entered on its lease alone, see docs/guarantees.md.)
             if innermost.held.renew && !innermost.held.confirmed_in(epoch) {
                 return Reentry::Unconfirmed(innermost.held.clone());
             }
