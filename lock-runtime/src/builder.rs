@@ -92,12 +92,21 @@ pub struct LockRuntimeBuilder {
 /// no fair mode, is plain unless asked otherwise (and then refused).
 pub const DEFAULT_FAIR: bool = true;
 
-/// `LOCK_FAIR`: `1` fair, `0` plain, anything else (or unset) the default.
-pub(crate) fn fair_from_env(value: Option<&str>) -> Option<bool> {
-    match value.map(str::trim) {
-        Some("1") => Some(true),
-        Some("0") => Some(false),
-        _ => None,
+/// `LOCK_FAIR`: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0`
+/// plain (in any case); unset or blank, the default (`None`). Anything else
+/// is refused: a misspelt mode silently running the other one is the kind of
+/// mistake nobody sees.
+pub(crate) fn fair_from_env(value: Option<&str>) -> Result<Option<bool>, LockError> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(Some(true)),
+        "0" | "false" | "no" | "off" => Ok(Some(false)),
+        _ => Err(LockError::InvalidConfig(format!(
+            "LOCK_FAIR={value:?} is neither yes nor no: use true, yes, on or 1 for fair \
+             locks, false, no, off or 0 for plain ones, or leave it unset (fair)"
+        ))),
     }
 }
 
@@ -148,7 +157,7 @@ impl Default for LockRuntimeBuilder {
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: Some(DEFAULT_WAIT),
-            fair: fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref()),
+            fair: fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref()).unwrap_or(None),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             try_timeout: DEFAULT_TRY_TIMEOUT,
@@ -306,8 +315,10 @@ impl LockRuntimeBuilder {
     /// [`LockRequest::fair`] for what it costs). Every process that uses a
     /// key should agree. Default: [`DEFAULT_FAIR`] on backends that queue
     /// across processes (Redis, Cluster, Sentinel), plain on Redlock; the
-    /// environment variable `LOCK_FAIR` (`1` fair, `0` plain) sets it for
-    /// a deployment, or a test run, without code changes.
+    /// environment variable `LOCK_FAIR` (`true`/`yes`/`on`/`1` fair,
+    /// `false`/`no`/`off`/`0` plain, any case; another value makes
+    /// [`build`](Self::build) fail) sets it for a deployment, or a test run,
+    /// without code changes.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = Some(fair);
         self
@@ -406,6 +417,9 @@ impl LockRuntimeBuilder {
     /// Starts the runtime: connects to Redis and loads the scripts (failing
     /// fast when Redis is unreachable), and starts the worker thread.
     pub async fn build(self) -> Result<LockRuntime, LockError> {
+        // The default mode came from `LOCK_FAIR`; a value that is neither
+        // yes nor no is refused here, where an error can be returned.
+        fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref())?;
         if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
             return Err(LockError::InvalidConfig(format!(
                 "default_lease {:?} is out of range: use 10ms to 24h",

@@ -548,3 +548,69 @@ async fn runtime_after_redis_is_gone_for_good_returns_errors() {
     );
     assert_eq!(runtime.stats().held, 0);
 }
+
+// ---------------------------------------------------------------------------
+// Said where a user sees it, with no tracing set up
+// ---------------------------------------------------------------------------
+
+/// Runs `tests/src/bin/init_from_env.rs` (`args`) with exactly `vars` in its
+/// environment and no tracing subscriber, as a service that set none up;
+/// returns whether it succeeded, its stdout and its stderr.
+async fn configured_process(args: &[&str], vars: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_init_from_env"));
+    command.args(args).env_clear().envs(vars.iter().copied());
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("the configured process ends within 30 s")
+        .expect("the configured process runs");
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    (out.status.success(), text(out.stdout), text(out.stderr))
+}
+
+#[tokio::test]
+async fn a_debug_build_without_a_backend_says_on_stderr_once_that_it_locks_only_in_process() {
+    let (ok, out, err) = configured_process(&[], &[]).await;
+    assert!(ok && out.contains("locked"), "{out}{err}");
+    assert_eq!(
+        err.matches("using the embedded backend").count(),
+        1,
+        "said once, on stderr: {err}"
+    );
+    assert!(err.contains("exclude only tasks of this process"), "{err}");
+    // Asked for on purpose, it is not a surprise: nothing is said.
+    let (ok, out, err) = configured_process(&[], &[("LOCK_BACKEND", "memory")]).await;
+    assert!(ok && out.contains("locked"), "{out}{err}");
+    assert!(!err.contains("embedded backend"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unknown_lock_variable_is_named_on_stderr_with_its_likely_meaning() {
+    let vars = [
+        ("LOCK_REDIS_UR", "redis://127.0.0.1:1"),
+        ("LOCK_PERFIX", "x:"),
+    ];
+    let (ok, out, err) = configured_process(&[], &vars).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains(
+            "LOCK_REDIS_UR is set, but lock-runtime does not read it: did you mean LOCK_REDIS_URL?"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("did you mean LOCK_PREFIX?"), "{err}");
+    assert!(err.contains("using the embedded backend"), "{err}");
+}
+
+#[tokio::test]
+async fn lock_fair_that_is_neither_yes_nor_no_is_refused_by_the_builder_and_init_from_env() {
+    for args in [&[][..], &["builder"][..]] {
+        let vars = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "maybe")];
+        let (ok, out, err) = configured_process(args, &vars).await;
+        assert!(!ok, "{args:?}: {out}{err}");
+        assert!(out.contains("error invalid lock configuration"), "{out}");
+        assert!(out.contains("LOCK_FAIR=\"maybe\""), "{out}");
+        let vars = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "Off")];
+        let (ok, out, err) = configured_process(args, &vars).await;
+        assert!(ok, "{args:?}: {out}{err}");
+    }
+}
