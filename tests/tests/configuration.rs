@@ -614,3 +614,58 @@ async fn lock_fair_that_is_neither_yes_nor_no_is_refused_by_the_builder_and_init
         assert!(ok, "{args:?}: {out}{err}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// A server that is not what the configuration says
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_cluster_node_given_as_one_server_is_refused_at_start_naming_lock_redis_cluster() {
+    let node = lock_tests::cluster().urls()[0].clone();
+    let err = LockRuntime::builder()
+        .redis(node)
+        .build()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    assert!(text.contains("Redis Cluster node"), "{text}");
+    assert!(text.contains("LOCK_REDIS_CLUSTER"), "{text}");
+    assert!(text.contains("redis_cluster"), "{text}");
+}
+
+#[tokio::test]
+async fn a_port_that_does_not_speak_redis_is_named_as_such() {
+    // An HTTP server's answer to whatever it is sent, then the connection
+    // closes (as a web server does with a request it cannot read).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for _ in 0..100 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let answer = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+            let _ = socket.write_all(answer).await;
+        }
+    });
+    let err = LockRuntime::builder()
+        .redis(format!("redis://:hunter2@127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    http.abort();
+    let text = format!("{err} {err:?}");
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        text.contains(&format!(
+            "the server at 127.0.0.1:{port} did not answer as Redis"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
