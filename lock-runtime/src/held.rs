@@ -475,6 +475,13 @@ impl HeldTable {
         })
     }
 
+    /// Whether this runtime holds `lock_key` (a live hold, in any scope).
+    pub(crate) fn holds(&self, lock_key: &str) -> bool {
+        self.locks()
+            .get(lock_key)
+            .is_some_and(|frames| frames.iter().any(|f| !f.held.is_lost()))
+    }
+
     /// Whether a live hold of `lock_key` was taken for a guard, outside any
     /// locked body, by the task running now: if that task still has the
     /// guard, a wait for it ends only if the task's own code lets the guard

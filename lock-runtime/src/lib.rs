@@ -102,7 +102,7 @@ pub use builder::{
 };
 pub use cohort::{Cohort, MAX_COHORT_HANDOFFS};
 pub use env::init_from_env;
-pub use error::{BackendError, LockError};
+pub use error::{BackendError, LockError, TimeoutCause};
 pub use guard::LockGuard;
 pub use inspect::{held, hold_count, LockInfo};
 pub use lock_macros::distributed_lock;

@@ -669,3 +669,45 @@ async fn a_port_that_does_not_speak_redis_is_named_as_such() {
     );
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+// ---------------------------------------------------------------------------
+// Failures that name their cause
+// ---------------------------------------------------------------------------
+
+/// With the server gone, a bounded wait ends at its deadline as a timeout
+/// that says the backend failed meanwhile, with its last error and when:
+/// an outage must not read as a lock somebody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_during_an_outage_names_the_backend_failure_not_contention() {
+    let server = RedisServer::start();
+    let runtime = LockRuntime::builder()
+        .redis(server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    runtime.ping().await.unwrap();
+    drop(server);
+    let err = runtime
+        .lock("order:71")
+        .wait(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    println!("{text}");
+    let LockError::Timeout { cause, .. } = &err else {
+        panic!("expected a timeout at the deadline: {err:?}");
+    };
+    let last = cause
+        .backend_error()
+        .expect("the backend's failure is named");
+    assert!(last.contains("acquire failed on Redis at"), "{last}");
+    assert!(
+        text.contains("the lock backend failed during the wait"),
+        "{text}"
+    );
+    assert!(text.contains("ms into it"), "{text}");
+    assert!(!cause.held_by_this_process(), "{text}");
+}
