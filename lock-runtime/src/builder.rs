@@ -312,7 +312,7 @@ impl LockRuntimeBuilder {
 
     /// Whether locks that set nothing else are fair: first come, first
     /// served across processes, with direct handoff (see
-    /// [`LockRequest::fair`] for what it costs). Every process that uses a
+    /// [`LockRequest::fair`](crate::LockRequest::fair) for what it costs). Every process that uses a
     /// key should agree. Default: [`DEFAULT_FAIR`] on backends that queue
     /// across processes (Redis, Cluster, Sentinel), plain on Redlock; the
     /// environment variable `LOCK_FAIR` (`true`/`yes`/`on`/`1` fair,
