@@ -75,7 +75,7 @@ pub fn unique(name: &str) -> String {
 }
 
 /// Which backend a test runs on. The list every behaviour runs on is
-/// [`backends!`](crate::backends); a new backend adds a variant here, its
+/// [`backends!`](macro@crate::backends); a new backend adds a variant here, its
 /// arms below, and its line there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -96,7 +96,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every backend, in the order of [`backends!`](crate::backends).
+    /// Every backend, in the order of [`backends!`](macro@crate::backends).
     pub const ALL: [Kind; 7] = [
         Kind::Redis,
         Kind::Memory,

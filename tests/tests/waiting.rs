@@ -50,7 +50,7 @@ async fn wait_timeout_returns_timeout_within_ten_percent(kind: Kind) {
         .unwrap_err();
     let took = start.elapsed();
     match err {
-        LockError::Timeout { key, waited } => {
+        LockError::Timeout { key, waited, .. } => {
             assert_eq!(key, "busy");
             assert!(waited >= wait, "reported {waited:?}");
         }

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! A separate OS process that competes for locks, for the cross-process tests.
 //!
+//! ```text
 //! Usage:
 //!   contender <redis-url> <prefix> count <key> <counter-key> <n>
 //!       n times: lock <key>, GET <counter-key>, SET it to value + 1, unlock;
@@ -24,6 +25,7 @@
 //!       (i < n-keys): `INCR <prefix>occ:soak-<i>` must be 1, then a
 //!       non-atomic GET/yield/SET +1 of `<prefix>count:soak-<i>`, DECR the
 //!       occupancy. Prints `key <i> <count>` per key, `violations <n>`, `done`.
+//! ```
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
