@@ -95,7 +95,9 @@ impl std::fmt::Debug for Leases {
 /// The etcd lease TTL for a lock lease: 1.5 x, whole seconds, at least 1.
 pub(super) fn ttl_secs(lease: Duration) -> u64 {
     let wanted = lease.saturating_add(lease / 2);
-    let secs = wanted.as_secs() + u64::from(wanted.subsec_nanos() > 0);
+    let secs = wanted
+        .as_secs()
+        .saturating_add(u64::from(wanted.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -159,7 +161,9 @@ impl Leases {
     /// server's minimum), and nobody keeps it alive, so the key ends with
     /// it. Returns its id.
     pub(super) async fn fixed(&self, lease: Duration) -> Result<i64, BackendError> {
-        let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
+        let secs = lease
+            .as_secs()
+            .saturating_add(u64::from(lease.subsec_nanos() > 0));
         let ttl = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let mut client = self.client.clone();
         let granted = tokio::time::timeout(self.timeout, client.grant(ttl, None))
