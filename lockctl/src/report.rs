@@ -6,6 +6,8 @@ use std::time::Duration;
 use lock_runtime::LockInfo;
 use serde_json::{json, Value};
 
+use crate::masters::{holding, View};
+
 /// A held lock as JSON.
 pub(crate) fn info_json(info: &LockInfo) -> Value {
     json!({
@@ -46,4 +48,53 @@ pub(crate) fn lease(left: Option<Duration>) -> String {
 /// A fencing token, for people (`-` when not recorded).
 pub(crate) fn fence(token: Option<u64>) -> String {
     token.map_or("-".to_owned(), |t| t.to_string())
+}
+
+/// Redlock: each master's record as JSON (`master`, and `held` with the
+/// holder's fields, or `error`).
+pub(crate) fn masters_json(views: &[(String, View)]) -> Value {
+    let each = views.iter().map(|(name, view)| match view {
+        View::Held(info) => json!({
+            "master": name,
+            "held": true,
+            "holder": info.holder,
+            "holds": info.holds,
+            "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
+            "fence": info.fence,
+        }),
+        View::Free => json!({ "master": name, "held": false }),
+        View::Unreachable(error) => json!({ "master": name, "error": error }),
+    });
+    Value::Array(each.collect())
+}
+
+/// Redlock: the quorum line and each master's record, as text lines.
+pub(crate) fn masters_text(views: &[(String, View)], holder: Option<&str>) -> String {
+    let quorum = views.len() / 2 + 1;
+    let mut text = match holder {
+        Some(holder) => format!(
+            "  quorum      held on {} of {} masters ({quorum} needed)\n",
+            holding(views, holder),
+            views.len()
+        ),
+        None => format!(
+            "  quorum      no holder on {quorum} of {} masters\n",
+            views.len()
+        ),
+    };
+    text.push_str("  masters");
+    for (name, view) in views {
+        let state = match view {
+            View::Held(info) => format!(
+                "held by {} (fence {}, lease left {})",
+                info.holder,
+                fence(info.fence),
+                lease(info.remaining_lease)
+            ),
+            View::Free => "free".to_owned(),
+            View::Unreachable(error) => format!("unreachable: {error}"),
+        };
+        text.push_str(&format!("\n    {name}  {state}"));
+    }
+    text
 }

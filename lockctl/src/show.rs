@@ -1,23 +1,40 @@
-//! `lockctl show KEY`: what the runtime's `inspect` records of one lock.
+//! `lockctl show KEY`: what the runtime's `inspect` records of one lock
+//! (on Redlock the quorum view, and each master's own record).
 
 use crate::connect::Target;
+use crate::masters::Masters;
+use crate::output::out;
 use crate::report;
 use crate::{Failure, Outcome};
 
-/// Prints the lock `key`; [`Outcome::NotFound`] when it is free.
+/// Prints the lock `key`; [`Outcome::NotFound`] when it is free,
+/// [`Outcome::Partial`] when a server did not answer.
 pub(crate) async fn run(target: &Target, key: &str, json: bool) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
+    let masters = Masters::open(target).await;
     let info = target.inspect(&runtime, key).await?;
-    let Some(info) = info else {
-        match json {
-            false => println!("{key}: free"),
-            true => println!("{}", report::free_json(key)),
+    let views = masters.views(target, key).await;
+    match (&info, json) {
+        (Some(info), false) => out!("{}", report::info_text(info)),
+        (None, false) => out!("{key}: free"),
+        (Some(info), true) => {
+            let mut value = report::info_json(info);
+            if masters.len() > 0 {
+                value["masters"] = report::masters_json(&views);
+            }
+            out!("{value}");
         }
-        return Ok(Outcome::NotFound);
-    };
-    match json {
-        false => println!("{}", report::info_text(&info)),
-        true => println!("{}", report::info_json(&info)),
+        (None, true) => {
+            let mut value = report::free_json(key);
+            if masters.len() > 0 {
+                value["masters"] = report::masters_json(&views);
+            }
+            out!("{value}");
+        }
     }
-    Ok(Outcome::Found)
+    if masters.len() > 0 && !json {
+        let holder = info.as_ref().map(|i| i.holder.as_str());
+        out!("{}", report::masters_text(&views, holder));
+    }
+    Ok(target.outcome(info.is_some()))
 }
