@@ -58,7 +58,10 @@ impl Target {
         self.build(LockRuntime::builder().redis(url)).await
     }
 
-    async fn build(&self, builder: lock_runtime::LockRuntimeBuilder) -> Result<LockRuntime, Failure> {
+    async fn build(
+        &self,
+        builder: lock_runtime::LockRuntimeBuilder,
+    ) -> Result<LockRuntime, Failure> {
         builder
             .key_prefix(self.prefix.clone())
             .connect_timeout(TIMEOUT)

@@ -57,7 +57,10 @@ pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Out
             held_somewhere |= views.iter().any(|(_, v)| matches!(v, View::Held(_)));
             let holding = match &info {
                 Some(info) => holding(&views, &info.holder),
-                None => views.iter().filter(|(_, v)| matches!(v, View::Held(_))).count(),
+                None => views
+                    .iter()
+                    .filter(|(_, v)| matches!(v, View::Held(_)))
+                    .count(),
             };
             counted = Some((holding, views.len()));
         }

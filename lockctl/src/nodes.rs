@@ -34,8 +34,8 @@ pub(crate) async fn storing(target: &Target) -> Result<Vec<Node>, Failure> {
 }
 
 fn node(target: &Target, url: &str) -> Result<Node, Failure> {
-    let client = Client::open(url)
-        .map_err(|e| target.failure(&format!("invalid Redis URL: {e}")))?;
+    let client =
+        Client::open(url).map_err(|e| target.failure(&format!("invalid Redis URL: {e}")))?;
     Ok(Node {
         name: crate::secret::mask(url),
         client,
@@ -86,12 +86,16 @@ fn masters_of(target: &Target, seed: &redis::ConnectionInfo, slots: &Value) -> V
         return Vec::new();
     };
     for range in ranges {
-        let Value::Array(fields) = range else { continue };
+        let Value::Array(fields) = range else {
+            continue;
+        };
         let (Some(start), Some(end)) = (int(fields.first()), int(fields.get(1))) else {
             continue;
         };
         covered += end - start + 1;
-        let Some(Value::Array(master)) = fields.get(2) else { continue };
+        let Some(Value::Array(master)) = fields.get(2) else {
+            continue;
+        };
         let (Some(host), Some(port)) = (text(master.first()), int(master.get(1))) else {
             continue;
         };
@@ -100,7 +104,9 @@ fn masters_of(target: &Target, seed: &redis::ConnectionInfo, slots: &Value) -> V
             "" | "?" => seed_host(seed),
             _ => host,
         };
-        let Ok(port) = u16::try_from(port) else { continue };
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
         if !masters.contains(&(host.clone(), port)) {
             masters.push((host, port));
         }

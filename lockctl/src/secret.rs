@@ -61,9 +61,9 @@ pub(crate) fn secrets_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<Str
 /// `text` with every one of `secrets` replaced by `***` (longest first, so
 /// a secret that contains another is masked whole).
 pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), "***")
+    })
 }
 
 /// `%xx` sequences decoded (others kept as they are).

@@ -188,11 +188,9 @@ impl Topology {
             Topology::Single(url) => secret::mask(url),
             Topology::Cluster(nodes) => format!("cluster nodes {}", masked(nodes)),
             Topology::Redlock(masters) => format!("Redlock masters {}", masked(masters)),
-            Topology::Sentinel(s) => format!(
-                "sentinels {} (service {})",
-                masked(&s.sentinels),
-                s.service
-            ),
+            Topology::Sentinel(s) => {
+                format!("sentinels {} (service {})", masked(&s.sentinels), s.service)
+            }
         }
     }
 
@@ -241,9 +239,11 @@ fn sentinel(
         ));
     };
     let db = match set("REDIS_DB") {
-        Some(db) => Some(db.trim().parse().map_err(|_| {
-            Failure("REDIS_DB is not a database number (0, 1, …)".to_owned())
-        })?),
+        Some(db) => Some(
+            db.trim()
+                .parse()
+                .map_err(|_| Failure("REDIS_DB is not a database number (0, 1, …)".to_owned()))?,
+        ),
         None => None,
     };
     Ok(Topology::Sentinel(Sentinel {
@@ -265,7 +265,12 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
     }
 
     fn choose(pairs: &[(&str, &str)]) -> Result<Topology, String> {
@@ -300,9 +305,14 @@ mod tests {
         assert!(choose(&[("LOCK_BACKEND", "memory")])
             .unwrap_err()
             .contains("cannot see"));
-        let both = choose(&[("REDIS_URL", "redis://h:1"), ("REDLOCK_URLS", "redis://a:1")]);
+        let both = choose(&[
+            ("REDIS_URL", "redis://h:1"),
+            ("REDLOCK_URLS", "redis://a:1"),
+        ]);
         assert!(both.unwrap_err().contains("LOCK_BACKEND=redlock"));
-        assert!(choose(&[]).unwrap_err().contains("pass --redis-url or set REDIS_URL"));
+        assert!(choose(&[])
+            .unwrap_err()
+            .contains("pass --redis-url or set REDIS_URL"));
     }
 
     #[test]

@@ -300,7 +300,10 @@ async fn a_password_is_never_printed_whatever_the_shape_of_the_input() {
     for output in &outputs {
         assert_eq!(code(output), ERROR, "{}", stderr(output));
         let all = format!("{}{}", stdout(output), stderr(output));
-        assert!(!all.contains("hunter2") && !all.contains("hun/ter2"), "{all}");
+        assert!(
+            !all.contains("hunter2") && !all.contains("hun/ter2"),
+            "{all}"
+        );
         assert!(all.contains("***") || !all.contains('@'), "{all}");
     }
 }
@@ -355,10 +358,7 @@ async fn watch_says_a_forced_release_was_forced() {
     let url = redis().url();
     let args = ["--redis-url", &url, "--prefix", &prefix];
     let watch = [&args[..], &["watch", "k", "--count", "1"]].concat();
-    let mut child = lockctl(&watch, &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = lockctl(&watch, &[]).stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = lines_of(child.stdout.take().unwrap());
     let state = next_line(&mut lines).await;
     assert!(state.contains(&format!("k: held by {held_by}")), "{state}");

@@ -41,7 +41,9 @@ fn one_key_per_master(cluster: &RedisCluster, prefix: &str, masters: usize) -> V
             break;
         }
     }
-    keys.into_iter().map(|k| k.expect("a key per master")).collect()
+    keys.into_iter()
+        .map(|k| k.expect("a key per master"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,7 +261,11 @@ async fn redlock_with_a_master_down_answers_with_the_quorum_and_exits_partial() 
         out.contains(&format!("127.0.0.1:{down}  unreachable")),
         "{out}"
     );
-    assert!(stderr(&show).contains(&format!("{down}")), "{}", stderr(&show));
+    assert!(
+        stderr(&show).contains(&format!("{down}")),
+        "{}",
+        stderr(&show)
+    );
 
     let list = run_env(&["list", "--json"], &env, "").await;
     assert_eq!(code(&list), PARTIAL, "{}", stderr(&list));
