@@ -57,6 +57,13 @@ impl LockNames {
         format!("{lock_key}:queued")
     }
 
+    /// The identity a runtime of `prefix` in the process `process` publishes
+    /// (`<prefix>client:<process-uuid>`, see `who.rs`). No braces: no lock's
+    /// name, counter, channel or queue.
+    pub(crate) fn identity(prefix: &str, process: &str) -> String {
+        format!("{prefix}client:{process}")
+    }
+
     /// Redlock: the boot marker each master keeps for the runtimes of
     /// `prefix` (`<prefix>redlock:boot`, a hash without a TTL; see
     /// `scripts/redlock_boot.lua`). It has no braces, so it is no lock's

@@ -369,6 +369,36 @@ impl Backend {
         }
     }
 
+    /// Publishes this runtime's identity (`who.rs`): the hash `key` with
+    /// `fields`, for `ttl`. Nothing on the embedded backend (no operator can
+    /// look into it).
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        fields: &[(&'static str, String)],
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(r) => r.publish_identity(key, fields, ttl).await,
+            Backend::Memory(_) => Ok(()),
+            Backend::Redlock(r) => r.publish_identity(key, fields, ttl).await,
+            Backend::Sentinel(s) => s.publish_identity(key, fields, ttl).await,
+        }
+    }
+
+    /// The identity hash `key` a runtime published (empty: none, or gone).
+    pub(crate) async fn read_identity(
+        &self,
+        key: &str,
+    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.read_identity(key).await,
+            Backend::Memory(_) => Ok(Default::default()),
+            Backend::Redlock(r) => r.read_identity(key).await,
+            Backend::Sentinel(s) => s.read_identity(key).await,
+        }
+    }
+
     /// Releases without waiting for the outcome; callable from `Drop`, with
     /// or without a tokio context.
     pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {

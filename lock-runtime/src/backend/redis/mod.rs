@@ -281,6 +281,37 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// Writes the identity hash `key` (`who.rs`) and its TTL, in one
+    /// transaction.
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        fields: &[(&'static str, String)],
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        let mut con = self.con.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HSET").arg(key).arg(fields).ignore();
+        pipe.cmd("PEXPIRE").arg(key).arg(ms(ttl)).ignore();
+        pipe.query_async::<()>(&mut con)
+            .await
+            .map_err(|e| self.failed("publishing this runtime's identity failed", e))
+    }
+
+    /// Reads an identity hash (`HGETALL`).
+    pub(crate) async fn read_identity(
+        &self,
+        key: &str,
+    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+        let mut con = self.con.clone();
+        redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed("reading a runtime's identity failed", e))
+    }
+
     /// `WAIT replicas timeout`: how many replicas acknowledged every write
     /// sent on this connection so far (Sentinel's `sync_replicas`). It
     /// blocks the connection until then: send it on one of its own.

@@ -540,6 +540,24 @@ impl SentinelBackend {
             .await
     }
 
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        fields: &[(&'static str, String)],
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        self.on_primary(|p| async move { p.backend.publish_identity(key, fields, ttl).await })
+            .await
+    }
+
+    pub(crate) async fn read_identity(
+        &self,
+        key: &str,
+    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+        self.on_primary(|p| async move { p.backend.read_identity(key).await })
+            .await
+    }
+
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
         self.on_primary(|p| async move { p.backend.force_unlock(lock_key).await })
             .await
