@@ -125,6 +125,17 @@ impl Target {
         }
     }
 
+    /// The process behind `holder`, as its runtime published it (`None`:
+    /// nothing published, or the question failed: it only adds a name to
+    /// an answer that is complete without it).
+    pub(crate) async fn client_of(
+        &self,
+        runtime: &LockRuntime,
+        holder: &str,
+    ) -> Option<lock_runtime::ClientInfo> {
+        runtime.client_of(holder).await.ok().flatten()
+    }
+
     /// What `runtime` records of the lock `key` now (`None`: free).
     pub(crate) async fn inspect(
         &self,

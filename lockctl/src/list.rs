@@ -6,7 +6,9 @@
 //! many masters hold it). A server that does not answer makes the answer
 //! partial: it is named on stderr and the exit code says so.
 
-use lock_runtime::{layout, LockInfo};
+use std::collections::HashMap;
+
+use lock_runtime::{layout, ClientInfo, LockInfo};
 
 use crate::connect::Target;
 use crate::masters::{holding, Masters, View};
@@ -23,6 +25,8 @@ const SCAN_COUNT: usize = 500;
 struct Row {
     key: String,
     info: Option<LockInfo>,
+    /// The holder's process, as its runtime published it.
+    who: Option<ClientInfo>,
     masters: Option<(usize, usize)>,
 }
 
@@ -42,6 +46,8 @@ pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Out
     keys.dedup();
     keys.truncate(limit);
     let mut rows = Vec::new();
+    // One question per process, however many locks it holds.
+    let mut processes: HashMap<String, Option<ClientInfo>> = HashMap::new();
     for key in keys {
         let info = match target.inspect(&runtime, &key).await {
             Ok(info) => info,
@@ -64,11 +70,21 @@ pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Out
             };
             counted = Some((holding, views.len()));
         }
+        let mut who = None;
+        if let Some(info) = &info {
+            let process = info.holder.split(':').next().unwrap_or_default();
+            if !processes.contains_key(process) {
+                let found = target.client_of(&runtime, &info.holder).await;
+                processes.insert(process.to_owned(), found);
+            }
+            who = processes.get(process).cloned().flatten();
+        }
         // Released between the scan and now: not listed.
         if held_somewhere {
             rows.push(Row {
                 key,
                 info,
+                who,
                 masters: counted,
             });
         }
@@ -84,6 +100,9 @@ fn print(target: &Target, rows: &[Row], json: bool) {
                 Some(info) => report::info_json(info),
                 None => serde_json::json!({ "key": row.key, "held": false }),
             };
+            if row.info.is_some() {
+                value["client"] = report::client_json(row.who.as_ref());
+            }
             if let Some((holding, of)) = row.masters {
                 value["masters_holding"] = holding.into();
                 value["masters"] = of.into();
@@ -113,13 +132,16 @@ fn print(target: &Target, rows: &[Row], json: bool) {
     for row in rows {
         match &row.info {
             Some(info) => out!(
-                "{:<32} {:<12} {:>20} {:>6}{}  {}",
+                "{:<32} {:<12} {:>20} {:>6}{}  {}{}",
                 info.key,
                 report::lease(info.remaining_lease),
                 report::fence(info.fence),
                 info.queue.len(),
                 masters_column(row),
-                info.holder
+                info.holder,
+                row.who
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" ({})", report::client(c)))
             ),
             None => out!(
                 "{:<32} {:<12} {:>20} {:>6}{}  (no holder on a majority)",

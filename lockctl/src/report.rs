@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::LockInfo;
+use lock_runtime::{ClientInfo, LockInfo};
 use serde_json::{json, Value};
 
 use crate::masters::{holding, View};
@@ -21,15 +21,51 @@ pub(crate) fn info_json(info: &LockInfo) -> Value {
     })
 }
 
+/// The process behind a holder id as JSON (`null`: it published nothing).
+pub(crate) fn client_json(client: Option<&ClientInfo>) -> Value {
+    client.map_or(Value::Null, |c| {
+        json!({
+            "name": c.name,
+            "host": c.host,
+            "pid": c.pid,
+            "started_ms": c
+                .started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        })
+    })
+}
+
+/// The process behind a holder id, for people: `billing-worker on web-3,
+/// pid 4121, up 5m 3s`.
+pub(crate) fn client(client: &ClientInfo) -> String {
+    let name = client
+        .name
+        .as_ref()
+        .map_or(String::new(), |n| format!("{n} on "));
+    let up = client.started.elapsed().map_or(String::new(), |d| {
+        let s = d.as_secs();
+        match s {
+            0..60 => format!(", up {s}s"),
+            60..3600 => format!(", up {}m {}s", s / 60, s % 60),
+            _ => format!(", up {}h {}m", s / 3600, s / 60 % 60),
+        }
+    });
+    format!("{name}{}, pid {}{up}", client.host, client.pid)
+}
+
 /// A free lock as JSON.
 pub(crate) fn free_json(key: &str) -> Value {
     json!({ "key": key, "held": false })
 }
 
-/// A held lock as text, one field a line.
-pub(crate) fn info_text(info: &LockInfo) -> String {
+/// A held lock as text, one field a line (`who`: the holder's process).
+pub(crate) fn info_text(info: &LockInfo, who: Option<&ClientInfo>) -> String {
     let mut text = format!("{}: held\n", info.key);
     text.push_str(&format!("  holder      {}\n", info.holder));
+    if let Some(who) = who {
+        text.push_str(&format!("  process     {}\n", client(who)));
+    }
     text.push_str(&format!("  holds       {}\n", info.holds));
     text.push_str(&format!("  lease left  {}\n", lease(info.remaining_lease)));
     text.push_str(&format!("  fence       {}\n", fence(info.fence)));

@@ -14,11 +14,16 @@ pub(crate) async fn run(target: &Target, key: &str, json: bool) -> Result<Outcom
     let masters = Masters::open(target).await;
     let info = target.inspect(&runtime, key).await?;
     let views = masters.views(target, key).await;
+    let who = match &info {
+        Some(info) => target.client_of(&runtime, &info.holder).await,
+        None => None,
+    };
     match (&info, json) {
-        (Some(info), false) => out!("{}", report::info_text(info)),
+        (Some(info), false) => out!("{}", report::info_text(info, who.as_ref())),
         (None, false) => out!("{key}: free"),
         (Some(info), true) => {
             let mut value = report::info_json(info);
+            value["client"] = report::client_json(who.as_ref());
             if masters.len() > 0 {
                 value["masters"] = report::masters_json(&views);
             }

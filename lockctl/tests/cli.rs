@@ -397,3 +397,54 @@ async fn help_documents_every_exit_code() {
     let not_found = run(&unique("ctl-codes"), &["show", "nothing"], "").await;
     assert_eq!(code(&not_found), NOT_FOUND);
 }
+
+/// `show` and `list` say which process holds a lock: the name its runtime
+/// was given, its host and its pid, not only a holder id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_list_say_which_process_holds_the_lock() {
+    let prefix = unique("ctl-who");
+    let holder = Kind::Redis
+        .builder(&prefix)
+        .client_name("billing-worker")
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("order:1").acquire().await.unwrap();
+    let held_by = holder.inspect("order:1").await.unwrap().unwrap().holder;
+    // The runtime's watchdog publishes its identity at its first tick,
+    // right after the build; no event says when it landed: look (bounded).
+    let mut published = None;
+    for _ in 0..100 {
+        published = holder.client_of(&held_by).await.unwrap();
+        if published.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let published = published.expect("the identity is published within 2 s");
+    assert_eq!(published.pid, std::process::id());
+
+    let pid = format!(", pid {}", std::process::id());
+    let show = run(&prefix, &["show", "order:1"], "").await;
+    assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    let out = stdout(&show);
+    assert!(
+        out.contains("  process     billing-worker on ") && out.contains(&pid),
+        "{out}"
+    );
+    let json = run(&prefix, &["show", "order:1", "--json"], "").await;
+    let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(value["client"]["name"], "billing-worker");
+    assert_eq!(value["client"]["pid"], std::process::id());
+    assert_eq!(value["client"]["host"], published.host.as_str());
+
+    let list = run(&prefix, &["list"], "").await;
+    assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+    let out = stdout(&list);
+    let line = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        line.contains(&format!("{held_by} (billing-worker on ")) && line.contains(&pid),
+        "{out}"
+    );
+    guard.release().await.unwrap();
+}

@@ -11,6 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout};
+use common::{this_process, until_published};
 use common::{FOUND, PARTIAL};
 use lock_runtime::{layout, LockRuntime};
 use lock_testkit::{RedisCluster, RedisServer};
@@ -71,13 +72,15 @@ async fn cluster_list_covers_every_master_and_show_and_release_follow_moved() {
     // Node 0 answers MOVED for a key of master 2; the runtime follows it.
     let far = &keys[2];
     let info = holder.inspect(far).await.unwrap().unwrap();
+    until_published(&holder, &info.holder).await;
     let show = run_env(&["show", far], &env, "").await;
     assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    let out = stdout(&show);
     assert!(
-        stdout(&show).contains(&format!("  holder      {}\n", info.holder)),
-        "{}",
-        stdout(&show)
+        out.contains(&format!("  holder      {}\n", info.holder)),
+        "{out}"
     );
+    assert!(out.contains(&this_process()), "{out}");
 
     let release = run_env(&["release", &keys[1], "--force", "--yes"], &env, "").await;
     assert_eq!(code(&release), FOUND, "{}", stderr(&release));
@@ -167,9 +170,11 @@ async fn sentinel_list_show_and_release_work_on_the_current_primary() {
     let list = run_env(&["list", "--json"], &env, "").await;
     assert_eq!(code(&list), FOUND, "{}", stderr(&list));
     assert_eq!(listed(&list), ["order:1"]);
+    until_published(&holder, &info.holder).await;
     let show = run_env(&["show", "order:1"], &env, "").await;
     assert_eq!(code(&show), FOUND, "{}", stderr(&show));
     assert!(stdout(&show).contains(&info.holder), "{}", stdout(&show));
+    assert!(stdout(&show).contains(&this_process()), "{}", stdout(&show));
     let release = run_env(&["release", "order:1", "--force", "--yes"], &env, "").await;
     assert_eq!(code(&release), FOUND, "{}", stderr(&release));
     assert!(!holder.is_locked("order:1").await.unwrap());
@@ -194,10 +199,12 @@ async fn redlock_show_gives_the_quorum_view_and_every_masters_record() {
         ("LOCK_PREFIX", prefix.as_str()),
     ];
 
+    until_published(&holder, &info.holder).await;
     let show = run_env(&["show", "order:9"], &env, "").await;
     assert_eq!(code(&show), FOUND, "{}", stderr(&show));
     let out = stdout(&show);
     assert!(out.starts_with("order:9: held\n"), "{out}");
+    assert!(out.contains(&this_process()), "{out}");
     assert!(
         out.contains("  quorum      held on 3 of 3 masters (2 needed)"),
         "{out}"

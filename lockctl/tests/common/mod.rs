@@ -72,3 +72,21 @@ pub const FOUND: i32 = 0;
 pub const NOT_FOUND: i32 = 1;
 pub const ERROR: i32 = 2;
 pub const PARTIAL: i32 = 3;
+
+/// Waits until `runtime`'s identity is published for `holder` (its
+/// watchdog does it at its first tick, right after the build; no event says
+/// when it landed, so this looks, at most 100 times in 2 s).
+pub async fn until_published(runtime: &lock_runtime::LockRuntime, holder: &str) {
+    for _ in 0..100 {
+        if runtime.client_of(holder).await.unwrap().is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the identity of {holder} was not published within 2 s");
+}
+
+/// What `show` prints of the test process as the holder's process.
+pub fn this_process() -> String {
+    format!(", pid {}", std::process::id())
+}
