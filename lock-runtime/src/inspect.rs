@@ -91,8 +91,8 @@ impl LockRuntime {
     pub async fn client_of(&self, holder: &str) -> Result<Option<ClientInfo>, LockError> {
         let process = holder.split(':').next().unwrap_or(holder);
         let key = LockNames::identity(self.prefix(), process);
-        let fields = self.run(self.backend().read_identity(&key)).await?;
-        Ok(ClientInfo::from_fields(&fields))
+        let value = self.run(self.backend().read_identity(&key)).await?;
+        Ok(value.as_deref().and_then(ClientInfo::parse))
     }
 
     /// Whether anybody holds the lock `key` now (any process).

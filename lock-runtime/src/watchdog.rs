@@ -352,7 +352,7 @@ pub(crate) async fn run(
 /// the name next to a holder id until the next refresh: logged, not fatal.
 async fn publish(backend: Backend, identity: Identity) {
     let published = backend
-        .publish_identity(&identity.key, &identity.fields, who::TTL)
+        .publish_identity(&identity.key, &identity.value, who::TTL)
         .await;
     if let Err(error) = published {
         tracing::debug!(%error, "could not publish this runtime's identity");

@@ -1,10 +1,12 @@
 //! Who a runtime is, for an operator: a holder id (`<process-uuid>:<n>`)
 //! means nothing to a person paged at night, "billing-worker on host web-3,
 //! pid 4121, up since 09:12" does. Every runtime on a server backend
-//! publishes this in a small hash, `<prefix>client:<process-uuid>` (no
-//! braces, so it is no lock's name), with a TTL of [`TTL`] that its watchdog
-//! refreshes every [`REFRESH`]: it is there while the process lives, and
-//! gone soon after it dies. `lockctl show` and `list` print it
+//! publishes this in one small string key, `<prefix>client:<process-uuid>`
+//! (no braces, so it is no lock's name; `layout::client_identity`), one
+//! `field=value` a line, written with its TTL in one `SET … PX` (atomic, and
+//! within an ACL that allows the lock commands on `<prefix>*`). Its watchdog
+//! writes it again every [`REFRESH`], with a TTL of [`TTL`]: it is there while
+//! the process lives, and gone soon after it dies. `lockctl show` and `list` print it
 //! ([`LockRuntime::client_of`](crate::LockRuntime::client_of)). A leaf: it
 //! imports nothing of this crate.
 
@@ -35,11 +37,11 @@ pub struct ClientInfo {
     pub started: SystemTime,
 }
 
-/// This runtime's identity: the hash's name and fields.
+/// This runtime's identity: the key and its value.
 #[derive(Clone, Debug)]
 pub(crate) struct Identity {
     pub(crate) key: String,
-    pub(crate) fields: Vec<(&'static str, String)>,
+    pub(crate) value: String,
 }
 
 impl Identity {
@@ -56,18 +58,26 @@ impl Identity {
         if let Some(name) = name {
             fields.push(("name", name.to_owned()));
         }
-        Identity { key, fields }
+        // One field a line: a line break inside a value would start a
+        // field of its own, so none is kept.
+        let value = fields
+            .iter()
+            .map(|(field, value)| format!("{field}={}", value.replace(['\n', '\r'], " ")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Identity { key, value }
     }
 }
 
 impl ClientInfo {
-    /// Reads a published hash (`None`: nothing, or not an identity).
-    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<ClientInfo> {
+    /// Reads a published value (`None`: not an identity).
+    pub(crate) fn parse(value: &str) -> Option<ClientInfo> {
+        let fields: HashMap<&str, &str> = value.lines().filter_map(|l| l.split_once('=')).collect();
         let started: u64 = fields.get("started_ms")?.parse().ok()?;
         Some(ClientInfo {
-            host: fields.get("host")?.clone(),
+            host: (*fields.get("host")?).to_owned(),
             pid: fields.get("pid")?.parse().ok()?,
-            name: fields.get("name").cloned(),
+            name: fields.get("name").map(|n| (*n).to_owned()),
             started: UNIX_EPOCH + Duration::from_millis(started),
         })
     }
@@ -92,16 +102,12 @@ mod tests {
 
     #[test]
     fn a_published_identity_reads_back_as_the_same_process() {
-        let identity = Identity::of_this_process("p:client:x".to_owned(), Some("worker"));
-        let fields = identity
-            .fields
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect();
-        let info = ClientInfo::from_fields(&fields);
+        let identity = Identity::of_this_process("p:client:x".to_owned(), Some("a\nhost=x"));
+        let info = ClientInfo::parse(&identity.value);
         let info = info.as_ref();
         assert_eq!(info.map(|i| i.pid), Some(std::process::id()));
-        assert_eq!(info.and_then(|i| i.name.as_deref()), Some("worker"));
-        assert!(info.is_some_and(|i| !i.host.is_empty()));
+        assert_eq!(info.and_then(|i| i.name.as_deref()), Some("a host=x"));
+        assert!(info.is_some_and(|i| !i.host.is_empty() && i.host != "x"));
+        assert_eq!(ClientInfo::parse("something else"), None);
     }
 }

@@ -369,31 +369,28 @@ impl Backend {
         }
     }
 
-    /// Publishes this runtime's identity (`who.rs`): the hash `key` with
-    /// `fields`, for `ttl`. Nothing on the embedded backend (no operator can
-    /// look into it).
+    /// Publishes this runtime's identity (`who.rs`): `value` under `key`,
+    /// for `ttl`. Nothing on the embedded backend (no operator can look
+    /// into it).
     pub(crate) async fn publish_identity(
         &self,
         key: &str,
-        fields: &[(&'static str, String)],
+        value: &str,
         ttl: Duration,
     ) -> Result<(), BackendError> {
         match self {
-            Backend::Redis(r) => r.publish_identity(key, fields, ttl).await,
+            Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
             Backend::Memory(_) => Ok(()),
-            Backend::Redlock(r) => r.publish_identity(key, fields, ttl).await,
-            Backend::Sentinel(s) => s.publish_identity(key, fields, ttl).await,
+            Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
         }
     }
 
-    /// The identity hash `key` a runtime published (empty: none, or gone).
-    pub(crate) async fn read_identity(
-        &self,
-        key: &str,
-    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+    /// The identity a runtime published under `key` (`None`: none, or gone).
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
         match self {
             Backend::Redis(r) => r.read_identity(key).await,
-            Backend::Memory(_) => Ok(Default::default()),
+            Backend::Memory(_) => Ok(None),
             Backend::Redlock(r) => r.read_identity(key).await,
             Backend::Sentinel(s) => s.read_identity(key).await,
         }

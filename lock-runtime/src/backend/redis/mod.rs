@@ -281,31 +281,28 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// Writes the identity hash `key` (`who.rs`) and its TTL, in one
-    /// transaction.
+    /// Writes the identity `key` (`who.rs`) with its TTL: one `SET … PX`.
     pub(crate) async fn publish_identity(
         &self,
         key: &str,
-        fields: &[(&'static str, String)],
+        value: &str,
         ttl: Duration,
     ) -> Result<(), BackendError> {
         let mut con = self.con.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("HSET").arg(key).arg(fields).ignore();
-        pipe.cmd("PEXPIRE").arg(key).arg(ms(ttl)).ignore();
-        pipe.query_async::<()>(&mut con)
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ms(ttl))
+            .query_async::<()>(&mut con)
             .await
             .map_err(|e| self.failed("publishing this runtime's identity failed", e))
     }
 
-    /// Reads an identity hash (`HGETALL`).
-    pub(crate) async fn read_identity(
-        &self,
-        key: &str,
-    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+    /// Reads an identity (`GET`).
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
         let mut con = self.con.clone();
-        redis::cmd("HGETALL")
+        redis::cmd("GET")
             .arg(key)
             .query_async(&mut con)
             .await

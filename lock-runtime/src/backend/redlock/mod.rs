@@ -563,10 +563,10 @@ impl Redlock {
     pub(crate) async fn publish_identity(
         &self,
         key: &str,
-        fields: &[(&'static str, String)],
+        value: &str,
         ttl: Duration,
     ) -> Result<(), BackendError> {
-        let answers = gather(self.calls(|m| m.publish_identity(key, fields, ttl)), |_| {
+        let answers = gather(self.calls(|m| m.publish_identity(key, value, ttl)), |_| {
             false
         })
         .await;
@@ -578,25 +578,25 @@ impl Redlock {
     }
 
     /// An identity as the first master that has it records it.
-    pub(crate) async fn read_identity(
-        &self,
-        key: &str,
-    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
         let answers = gather(self.calls(|m| m.read_identity(key)), |answers| {
-            answers
-                .iter()
-                .any(|a| matches!(a, Some(Ok(fields)) if !fields.is_empty()))
+            answers.iter().any(|a| matches!(a, Some(Ok(Some(_)))))
         })
         .await;
-        let mut found = None;
+        let mut answered = false;
         for answer in answers.into_iter().flatten() {
             match answer {
-                Ok(fields) if !fields.is_empty() => return Ok(fields),
-                Ok(fields) => found = Some(fields),
+                Ok(Some(value)) => return Ok(Some(value)),
+                Ok(None) => answered = true,
                 Err(_) => {}
             }
         }
-        found.ok_or_else(|| BackendError::msg("Redlock read identity: no master answered"))
+        match answered {
+            true => Ok(None),
+            false => Err(BackendError::msg(
+                "Redlock read identity: no master answered",
+            )),
+        }
     }
 
     /// Deletes the lock on every master; `true` when any had it. Fails when

@@ -543,17 +543,14 @@ impl SentinelBackend {
     pub(crate) async fn publish_identity(
         &self,
         key: &str,
-        fields: &[(&'static str, String)],
+        value: &str,
         ttl: Duration,
     ) -> Result<(), BackendError> {
-        self.on_primary(|p| async move { p.backend.publish_identity(key, fields, ttl).await })
+        self.on_primary(|p| async move { p.backend.publish_identity(key, value, ttl).await })
             .await
     }
 
-    pub(crate) async fn read_identity(
-        &self,
-        key: &str,
-    ) -> Result<std::collections::HashMap<String, String>, BackendError> {
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
         self.on_primary(|p| async move { p.backend.read_identity(key).await })
             .await
     }
