@@ -88,6 +88,8 @@ pub struct LockRuntimeBuilder {
     pub(crate) cohort: Cohort,
     /// The name this runtime publishes with its identity (`who.rs`).
     pub(crate) client_name: Option<String>,
+    /// Whether it publishes its identity at all.
+    pub(crate) publish_identity: bool,
 }
 
 /// Whether locks are fair when neither the lock, the builder nor
@@ -164,6 +166,7 @@ impl Default for LockRuntimeBuilder {
             client_name: std::env::var("LOCK_CLIENT_NAME")
                 .ok()
                 .filter(|n| !n.trim().is_empty()),
+            publish_identity: true,
         }
     }
 }
@@ -353,6 +356,14 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// Whether this runtime publishes who it is (see
+    /// [`client_name`](Self::client_name); default `true`). A tool that
+    /// takes no lock, like `lockctl`, turns it off and writes nothing.
+    pub fn publish_identity(mut self, publish: bool) -> Self {
+        self.publish_identity = publish;
+        self
+    }
+
     /// How long a single try may take: `wait(Duration::ZERO)` and
     /// [`try_acquire`](crate::LockRequest::try_acquire), and the last try a
     /// bounded wait makes when its deadline passes while it sleeps (default
@@ -496,7 +507,8 @@ impl LockRuntimeBuilder {
         };
         // Every runtime on a server publishes who it is (`who.rs`); nobody
         // can look into the embedded store.
-        let identity = (!matches!(self.choice, Choice::Memory)).then(|| {
+        let publish = self.publish_identity && !matches!(self.choice, Choice::Memory);
+        let identity = publish.then(|| {
             let key = LockNames::identity(&self.prefix, crate::owner::process_id());
             Identity::of_this_process(key, self.client_name.as_deref())
         });

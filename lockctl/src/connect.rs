@@ -62,7 +62,10 @@ impl Target {
         &self,
         builder: lock_runtime::LockRuntimeBuilder,
     ) -> Result<LockRuntime, Failure> {
+        // lockctl takes no lock: it has no identity to publish, and `show`
+        // or `list` write nothing.
         builder
+            .publish_identity(false)
             .key_prefix(self.prefix.clone())
             .connect_timeout(TIMEOUT)
             .response_timeout(TIMEOUT)

@@ -448,3 +448,21 @@ async fn show_and_list_say_which_process_holds_the_lock() {
     );
     guard.release().await.unwrap();
 }
+
+/// Reading writes nothing: `list` and `show` leave no name under the prefix
+/// (lockctl's runtime takes no lock and publishes no identity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_list_write_nothing() {
+    let prefix = unique("ctl-readonly");
+    for args in [&["list"][..], &["show", "k"], &["show", "k", "--json"]] {
+        let output = run(&prefix, args, "").await;
+        assert_eq!(code(&output), NOT_FOUND, "{}", stderr(&output));
+    }
+    let mut con = redis().connection().await;
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(names, Vec::<String>::new());
+}
