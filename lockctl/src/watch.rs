@@ -45,8 +45,7 @@ pub(crate) async fn run(
     let channel = layout::release_channel(&layout::lock_name(&target.prefix, key));
     // Subscribe before the first look, so no release after it is missed.
     let mut releases = subscribe::subscribe(target, &channel).await?;
-    // On Redlock every master announces the release: a message is then
-    // news only if the quorum view changed.
+    // On Redlock every master announces the release.
     let announced_by_each = matches!(target.topology, Topology::Redlock(_));
     let start = Instant::now();
     let end = limits.duration.map(|d| start + d);
@@ -79,7 +78,11 @@ pub(crate) async fn run(
         if let Some(payload) = released.as_deref() {
             // A release; whom it freed is the holder seen last (unknown when
             // it came and went between two looks).
-            if !(announced_by_each && last == now_seen) {
+            // On Redlock a message is news only if it ends the hold seen
+            // last: the other masters' messages for the same release come
+            // later, maybe after the next holder took it. (A hold that
+            // came and went between two looks is not seen there.)
+            if !announced_by_each || (last.is_some() && last != now_seen) {
                 printer.released(last.as_ref(), handed_to(payload), payload == FORCED);
             }
         } else if last.is_some() && last != now_seen {

@@ -279,3 +279,45 @@ async fn redlock_with_a_master_down_answers_with_the_quorum_and_exits_partial() 
     assert_eq!(listed(&list), ["order:5"]);
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
+    let prefix = unique("ctl-redlock-watch");
+    let holder = Kind::Redlock.runtime(&prefix).await;
+    let first = holder.lock("k").acquire().await.unwrap();
+    let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+    let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
+    let masters = masters.join(",");
+    let env = [
+        ("REDLOCK_URLS", masters.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+    let args = ["watch", "k", "--count", "2", "--for", "20s"];
+    let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = lines_of(child.stdout.take().unwrap());
+    let state = next_line(&mut lines).await;
+    assert!(
+        state.contains(&format!("k: held by {first_holder}")),
+        "{state}"
+    );
+    first.release().await.unwrap();
+    let released = next_line(&mut lines).await;
+    assert!(
+        released.contains(&format!("k: released by {first_holder}")),
+        "{released}"
+    );
+    // Three masters announced that release: the next line is the next
+    // holder, not a release "by a holder not seen".
+    let second = holder.lock("k").acquire().await.unwrap();
+    let acquired = next_line(&mut lines).await;
+    assert!(
+        acquired.contains("k: acquired by ") && acquired.contains(&second.fence().to_string()),
+        "{acquired}"
+    );
+    let status = tokio::time::timeout(common::RUN_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(FOUND));
+    second.release().await.unwrap();
+}
