@@ -46,7 +46,7 @@ pub(crate) async fn run(
         }
         return Ok(target.outcome(false));
     };
-    if !yes && !confirm(&info) {
+    if !yes && !confirm(&info, target.client_of(&runtime, &info.holder).await) {
         match json {
             false => out!("{key}: not released"),
             true => out!(
@@ -80,11 +80,12 @@ pub(crate) async fn run(
     Ok(target.outcome(released))
 }
 
-/// Shows the holder on stderr and reads `y`/`yes` from stdin (anything
-/// else, or the end of input, is no).
-fn confirm(info: &lock_runtime::LockInfo) -> bool {
+/// Shows the holder (and its process, when it published one) on stderr and
+/// reads `y`/`yes` from stdin (anything else, or the end of input, is no).
+fn confirm(info: &lock_runtime::LockInfo, who: Option<lock_runtime::ClientInfo>) -> bool {
+    let who = who.map_or(String::new(), |c| format!(" ({})", report::client(&c)));
     eprint!(
-        "release {} held by {} (fence {}, lease left {})? [y/N] ",
+        "release {} held by {}{who} (fence {}, lease left {})? [y/N] ",
         info.key,
         info.holder,
         report::fence(info.fence),
