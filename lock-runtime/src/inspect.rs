@@ -58,7 +58,7 @@ impl LockRuntime {
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         crate::request::validate_key(key)?;
-        let lock_key = LockNames::lock_key(self.prefix(), key);
+        let lock_key = self.backend_key(key);
         let recorded = self.run(self.backend().inspect(&lock_key)).await?;
         let mine = format!("{}:", owner::process_id());
         Ok(recorded.map(|r| LockInfo {
@@ -107,7 +107,7 @@ impl LockRuntime {
         let Some(scope) = owner::current() else {
             return 0;
         };
-        let lock_key = LockNames::lock_key(self.prefix(), key);
+        let lock_key = self.backend_key(key);
         self.table().holds_in(&lock_key, &scope.node)
     }
 }
