@@ -106,6 +106,15 @@ impl Topology {
         let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
         let sentinels = set("REDIS_SENTINELS");
         let conflict = |text: &str| Err(Failure(format!("{text}: unset one of them")));
+        if backend.as_deref() == Some("etcd") || set("LOCK_ETCD_ENDPOINTS").is_some() {
+            // Said plainly rather than falling back to a Redis variable
+            // that may also be set: the locks are not there.
+            return Err(Failure(
+                "the locks are on etcd (LOCK_ETCD_ENDPOINTS or LOCK_BACKEND=etcd), which \
+                 lockctl does not read yet: use `etcdctl get --prefix <LOCK_PREFIX>`"
+                    .to_owned(),
+            ));
+        }
         match backend.as_deref() {
             Some("memory") => Err(Failure(
                 "LOCK_BACKEND=memory: the embedded backend's locks live inside their own \
