@@ -322,6 +322,11 @@ mod tests {
         assert!(choose(&[])
             .unwrap_err()
             .contains("pass --redis-url or set REDIS_URL"));
+        let etcd = choose(&[
+            ("LOCK_ETCD_ENDPOINTS", "h:2379"),
+            ("REDIS_URL", "redis://h:1"),
+        ]);
+        assert!(etcd.unwrap_err().contains("does not read yet"));
     }
 
     #[test]
