@@ -2,7 +2,7 @@
 //! (on Redlock the quorum view, and each master's own record).
 
 use crate::connect::Target;
-use crate::masters::Masters;
+use crate::masters::{holding, Masters};
 use crate::output::out;
 use crate::report;
 use crate::{Failure, Outcome};
@@ -26,6 +26,8 @@ pub(crate) async fn run(target: &Target, key: &str, json: bool) -> Result<Outcom
             value["client"] = report::client_json(who.as_ref());
             if masters.len() > 0 {
                 value["masters"] = report::masters_json(&views);
+                value["masters_holding"] = holding(&views, &info.holder).into();
+                value["quorum"] = (views.len() / 2 + 1).into();
             }
             out!("{value}");
         }

@@ -225,6 +225,10 @@ async fn redlock_show_gives_the_quorum_view_and_every_masters_record() {
     let each = value["masters"].as_array().unwrap();
     assert_eq!(each.len(), 3);
     assert!(each.iter().all(|m| m["held"] == true), "{value}");
+    assert_eq!(
+        (&value["masters_holding"], &value["quorum"]),
+        (&3.into(), &2.into())
+    );
 
     let list = run_env(&["list", "--json"], &env, "").await;
     assert_eq!(code(&list), FOUND, "{}", stderr(&list));
