@@ -85,12 +85,24 @@ impl ServerProcess {
             "--loglevel",
             "warning",
         ];
-        let command: Vec<String> = std::iter::once(&binary)
+        let command: Vec<&str> = std::iter::once(&binary)
             .chain(config.as_ref())
             .chain(defaults.iter())
             .chain(extra)
-            .map(|a| shell_quote(a))
+            .copied()
             .collect();
+        Self::spawn_wrapped(&command)
+    }
+
+    /// Starts any server program (`command`: the program and its arguments)
+    /// under the same wrapper, so it dies with this process too (etcd, say).
+    /// Returns at once, before the server answers.
+    pub fn spawn_program(command: &[&str]) -> Result<ServerProcess> {
+        Self::spawn_wrapped(command)
+    }
+
+    fn spawn_wrapped(command: &[&str]) -> Result<ServerProcess> {
+        let command: Vec<String> = command.iter().map(|a| shell_quote(a)).collect();
         let script = format!(
             "{} >/dev/null 2>&1 & pid=$!; echo $pid; read _; \
              kill -9 $pid 2>/dev/null; kill -CONT $pid 2>/dev/null",
@@ -102,17 +114,17 @@ impl ServerProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .context("start sh for redis-server")?;
+            .context("start sh for a server")?;
         let stdin = wrapper.stdin.take().context("wrapper stdin")?;
         let stdout = wrapper.stdout.take().context("wrapper stdout")?;
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
-            .context("read the redis-server pid")?;
+            .context("read the server pid")?;
         let pid = line
             .trim()
             .parse()
-            .with_context(|| format!("redis-server pid, got {line:?}"))?;
+            .with_context(|| format!("server pid, got {line:?}"))?;
         Ok(ServerProcess {
             pid,
             wrapper,

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
-use lock_testkit::{RedisCluster, RedisServer, SentinelSet};
+use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, SentinelSet};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -50,6 +50,20 @@ pub fn redlock() -> &'static [RedisServer] {
     FLEET.get_or_init(|| (0..3).map(|_| RedisServer::start()).collect())
 }
 
+/// The shared one-member etcd of this test binary, started on first use.
+pub fn etcd() -> &'static EtcdCluster {
+    static ETCD: OnceLock<EtcdCluster> = OnceLock::new();
+    ETCD.get_or_init(|| EtcdCluster::start(1))
+}
+
+/// The shared etcd cluster of three members of this test binary, started
+/// on first use. Nothing kills its members: the fault tests (`etcd.rs`)
+/// start clusters of their own.
+pub fn etcd3() -> &'static EtcdCluster {
+    static ETCD: OnceLock<EtcdCluster> = OnceLock::new();
+    ETCD.get_or_init(|| EtcdCluster::start(3))
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -75,16 +89,22 @@ pub enum Kind {
     Sentinel,
     /// The shared fleet of three independent masters.
     Redlock,
+    /// The shared one-member etcd.
+    Etcd,
+    /// The shared etcd cluster of three members.
+    Etcd3,
 }
 
 impl Kind {
     /// Every backend, in the order of [`backends!`](macro@crate::backends).
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
         Kind::Sentinel,
         Kind::Redlock,
+        Kind::Etcd,
+        Kind::Etcd3,
     ];
 
     /// A fresh runtime on this backend. Runtimes of one test on a server
@@ -115,6 +135,8 @@ impl Kind {
             Kind::Redlock => LockRuntime::builder()
                 .redlock(redlock().iter().map(RedisServer::url))
                 .fair(false),
+            Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
+            Kind::Etcd3 => LockRuntime::builder().etcd(etcd3().endpoints()),
         };
         builder.key_prefix(prefix)
     }
@@ -141,6 +163,7 @@ impl Kind {
                 }
                 all
             }
+            Kind::Etcd | Kind::Etcd3 => Vec::new(),
         }
     }
 
@@ -150,7 +173,7 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock => None,
+            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Etcd3 => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)

@@ -344,11 +344,17 @@ async fn a_spawned_task_waiting_for_its_parents_lock_times_out_naming_this_proce
 async fn a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout(kind: Kind) {
     let runtime = kind.runtime(&unique("joinarms")).await;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel::<()>();
     let holder = with_lock(runtime.lock("report"), async {
+        let _ = inside_tx.send(());
         let _ = done_rx.await;
         Ok::<_, LockError>(())
     });
     let waiter = async {
+        // Two acquires sent at once reach etcd in either order (each gRPC
+        // stream is served on its own): the waiter starts once the holder
+        // is inside.
+        let _ = inside_rx.await;
         let wait = Duration::from_millis(200);
         let outcome = with_lock(runtime.lock("report").wait(wait), async {
             Ok::<_, LockError>(())
