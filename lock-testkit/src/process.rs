@@ -1,5 +1,5 @@
-//! One `redis-server` process that cannot outlive the process that started
-//! it.
+//! One server process (`redis-server`, or ZooKeeper's JVM) that cannot
+//! outlive the process that started it.
 //!
 //! The server runs under a small `sh` wrapper that prints the server's pid
 //! and then blocks reading its stdin, whose other end only we hold. When we
@@ -9,6 +9,7 @@
 //! that it dies at once and is reaped instead of lingering stopped.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use anyhow::{Context, Result};
 
 use crate::signal::{self, Signal};
 
-/// A running `redis-server` and the wrapper that kills it when we exit;
+/// A running server and the wrapper that kills it when we exit;
 /// killed on drop.
 pub struct ServerProcess {
     pid: u32,
@@ -85,14 +86,27 @@ impl ServerProcess {
             "--loglevel",
             "warning",
         ];
-        let command: Vec<String> = std::iter::once(&binary)
-            .chain(config.as_ref())
-            .chain(defaults.iter())
-            .chain(extra)
-            .map(|a| shell_quote(a))
+        let command: Vec<&str> = std::iter::once(binary)
+            .chain(config)
+            .chain(defaults)
+            .chain(extra.iter().copied())
             .collect();
+        Self::spawn_command(&command, None)
+    }
+
+    /// Starts `command` (program and arguments) under the wrapper, its
+    /// output appended to `log` (or discarded). Returns at once, before the
+    /// server answers: for servers other than `redis-server` (ZooKeeper's
+    /// JVM), which take their settings from a file of their own.
+    pub fn spawn_command(command: &[&str], log: Option<&Path>) -> Result<ServerProcess> {
+        let program = command.first().copied().unwrap_or("server");
+        let command: Vec<String> = command.iter().map(|a| shell_quote(a)).collect();
+        let log = match log {
+            Some(path) => shell_quote(path.to_str().context("log path is not UTF-8")?),
+            None => "/dev/null".to_owned(),
+        };
         let script = format!(
-            "{} >/dev/null 2>&1 & pid=$!; echo $pid; read _; \
+            "{} >>{log} 2>&1 & pid=$!; echo $pid; read _; \
              kill -9 $pid 2>/dev/null; kill -CONT $pid 2>/dev/null",
             command.join(" ")
         );
@@ -102,17 +116,17 @@ impl ServerProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .context("start sh for redis-server")?;
+            .with_context(|| format!("start sh for {program}"))?;
         let stdin = wrapper.stdin.take().context("wrapper stdin")?;
         let stdout = wrapper.stdout.take().context("wrapper stdout")?;
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
-            .context("read the redis-server pid")?;
+            .with_context(|| format!("read the {program} pid"))?;
         let pid = line
             .trim()
             .parse()
-            .with_context(|| format!("redis-server pid, got {line:?}"))?;
+            .with_context(|| format!("{program} pid, got {line:?}"))?;
         Ok(ServerProcess {
             pid,
             wrapper,
