@@ -1,7 +1,7 @@
 //! Configuration from the environment: [`init_from_env`], the variables it
 //! reads, and the fail-closed rule for a missing backend.
 
-use crate::builder::LockRuntimeBuilder;
+use crate::builder::{Choice, LockRuntimeBuilder};
 use crate::error::LockError;
 use crate::runtime::LockRuntime;
 
@@ -79,9 +79,12 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 12] = [
+const ENV_VARIABLES: [&str; 15] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
+    "LOCK_ETCD_ENDPOINTS",
+    "LOCK_ETCD_USER",
+    "LOCK_ETCD_PASSWORD",
     "LOCK_REDLOCK_URLS",
     "REDLOCK_URLS",
     "REDIS_URL",
@@ -105,7 +108,13 @@ fn builder_from_env(
     let backend = set("LOCK_BACKEND").map(|b| b.trim().to_ascii_lowercase());
     let cluster = set("LOCK_REDIS_CLUSTER");
     let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
+    let etcd = set("LOCK_ETCD_ENDPOINTS");
     let mut builder = match (backend.as_deref(), url) {
+        (b, url) if etcd.is_some() || b == Some("etcd") => etcd_from_env(
+            &set,
+            b,
+            url.is_some() || cluster.is_some() || redlock.is_some(),
+        )?,
         (b, url) if set("REDIS_SENTINELS").is_some() || b == Some("sentinel") => {
             sentinel_from_env(&set, b, url.is_some())?
         }
@@ -176,6 +185,48 @@ fn builder_from_env(
     builder = builder.cohort(cohort.handoffs, cohort.budget);
     if let Some(fair) = crate::builder::fair_from_env(read("LOCK_FAIR").as_deref()) {
         builder = builder.fair(fair);
+    }
+    Ok(builder)
+}
+
+/// The etcd builder (`LOCK_ETCD_ENDPOINTS`, comma separated; with
+/// `LOCK_ETCD_USER` and `LOCK_ETCD_PASSWORD` for etcd's auth): refused
+/// beside another backend's variables.
+fn etcd_from_env(
+    set: &impl Fn(&str) -> Option<String>,
+    backend: Option<&str>,
+    redis_too: bool,
+) -> Result<LockRuntimeBuilder, LockError> {
+    if redis_too || !matches!(backend, None | Some("etcd")) {
+        return Err(LockError::InvalidConfig(
+            "LOCK_ETCD_ENDPOINTS (or LOCK_BACKEND=etcd) is set together with another \
+             backend's variables (a Redis URL, LOCK_REDIS_CLUSTER, REDLOCK_URLS or \
+             LOCK_BACKEND): unset one of them"
+                .to_owned(),
+        ));
+    }
+    let Some(endpoints) = set("LOCK_ETCD_ENDPOINTS") else {
+        return Err(LockError::InvalidConfig(
+            "LOCK_BACKEND=etcd, but no endpoints: set LOCK_ETCD_ENDPOINTS to host:port[,host:port…]"
+                .to_owned(),
+        ));
+    };
+    let endpoints: Vec<String> = endpoints
+        .split([',', ' '])
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut builder = LockRuntimeBuilder::default();
+    builder.choice = Choice::Etcd(endpoints);
+    match (set("LOCK_ETCD_USER"), set("LOCK_ETCD_PASSWORD")) {
+        (Some(user), Some(password)) => builder.etcd_user = Some((user, password)),
+        (None, None) => {}
+        _ => {
+            return Err(LockError::InvalidConfig(
+                "set both LOCK_ETCD_USER and LOCK_ETCD_PASSWORD, or neither".to_owned(),
+            ))
+        }
     }
     Ok(builder)
 }
@@ -321,7 +372,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::builder::Choice;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: std::collections::HashMap<String, String> = pairs
@@ -338,6 +388,7 @@ mod tests {
             Choice::RedisCluster(_) => "cluster",
             Choice::Redlock(_) => "redlock",
             Choice::Sentinel(..) => "sentinel",
+            Choice::Etcd(_) => "etcd",
         }
     }
 

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::names::LockNames;
 use crate::owner;
 use crate::runtime::LockRuntime;
 
@@ -57,7 +56,7 @@ impl LockRuntime {
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         crate::request::validate_key(key)?;
-        let lock_key = LockNames::lock_key(self.prefix(), key);
+        let lock_key = self.backend_key(key);
         let recorded = self.run(self.backend().inspect(&lock_key)).await?;
         let mine = format!("{}:", owner::process_id());
         Ok(recorded.map(|r| LockInfo {
@@ -83,7 +82,7 @@ impl LockRuntime {
         let Some(scope) = owner::current() else {
             return 0;
         };
-        let lock_key = LockNames::lock_key(self.prefix(), key);
+        let lock_key = self.backend_key(key);
         self.table().holds_in(&lock_key, &scope.node)
     }
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 use crate::acquire::{Acquisition, Want};
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::names::LockNames;
 use crate::owner::{self, Node};
 use crate::runtime::LockRuntime;
 use crate::traced::Traced;
@@ -240,12 +239,13 @@ impl LockRequest {
             Wait::For(wait) => Some(wait),
             Wait::Forever => None,
         };
-        let lock_key = LockNames::lock_key(runtime.prefix(), &self.key);
+        let lock_key = runtime.backend_key(&self.key);
         if let (Some(true), Some(why)) = (self.fair, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }
-        let fair = self.fair.unwrap_or(runtime.default_fair())
-            && runtime.backend().queues_across_processes();
+        let fair = runtime.backend().always_fair()
+            || (self.fair.unwrap_or(runtime.default_fair())
+                && runtime.backend().queues_across_processes());
         let want = Want {
             key: self.key,
             lock_key,

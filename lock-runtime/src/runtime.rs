@@ -24,7 +24,6 @@ use crate::backend::Backend;
 use crate::error::{BackendError, LockError};
 use crate::held::HeldTable;
 use crate::inflight::InFlight;
-use crate::names::LockNames;
 use crate::waiters::Waiters;
 use crate::watchdog::{Watchdog, WatchdogStats};
 
@@ -150,7 +149,7 @@ impl LockRuntime {
     /// when there was a lock. An administrative tool: the holder finds out at
     /// its next renewal (`Lost`).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
-        let lock_key = LockNames::lock_key(&self.inner.settings.prefix, key);
+        let lock_key = self.backend_key(key);
         Ok(self.run(self.inner.backend.force_unlock(&lock_key)).await?)
     }
 
@@ -306,9 +305,12 @@ impl LockRuntime {
         self.inner.passed_locally.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Backend name of `key` (prefix and hash tag applied), e.g. `lock:{order:1}`.
+    /// Backend name of `key` (prefix and, on Redis, hash tag applied), e.g.
+    /// `lock:{order:1}` on Redis, `lock:order:1` on etcd.
     pub fn backend_key(&self, key: &str) -> String {
-        LockNames::lock_key(&self.inner.settings.prefix, key)
+        self.inner
+            .backend
+            .lock_name(&self.inner.settings.prefix, key)
     }
 
     /// Polls `fut` in the runtime's tokio context when the caller has none
@@ -331,10 +333,6 @@ impl LockRuntime {
 
     pub(crate) fn watchdog(&self) -> &Watchdog {
         &self.inner.watchdog
-    }
-
-    pub(crate) fn prefix(&self) -> &str {
-        &self.inner.settings.prefix
     }
 
     pub(crate) fn default_lease(&self) -> Duration {

@@ -23,6 +23,7 @@
 //! |---|---|
 //! | [`server`] | [`RedisServer`]: start, kill, restart (empty or from a snapshot), freeze/thaw |
 //! | [`cluster`] | [`RedisCluster`]: N masters joined on loopback; move a slot with its keys |
+//! | [`etcd`] | [`EtcdCluster`]: one etcd member or three; kill, restart from the data dir, freeze |
 //! | [`sentinel`] | [`SentinelSet`]: a primary, replicas and three sentinels; kill, wait for the failover |
 //! | [`zookeeper`] | [`ZooKeeperServer`] (standalone) and [`ZooKeeperEnsemble`] (three): kill, restart from the data directory, freeze |
 //! | [`process`] | one server process under the wrapper that kills it with us |
@@ -41,6 +42,7 @@ pub mod binary;
 pub mod child;
 pub mod cluster;
 pub mod commandstats;
+pub mod etcd;
 pub mod pipes;
 pub mod port;
 pub mod process;
@@ -54,6 +56,7 @@ pub use binary::INSTALL_HINT;
 pub use child::LineChild;
 pub use cluster::RedisCluster;
 pub use commandstats::{CommandStats, Delta};
+pub use etcd::EtcdCluster;
 pub use port::free_port;
 pub use sentinel::SentinelSet;
 pub use server::RedisServer;

@@ -1,5 +1,5 @@
-//! One server process (`redis-server`, or ZooKeeper's JVM) that cannot
-//! outlive the process that started it.
+//! One `redis-server` process that cannot outlive the process that started
+//! it.
 //!
 //! The server runs under a small `sh` wrapper that prints the server's pid
 //! and then blocks reading its stdin, whose other end only we hold. When we
@@ -9,7 +9,6 @@
 //! that it dies at once and is reaped instead of lingering stopped.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use anyhow::{Context, Result};
 
 use crate::signal::{self, Signal};
 
-/// A running server and the wrapper that kills it when we exit;
+/// A running `redis-server` and the wrapper that kills it when we exit;
 /// killed on drop.
 pub struct ServerProcess {
     pid: u32,
@@ -86,27 +85,26 @@ impl ServerProcess {
             "--loglevel",
             "warning",
         ];
-        let command: Vec<&str> = std::iter::once(binary)
-            .chain(config)
-            .chain(defaults)
-            .chain(extra.iter().copied())
+        let command: Vec<&str> = std::iter::once(&binary)
+            .chain(config.as_ref())
+            .chain(defaults.iter())
+            .chain(extra)
+            .copied()
             .collect();
-        Self::spawn_command(&command, None)
+        Self::spawn_wrapped(&command)
     }
 
-    /// Starts `command` (program and arguments) under the wrapper, its
-    /// output appended to `log` (or discarded). Returns at once, before the
-    /// server answers: for servers other than `redis-server` (ZooKeeper's
-    /// JVM), which take their settings from a file of their own.
-    pub fn spawn_command(command: &[&str], log: Option<&Path>) -> Result<ServerProcess> {
-        let program = command.first().copied().unwrap_or("server");
+    /// Starts any server program (`command`: the program and its arguments)
+    /// under the same wrapper, so it dies with this process too (etcd, say).
+    /// Returns at once, before the server answers.
+    pub fn spawn_program(command: &[&str]) -> Result<ServerProcess> {
+        Self::spawn_wrapped(command)
+    }
+
+    fn spawn_wrapped(command: &[&str]) -> Result<ServerProcess> {
         let command: Vec<String> = command.iter().map(|a| shell_quote(a)).collect();
-        let log = match log {
-            Some(path) => shell_quote(path.to_str().context("log path is not UTF-8")?),
-            None => "/dev/null".to_owned(),
-        };
         let script = format!(
-            "{} >>{log} 2>&1 & pid=$!; echo $pid; read _; \
+            "{} >/dev/null 2>&1 & pid=$!; echo $pid; read _; \
              kill -9 $pid 2>/dev/null; kill -CONT $pid 2>/dev/null",
             command.join(" ")
         );
@@ -116,17 +114,17 @@ impl ServerProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .with_context(|| format!("start sh for {program}"))?;
+            .context("start sh for a server")?;
         let stdin = wrapper.stdin.take().context("wrapper stdin")?;
         let stdout = wrapper.stdout.take().context("wrapper stdout")?;
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
-            .with_context(|| format!("read the {program} pid"))?;
+            .context("read the server pid")?;
         let pid = line
             .trim()
             .parse()
-            .with_context(|| format!("{program} pid, got {line:?}"))?;
+            .with_context(|| format!("server pid, got {line:?}"))?;
         Ok(ServerProcess {
             pid,
             wrapper,

@@ -120,7 +120,16 @@ impl Node {
         let config = self.dir.join("zoo.cfg");
         let config = config.to_str().context("data directory is not UTF-8")?;
         let classpath = format!("{SERVER_JAR}:{LOGGER_JAR}");
+        let log = self.dir.join("server.log");
+        let log = log.to_str().context("data directory is not UTF-8")?;
+        // `sh` appends the JVM's output to its log and becomes the JVM
+        // (`exec`: the same pid, which the wrapper kills).
         let command = [
+            "sh",
+            "-c",
+            r#"log="$1"; shift; exec "$@" >>"$log" 2>&1"#,
+            "sh",
+            log,
             self.java.as_str(),
             // Small and quick to start: a test server holds a few nodes.
             "-Xmx128m",
@@ -134,7 +143,7 @@ impl Node {
             self.main,
             config,
         ];
-        ServerProcess::spawn_command(&command, Some(&self.dir.join("server.log")))
+        ServerProcess::spawn_program(&command)
     }
 
     /// Starts the process and waits until it serves; false (and nothing

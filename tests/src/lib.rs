@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
-use lock_testkit::{RedisCluster, RedisServer, SentinelSet};
+use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, SentinelSet};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -50,6 +50,12 @@ pub fn redlock() -> &'static [RedisServer] {
     FLEET.get_or_init(|| (0..3).map(|_| RedisServer::start()).collect())
 }
 
+/// The shared one-member etcd of this test binary, started on first use.
+pub fn etcd() -> &'static EtcdCluster {
+    static ETCD: OnceLock<EtcdCluster> = OnceLock::new();
+    ETCD.get_or_init(|| EtcdCluster::start(1))
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -75,16 +81,19 @@ pub enum Kind {
     Sentinel,
     /// The shared fleet of three independent masters.
     Redlock,
+    /// The shared one-member etcd.
+    Etcd,
 }
 
 impl Kind {
     /// Every backend, in the order of [`backends!`](crate::backends).
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
         Kind::Sentinel,
         Kind::Redlock,
+        Kind::Etcd,
     ];
 
     /// A fresh runtime on this backend. Runtimes of one test on a server
@@ -115,6 +124,7 @@ impl Kind {
             Kind::Redlock => LockRuntime::builder()
                 .redlock(redlock().iter().map(RedisServer::url))
                 .fair(false),
+            Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
         };
         builder.key_prefix(prefix)
     }
@@ -141,6 +151,7 @@ impl Kind {
                 }
                 all
             }
+            Kind::Etcd => Vec::new(),
         }
     }
 
@@ -150,7 +161,7 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock => None,
+            Kind::Memory | Kind::Redlock | Kind::Etcd => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)

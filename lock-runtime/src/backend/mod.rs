@@ -12,6 +12,8 @@
 pub(crate) const EMBEDDED_DESCRIPTION: &str =
     "embedded (in-process) backend: locks exclude only tasks of this process";
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
@@ -90,6 +92,9 @@ pub(crate) enum BackendConfig {
     Redlock(Vec<String>, String, ConnectSettings),
     /// A primary found through Redis Sentinel, followed across failovers.
     Sentinel(sentinel::SentinelConfig, ConnectSettings),
+    /// An etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::EtcdConfig, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -231,6 +236,9 @@ pub(crate) enum Backend {
     Redlock(redlock::Redlock),
     /// The primary of a Redis Sentinel service.
     Sentinel(sentinel::SentinelBackend),
+    /// An etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::EtcdBackend),
 }
 
 impl Backend {
@@ -263,6 +271,11 @@ impl Backend {
                 let (backend, watches) = sentinel::connect(config, &settings, wakeups).await?;
                 Ok((Backend::Sentinel(backend), Some(watches)))
             }
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(config, settings) => {
+                let (backend, watches) = etcd::connect(config, &settings, wakeups).await?;
+                Ok((Backend::Etcd(backend), Some(watches)))
+            }
         }
     }
 
@@ -274,6 +287,31 @@ impl Backend {
             Backend::Memory(_) => EMBEDDED_DESCRIPTION.to_owned(),
             Backend::Redlock(r) => r.describe(),
             Backend::Sentinel(s) => s.describe(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.describe(),
+        }
+    }
+
+    /// The backend's name of the lock `key` under `prefix`. Redis: the key
+    /// in a hash tag (`lock:{order:1}`), so that a lock's names share a
+    /// Cluster slot. etcd: the prefix and the key as they are (`lock:order:1`),
+    /// the name `etcdctl lock` is given for the same lock.
+    pub(crate) fn lock_name(&self, prefix: &str, key: &str) -> String {
+        match self {
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => format!("{prefix}{key}"),
+            _ => crate::names::LockNames::lock_key(prefix, key),
+        }
+    }
+
+    /// Whether every lock is fair, whatever it asks: the backend's recipe
+    /// queues contenders by creation order (etcd). `fair = false` still
+    /// excludes; it just changes nothing.
+    pub(crate) fn always_fair(&self) -> bool {
+        match self {
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => true,
+            _ => false,
         }
     }
 
@@ -295,7 +333,7 @@ impl Backend {
     /// are always served in order; Redlock has no shared queue and refuses
     /// fair mode, see [`Backend::fair_unsupported`].)
     pub(crate) fn queues_across_processes(&self) -> bool {
-        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
+        matches!(self, Backend::Redis(_) | Backend::Sentinel(_)) || self.always_fair()
     }
 
     /// Why a lock that asks for fair mode must be refused on this backend,
@@ -320,6 +358,8 @@ impl Backend {
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.acquire(lock_key, holder, lease, queue).await,
         }
     }
 
@@ -336,6 +376,8 @@ impl Backend {
             Backend::Memory(m) => Ok(m.release(lock_key, holder)),
             Backend::Redlock(r) => r.release(lock_key, holder, fair).await,
             Backend::Sentinel(s) => s.release(lock_key, holder, fair).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.release(lock_key, holder, fair).await,
         }
     }
 
@@ -346,6 +388,8 @@ impl Backend {
             Backend::Memory(_) => Ok(()),
             Backend::Redlock(r) => r.ping().await,
             Backend::Sentinel(s) => s.ping().await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.ping().await,
         }
     }
 
@@ -356,6 +400,8 @@ impl Backend {
             Backend::Memory(m) => Ok(m.inspect(lock_key)),
             Backend::Redlock(r) => r.inspect(lock_key).await,
             Backend::Sentinel(s) => s.inspect(lock_key).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.inspect(lock_key).await,
         }
     }
 
@@ -366,6 +412,8 @@ impl Backend {
             Backend::Memory(m) => Ok(m.delete(lock_key)),
             Backend::Redlock(r) => r.force_unlock(lock_key).await,
             Backend::Sentinel(s) => s.force_unlock(lock_key).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.force_unlock(lock_key).await,
         }
     }
 
@@ -379,6 +427,8 @@ impl Backend {
             }
             Backend::Redlock(r) => r.release_in_background(lock_key, holder, fair),
             Backend::Sentinel(s) => s.release_in_background(lock_key, holder, fair),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.release_in_background(lock_key, holder, fair),
         }
     }
 
@@ -390,6 +440,8 @@ impl Backend {
             Backend::Memory(_) => false,
             Backend::Redlock(r) => r.release_pending(lock_key),
             Backend::Sentinel(s) => s.release_pending(lock_key),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.pending().is_pending(lock_key),
         }
     }
 
@@ -400,6 +452,8 @@ impl Backend {
             Backend::Redis(r) => r.pending().settled(lock_key).await,
             Backend::Redlock(r) => r.releases_settled(lock_key).await,
             Backend::Sentinel(s) => s.releases_settled(lock_key).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.pending().settled(lock_key).await,
             Backend::Memory(_) => {}
         }
     }
@@ -411,6 +465,8 @@ impl Backend {
             Backend::Redis(r) => r.pending().all_settled().await,
             Backend::Redlock(r) => r.all_releases_settled().await,
             Backend::Sentinel(s) => s.all_releases_settled().await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.pending().all_settled().await,
             Backend::Memory(_) => {}
         }
     }
@@ -442,6 +498,8 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.refresh_places(batch).await,
             Backend::Sentinel(s) => s.refresh_places(batch).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.refresh_places(batch).await,
             Backend::Memory(_) | Backend::Redlock(_) => Ok(vec![None; batch.len()]),
         }
     }
@@ -460,6 +518,8 @@ impl Backend {
                 .collect()),
             Backend::Redlock(r) => r.renew_many(batch).await,
             Backend::Sentinel(s) => s.renew_many(batch).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.renew_many(batch).await,
         }
     }
 }

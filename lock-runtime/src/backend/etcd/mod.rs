@@ -1,0 +1,626 @@
+//! The etcd backend: etcd's own lock recipe (the `concurrency` package's
+//! mutex), reached over gRPC, under the same four operations as Redis.
+//!
+//! A lock `name` is a directory: every contender puts a key `name/<holder
+//! id>` attached to this runtime's etcd lease, and the key with the lowest
+//! create revision holds the lock. So the queue is fair by construction
+//! (first created, first served), a holder that dies frees the lock when
+//! its lease runs out, and the fencing token is the key's create revision:
+//! etcd's global revision, which only grows (until a cluster is wiped or
+//! restored from an old backup: then it starts again, and this backend
+//! says so in a warning). `etcdctl lock name` uses the same layout (its key
+//! is `name/<lease id>`), so the two exclude each other.
+//!
+//! - acquire: one transaction: if our key does not exist, put it (on the
+//!   lease) and read the first key of the directory, else read both. Ours
+//!   first: held. Otherwise our key waits in the queue and `wait.rs`
+//!   watches the key before it.
+//! - release: delete our key (the next key's watcher sees it).
+//! - renew: a keep-alive of the lease (`lease.rs`) and one transaction of
+//!   reads confirming every held key still stands with its revision.
+//!
+//! Every lock is fair here (see `Backend::always_fair`); a try-once
+//! acquire puts its key only if the directory is empty (one transaction).
+//! No token block can be reserved, so holds are not passed between tasks
+//! of a process (lock cohorting is off on etcd).
+
+mod lease;
+mod wait;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
+use super::{
+    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
+    Watches,
+};
+use crate::error::{BackendError, LockError};
+use crate::held::HeldLock;
+use lease::Leases;
+
+/// Most operations in one transaction (etcd's default `--max-txn-ops` is
+/// 128).
+const TXN_OPS: usize = 128;
+
+/// How often a background release is tried before the lease is left to
+/// free the lock.
+const RELEASE_ATTEMPTS: u32 = 5;
+
+/// Where the etcd servers are, and who we are to them.
+#[derive(Clone, Debug)]
+pub(crate) struct EtcdConfig {
+    /// `host:port` or `http(s)://host:port`, one per member.
+    pub(crate) endpoints: Vec<String>,
+    /// User name and password (etcd's own auth), if any.
+    pub(crate) user: Option<(String, String)>,
+}
+
+/// The lock `name`'s directory: `name/`.
+fn dir(lock: &str) -> String {
+    format!("{lock}/")
+}
+
+/// The key of `holder` in the lock `name`: `name/<holder>`.
+fn node(lock: &str, holder: &str) -> String {
+    format!("{lock}/{holder}")
+}
+
+/// The read of a directory's first key (the holder).
+fn first_of(lock: &str) -> TxnOp {
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    TxnOp::get(dir(lock), Some(first))
+}
+
+/// The etcd backend of one runtime.
+#[derive(Clone, Debug)]
+pub(crate) struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    client: Client,
+    /// The endpoints, for messages.
+    endpoints: String,
+    leases: Arc<Leases>,
+    waits: wait::Waits,
+    releases: ReleaseQueue,
+    wakeups: Weak<dyn Wakeups>,
+    timeout: Duration,
+    /// The runtime's tokio runtime (tasks are spawned there, whoever polls).
+    handle: tokio::runtime::Handle,
+    /// The last request was answered (a failure after an answer tells the
+    /// waiters that news may have been lost).
+    healthy: AtomicBool,
+    /// The highest revision an answer carried: a lower one means the
+    /// cluster was wiped or restored.
+    revision: AtomicI64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.waits.stop_all();
+    }
+}
+
+impl Inner {
+    /// A request failed: the first failure after an answer counts as a lost
+    /// connection (a watch event may have been missed meanwhile).
+    fn failed(&self, error: &etcd_client::Error) {
+        tracing::debug!(%error, endpoints = %self.endpoints, "etcd request failed");
+        if self.healthy.swap(false, Ordering::AcqRel) {
+            if let Some(wakeups) = self.wakeups.upgrade() {
+                wakeups.connection_lost();
+            }
+        }
+    }
+
+    /// A request was answered at `revision`.
+    fn answered(&self, revision: i64) {
+        self.healthy.store(true, Ordering::Release);
+        let before = self.revision.fetch_max(revision, Ordering::AcqRel);
+        if revision < before {
+            // Linearizable reads never go back: this is another history.
+            tracing::warn!(
+                endpoints = %self.endpoints,
+                revision,
+                before,
+                "etcd's revision went back: the cluster was wiped or restored from a backup; \
+                 fencing tokens (create revisions) start again lower"
+            );
+            self.revision.store(revision, Ordering::Release);
+            if let Some(wakeups) = self.wakeups.upgrade() {
+                wakeups.connection_lost();
+            }
+        }
+    }
+
+    /// One transaction, bounded by the response timeout.
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
+        let mut kv = self.client.kv_client();
+        match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
+            Ok(Ok(answer)) => {
+                self.answered(answer.header().map_or(0, |h| h.revision()));
+                Ok(answer)
+            }
+            Ok(Err(error)) => {
+                self.failed(&error);
+                Err(BackendError::new(
+                    format!("etcd transaction at {}", self.endpoints),
+                    error,
+                ))
+            }
+            Err(_) => {
+                self.healthy.store(false, Ordering::Release);
+                Err(BackendError::msg(format!(
+                    "etcd at {}: no answer within {:?}",
+                    self.endpoints, self.timeout
+                )))
+            }
+        }
+    }
+}
+
+/// The reads of a transaction's answer, in order.
+fn gets(answer: &TxnResponse) -> Vec<etcd_client::GetResponse> {
+    answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Connects to etcd (and checks that it answers within the connect
+/// timeout), and starts the backend's background releaser.
+pub(crate) async fn connect(
+    config: EtcdConfig,
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(EtcdBackend, Arc<dyn Watches>), LockError> {
+    if config.endpoints.is_empty() {
+        return Err(LockError::InvalidConfig(
+            "etcd needs at least one endpoint (host:port)".to_owned(),
+        ));
+    }
+    let endpoints = config.endpoints.join(",");
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(settings.connect_timeout)
+        .with_keep_alive(Duration::from_secs(2), settings.response_timeout)
+        .with_keep_alive_while_idle(true);
+    if let Some((user, password)) = &config.user {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    let shown = endpoints.clone();
+    let unreachable = |error: Option<etcd_client::Error>| {
+        let context = format!(
+            "cannot reach etcd at {shown} within the connect timeout ({:?})",
+            settings.connect_timeout
+        );
+        LockError::Backend(match error {
+            Some(error) => BackendError::new(context, error),
+            None => BackendError::msg(context),
+        })
+    };
+    let client = tokio::time::timeout(
+        settings.connect_timeout,
+        Client::connect(&config.endpoints, Some(options)),
+    )
+    .await
+    .map_err(|_| unreachable(None))?
+    .map_err(|e| unreachable(Some(e)))?;
+    let (releases, jobs) = ReleaseQueue::new();
+    let timeout = settings.response_timeout;
+    let inner = Arc::new(Inner {
+        leases: Arc::new(Leases::new(
+            client.lease_client(),
+            timeout,
+            wakeups.clone(),
+            tokio::runtime::Handle::current(),
+        )),
+        client,
+        endpoints,
+        waits: wait::Waits::default(),
+        releases,
+        wakeups,
+        timeout,
+        handle: tokio::runtime::Handle::current(),
+        healthy: AtomicBool::new(true),
+        revision: AtomicI64::new(0),
+    });
+    let backend = EtcdBackend { inner };
+    // One answer before the runtime is handed out: a wrong address fails
+    // here, not at the first lock.
+    tokio::time::timeout(settings.connect_timeout, backend.ping())
+        .await
+        .map_err(|_| unreachable(None))?
+        .map_err(LockError::Backend)?;
+    tokio::spawn(releaser(
+        Arc::downgrade(&backend.inner),
+        jobs,
+        backend.inner.releases.pending().clone(),
+    ));
+    let watches: Arc<dyn Watches> = Arc::new(EtcdWatches {
+        backend: Arc::downgrade(&backend.inner),
+    });
+    Ok((backend, watches))
+}
+
+impl EtcdBackend {
+    /// For logs: `etcd at host:port,...`.
+    pub(crate) fn describe(&self) -> String {
+        format!("etcd at {}", self.inner.endpoints)
+    }
+
+    /// One attempt for `holder` (see the module docs).
+    pub(crate) async fn acquire(
+        &self,
+        lock: &str,
+        holder: &str,
+        lease: Duration,
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        let on = self.inner.leases.ahead(lease).await?;
+        let ours = node(lock, holder);
+        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(on.id)));
+        // Waiting: our key joins the queue (or stays in it). Trying once:
+        // it goes in only if the directory is empty.
+        let joins = matches!(queue, Queue::Join(_));
+        let when = if joins {
+            Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::create_revision(dir(lock), CompareOp::Equal, 0).with_prefix()
+        };
+        let txn = Txn::new()
+            .when([when])
+            .and_then([put, first_of(lock)])
+            .or_else([TxnOp::get(ours.clone(), None), first_of(lock)]);
+        let answer = self.inner.txn(txn).await?;
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let created = answer.succeeded();
+        let reads = gets(&answer);
+        let (own, first) = match (created, reads.as_slice()) {
+            (true, [first]) => ((revision, on.id), first.kvs().first()),
+            (false, [own, first]) => match own.kvs().first() {
+                Some(kv) => ((kv.create_revision(), kv.lease()), first.kvs().first()),
+                // Not ours, and (trying once) the directory is not empty.
+                None => return Ok(Acquire::Busy { ttl: None }),
+            },
+            _ => return Err(BackendError::msg("etcd answered an acquire unexpectedly")),
+        };
+        let (mine, its_lease) = own;
+        if its_lease != on.id {
+            // A place made with another lease length: move it onto this
+            // lease (its create revision, so its place, stays), so that it
+            // lives as long as this hold counts on.
+            self.reattach(&ours, mine, on.id).await?;
+        }
+        let fence = u64::try_from(mine).unwrap_or(0);
+        if first.is_some_and(|kv| kv.key() == ours.as_bytes()) {
+            self.inner.waits.stop(lock, holder);
+            return Ok(Acquire::Held {
+                fence,
+                upto: fence,
+                handed: !created,
+            });
+        }
+        if joins {
+            self.inner.waits.start(&self.inner, lock, holder, mine);
+        }
+        Ok(Acquire::Busy { ttl: None })
+    }
+
+    /// Puts `key` (created at `mine`) on the lease `lease`, keeping its
+    /// create revision.
+    async fn reattach(&self, key: &str, mine: i64, lease: i64) -> Result<(), BackendError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+            .and_then([TxnOp::put(
+                key,
+                "",
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        self.inner.txn(txn).await.map(drop)
+    }
+
+    /// Deletes `holder`'s key of `lock`.
+    pub(crate) async fn release(
+        &self,
+        lock: &str,
+        holder: &str,
+        _fair: bool,
+    ) -> Result<Release, BackendError> {
+        self.inner.waits.stop(lock, holder);
+        let txn = Txn::new().and_then([TxnOp::delete(node(lock, holder), None)]);
+        let answer = self.inner.txn(txn).await?;
+        let deleted = answer.op_responses().into_iter().any(|r| match r {
+            TxnOpResponse::Delete(d) => d.deleted() > 0,
+            _ => false,
+        });
+        Ok(if deleted {
+            Release::Freed
+        } else {
+            Release::NotHeld
+        })
+    }
+
+    /// One read of a key.
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let txn = Txn::new().and_then([TxnOp::get("lock-runtime/ping", None)]);
+        self.inner.txn(txn).await.map(drop)
+    }
+
+    /// The holder (the first key), its lease's remaining TTL, and the queue.
+    pub(crate) async fn inspect(&self, lock: &str) -> Result<Option<Recorded>, BackendError> {
+        let all = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let txn = Txn::new().and_then([TxnOp::get(dir(lock), Some(all))]);
+        let answer = self.inner.txn(txn).await?;
+        let reads = gets(&answer);
+        let Some(kvs) = reads.first().map(|r| r.kvs()) else {
+            return Ok(None);
+        };
+        let Some(first) = kvs.first() else {
+            return Ok(None);
+        };
+        let skip = dir(lock).len();
+        let name =
+            |key: &[u8]| String::from_utf8_lossy(key.get(skip..).unwrap_or(key)).into_owned();
+        let mut leases = self.inner.client.lease_client();
+        let remaining = match tokio::time::timeout(
+            self.inner.timeout,
+            leases.time_to_live(first.lease(), None),
+        )
+        .await
+        {
+            Ok(Ok(ttl)) if ttl.ttl() >= 0 => {
+                Some(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
+            }
+            _ => None,
+        };
+        Ok(Some(Recorded {
+            holder: name(first.key()),
+            holds: 1,
+            remaining,
+            fence: u64::try_from(first.create_revision()).ok(),
+            queue: kvs[1..].iter().map(|kv| name(kv.key())).collect(),
+        }))
+    }
+
+    /// Deletes the holder's key (the first), whoever it is; `true` when
+    /// there was one.
+    pub(crate) async fn force_unlock(&self, lock: &str) -> Result<bool, BackendError> {
+        let answer = self
+            .inner
+            .txn(Txn::new().and_then([first_of(lock)]))
+            .await?;
+        let reads = gets(&answer);
+        let Some(first) = reads.first().and_then(|r| r.kvs().first()) else {
+            return Ok(false);
+        };
+        let key = first.key().to_vec();
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                first.create_revision(),
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(self.inner.txn(txn).await?.succeeded())
+    }
+
+    /// Queues the deletion of `holder`'s key of `lock`.
+    pub(crate) fn release_in_background(&self, lock: String, holder: String, fair: bool) {
+        self.inner.waits.stop(&lock, &holder);
+        if !self.inner.releases.send(lock, holder, fair) {
+            tracing::debug!("lock runtime stopped; a lock will be freed by its etcd lease");
+        }
+    }
+
+    /// The background releases not yet answered.
+    pub(crate) fn pending(&self) -> &Arc<PendingReleases> {
+        self.inner.releases.pending()
+    }
+
+    /// Keeps the leases of `batch` alive and confirms that every key still
+    /// stands with its create revision (see the module docs).
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        let sent = Instant::now();
+        let keeping = self.keep_alive_for(batch.iter().map(|l| l.lease));
+        let mut outcome = Vec::with_capacity(batch.len());
+        let reading = async {
+            let mut found = Vec::with_capacity(batch.len());
+            for chunk in batch.chunks(TXN_OPS) {
+                let reads = chunk
+                    .iter()
+                    .map(|l| TxnOp::get(node(&l.lock_key, &l.holder), None));
+                let answer = self
+                    .inner
+                    .txn(Txn::new().and_then(reads.collect::<Vec<_>>()))
+                    .await?;
+                found.extend(
+                    gets(&answer)
+                        .into_iter()
+                        .map(|g| g.kvs().first().map(|kv| (kv.create_revision(), kv.lease()))),
+                );
+            }
+            Ok::<_, BackendError>(found)
+        };
+        let ((), found) = tokio::join!(keeping, reading);
+        let found = found?;
+        for (lock, kv) in batch.iter().zip(found) {
+            outcome.push(match kv {
+                Some((revision, _)) if u64::try_from(revision).ok() != Some(lock.fence()) => {
+                    Some(false)
+                }
+                None => Some(false),
+                Some((_, lease)) => self
+                    .inner
+                    .leases
+                    .confirmed_until(lease, sent + lock.lease)
+                    .then_some(true),
+            });
+        }
+        Ok(outcome)
+    }
+
+    /// One keep-alive of each lease that locks of these lease lengths use
+    /// (failures show as leases not confirmed).
+    async fn keep_alive_for(&self, leases: impl Iterator<Item = Duration>) {
+        let mut ttls: Vec<u64> = leases.map(lease::ttl_secs).collect();
+        ttls.sort_unstable();
+        ttls.dedup();
+        let all = self.inner.leases.all();
+        let keeping = all
+            .iter()
+            .filter(|l| ttls.contains(&l.ttl_secs()))
+            .map(|l| self.inner.leases.keep_alive_or_forget(l));
+        futures_util::future::join_all(keeping).await;
+    }
+
+    /// Confirms fair places: each key still queued (standing, not first)
+    /// on a lease confirmed for the place's handoff lease.
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        let sent = Instant::now();
+        let mut outcome = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(TXN_OPS / 2) {
+            let reads: Vec<TxnOp> = chunk
+                .iter()
+                .flat_map(|p| {
+                    [
+                        TxnOp::get(node(&p.lock_key, &p.holder), None),
+                        first_of(&p.lock_key),
+                    ]
+                })
+                .collect();
+            let answer = self.inner.txn(Txn::new().and_then(reads)).await?;
+            let reads = gets(&answer);
+            for (place, pair) in chunk.iter().zip(reads.chunks(2)) {
+                let [own, first] = pair else {
+                    outcome.push(None);
+                    continue;
+                };
+                let ours = node(&place.lock_key, &place.holder);
+                let refreshed = match own.kvs().first() {
+                    None => Some(Refreshed {
+                        queued: false,
+                        lock_ttl: -2,
+                    }),
+                    Some(_)
+                        if first
+                            .kvs()
+                            .first()
+                            .is_some_and(|kv| kv.key() == ours.as_bytes()) =>
+                    {
+                        Some(Refreshed {
+                            queued: false,
+                            lock_ttl: -1,
+                        })
+                    }
+                    Some(kv) => self
+                        .inner
+                        .leases
+                        .confirmed_until(kv.lease(), sent + place.lease)
+                        .then_some(Refreshed {
+                            queued: true,
+                            lock_ttl: -1,
+                        }),
+                };
+                outcome.push(refreshed);
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Deletes the keys of dropped guards, cancelled acquires and unused
+/// places, in transactions of many, retrying a few times.
+async fn releaser(
+    inner: Weak<Inner>,
+    mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+    pending: Arc<PendingReleases>,
+) {
+    let mut batch = Vec::with_capacity(TXN_OPS);
+    while jobs.recv_many(&mut batch, TXN_OPS).await > 0 {
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS));
+        let Some(backend) = inner.upgrade() else {
+            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
+            return;
+        };
+        let pending = pending.clone();
+        tokio::spawn(async move {
+            let mut keys: Vec<String> = batch.iter().map(|(l, h, _)| node(l, h)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for attempt in 1..=RELEASE_ATTEMPTS {
+                let deletes: Vec<TxnOp> = keys
+                    .iter()
+                    .map(|k| TxnOp::delete(k.clone(), None))
+                    .collect();
+                match backend.txn(Txn::new().and_then(deletes)).await {
+                    Ok(_) => break,
+                    Err(error) if attempt < RELEASE_ATTEMPTS => {
+                        tracing::debug!(%error, "background release failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    }
+                    Err(error) => tracing::warn!(
+                        %error,
+                        locks = keys.len(),
+                        "background release failed; the locks will be freed by their etcd lease"
+                    ),
+                }
+            }
+            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
+        });
+    }
+}
+
+/// The waiters' side: the per-place watches start with the acquire that
+/// queued the place, so a lock's watch is ready at once; an unused place's
+/// key is deleted.
+#[derive(Debug)]
+struct EtcdWatches {
+    backend: Weak<Inner>,
+}
+
+impl Watches for EtcdWatches {
+    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
+        watched.set_ready();
+    }
+
+    fn unwatch(&self, _lock: &str) {}
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        if let Some(inner) = self.backend.upgrade() {
+            EtcdBackend { inner }.release_in_background(lock, holder, true);
+        }
+    }
+}

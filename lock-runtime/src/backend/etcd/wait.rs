@@ -1,0 +1,200 @@
+//! A queued place's turn: each place of this process in a lock's queue
+//! (its key, waiting behind older keys) watches the key just before it in
+//! create-revision order, never the whole directory, so a release wakes
+//! one process, not every waiter.
+//!
+//! When that key is deleted (released, or its lease ran out), the place
+//! reads again, in one transaction, its own key and the key now before it:
+//! a new predecessor is watched in turn; none means the lock is the
+//! place's, and the waiters are told it was handed over. This read is the
+//! check the Jepsen analysis of etcd 3.4 asked for: the lock is only
+//! claimed after the server confirmed, after the predecessor's delete, that
+//! the place's own key still stands (etcd's own Lock RPC could grant a lock
+//! whose lease had expired, etcd#11456). A place whose key is gone (its
+//! lease lost, a force-unlock) tells its waiters the key was released: the
+//! next attempt queues it again.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use etcd_client::{
+    EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use tokio::task::AbortHandle;
+
+use super::{dir, node, Inner};
+
+/// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The places being waited for, by (lock, holder id).
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    tasks: Mutex<HashMap<(String, String), AbortHandle>>,
+}
+
+impl Waits {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), AbortHandle>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts watching for the turn of `holder`'s key in `lock` (created
+    /// at revision `mine`), unless that is watched already.
+    pub(super) fn start(&self, inner: &std::sync::Arc<Inner>, lock: &str, holder: &str, mine: i64) {
+        let mut tasks = self.tasks();
+        let id = (lock.to_owned(), holder.to_owned());
+        if tasks.get(&id).is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let task = inner.handle.spawn(wait_turn(
+            std::sync::Arc::downgrade(inner),
+            lock.to_owned(),
+            holder.to_owned(),
+            mine,
+        ));
+        tasks.insert(id, task.abort_handle());
+    }
+
+    /// Stops watching for `holder`'s turn in `lock` (it holds the lock, or
+    /// its key is being deleted).
+    pub(super) fn stop(&self, lock: &str, holder: &str) {
+        if let Some(task) = self.tasks().remove(&(lock.to_owned(), holder.to_owned())) {
+            task.abort();
+        }
+    }
+
+    /// Stops every watch (the backend is going away).
+    pub(super) fn stop_all(&self) {
+        for (_, task) in self.tasks().drain() {
+            task.abort();
+        }
+    }
+
+    /// The task of `holder` in `lock` ends by itself.
+    fn ended(&self, lock: &str, holder: &str) {
+        self.tasks().remove(&(lock.to_owned(), holder.to_owned()));
+    }
+}
+
+/// What the read after a change found.
+enum Found {
+    /// Our key is gone (or was made again since: another place's now).
+    Gone,
+    /// No older key: the lock is ours.
+    First,
+    /// This key is just before ours; the read was at this revision.
+    Behind(Vec<u8>, i64),
+}
+
+/// Waits for the turn of `holder`'s key in `lock`, created at revision
+/// `mine`; tells the waiters when it comes, or when the key is gone.
+async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let Some(backend) = inner.upgrade() else {
+            return;
+        };
+        let found = match read(&backend, &lock, &holder, mine).await {
+            Ok(found) => found,
+            Err(()) => {
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        let (before, revision) = match found {
+            Found::Gone => {
+                backend.waits.ended(&lock, &holder);
+                if let Some(wakeups) = backend.wakeups.upgrade() {
+                    wakeups.released(&lock);
+                }
+                return;
+            }
+            Found::First => {
+                backend.waits.ended(&lock, &holder);
+                if let Some(wakeups) = backend.wakeups.upgrade() {
+                    let fence = u64::try_from(mine).unwrap_or(0);
+                    wakeups.handed_over(&lock, &holder, fence, fence);
+                }
+                return;
+            }
+            Found::Behind(before, revision) => (before, revision),
+        };
+        match deleted(&backend, &before, &node(&lock, &holder), revision).await {
+            Ok(()) => backoff = BACKOFF_MIN,
+            Err(()) => {
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Reads our key and the key just before it, in one transaction.
+async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Found, ()> {
+    let ours = node(lock, holder);
+    let before = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(mine - 1)
+        .with_limit(1);
+    let txn = Txn::new().and_then([
+        TxnOp::get(ours.clone(), None),
+        TxnOp::get(dir(lock), Some(before)),
+    ]);
+    let answer = backend.txn(txn).await.map_err(|_| ())?;
+    let revision = answer.header().map_or(0, |h| h.revision());
+    let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    });
+    let (Some(own), Some(older)) = (gets.next(), gets.next()) else {
+        return Err(());
+    };
+    let still = own
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == mine);
+    if !still {
+        return Ok(Found::Gone);
+    }
+    Ok(match older.kvs().first() {
+        None => Found::First,
+        Some(kv) => Found::Behind(kv.key().to_vec(), revision),
+    })
+}
+
+/// Resolves when `before` or `ours` is deleted after `revision` (at once if
+/// that happened already), or with `Err` when the watch failed.
+async fn deleted(backend: &Inner, before: &[u8], ours: &str, revision: i64) -> Result<(), ()> {
+    let from = WatchOptions::new().with_start_revision(revision + 1);
+    let mut client = backend.client.watch_client();
+    let mut stream = client
+        .watch(before.to_vec(), Some(from.clone()))
+        .await
+        .map_err(|e| backend.failed(&e))?;
+    stream
+        .watch(ours.to_owned(), Some(from))
+        .await
+        .map_err(|e| backend.failed(&e))?;
+    loop {
+        let Some(answer) = stream.message().await.map_err(|e| backend.failed(&e))? else {
+            return Err(());
+        };
+        if answer.canceled() {
+            // Compacted past our revision, or refused: read again.
+            return Ok(());
+        }
+        if answer
+            .events()
+            .iter()
+            .any(|e| e.event_type() == EventType::Delete)
+        {
+            return Ok(());
+        }
+    }
+}
