@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
-use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, SentinelSet};
+use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, SentinelSet, ZooKeeperServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -56,6 +56,12 @@ pub fn etcd() -> &'static EtcdCluster {
     ETCD.get_or_init(|| EtcdCluster::start(1))
 }
 
+/// The shared standalone ZooKeeper server of this test binary, started on
+/// first use (its faults, and the ensemble, are `zookeeper.rs`'s own).
+pub fn zookeeper() -> &'static ZooKeeperServer {
+    ZooKeeperServer::shared()
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -83,17 +89,20 @@ pub enum Kind {
     Redlock,
     /// The shared one-member etcd.
     Etcd,
+    /// The shared standalone ZooKeeper server.
+    Zookeeper,
 }
 
 impl Kind {
     /// Every backend, in the order of [`backends!`](crate::backends).
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
         Kind::Sentinel,
         Kind::Redlock,
         Kind::Etcd,
+        Kind::Zookeeper,
     ];
 
     /// A fresh runtime on this backend. Runtimes of one test on a server
@@ -125,6 +134,12 @@ impl Kind {
                 .redlock(redlock().iter().map(RedisServer::url))
                 .fair(false),
             Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
+            // A ZooKeeper prefix is a path: the test's prefix as a directory.
+            Kind::Zookeeper => {
+                return LockRuntime::builder()
+                    .zookeeper(zookeeper().connect_string())
+                    .key_prefix(format!("/{prefix}/"))
+            }
         };
         builder.key_prefix(prefix)
     }
@@ -151,7 +166,7 @@ impl Kind {
                 }
                 all
             }
-            Kind::Etcd => Vec::new(),
+            Kind::Etcd | Kind::Zookeeper => Vec::new(),
         }
     }
 
@@ -161,7 +176,7 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock | Kind::Etcd => None,
+            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Zookeeper => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)
