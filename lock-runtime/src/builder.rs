@@ -46,7 +46,7 @@ pub(crate) enum Choice {
     /// Sentinel addresses and the service name.
     Sentinel(Vec<String>, String),
     /// etcd endpoints (without the feature `etcd`, `build` refuses it).
-    Etcd(Vec<String>),
+    Etcd(#[cfg_attr(not(feature = "etcd"), allow(dead_code))] Vec<String>),
     /// A ZooKeeper connect string (without the feature `zookeeper`,
     /// `build` refuses it).
     Zookeeper(#[cfg_attr(not(feature = "zookeeper"), allow(dead_code))] String),
@@ -103,12 +103,21 @@ pub struct LockRuntimeBuilder {
 /// no fair mode, is plain unless asked otherwise (and then refused).
 pub const DEFAULT_FAIR: bool = true;
 
-/// `LOCK_FAIR`: `1` fair, `0` plain, anything else (or unset) the default.
-pub(crate) fn fair_from_env(value: Option<&str>) -> Option<bool> {
-    match value.map(str::trim) {
-        Some("1") => Some(true),
-        Some("0") => Some(false),
-        _ => None,
+/// `LOCK_FAIR`: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0`
+/// plain (in any case); unset or blank, the default (`None`). Anything else
+/// is refused: a misspelt mode silently running the other one is the kind of
+/// mistake nobody sees.
+pub(crate) fn fair_from_env(value: Option<&str>) -> Result<Option<bool>, LockError> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(Some(true)),
+        "0" | "false" | "no" | "off" => Ok(Some(false)),
+        _ => Err(LockError::InvalidConfig(format!(
+            "LOCK_FAIR={value:?} is neither yes nor no: use true, yes, on or 1 for fair \
+             locks, false, no, off or 0 for plain ones, or leave it unset (fair)"
+        ))),
     }
 }
 
@@ -161,7 +170,7 @@ impl Default for LockRuntimeBuilder {
             prefix: "lock:".to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: Some(DEFAULT_WAIT),
-            fair: fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref()),
+            fair: fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref()).unwrap_or(None),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             try_timeout: DEFAULT_TRY_TIMEOUT,
@@ -190,7 +199,7 @@ impl LockRuntimeBuilder {
     /// reachable node is enough, the client learns the others and the
     /// slots from it). Needs Redis 7 or later (sharded pub/sub). Every name
     /// of one lock shares a hash tag, so each lock lives on one node; see
-    /// README "Deploying".
+    /// `docs/deploying.md`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -210,8 +219,8 @@ impl LockRuntimeBuilder {
     /// N and N+1 masters tolerate the same number of failures): a lock is
     /// held while a majority (N/2+1) of them hold it, so it survives the loss
     /// of a minority. Fair mode is not available on it: `build` refuses a
-    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). README,
-    /// "Deploying", says what it guarantees.
+    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). `docs/deploying.md`
+    /// says what it guarantees.
     ///
     /// ```
     /// # async fn demo() {
@@ -239,7 +248,7 @@ impl LockRuntimeBuilder {
     /// one authenticates to that sentinel), `service` the name they monitor
     /// (`sentinel monitor <service> …`). The primary and replicas are
     /// reached with [`sentinel_auth`](Self::sentinel_auth) and
-    /// [`sentinel_db`](Self::sentinel_db). See README, "Redis Sentinel".
+    /// [`sentinel_db`](Self::sentinel_db). See `docs/deploying.md`, "Redis Sentinel".
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -383,11 +392,13 @@ impl LockRuntimeBuilder {
 
     /// Whether locks that set nothing else are fair: first come, first
     /// served across processes, with direct handoff (see
-    /// [`LockRequest::fair`] for what it costs). Every process that uses a
+    /// [`LockRequest::fair`](crate::LockRequest::fair) for what it costs). Every process that uses a
     /// key should agree. Default: [`DEFAULT_FAIR`] on backends that queue
     /// across processes (Redis, Cluster, Sentinel), plain on Redlock; the
-    /// environment variable `LOCK_FAIR` (`1` fair, `0` plain) sets it for
-    /// a deployment, or a test run, without code changes.
+    /// environment variable `LOCK_FAIR` (`true`/`yes`/`on`/`1` fair,
+    /// `false`/`no`/`off`/`0` plain, any case; another value makes
+    /// [`build`](Self::build) fail) sets it for a deployment, or a test run,
+    /// without code changes.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = Some(fair);
         self
@@ -407,7 +418,7 @@ impl LockRuntimeBuilder {
     /// locks with a renewed lease are passed, and only to a waiter that asks
     /// for the same lease and mode. On the embedded store (no round trip to
     /// save) and on Redlock (tokens come from a majority) this does nothing.
-    /// README, "Contention".
+    /// `docs/fair-mode-and-cohorting.md`.
     pub fn cohort(mut self, handoffs: u32, budget: Duration) -> Self {
         self.cohort = Cohort { handoffs, budget };
         self
@@ -432,8 +443,7 @@ impl LockRuntimeBuilder {
     /// Tokens are at least the backend's clock in µs, so the stored token is
     /// needed only while the clock could still be at or below it; after the
     /// window a released key leaves nothing behind. Tokens keep growing as
-    /// long as the server's clock never steps back by more than this (README,
-    /// "Guarantees"). Shorten it only to watch keys expire in a test.
+    /// long as the server's clock never steps back by more than this (`docs/guarantees.md`). Shorten it only to watch keys expire in a test.
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -487,6 +497,9 @@ impl LockRuntimeBuilder {
     /// Starts the runtime: connects to Redis and loads the scripts (failing
     /// fast when Redis is unreachable), and starts the worker thread.
     pub async fn build(self) -> Result<LockRuntime, LockError> {
+        // The default mode came from `LOCK_FAIR`; a value that is neither
+        // yes nor no is refused here, where an error can be returned.
+        fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref())?;
         if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
             return Err(LockError::InvalidConfig(format!(
                 "default_lease {:?} is out of range: use 10ms to 24h",
@@ -558,6 +571,7 @@ impl LockRuntimeBuilder {
                 crate::backend::etcd::EtcdConfig {
                     endpoints: endpoints.clone(),
                     user: self.etcd_user.clone(),
+                    default_lease: self.default_lease,
                 },
                 settings,
             ),

@@ -14,7 +14,7 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_REDLOCK_URLS`, else `REDLOCK_URLS` | Redlock: the independent masters' URLs, comma-separated (at least three; with `LOCK_FAIR=1` the build fails: Redlock has no fair mode) |
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
-/// | `LOCK_FAIR` | `1`: locks are fair unless they say otherwise |
+/// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
 /// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 8 and 5) |
 ///
 /// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
@@ -39,11 +39,12 @@ use crate::runtime::LockRuntime;
 /// build returns [`LockError::InvalidConfig`] naming `REDIS_URL`: a service
 /// deployed with a missing or misspelt variable must not run with locks that
 /// exclude only its own process while every call seems to succeed. A debug
-/// build (`cargo run`, `cargo test`) uses the embedded backend then, with a
-/// warning, so examples and users' own tests need no setup. Whenever the
-/// embedded backend is installed a warning says that locks exclude only this
-/// process, and an unknown `LOCK_*` variable (a typo such as
-/// `LOCK_REDIS_UR`) is reported with the nearest known name.
+/// build (`cargo run`, `cargo test`) uses the embedded backend then, so
+/// examples and users' own tests need no setup, and says once that its locks
+/// exclude only this process. An unknown `LOCK_*` variable (a typo such as
+/// `LOCK_REDIS_UR`) is named with the known one it most likely means, also in
+/// the fail-closed error. Both are said through `tracing` when a subscriber
+/// takes warnings, else on stderr: no setup is needed to see them.
 ///
 /// ```
 /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -59,14 +60,23 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
         return Ok(installed);
     }
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    for (name, nearest) in unknown_lock_variables(names) {
-        match nearest {
-            Some(known) => tracing::warn!("unknown variable {name}: did you mean {known}?"),
-            None => tracing::warn!("unknown variable {name}: lock-runtime does not read it"),
-        }
-    }
+    let unknown = unknown_lock_variables(names);
     let read = |name: &str| std::env::var(name).ok();
-    let builder = builder_from_env(read, cfg!(debug_assertions))?;
+    let builder = builder_from_env(read, cfg!(debug_assertions))
+        .map_err(|e| naming_unknown_variables(e, &unknown))?;
+    // Said where a user sees it with no tracing set up, once per process
+    // (a failed call may be retried). Both mean "not the locks you think".
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        for (name, nearest) in &unknown {
+            tell(&unknown_variable(name, *nearest));
+        }
+        let embedded = matches!(builder.choice, crate::builder::Choice::Memory);
+        let asked = read("LOCK_BACKEND").is_some_and(|b| b.trim().eq_ignore_ascii_case("memory"));
+        if embedded && !asked {
+            tell(FALLBACK);
+        }
+    });
     let runtime = builder.build().await?;
     match runtime.clone().install() {
         Ok(()) => {}
@@ -171,13 +181,8 @@ fn builder_from_env(
                 "LOCK_BACKEND={other:?} is not a backend: use redis or memory (or redlock)"
             )))
         }
-        (None, None) if debug_build => {
-            tracing::warn!(
-                "no REDIS_URL set: using the embedded backend (debug build only; a \
-                 release build fails here unless LOCK_BACKEND=memory)"
-            );
-            LockRuntime::builder().memory()
-        }
+        // Said by `init_from_env` (`FALLBACK`), on stderr if need be.
+        (None, None) if debug_build => LockRuntime::builder().memory(),
         (None, None) => {
             return Err(LockError::InvalidConfig(
                 "no lock backend configured: set REDIS_URL (or LOCK_REDIS_URL) to \
@@ -192,7 +197,7 @@ fn builder_from_env(
     }
     let cohort = cohort_from_env(set("LOCK_COHORT"), set("LOCK_COHORT_BUDGET_MS"))?;
     builder = builder.cohort(cohort.handoffs, cohort.budget);
-    if let Some(fair) = crate::builder::fair_from_env(read("LOCK_FAIR").as_deref()) {
+    if let Some(fair) = crate::builder::fair_from_env(read("LOCK_FAIR").as_deref())? {
         builder = builder.fair(fair);
     }
     Ok(builder)
@@ -226,8 +231,10 @@ fn etcd_from_env(
         .filter(|e| !e.is_empty())
         .map(str::to_owned)
         .collect();
-    let mut builder = LockRuntimeBuilder::default();
-    builder.choice = Choice::Etcd(endpoints);
+    let mut builder = LockRuntimeBuilder {
+        choice: Choice::Etcd(endpoints),
+        ..LockRuntimeBuilder::default()
+    };
     match (set("LOCK_ETCD_USER"), set("LOCK_ETCD_PASSWORD")) {
         (Some(user), Some(password)) => builder.etcd_user = Some((user, password)),
         (None, None) => {}
@@ -379,6 +386,53 @@ fn sentinel_from_env(
         builder = builder.sync_replicas(replicas, std::time::Duration::from_millis(ms));
     }
     Ok(builder)
+}
+
+/// What a debug build says when it falls back to the embedded backend.
+const FALLBACK: &str = "no REDIS_URL set: using the embedded backend, whose locks exclude only \
+                        tasks of this process (debug build only; a release build refuses to \
+                        start unless LOCK_BACKEND=memory)";
+
+/// Says `message` where the user sees it: through `tracing` when a
+/// subscriber takes warnings from here, else on stderr. A library does not
+/// print as a rule; these messages are the exception, since each means the
+/// locks may not be what the user believes, and a service that set up no
+/// tracing would otherwise never learn it.
+fn tell(message: &str) {
+    if tracing::enabled!(tracing::Level::WARN) {
+        tracing::warn!("{message}");
+    } else {
+        eprintln!("lock-runtime: {message}");
+    }
+}
+
+/// The words for an unknown `LOCK_*` variable and its likely meaning.
+fn unknown_variable(name: &str, nearest: Option<&str>) -> String {
+    match nearest {
+        Some(known) => {
+            format!("{name} is set, but lock-runtime does not read it: did you mean {known}?")
+        }
+        None => format!("{name} is set, but lock-runtime does not read it"),
+    }
+}
+
+/// `error`, with the unknown `LOCK_*` variables named when it is a
+/// configuration error: the fail-closed error of a release build whose
+/// `LOCK_REDIS_UR` was meant as `LOCK_REDIS_URL` should say so.
+fn naming_unknown_variables(
+    error: LockError,
+    unknown: &[(String, Option<&'static str>)],
+) -> LockError {
+    match error {
+        LockError::InvalidConfig(message) if !unknown.is_empty() => {
+            let named: Vec<String> = unknown
+                .iter()
+                .map(|(name, nearest)| unknown_variable(name, *nearest))
+                .collect();
+            LockError::InvalidConfig(format!("{message} (also: {})", named.join("; ")))
+        }
+        other => other,
+    }
 }
 
 /// The `LOCK_*` names among `names` that [`init_from_env`] does not read,
@@ -656,6 +710,37 @@ mod tests {
                 ("LOCK_BAKEND".to_owned(), Some("LOCK_BACKEND")),
                 ("LOCK_SOMETHING_ELSE".to_owned(), None),
             ]
+        );
+    }
+
+    #[test]
+    fn lock_fair_takes_the_usual_yes_and_no_spellings_and_refuses_others() {
+        let memory = ("LOCK_BACKEND", "memory");
+        let mode = |value: &str| builder_from_env(env(&[memory, ("LOCK_FAIR", value)]), false);
+        for yes in ["1", "true", "TRUE", "Yes", "on", " On "] {
+            assert_eq!(mode(yes).unwrap().fair, Some(true), "{yes}");
+        }
+        for no in ["0", "false", "False", "NO", "off", "oFF"] {
+            assert_eq!(mode(no).unwrap().fair, Some(false), "{no}");
+        }
+        assert_eq!(mode(" ").unwrap().fair, None, "blank: the default");
+        for other in ["2", "fair", "plain", "nope", "y"] {
+            let message = error(mode(other));
+            assert!(message.contains("LOCK_FAIR"), "{message}");
+            assert!(message.contains("false, no, off or 0"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_fail_closed_error_names_an_unknown_lock_variable_and_its_likely_meaning() {
+        let pairs = [("LOCK_REDIS_UR", "redis://h:1")];
+        let unknown = unknown_lock_variables(pairs.iter().map(|(n, _)| (*n).to_owned()));
+        let failed = builder_from_env(env(&pairs), false);
+        let message = error(failed.map_err(|e| naming_unknown_variables(e, &unknown)));
+        assert!(message.contains("no lock backend configured"), "{message}");
+        assert!(
+            message.contains("LOCK_REDIS_UR is set, but lock-runtime does not read it: did you mean LOCK_REDIS_URL?"),
+            "{message}"
         );
     }
 

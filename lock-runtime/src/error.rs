@@ -28,13 +28,18 @@ pub enum LockError {
     #[error("a lock runtime is already installed; install it once, at startup")]
     AlreadyInstalled,
 
-    /// The lock was still held by someone else when the wait ran out.
-    #[error("timed out after {} ms waiting for lock `{key}`", waited.as_millis())]
+    /// The wait ran out without the lock: it was still held by someone
+    /// else, or the backend could not be asked (then `cause` says so, with
+    /// its last error: an outage must not read as contention).
+    #[error("timed out after {} ms waiting for lock `{key}`{cause}", waited.as_millis())]
     Timeout {
         /// The key as the caller gave it (without the runtime's prefix).
         key: String,
         /// How long the caller waited.
         waited: Duration,
+        /// What the wait saw besides a busy lock: backend failures, or a
+        /// holder in this same process. Empty when neither.
+        cause: TimeoutCause,
     },
 
     /// Not returned any more; kept so that code matching on it compiles.
@@ -45,11 +50,11 @@ pub enum LockError {
     /// waiting task still had it; a guard handed to a worker task was
     /// reported as this task's own. Such a wait now ends with
     /// [`LockError::Timeout`], and its start logs a warning naming the key
-    /// when a guard this task took holds it (README: "Where re-entry stops").
+    /// when a guard this task took holds it (`docs/reentry.md`).
     #[error(
         "gave up after {} ms waiting for lock `{key}`, which a guard this same task took \
          with `acquire()` still holds. Run the call inside `guard.scope(...)` to re-enter, \
-         or release the guard first (README: \"Where re-entry stops\")",
+         or release the guard first (docs/reentry.md)",
         waited.as_millis()
     )]
     SelfDeadlock {
@@ -101,6 +106,84 @@ pub enum LockError {
     /// The backend failed (Redis unreachable, refused, or answered something unexpected).
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+/// What a wait that ran out ([`LockError::Timeout`]) saw besides a lock
+/// held elsewhere. Its `Display` is the end of the timeout's message (empty
+/// when there is nothing to add).
+///
+/// ```
+/// # fn handle(error: lock_runtime::LockError) {
+/// if let lock_runtime::LockError::Timeout { cause, .. } = &error {
+///     if let Some(last) = cause.backend_error() {
+///         eprintln!("the lock backend is failing, not busy: {last}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct TimeoutCause(Option<Box<Cause>>);
+
+#[derive(Debug, Default)]
+struct Cause {
+    /// The backend failed during the wait: its last error, and from when
+    /// to when into the wait.
+    backend: Option<(String, Duration, Duration)>,
+    /// This process held the key when the wait ran out.
+    held_here: bool,
+}
+
+impl TimeoutCause {
+    /// `backend`: the last backend error seen while waiting, and when the
+    /// failures began and last happened (time into the wait); `held_here`:
+    /// whether this process holds the key.
+    pub(crate) fn new(backend: Option<(String, Duration, Duration)>, held_here: bool) -> Self {
+        if backend.is_none() && !held_here {
+            return TimeoutCause(None);
+        }
+        TimeoutCause(Some(Box::new(Cause { backend, held_here })))
+    }
+
+    /// The last error of the backend during the wait, if it failed: the
+    /// timeout is then (also) an outage, not only contention.
+    pub fn backend_error(&self) -> Option<&str> {
+        let (last, ..) = self.0.as_ref()?.backend.as_ref()?;
+        Some(last)
+    }
+
+    /// Whether this same process held the key when the wait ran out (in a
+    /// scope the waiting call does not belong to: another task, a guard, or
+    /// the locked body that spawned the waiting task).
+    pub fn held_by_this_process(&self) -> bool {
+        self.0.as_ref().is_some_and(|c| c.held_here)
+    }
+}
+
+impl fmt::Display for TimeoutCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(cause) = &self.0 else {
+            return Ok(());
+        };
+        if let Some((last, since, until)) = &cause.backend {
+            let (since, until) = (since.as_millis(), until.as_millis());
+            f.write_str("; the lock backend failed during the wait (")?;
+            if since == until {
+                write!(f, "{since} ms into it")?;
+            } else {
+                write!(f, "from {since} to {until} ms into it")?;
+            }
+            write!(f, "), its last error: {last}")?;
+        }
+        if cause.held_here {
+            f.write_str(
+                "; this same process holds the lock, in a scope this call is not part of \
+                 (another task, a guard, or the locked body that spawned this task: a task \
+                 started with tokio::spawn does not re-enter its parent's lock; spawn \
+                 lock_runtime::inherit(future) to make it a nested call)",
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// A failure of the lock backend, with the cause kept as `source()`.
@@ -162,14 +245,20 @@ impl BackendError {
     }
 }
 
+impl BackendError {
+    /// What failed and why, without the "lock backend error" in front (for
+    /// a message that says whose error it is already).
+    pub(crate) fn what_failed(&self) -> String {
+        match &self.source {
+            Some(source) => format!("{}: {source}", self.context),
+            None => self.context.clone(),
+        }
+    }
+}
+
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("lock backend error: ")?;
-        f.write_str(&self.context)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
+        write!(f, "lock backend error: {}", self.what_failed())
     }
 }
 

@@ -353,7 +353,7 @@ impl HeldTable {
         };
         if scope.descends_from(innermost.owner) {
             // (A fixed lease has no renewal that could confirm it: it is
-            // re-entered on its lease alone, see README "Guarantees".)
+            // re-entered on its lease alone, see docs/guarantees.md.)
             if innermost.held.renew && !innermost.held.confirmed_in(epoch) {
                 return Reentry::Unconfirmed(innermost.held.clone());
             }
@@ -473,6 +473,13 @@ impl HeldTable {
                 .filter(|f| !f.held.is_lost() && scope.descends_from(f.owner))
                 .count()
         })
+    }
+
+    /// Whether this runtime holds `lock_key` (a live hold, in any scope).
+    pub(crate) fn holds(&self, lock_key: &str) -> bool {
+        self.locks()
+            .get(lock_key)
+            .is_some_and(|frames| frames.iter().any(|f| !f.held.is_lost()))
     }
 
     /// Whether a live hold of `lock_key` was taken for a guard, outside any

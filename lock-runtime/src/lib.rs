@@ -61,6 +61,15 @@
 //! processes, [`LockRequest::fair`] (or [`LockRuntimeBuilder::fair`],
 //! `fair = true`, `LOCK_FAIR=1`) queues them in Redis and has each release
 //! hand the lock straight to the next one.
+//!
+//! The manual is in the repository's `docs/` folder, beside this crate:
+//! `docs/guarantees.md` (what the lock promises and what it does not),
+//! `docs/reentry.md` (when a call re-enters, when it waits),
+//! `docs/configuration.md` ([`init_from_env`]'s variables),
+//! `docs/deploying.md` (one server, Cluster, Sentinel, Redlock; Redis's
+//! requirements), `docs/fair-mode-and-cohorting.md` and `docs/operating.md`
+//! (shutdown, `lockctl`, metrics, tracing). The repository's README is where
+//! to start.
 
 mod acquire;
 mod backend;
@@ -93,7 +102,7 @@ pub use builder::{
 };
 pub use cohort::{Cohort, MAX_COHORT_HANDOFFS};
 pub use env::init_from_env;
-pub use error::{BackendError, LockError};
+pub use error::{BackendError, LockError, TimeoutCause};
 pub use guard::LockGuard;
 pub use inspect::{held, hold_count, LockInfo};
 pub use lock_macros::distributed_lock;

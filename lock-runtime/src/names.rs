@@ -107,7 +107,7 @@ pub mod layout {
     /// Redlock: the boot marker every master keeps for the runtimes of
     /// `prefix`, a hash without a TTL: `since` (the master's clock in ms
     /// when a runtime first found this master's data set), `until` (no new
-    /// lock on this master before this time: it lost its data, README
+    /// lock on this master before this time: it lost its data, `docs/deploying.md`,
     /// "Redlock") and `lease` (the longest TTL in ms it gave a hold). Delete
     /// it on a master restored from an older backup, and that master takes
     /// no new lock for one lease.

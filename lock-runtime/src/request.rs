@@ -153,7 +153,7 @@ impl LockRequest {
         self
     }
 
-    /// What [`with_lock`] does when the lock is lost while the body runs.
+    /// What [`with_lock`](crate::with_lock) does when the lock is lost while the body runs.
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.on_lost = on_lost;
         self

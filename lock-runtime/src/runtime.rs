@@ -128,7 +128,7 @@ impl LockRuntime {
     }
 
     /// Makes this the global runtime used by `#[distributed_lock]` and
-    /// [`lock`]. Once per process: a second call returns
+    /// [`lock`](crate::lock). Once per process: a second call returns
     /// [`LockError::AlreadyInstalled`] and leaves the first in place.
     pub fn install(self) -> Result<(), LockError> {
         if self.inner.backend.is_embedded() {

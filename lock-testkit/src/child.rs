@@ -65,6 +65,16 @@ impl LineChild {
         })
     }
 
+    /// The child's process id (to signal it: [`crate::signal::send`]).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the child has exited.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The next line, waiting at most `limit`.
     pub async fn next_line(&mut self, limit: Duration) -> Result<String> {
         match tokio::time::timeout(limit, self.lines.recv()).await {

@@ -244,7 +244,7 @@ impl EtcdCluster {
                 continue;
             };
             if id == leader {
-                return Some(self.members.iter().position(|m| std::ptr::eq(m, member))?);
+                return self.members.iter().position(|m| std::ptr::eq(m, member));
             }
             // Ask the leader's own endpoint too: the loop reaches it.
         }
@@ -282,12 +282,14 @@ impl EtcdCluster {
 
     /// SIGSTOPs member `n`: its connections stay open, nothing answers.
     pub fn freeze(&self, n: usize) {
-        signal::send(self.members[n].pid, Signal::Stop).expect("SIGSTOP etcd");
+        signal::send(self.members[n].pid, Signal::Stop)
+            .unwrap_or_else(|e| panic!("SIGSTOP etcd: {e:#}"));
     }
 
     /// SIGCONTs member `n`.
     pub fn thaw(&self, n: usize) {
-        signal::send(self.members[n].pid, Signal::Cont).expect("SIGCONT etcd");
+        signal::send(self.members[n].pid, Signal::Cont)
+            .unwrap_or_else(|e| panic!("SIGCONT etcd: {e:#}"));
     }
 }
 

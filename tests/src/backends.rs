@@ -4,7 +4,7 @@
 //! A behaviour is written once, as a function of the backend; the test
 //! names are `behaviour::redis`, `behaviour::memory`, `behaviour::cluster`,
 //! `behaviour::sentinel`, `behaviour::redlock`. A new backend joins every
-//! behaviour by adding its pair to [`backends!`](crate::backends) (and its
+//! behaviour by adding its pair to [`backends!`](macro@crate::backends) (and its
 //! arms to [`Kind`](crate::Kind)).
 //!
 //! A behaviour that a backend does not offer by design says so where it is
@@ -24,7 +24,7 @@
 #[macro_export]
 macro_rules! backends {
     ($callback:ident) => {
-        $callback! { redis Redis, memory Memory, cluster Cluster, sentinel Sentinel, redlock Redlock, etcd Etcd, zookeeper Zookeeper }
+        $callback! { redis Redis, memory Memory, cluster Cluster, sentinel Sentinel, redlock Redlock, etcd Etcd, etcd3 Etcd3, zookeeper Zookeeper }
     };
 }
 

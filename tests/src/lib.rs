@@ -56,6 +56,14 @@ pub fn etcd() -> &'static EtcdCluster {
     ETCD.get_or_init(|| EtcdCluster::start(1))
 }
 
+/// The shared etcd cluster of three members of this test binary, started
+/// on first use. Nothing kills its members: the fault tests (`etcd.rs`)
+/// start clusters of their own.
+pub fn etcd3() -> &'static EtcdCluster {
+    static ETCD: OnceLock<EtcdCluster> = OnceLock::new();
+    ETCD.get_or_init(|| EtcdCluster::start(3))
+}
+
 /// The shared standalone ZooKeeper server of this test binary, started on
 /// first use (its faults, and the ensemble, are `zookeeper.rs`'s own).
 pub fn zookeeper() -> &'static ZooKeeperServer {
@@ -73,7 +81,7 @@ pub fn unique(name: &str) -> String {
 }
 
 /// Which backend a test runs on. The list every behaviour runs on is
-/// [`backends!`](crate::backends); a new backend adds a variant here, its
+/// [`backends!`](macro@crate::backends); a new backend adds a variant here, its
 /// arms below, and its line there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -89,19 +97,22 @@ pub enum Kind {
     Redlock,
     /// The shared one-member etcd.
     Etcd,
+    /// The shared etcd cluster of three members.
+    Etcd3,
     /// The shared standalone ZooKeeper server.
     Zookeeper,
 }
 
 impl Kind {
-    /// Every backend, in the order of [`backends!`](crate::backends).
-    pub const ALL: [Kind; 7] = [
+    /// Every backend, in the order of [`backends!`](macro@crate::backends).
+    pub const ALL: [Kind; 8] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
         Kind::Sentinel,
         Kind::Redlock,
         Kind::Etcd,
+        Kind::Etcd3,
         Kind::Zookeeper,
     ];
 
@@ -134,6 +145,7 @@ impl Kind {
                 .redlock(redlock().iter().map(RedisServer::url))
                 .fair(false),
             Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
+            Kind::Etcd3 => LockRuntime::builder().etcd(etcd3().endpoints()),
             // A ZooKeeper prefix is a path: the test's prefix as a directory.
             Kind::Zookeeper => {
                 return LockRuntime::builder()
@@ -166,7 +178,7 @@ impl Kind {
                 }
                 all
             }
-            Kind::Etcd | Kind::Zookeeper => Vec::new(),
+            Kind::Etcd | Kind::Etcd3 | Kind::Zookeeper => Vec::new(),
         }
     }
 
@@ -176,7 +188,7 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Zookeeper => None,
+            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Etcd3 | Kind::Zookeeper => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)

@@ -548,3 +548,166 @@ async fn runtime_after_redis_is_gone_for_good_returns_errors() {
     );
     assert_eq!(runtime.stats().held, 0);
 }
+
+// ---------------------------------------------------------------------------
+// Said where a user sees it, with no tracing set up
+// ---------------------------------------------------------------------------
+
+/// Runs `tests/src/bin/init_from_env.rs` (`args`) with exactly `vars` in its
+/// environment and no tracing subscriber, as a service that set none up;
+/// returns whether it succeeded, its stdout and its stderr.
+async fn configured_process(args: &[&str], vars: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_init_from_env"));
+    command.args(args).env_clear().envs(vars.iter().copied());
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("the configured process ends within 30 s")
+        .expect("the configured process runs");
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    (out.status.success(), text(out.stdout), text(out.stderr))
+}
+
+#[tokio::test]
+async fn a_debug_build_without_a_backend_says_on_stderr_once_that_it_locks_only_in_process() {
+    let (ok, out, err) = configured_process(&[], &[]).await;
+    assert!(ok && out.contains("locked"), "{out}{err}");
+    assert_eq!(
+        err.matches("using the embedded backend").count(),
+        1,
+        "said once, on stderr: {err}"
+    );
+    assert!(err.contains("exclude only tasks of this process"), "{err}");
+    // Asked for on purpose, it is not a surprise: nothing is said.
+    let (ok, out, err) = configured_process(&[], &[("LOCK_BACKEND", "memory")]).await;
+    assert!(ok && out.contains("locked"), "{out}{err}");
+    assert!(!err.contains("embedded backend"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unknown_lock_variable_is_named_on_stderr_with_its_likely_meaning() {
+    let vars = [
+        ("LOCK_REDIS_UR", "redis://127.0.0.1:1"),
+        ("LOCK_PERFIX", "x:"),
+    ];
+    let (ok, out, err) = configured_process(&[], &vars).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains(
+            "LOCK_REDIS_UR is set, but lock-runtime does not read it: did you mean LOCK_REDIS_URL?"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("did you mean LOCK_PREFIX?"), "{err}");
+    assert!(err.contains("using the embedded backend"), "{err}");
+}
+
+#[tokio::test]
+async fn lock_fair_that_is_neither_yes_nor_no_is_refused_by_the_builder_and_init_from_env() {
+    for args in [&[][..], &["builder"][..]] {
+        let vars = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "maybe")];
+        let (ok, out, err) = configured_process(args, &vars).await;
+        assert!(!ok, "{args:?}: {out}{err}");
+        assert!(out.contains("error invalid lock configuration"), "{out}");
+        assert!(out.contains("LOCK_FAIR=\"maybe\""), "{out}");
+        let vars = [("LOCK_BACKEND", "memory"), ("LOCK_FAIR", "Off")];
+        let (ok, out, err) = configured_process(args, &vars).await;
+        assert!(ok, "{args:?}: {out}{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A server that is not what the configuration says
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_cluster_node_given_as_one_server_is_refused_at_start_naming_lock_redis_cluster() {
+    let node = lock_tests::cluster().urls()[0].clone();
+    let err = LockRuntime::builder()
+        .redis(node)
+        .build()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    assert!(text.contains("Redis Cluster node"), "{text}");
+    assert!(text.contains("LOCK_REDIS_CLUSTER"), "{text}");
+    assert!(text.contains("redis_cluster"), "{text}");
+}
+
+#[tokio::test]
+async fn a_port_that_does_not_speak_redis_is_named_as_such() {
+    // An HTTP server's answer to whatever it is sent, then the connection
+    // closes (as a web server does with a request it cannot read).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for _ in 0..100 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let answer = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+            let _ = socket.write_all(answer).await;
+        }
+    });
+    let err = LockRuntime::builder()
+        .redis(format!("redis://:hunter2@127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    http.abort();
+    let text = format!("{err} {err:?}");
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        text.contains(&format!(
+            "the server at 127.0.0.1:{port} did not answer as Redis"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// Failures that name their cause
+// ---------------------------------------------------------------------------
+
+/// With the server gone, a bounded wait ends at its deadline as a timeout
+/// that says the backend failed meanwhile, with its last error and when:
+/// an outage must not read as a lock somebody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_during_an_outage_names_the_backend_failure_not_contention() {
+    let server = RedisServer::start();
+    let runtime = LockRuntime::builder()
+        .redis(server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    runtime.ping().await.unwrap();
+    drop(server);
+    let err = runtime
+        .lock("order:71")
+        .wait(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    println!("{text}");
+    let LockError::Timeout { cause, .. } = &err else {
+        panic!("expected a timeout at the deadline: {err:?}");
+    };
+    let last = cause
+        .backend_error()
+        .expect("the backend's failure is named");
+    assert!(last.contains("acquire failed on Redis at"), "{last}");
+    assert!(
+        text.contains("the lock backend failed during the wait"),
+        "{text}"
+    );
+    assert!(text.contains("ms into it"), "{text}");
+    assert!(!cause.held_by_this_process(), "{text}");
+}

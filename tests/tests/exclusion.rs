@@ -225,7 +225,7 @@ async fn inspect_reports_holder_lease_and_token_and_nothing_once_free(kind: Kind
     // is one and a half lock leases (README "etcd").
     let most = match kind {
         Kind::Redlock => lease + lease / 100 + Duration::from_millis(2),
-        Kind::Etcd => lease + lease / 2,
+        Kind::Etcd | Kind::Etcd3 => lease + lease / 2,
         _ => lease,
     };
     assert!(

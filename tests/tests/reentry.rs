@@ -25,7 +25,7 @@ on_every_backend!(
     explicit_guard_outside_any_scope_is_not_reentrant,
     spawned_task_with_inherit_reenters,
     an_inherited_child_and_its_parent_take_turns,
-    a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout,
+    a_spawned_task_waiting_for_its_parents_lock_times_out_naming_this_process_and_inherit,
     a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout,
     a_task_waiting_for_its_own_guard_gets_a_timeout_naming_the_key,
     join_arms_of_one_task_hand_a_guard_over_without_error,
@@ -308,9 +308,12 @@ async fn an_inherited_child_and_its_parent_take_turns(kind: Kind) {
 }
 
 /// A task spawned from a locked body without `inherit` is another owner:
-/// it waits instead of re-entering, times out, and the error is a plain
-/// `Timeout` (its own task holds nothing).
-async fn a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout(kind: Kind) {
+/// it waits instead of re-entering and times out; the timeout says that this
+/// same process holds the key and points to `inherit` (a plain "timed out"
+/// read as contention with some other process).
+async fn a_spawned_task_waiting_for_its_parents_lock_times_out_naming_this_process_and_inherit(
+    kind: Kind,
+) {
     let runtime = kind.runtime(&unique("spawned")).await;
     let rt = runtime.clone();
     let child = with_lock(runtime.lock("job"), async move {
@@ -325,7 +328,14 @@ async fn a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout(kind: 
     })
     .await
     .unwrap();
-    assert!(matches!(child, Err(LockError::Timeout { .. })), "{child:?}");
+    let Err(LockError::Timeout { cause, .. }) = &child else {
+        panic!("expected a timeout: {child:?}");
+    };
+    assert!(cause.held_by_this_process(), "{child:?}");
+    assert!(cause.backend_error().is_none(), "{child:?}");
+    let text = child.unwrap_err().to_string();
+    assert!(text.contains("this same process holds the lock"), "{text}");
+    assert!(text.contains("lock_runtime::inherit"), "{text}");
 }
 
 /// Two locked calls side by side in one task (`join!` arms at the top
@@ -334,11 +344,17 @@ async fn a_spawned_task_waiting_for_its_parents_lock_gets_a_plain_timeout(kind: 
 async fn a_join_arm_waiting_for_its_siblings_locked_call_gets_a_plain_timeout(kind: Kind) {
     let runtime = kind.runtime(&unique("joinarms")).await;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel::<()>();
     let holder = with_lock(runtime.lock("report"), async {
+        let _ = inside_tx.send(());
         let _ = done_rx.await;
         Ok::<_, LockError>(())
     });
     let waiter = async {
+        // Two acquires sent at once reach etcd in either order (each gRPC
+        // stream is served on its own): the waiter starts once the holder
+        // is inside.
+        let _ = inside_rx.await;
         let wait = Duration::from_millis(200);
         let outcome = with_lock(runtime.lock("report").wait(wait), async {
             Ok::<_, LockError>(())
@@ -377,7 +393,7 @@ async fn a_task_waiting_for_its_own_guard_gets_a_timeout_naming_the_key(kind: Ki
     .unwrap_err();
     assert!(start.elapsed() >= wait);
     match &err {
-        LockError::Timeout { key, waited } => {
+        LockError::Timeout { key, waited, .. } => {
             assert_eq!(key, "order:7");
             assert!(*waited >= wait);
         }

@@ -297,6 +297,7 @@ async fn once(
                 Err(_) => Err(LockError::Timeout {
                     key: full,
                     waited: WAIT_LIMIT,
+                    cause: Default::default(),
                 }
                 .into()),
                 Ok(Err(e)) => Err(anyhow::Error::new(e)),

@@ -154,6 +154,7 @@ impl Acquisition {
         let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
         let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
         let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
+        let renew = self.want.renew;
         let attempt = runtime.finish_on_worker(Box::pin(async move {
             // Should the task be dropped unanswered (its runtime stopping),
             // the entry still leaves the registry, with what it may hold.
@@ -167,7 +168,9 @@ impl Acquisition {
                 }),
                 backend: backend.clone(),
             };
-            let outcome = backend.acquire(&lock_key, &holder, lease, queue).await;
+            let outcome = backend
+                .acquire(&lock_key, &holder, (lease, renew), queue)
+                .await;
             unanswered.defuse();
             drop(place_attempt);
             // What the script may have left under a fresh id: the lock, a

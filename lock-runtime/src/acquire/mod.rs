@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::backend::QUEUE_ENTRY_LIFE;
 use crate::cohort::Terms;
-use crate::error::{BackendError, LockError};
+use crate::error::{BackendError, LockError, TimeoutCause};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, Hold, Reentry};
 use crate::meter::{self, Outcome};
@@ -141,6 +141,17 @@ pub(crate) struct Acquisition {
     /// The backend's connection epoch when the last attempt was sent (see
     /// `Heartbeats::connection_epoch`).
     epoch: u32,
+    /// The backend's failures during this wait, for its timeout to name.
+    /// (Boxed: rare, and kept out of every waiting acquire's state.)
+    trouble: Option<Box<Trouble>>,
+}
+
+/// Backend failures one wait saw: the last error, and when the first and
+/// the last came.
+struct Trouble {
+    last: String,
+    first_at: Instant,
+    last_at: Instant,
 }
 
 impl Acquisition {
@@ -159,6 +170,7 @@ impl Acquisition {
             first: true,
             last_try: false,
             epoch: 0,
+            trouble: None,
         }
     }
 
@@ -274,10 +286,7 @@ impl Acquisition {
                         return Some(Err(LockError::ShutDown));
                     }
                     if let Reentry::Sibling = changed {
-                        return Some(Err(LockError::Timeout {
-                            key: self.want.key.clone(),
-                            waited: self.start.elapsed(),
-                        }));
+                        return Some(Err(self.gave_up()));
                     }
                     // (It asked the table again: its answer stands.)
                     reentry = changed;
@@ -376,6 +385,16 @@ impl Acquisition {
             return Err(error.into());
         }
         tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
+        let now = Instant::now();
+        let trouble = self.trouble.get_or_insert_with(|| {
+            Box::new(Trouble {
+                last: String::new(),
+                first_at: now,
+                last_at: now,
+            })
+        });
+        trouble.last = error.what_failed();
+        trouble.last_at = now;
         tokio::time::sleep_until((Instant::now() + self.backoff).min(deadline)).await;
         self.backoff = (self.backoff * 2).min(ERROR_BACKOFF_MAX);
         Ok(())
@@ -386,10 +405,22 @@ impl Acquisition {
     /// that the task still has that guard (see `HeldTable::taken_by_this_task`),
     /// and a false `SelfDeadlock` (a verdict callers treat as a bug, not as
     /// contention) is worse than none; the wait's start warned instead.
+    ///
+    /// The timeout names what else the wait saw: the backend's failures
+    /// (an outage must not read as contention), and a holder in this same
+    /// process, in a scope the waiter is not part of (a task spawned from a
+    /// locked body is the usual one: it is pointed to `inherit`).
     fn gave_up(&self) -> LockError {
+        let backend = self.trouble.as_ref().map(|t| {
+            let since = t.first_at.saturating_duration_since(self.start);
+            let until = t.last_at.saturating_duration_since(self.start);
+            (t.last.clone(), since, until)
+        });
+        let held_here = self.runtime.table().holds(&self.want.lock_key);
         LockError::Timeout {
             key: self.want.key.clone(),
             waited: self.start.elapsed(),
+            cause: TimeoutCause::new(backend, held_here),
         }
     }
 

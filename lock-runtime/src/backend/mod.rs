@@ -379,22 +379,28 @@ impl Backend {
     /// the lock is busy the holder id joins (or stays in) the key's queue.
     /// The embedded backend, where this process is the only contender and the
     /// local waiter queue is already first come first served, ignores it.
+    ///
+    /// `(lease, renewed)`: the lease, and whether the watchdog will renew it
+    /// (a fixed lease must end on the server by itself: on etcd it gets an
+    /// etcd lease of its own that nobody keeps alive).
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
         holder: &str,
-        lease: Duration,
+        (lease, renewed): (Duration, bool),
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
+        #[cfg(not(any(feature = "etcd", feature = "zookeeper")))]
+        let _ = renewed;
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.acquire(lock_key, holder, lease, queue).await,
+            Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.acquire(lock_key, holder, lease, queue).await,
+            Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The queue of background releases, and which of them are not yet answered.
+//! The queue of background releases, which of them are not yet answered,
+//! and whether they are failing (an outage, said once).
 //!
 //! A dropped guard hands its release to the Redis backend's background
 //! releaser, which sends it a moment later. Without this record the same
@@ -11,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, Notify};
@@ -114,6 +115,14 @@ impl PendingReleases {
         }
     }
 
+    /// How many releases are pending, and the first `shown` of their locks.
+    pub(crate) fn summary(&self, shown: usize) -> (usize, Vec<String>) {
+        let by_lock = self.by_lock();
+        let mut locks: Vec<String> = by_lock.keys().take(shown).cloned().collect();
+        locks.sort();
+        (self.total.load(Ordering::Acquire), locks)
+    }
+
     /// Resolves once no release at all is pending.
     pub(crate) async fn all_settled(&self) {
         loop {
@@ -123,6 +132,62 @@ impl PendingReleases {
                 return;
             }
             answered.await;
+        }
+    }
+}
+
+/// Whether background releases are failing: a backend outage makes every
+/// batch fail (a dropped guard's release, and the give-back of each failed
+/// acquire attempt, about one a second per waiter), and a warning per batch
+/// would repeat for as long as the outage lasts. So the first batch given
+/// up says it, with what is still pending; the next ones are debug events;
+/// a batch that goes through again ends the outage (one info event), and
+/// the next failure is a new one.
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseOutage {
+    failing: AtomicBool,
+    /// Releases given up (left to their leases) since the outage began.
+    given_up: AtomicUsize,
+}
+
+/// Lock names a warning lists at most.
+const SHOWN_LOCKS: usize = 5;
+
+impl ReleaseOutage {
+    /// A batch of `count` releases failed after its retries: the locks are
+    /// left to their leases. `pending` counts what is still unanswered.
+    pub(crate) fn given_up(
+        &self,
+        error: &dyn std::fmt::Display,
+        count: usize,
+        pending: &PendingReleases,
+    ) {
+        self.given_up.fetch_add(count, Ordering::AcqRel);
+        if self.failing.swap(true, Ordering::AcqRel) {
+            tracing::debug!(%error, releases = count, "background releases still failing");
+            return;
+        }
+        let (pending, locks) = pending.summary(SHOWN_LOCKS);
+        tracing::warn!(
+            %error,
+            given_up = count,
+            pending,
+            locks = ?locks,
+            "background releases fail: the locks of those given up are freed by their \
+             leases instead (none of them is in use here); said once until releases go \
+             through again"
+        );
+    }
+
+    /// A batch was answered: an outage, if there was one, is over.
+    pub(crate) fn went_through(&self) {
+        if self.failing.swap(false, Ordering::AcqRel) {
+            let given_up = self.given_up.swap(0, Ordering::AcqRel);
+            tracing::info!(
+                given_up,
+                "background releases go through again; those given up during the outage \
+                 were freed by their leases"
+            );
         }
     }
 }

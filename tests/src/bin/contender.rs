@@ -1,13 +1,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! A separate OS process that competes for locks, for the cross-process tests.
 //!
+//! ```text
 //! Usage:
 //!   contender <redis-url> <prefix> count <key> <counter-key> <n>
 //!       n times: lock <key>, GET <counter-key>, SET it to value + 1, unlock;
 //!       prints `done` at the end.
 //!   contender <redis-url> <prefix> hold <key> <lease-ms>
-//!       takes <key> with that lease, prints `held <fence>`, and waits forever
-//!       (the test kills it).
+//!       takes <key> with that lease, prints `held <fence>`, then `lost` if
+//!       the hold is lost, and waits forever (the test kills it). The URL
+//!       may be `etcd://host:port[,host:port…]` (the etcd backend).
 //!   contender <redis-url> <prefix> herd <key> <n-waiters> <wait-ms> <hold-ms>
 //!       prints `ready` once n tasks are queued on <key>; each task acquires
 //!       <key> once (waiting up to <wait-ms>), checks `INCR <prefix>occ:<key>`
@@ -23,6 +25,7 @@
 //!       (i < n-keys): `INCR <prefix>occ:soak-<i>` must be 1, then a
 //!       non-atomic GET/yield/SET +1 of `<prefix>count:soak-<i>`, DECR the
 //!       occupancy. Prints `key <i> <count>` per key, `violations <n>`, `done`.
+//! ```
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -50,11 +53,12 @@ async fn main() -> Result<(), Error> {
     let [url, prefix, mode, rest @ ..] = args.as_slice() else {
         return Err(Error::Usage);
     };
-    let runtime = LockRuntime::builder()
-        .redis(url.as_str())
-        .key_prefix(prefix.as_str())
-        .build()
-        .await?;
+    // `etcd://host:port[,host:port…]`: the etcd backend (hold mode).
+    let builder = match url.strip_prefix("etcd://") {
+        Some(endpoints) => LockRuntime::builder().etcd(endpoints.split(',')),
+        None => LockRuntime::builder().redis(url.as_str()),
+    };
+    let runtime = builder.key_prefix(prefix.as_str()).build().await?;
     match (mode.as_str(), rest) {
         ("count", [key, counter, n]) => {
             let n: u64 = n.parse().map_err(|_| Error::Usage)?;
@@ -84,6 +88,8 @@ async fn main() -> Result<(), Error> {
                 .acquire()
                 .await?;
             println!("held {}", guard.fence());
+            guard.lost().await;
+            println!("lost");
             std::future::pending::<()>().await;
             Ok(())
         }

@@ -4,6 +4,7 @@
 //! each of them, stamped with the system-wide monotonic clock so the test can
 //! merge the logs of all processes and check them against each other.
 //!
+//! ```text
 //! Usage:
 //!   nemesis_worker <redis-url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
 //!       where each key is `<name>:fair` or `<name>:plain` (the mode this
@@ -52,6 +53,7 @@
 //!   released  the holder stops acting; its release goes out right after
 //!   timeout   `waited=<ms>`; error `what=<text>`; cancelled; panicked
 //!   late_lost the release found the lock gone (information only)
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;

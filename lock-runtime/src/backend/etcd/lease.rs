@@ -95,7 +95,9 @@ impl std::fmt::Debug for Leases {
 /// The etcd lease TTL for a lock lease: 1.5 x, whole seconds, at least 1.
 pub(super) fn ttl_secs(lease: Duration) -> u64 {
     let wanted = lease.saturating_add(lease / 2);
-    let secs = wanted.as_secs() + u64::from(wanted.subsec_nanos() > 0);
+    let secs = wanted
+        .as_secs()
+        .saturating_add(u64::from(wanted.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -152,6 +154,23 @@ impl Leases {
             }
             Err(Kept::Failed(error)) => Err(error),
         }
+    }
+
+    /// A lease of its own for a fixed-lease hold (`watchdog(false)`): its
+    /// TTL is the lock's lease rounded up to whole seconds (at least the
+    /// server's minimum), and nobody keeps it alive, so the key ends with
+    /// it. Returns its id.
+    pub(super) async fn fixed(&self, lease: Duration) -> Result<i64, BackendError> {
+        let secs = lease
+            .as_secs()
+            .saturating_add(u64::from(lease.subsec_nanos() > 0));
+        let ttl = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        let granted = tokio::time::timeout(self.timeout, client.grant(ttl, None))
+            .await
+            .map_err(|_| BackendError::msg("etcd lease grant: no answer in time"))?
+            .map_err(|e| BackendError::new("etcd lease grant", e))?;
+        Ok(granted.id())
     }
 
     /// Whether `lease` (by id) is confirmed until at least `at`.

@@ -51,8 +51,8 @@ use lease::Leases;
 /// 128).
 const TXN_OPS: usize = 128;
 
-/// How often a background release is tried before the lease is left to
-/// free the lock.
+/// After how many failed tries a background release is logged as a
+/// warning (it goes on trying).
 const RELEASE_ATTEMPTS: u32 = 5;
 
 /// Where the etcd servers are, and who we are to them.
@@ -62,6 +62,9 @@ pub(crate) struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     /// User name and password (etcd's own auth), if any.
     pub(crate) user: Option<(String, String)>,
+    /// The runtime's default lease: its etcd lease is granted at connect,
+    /// so that first acquires go out in the order they were made.
+    pub(crate) default_lease: Duration,
 }
 
 /// The lock `name`'s directory: `name/`.
@@ -208,7 +211,10 @@ pub(crate) async fn connect(
     let mut options = ConnectOptions::new()
         .with_connect_timeout(settings.connect_timeout)
         .with_keep_alive(Duration::from_secs(2), settings.response_timeout)
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        // A member cut off from the leader refuses requests (and cancels
+        // its watches) instead of answering from its stale state.
+        .with_require_leader(true);
     if let Some((user, password)) = &config.user {
         options = options.with_user(user.clone(), password.clone());
     }
@@ -256,6 +262,13 @@ pub(crate) async fn connect(
         .await
         .map_err(|_| unreachable(None))?
         .map_err(LockError::Backend)?;
+    tokio::time::timeout(
+        settings.connect_timeout,
+        backend.inner.leases.ahead(config.default_lease),
+    )
+    .await
+    .map_err(|_| unreachable(None))?
+    .map_err(LockError::Backend)?;
     tokio::spawn(releaser(
         Arc::downgrade(&backend.inner),
         jobs,
@@ -278,15 +291,24 @@ impl EtcdBackend {
         &self,
         lock: &str,
         holder: &str,
-        lease: Duration,
+        (lease, renewed): (Duration, bool),
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
         let on = self.inner.leases.ahead(lease).await?;
         let ours = node(lock, holder);
-        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(on.id)));
         // Waiting: our key joins the queue (or stays in it). Trying once:
         // it goes in only if the directory is empty.
         let joins = matches!(queue, Queue::Join(_));
+        // A fixed lease ends on the server by itself: an etcd lease of its
+        // own that nobody keeps alive. A waiting place stays on the kept
+        // lease until it holds the lock (then it moves, below).
+        let fixed = if renewed || joins {
+            None
+        } else {
+            Some(self.inner.leases.fixed(lease).await?)
+        };
+        let put_on = fixed.unwrap_or(on.id);
+        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(put_on)));
         let when = if joins {
             Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
         } else {
@@ -301,7 +323,7 @@ impl EtcdBackend {
         let created = answer.succeeded();
         let reads = gets(&answer);
         let (own, first) = match (created, reads.as_slice()) {
-            (true, [first]) => ((revision, on.id), first.kvs().first()),
+            (true, [first]) => ((revision, put_on), first.kvs().first()),
             (false, [own, first]) => match own.kvs().first() {
                 Some(kv) => ((kv.create_revision(), kv.lease()), first.kvs().first()),
                 // Not ours, and (trying once) the directory is not empty.
@@ -310,14 +332,19 @@ impl EtcdBackend {
             _ => return Err(BackendError::msg("etcd answered an acquire unexpectedly")),
         };
         let (mine, its_lease) = own;
-        if its_lease != on.id {
+        let fence = u64::try_from(mine).unwrap_or(0);
+        let held = first.is_some_and(|kv| kv.key() == ours.as_bytes());
+        if held && !renewed && Some(its_lease) != fixed {
+            // A fixed lease's place got the lock: onto a lease of its own.
+            let own = self.inner.leases.fixed(lease).await?;
+            self.reattach(&ours, mine, own).await?;
+        } else if its_lease != put_on {
             // A place made with another lease length: move it onto this
             // lease (its create revision, so its place, stays), so that it
             // lives as long as this hold counts on.
-            self.reattach(&ours, mine, on.id).await?;
+            self.reattach(&ours, mine, put_on).await?;
         }
-        let fence = u64::try_from(mine).unwrap_or(0);
-        if first.is_some_and(|kv| kv.key() == ours.as_bytes()) {
+        if held {
             self.inner.waits.stop(lock, holder);
             return Ok(Acquire::Held {
                 fence,
@@ -326,7 +353,9 @@ impl EtcdBackend {
             });
         }
         if joins {
-            self.inner.waits.start(&self.inner, lock, holder, mine);
+            self.inner
+                .waits
+                .start(&self.inner, lock, holder, mine, renewed);
         }
         Ok(Acquire::Busy { ttl: None })
     }
@@ -349,11 +378,20 @@ impl EtcdBackend {
         &self,
         lock: &str,
         holder: &str,
-        _fair: bool,
+        fair: bool,
     ) -> Result<Release, BackendError> {
         self.inner.waits.stop(lock, holder);
         let txn = Txn::new().and_then([TxnOp::delete(node(lock, holder), None)]);
-        let answer = self.inner.txn(txn).await?;
+        let answer = match self.inner.txn(txn).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                // The key would outlive this failure: the runtime's lease is
+                // kept alive. The background releaser tries until etcd
+                // answers.
+                self.release_in_background(lock.to_owned(), holder.to_owned(), fair);
+                return Err(error);
+            }
+        };
         let deleted = answer.op_responses().into_iter().any(|r| match r {
             TxnOpResponse::Delete(d) => d.deleted() > 0,
             _ => false,
@@ -561,8 +599,12 @@ impl EtcdBackend {
     }
 }
 
-/// Deletes the keys of dropped guards, cancelled acquires and unused
-/// places, in transactions of many, retrying a few times.
+/// Deletes the keys of dropped guards, cancelled acquires, failed releases
+/// and unused places, in transactions of many. Unlike on Redis, a key whose
+/// delete fails does not end by itself (the runtime's lease is kept alive
+/// for its other keys), so a batch is tried until etcd answers, backing
+/// off, for as long as the runtime lives; an outage is logged once per
+/// batch, not per try.
 async fn releaser(
     inner: Weak<Inner>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
@@ -571,32 +613,39 @@ async fn releaser(
     let mut batch = Vec::with_capacity(TXN_OPS);
     while jobs.recv_many(&mut batch, TXN_OPS).await > 0 {
         let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS));
-        let Some(backend) = inner.upgrade() else {
-            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
-            return;
-        };
-        let pending = pending.clone();
+        let (inner, pending) = (inner.clone(), pending.clone());
         tokio::spawn(async move {
             let mut keys: Vec<String> = batch.iter().map(|(l, h, _)| node(l, h)).collect();
             keys.sort_unstable();
             keys.dedup();
-            for attempt in 1..=RELEASE_ATTEMPTS {
+            let mut backoff = Duration::from_millis(50);
+            let mut tries = 0u32;
+            loop {
+                let Some(backend) = inner.upgrade() else {
+                    break; // the runtime is gone: so is its lease, soon
+                };
                 let deletes: Vec<TxnOp> = keys
                     .iter()
                     .map(|k| TxnOp::delete(k.clone(), None))
                     .collect();
                 match backend.txn(Txn::new().and_then(deletes)).await {
                     Ok(_) => break,
-                    Err(error) if attempt < RELEASE_ATTEMPTS => {
-                        tracing::debug!(%error, "background release failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    Err(error) => {
+                        tries += 1;
+                        if tries == RELEASE_ATTEMPTS {
+                            tracing::warn!(
+                                %error,
+                                locks = keys.len(),
+                                "background release failed; retrying until etcd answers"
+                            );
+                        } else {
+                            tracing::debug!(%error, "background release failed; retrying");
+                        }
                     }
-                    Err(error) => tracing::warn!(
-                        %error,
-                        locks = keys.len(),
-                        "background release failed; the locks will be freed by their etcd lease"
-                    ),
                 }
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
             pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
         });

@@ -42,7 +42,18 @@ impl Waits {
 
     /// Starts watching for the turn of `holder`'s key in `lock` (created
     /// at revision `mine`), unless that is watched already.
-    pub(super) fn start(&self, inner: &std::sync::Arc<Inner>, lock: &str, holder: &str, mine: i64) {
+    ///
+    /// A place of a fixed-lease hold (`renewed` false) is not handed the
+    /// lock from here: its waiter is woken to claim it with an attempt,
+    /// which moves the key onto a lease of its own.
+    pub(super) fn start(
+        &self,
+        inner: &std::sync::Arc<Inner>,
+        lock: &str,
+        holder: &str,
+        mine: i64,
+        renewed: bool,
+    ) {
         let mut tasks = self.tasks();
         let id = (lock.to_owned(), holder.to_owned());
         if tasks.get(&id).is_some_and(|t| !t.is_finished()) {
@@ -53,6 +64,7 @@ impl Waits {
             lock.to_owned(),
             holder.to_owned(),
             mine,
+            renewed,
         ));
         tasks.insert(id, task.abort_handle());
     }
@@ -90,7 +102,7 @@ enum Found {
 
 /// Waits for the turn of `holder`'s key in `lock`, created at revision
 /// `mine`; tells the waiters when it comes, or when the key is gone.
-async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64) {
+async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, renewed: bool) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let Some(backend) = inner.upgrade() else {
@@ -117,7 +129,11 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64) 
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
                     let fence = u64::try_from(mine).unwrap_or(0);
-                    wakeups.handed_over(&lock, &holder, fence, fence);
+                    if renewed {
+                        wakeups.handed_over(&lock, &holder, fence, fence);
+                    } else {
+                        wakeups.released(&lock);
+                    }
                 }
                 return;
             }
@@ -173,14 +189,19 @@ async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Fo
 async fn deleted(backend: &Inner, before: &[u8], ours: &str, revision: i64) -> Result<(), ()> {
     let from = WatchOptions::new().with_start_revision(revision + 1);
     let mut client = backend.client.watch_client();
-    let mut stream = client
-        .watch(before.to_vec(), Some(from.clone()))
-        .await
-        .map_err(|e| backend.failed(&e))?;
-    stream
-        .watch(ours.to_owned(), Some(from))
-        .await
-        .map_err(|e| backend.failed(&e))?;
+    let opened = tokio::time::timeout(backend.timeout, async {
+        let mut stream = client.watch(before.to_vec(), Some(from.clone())).await?;
+        stream.watch(ours.to_owned(), Some(from)).await?;
+        Ok::<_, etcd_client::Error>(stream)
+    });
+    let mut stream = match opened.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            backend.failed(&error);
+            return Err(());
+        }
+        Err(_) => return Err(()),
+    };
     loop {
         let Some(answer) = stream.message().await.map_err(|e| backend.failed(&e))? else {
             return Err(());

@@ -98,8 +98,10 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
     let scheme = scheme.to_ascii_lowercase();
     if scheme.contains("sentinel") {
         return Some(
-            "invalid Redis URL: Redis Sentinel is not supported yet; give the current \
-             primary as one redis://host:port URL",
+            "invalid Redis URL: a redis+sentinel:// URL is not taken by .redis(url); Redis \
+             Sentinel is configured with LockRuntimeBuilder::redis_sentinel(sentinels, \
+             service), or with init_from_env's REDIS_SENTINELS=host:port,host:port and \
+             REDIS_SENTINEL_SERVICE=<service> (REDIS_PASSWORD for the data nodes)",
         );
     }
     if scheme.contains("cluster") {
@@ -112,8 +114,11 @@ fn unsupported_url(url: &str) -> Option<&'static str> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     if rest.contains(',') || url.split_whitespace().nth(1).is_some() {
         return Some(
-            "invalid Redis URL: a list of servers (Cluster, Sentinel or Redlock) is not \
-             supported yet; give one server as redis://host:port",
+            "invalid Redis URL: .redis(url) takes one server, not a list. A Redis Cluster's \
+             nodes go to LockRuntimeBuilder::redis_cluster or LOCK_REDIS_CLUSTER; \
+             independent Redlock masters to LockRuntimeBuilder::redlock or REDLOCK_URLS; \
+             sentinels to LockRuntimeBuilder::redis_sentinel or REDIS_SENTINELS (with \
+             REDIS_SENTINEL_SERVICE); each as comma-separated redis://host:port URLs",
         );
     }
     if scheme == "rediss" && !cfg!(feature = "tls") {
@@ -148,15 +153,38 @@ pub(crate) async fn connect(
         .set_response_timeout(Some(settings.response_timeout))
         .set_number_of_retries(3)
         .set_max_delay(Duration::from_secs(1));
-    let con = within_connect_timeout(
-        settings,
-        &endpoint,
-        ConnectionManager::new_with_config(client, config),
-    )
-    .await?;
+    let connecting = ConnectionManager::new_with_config(client.clone(), config);
+    let con = match within_connect_timeout(settings, &endpoint, connecting).await {
+        Ok(con) => con,
+        Err(e) => return Err(not_redis(&client, settings, &endpoint).await.unwrap_or(e)),
+    };
+    refuse_a_cluster_node(&mut con.clone(), &endpoint).await?;
     let con = Con::Single(con);
     let subscriptions = (sub_tx, sub_rx, heard);
     start((con.clone(), con), endpoint, settings, subscriptions).await
+}
+
+/// A Cluster node given as one server accepts the connection and the
+/// scripts, then answers every lock's script with `MOVED`: ask it (`INFO
+/// cluster`, one round trip at start) and refuse it, naming the setting for a
+/// Cluster. A server that does not let us ask (an ACL user without `info`)
+/// is taken at its word.
+async fn refuse_a_cluster_node(
+    con: &mut ConnectionManager,
+    endpoint: &str,
+) -> Result<(), LockError> {
+    let info: Result<String, RedisError> = redis::cmd("INFO").arg("cluster").query_async(con).await;
+    match info {
+        Ok(text) if text.lines().any(|line| line.trim() == "cluster_enabled:1") => {
+            Err(LockError::InvalidConfig(format!(
+                "the server at {endpoint} is a Redis Cluster node (cluster_enabled:1), given \
+                 as a single server: give the cluster's nodes to \
+                 LockRuntimeBuilder::redis_cluster, or set \
+                 LOCK_REDIS_CLUSTER=redis://{endpoint},… instead of REDIS_URL"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// [`connect`] for a Redis Cluster, given some of its nodes (the client
@@ -259,6 +287,7 @@ async fn within_connect_timeout<C>(
     let limit = settings.connect_timeout.saturating_mul(2);
     match tokio::time::timeout(limit, connecting).await {
         Ok(Ok(con)) => Ok(con),
+        Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => Err(not_redis_error(endpoint, e)),
         Ok(Err(e)) => {
             Err(BackendError::new(format!("cannot connect to Redis at {endpoint}"), e).into())
         }
@@ -267,6 +296,36 @@ async fn within_connect_timeout<C>(
         ))
         .into()),
     }
+}
+
+/// Why connecting failed, when the reason is that the server does not speak
+/// Redis: the connection manager retries a garbled answer until the connect
+/// timeout, which would then be all the user hears. One plain attempt
+/// (bounded by the connect timeout) tells; only on the failure path.
+async fn not_redis(
+    client: &redis::Client,
+    settings: &ConnectSettings,
+    endpoint: &str,
+) -> Option<LockError> {
+    let attempt = client.get_multiplexed_async_connection();
+    match tokio::time::timeout(settings.connect_timeout, attempt).await {
+        Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => Some(not_redis_error(endpoint, e)),
+        _ => None,
+    }
+}
+
+/// Something answered, but not in Redis's protocol: another service's port
+/// (HTTP, a database) or a TLS port dialled without TLS. The parser's own
+/// words (`Unexpected '84'`) would not say that.
+fn not_redis_error(endpoint: &str, e: RedisError) -> LockError {
+    BackendError::new(
+        format!(
+            "the server at {endpoint} did not answer as Redis: is that the Redis port \
+             (and, for a TLS port, a rediss:// URL)?"
+        ),
+        e,
+    )
+    .into()
 }
 
 /// Loads the scripts over `con` and starts the backend's tasks; the
@@ -434,15 +493,16 @@ mod tests {
     }
 
     #[test]
-    fn urls_of_unsupported_deployments_say_what_is_supported() {
+    fn urls_of_other_deployments_point_to_the_variables_that_configure_them() {
         for url in [
             "redis+sentinel://:secret@s1:26379,s2:26379/mymaster",
             "redis-sentinel://s1:26379",
             "sentinel://s1:26379",
         ] {
             let text = error(url);
+            assert!(!text.contains("not supported"), "{url}: {text}");
             assert!(
-                text.contains("Sentinel is not supported yet"),
+                text.contains("redis_sentinel") && text.contains("REDIS_SENTINELS"),
                 "{url}: {text}"
             );
             assert!(!text.contains("secret"), "{text}");
@@ -455,7 +515,9 @@ mod tests {
             "redis://n1:6379 redis://n2:6379",
         ] {
             let text = error(url);
-            assert!(text.contains("a list of servers"), "{url}: {text}");
+            for pointer in ["LOCK_REDIS_CLUSTER", "REDLOCK_URLS", "REDIS_SENTINELS"] {
+                assert!(text.contains(pointer), "{url}: {text}");
+            }
             assert!(!text.contains("secret"), "{text}");
         }
         assert!(error("http://localhost").contains("expected redis://"));

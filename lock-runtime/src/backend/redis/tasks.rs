@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::con::Con;
 use super::heard::Heard;
 use super::scripts::{is_noscript, Scripts};
-use crate::backend::releases::{PendingReleases, ReleaseJob};
+use crate::backend::releases::{PendingReleases, ReleaseJob, ReleaseOutage};
 use crate::backend::Watched;
 
 /// What the subscription task is asked to do, in order.
@@ -188,6 +188,7 @@ pub(super) async fn releaser(
     pending: Arc<PendingReleases>,
 ) {
     let mut batch = Vec::with_capacity(RELEASE_BATCH);
+    let outage = Arc::new(ReleaseOutage::default());
     while jobs.recv_many(&mut batch, RELEASE_BATCH).await > 0 {
         // Each batch on its own: a batch stuck on a frozen cluster master
         // must not hold back the releases that follow it
@@ -195,22 +196,32 @@ pub(super) async fn releaser(
         // so the order between batches does not matter.
         let batch = std::mem::replace(&mut batch, Vec::with_capacity(RELEASE_BATCH));
         let sending = release_batch(con.clone(), scripts.clone(), window.clone(), batch);
-        let pending = pending.clone();
+        let (pending, outage) = (pending.clone(), outage.clone());
         tokio::spawn(async move {
-            let batch = sending.await;
+            let batch = match sending.await {
+                Ok(batch) => {
+                    outage.went_through();
+                    batch
+                }
+                Err((batch, error)) => {
+                    outage.given_up(&error, batch.len(), &pending);
+                    batch
+                }
+            };
             pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
         });
     }
 }
 
 /// Sends one batch of releases, pipelined, retrying it a few times; returns
-/// the batch once answered or given up.
+/// the batch once answered, or with the last error once given up (the
+/// locks are then freed by their leases).
 async fn release_batch(
     con: Con,
     scripts: Arc<Scripts>,
     window: Arc<str>,
     batch: Vec<ReleaseJob>,
-) -> Vec<ReleaseJob> {
+) -> Result<Vec<ReleaseJob>, (Vec<ReleaseJob>, redis::RedisError)> {
     let mut by_sha = true;
     let mut attempt = 0;
     loop {
@@ -224,19 +235,12 @@ async fn release_batch(
             Ok(replies) if by_sha && replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) => {
                 by_sha = false;
             }
-            Ok(_) => return batch,
+            Ok(_) => return Ok(batch),
             Err(error) if attempt < RELEASE_ATTEMPTS => {
                 tracing::debug!(%error, "background release failed; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
             }
-            Err(error) => {
-                tracing::warn!(
-                    %error,
-                    locks = batch.len(),
-                    "background release failed; the locks will be freed by their leases"
-                );
-                return batch;
-            }
+            Err(error) => return Err((batch, error)),
         }
     }
 }

@@ -79,6 +79,9 @@ pub(super) struct Place {
     owner: i64,
     /// That session.
     session: Arc<Session>,
+    /// Whether the watchdog renews the hold (a fixed lease must end on the
+    /// server by itself: its node is deleted when the lease runs out).
+    renewed: bool,
 }
 
 /// The ZooKeeper backend of one runtime.
@@ -175,6 +178,7 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
+        renewed: bool,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let client = session.client();
         let prefix = path::node_prefix(holder);
@@ -195,6 +199,7 @@ impl Inner {
                         czxid: stat.czxid,
                         owner: client.session_id().0,
                         session: session.clone(),
+                        renewed,
                     };
                     self.remember(lock, holder, place.clone());
                     let children = match listed {
@@ -215,7 +220,7 @@ impl Inner {
                 ) => {
                     // Protected mode: the create may have gone through
                     // without its answer; our uuid finds it.
-                    if let Some(found) = self.find(session, lock, holder).await? {
+                    if let Some(found) = self.find(session, lock, holder, renewed).await? {
                         return Ok(found);
                     }
                     last = Some(error);
@@ -240,6 +245,7 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
+        renewed: bool,
     ) -> Result<Option<(Place, Vec<String>)>, BackendError> {
         let client = session.client();
         let children = self.list(&client, lock).await?;
@@ -259,9 +265,37 @@ impl Inner {
             czxid: stat.czxid,
             owner: stat.ephemeral_owner,
             session: session.clone(),
+            renewed,
         };
         self.remember(lock, holder, place.clone());
         Ok(Some((place, children)))
+    }
+
+    /// Deletes `holder`'s node of `lock` (made at `czxid`) at `at`, if it is
+    /// still there then: a fixed lease (no watchdog) ends on the server
+    /// when it runs out, as a Redis key's TTL does, although our session
+    /// would keep the node. `at` is counted from when our acquire was sent,
+    /// so it is never before the end of the hold's validity, which counts
+    /// from before.
+    fn expire(self: &Arc<Self>, lock: &str, holder: &str, czxid: i64, at: tokio::time::Instant) {
+        let inner = Arc::downgrade(self);
+        let (lock, holder) = (lock.to_owned(), holder.to_owned());
+        self.handle.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            for attempt in 1..=RELEASE_ATTEMPTS {
+                let Some(backend) = inner.upgrade() else {
+                    return;
+                };
+                if backend.place(&lock, &holder).is_none_or(|p| p.czxid != czxid) {
+                    return; // released, or another node's now
+                }
+                if backend.delete(&lock, &holder).await.is_ok() {
+                    return;
+                }
+                drop(backend);
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+        });
     }
 
     /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
@@ -390,9 +424,10 @@ impl ZookeeperBackend {
         &self,
         lock: &str,
         holder: &str,
-        lease: Duration,
+        (lease, renewed): (Duration, bool),
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
+        let sent = tokio::time::Instant::now();
         let inner = &self.inner;
         let session = inner.sessions.for_lease(lease).await?;
         if session.timeout < lease {
@@ -412,7 +447,7 @@ impl ZookeeperBackend {
                 _ => {
                     // New, or made by a session that expired since.
                     inner.forget(lock, holder);
-                    let (place, children) = inner.create(&session, lock, holder).await?;
+                    let (place, children) = inner.create(&session, lock, holder, renewed).await?;
                     (place, children, true)
                 }
             };
@@ -423,6 +458,9 @@ impl ZookeeperBackend {
                 None => inner.forget(lock, holder),
                 Some(0) => {
                     inner.waits.stop(lock, holder);
+                    if !renewed {
+                        inner.expire(lock, holder, place.czxid, sent + lease);
+                    }
                     return Ok(Acquire::Held {
                         fence,
                         upto: fence,

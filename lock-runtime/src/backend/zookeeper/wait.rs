@@ -7,7 +7,8 @@
 //! unlock), the place lists the children again: a new predecessor is
 //! watched in turn; none means the lock is the place's (the list is the
 //! server's word, read after the predecessor's delete), and the waiters
-//! are told it was handed over, with our node's czxid as the token. A
+//! are told it was handed over, with our node's czxid as the token (a
+//! fixed-lease place is only told to try: its attempt starts the lease). A
 //! place whose node is gone (its session expired, a force unlock) tells
 //! its waiters the lock was released: their next attempt queues again.
 
@@ -75,8 +76,9 @@ impl Waits {
 enum Found {
     /// Gone (or made by a session that has since expired).
     Gone,
-    /// First: the lock is ours, with this token.
-    First(i64),
+    /// First: the lock is ours, with this token (and whether the hold is
+    /// renewed).
+    First(i64, bool),
     /// This node is just before ours.
     Behind(String),
 }
@@ -107,11 +109,17 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
                 }
                 return;
             }
-            Found::First(czxid) => {
+            Found::First(czxid, renewed) => {
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
                     let fence = u64::try_from(czxid).unwrap_or(0);
-                    wakeups.handed_over(&lock, &holder, fence, fence);
+                    if renewed {
+                        wakeups.handed_over(&lock, &holder, fence, fence);
+                    } else {
+                        // A fixed lease counts from an attempt the waiter
+                        // sends (whose send time its node's expiry uses).
+                        wakeups.released(&lock);
+                    }
                 }
                 return;
             }
@@ -156,7 +164,7 @@ async fn read(backend: &Inner, lock: &str, holder: &str) -> Result<Found, ()> {
     let sorted = path::sorted(children);
     Ok(match sorted.iter().position(|c| *c == place.name) {
         None => Found::Gone,
-        Some(0) => Found::First(place.czxid),
+        Some(0) => Found::First(place.czxid, place.renewed),
         Some(i) => Found::Behind(sorted[i - 1].clone()),
     })
 }

@@ -1,0 +1,331 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! What only the etcd backend has (every shared behaviour runs on etcd from
+//! the backend list): `etcdctl lock` on the same name, a cluster of three
+//! that loses its leader, a whole cluster restarted from its data
+//! directories, a client process stopped past its lease, a client whose
+//! network stalls, and a compaction while a waiter watches.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_testkit::etcd::etcdctl_binary;
+use lock_testkit::signal::{self, Signal};
+use lock_testkit::{EtcdCluster, LineChild};
+use lock_tests::{etcd, unique, FaultProxy, Occupancy};
+use tokio::time::Instant;
+
+/// A runtime on these etcd endpoints with this prefix and default lease.
+async fn runtime_on(endpoints: Vec<String>, prefix: &str, lease: Duration) -> LockRuntime {
+    LockRuntime::builder()
+        .etcd(endpoints)
+        .key_prefix(prefix)
+        .default_lease(lease)
+        .build()
+        .await
+        .expect("build the lock runtime on etcd")
+}
+
+/// `etcdctl lock <name>` against `endpoint`: it prints its key once it
+/// holds the lock, and gives it back on SIGTERM.
+fn etcdctl_lock(endpoint: &str, name: &str) -> LineChild {
+    let etcdctl = etcdctl_binary().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut command = Command::new(etcdctl);
+    command
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "lock", name]);
+    LineChild::spawn(&mut command, "etcdctl lock").unwrap()
+}
+
+/// Polls (bounded: 5 s) until `name` has `want` contenders in etcd, the
+/// holder included.
+async fn until_contenders(runtime: &LockRuntime, name: &str, want: usize) {
+    for _ in 0..500 {
+        let info = runtime.inspect(name).await.unwrap();
+        if info.map_or(0, |i| 1 + i.queue.len()) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{name} never had {want} contenders: {:?}",
+        runtime.inspect(name).await
+    );
+}
+
+/// `etcdctl lock NAME` and a runtime with an empty prefix, whose key `NAME`
+/// is that lock: each waits for the other, in the order of their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_this_runtime_exclude_each_other_both_ways() {
+    let endpoint = etcd().endpoint(0);
+    let runtime = runtime_on(etcd().endpoints(), "", Duration::from_secs(5)).await;
+    let name = unique("interop");
+
+    // We hold: etcdctl queues behind us, and holds once we release.
+    let guard = runtime.lock(name.as_str()).acquire().await.unwrap();
+    let mut ctl = etcdctl_lock(&endpoint, &name);
+    until_contenders(&runtime, &name, 2).await;
+    assert!(
+        ctl.next_line(Duration::from_millis(300)).await.is_err(),
+        "etcdctl entered while we held the lock"
+    );
+    let ours = guard.fence();
+    guard.release().await.unwrap();
+    let key = ctl.next_line(Duration::from_secs(5)).await.unwrap();
+    assert!(key.starts_with(&format!("{name}/")), "{key}");
+
+    // etcdctl holds: we wait behind it, and hold once it lets go.
+    assert!(runtime
+        .lock(name.as_str())
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let theirs = runtime
+        .inspect(&name)
+        .await
+        .unwrap()
+        .expect("etcdctl holds");
+    assert!(!theirs.held_by_this_process);
+    let their_fence = theirs.fence.expect("a create revision");
+    assert!(their_fence > ours, "{their_fence} after {ours}");
+    let waiter = {
+        let runtime = runtime.clone();
+        let name = name.clone();
+        tokio::spawn(async move {
+            let guard = runtime
+                .lock(name)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((guard.fence(), Instant::now()))
+        })
+    };
+    until_contenders(&runtime, &name, 2).await;
+    assert!(
+        !waiter.is_finished(),
+        "we entered while etcdctl held the lock"
+    );
+    let let_go = Instant::now();
+    signal::send(ctl.pid(), Signal::Term).unwrap();
+    let (fence, entered) = waiter.await.unwrap().unwrap();
+    assert!(fence > their_fence, "{fence} after {their_fence}");
+    assert!(entered >= let_go);
+    assert!(
+        entered - let_go < Duration::from_secs(3),
+        "{:?} after etcdctl let go",
+        entered - let_go
+    );
+}
+
+/// Two runtimes count under one lock on a cluster of three while its
+/// leader is killed: never two holders, tokens only grow, and every waiter
+/// gets its turn once a new leader is elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_leader_of_three_keeps_one_holder_and_waiters_go_on() {
+    let mut cluster = EtcdCluster::start(3);
+    let prefix = unique("leader");
+    let lease = Duration::from_secs(3);
+    let a = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let b = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let occupancy = Arc::new(Occupancy::new());
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let counted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let runtime = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (occupancy, fences, counted) = (occupancy.clone(), fences.clone(), counted.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                let request = runtime.lock("k").wait(Duration::from_secs(30));
+                let guard = request.acquire().await?;
+                {
+                    let _inside = occupancy.enter();
+                    fences.lock().unwrap().push(guard.fence());
+                    let value = counted.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counted.store(value + 1, Ordering::SeqCst);
+                }
+                // A release that fails during the election is left to the
+                // lease; the next acquire waits for it.
+                let _ = guard.release().await;
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    // Kill the leader once the lock has changed hands a few times.
+    let started = Instant::now();
+    while counted.load(Ordering::SeqCst) < 20 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let leader = cluster.leader().expect("a leader");
+    cluster.kill(leader);
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the waiters went on after the election")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(occupancy.max(), 1, "two holders at once");
+    assert_eq!(counted.load(Ordering::SeqCst), 160, "an update was lost");
+    let fences = fences.lock().unwrap();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "tokens went back: {fences:?}"
+    );
+}
+
+/// A holder stays the holder when the whole cluster is restarted from its
+/// data directories within the lease (etcd keeps leases on disk), no one
+/// else enters meanwhile, and the next holder's token is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_from_disk_keeps_its_holder_and_tokens_grow() {
+    let mut cluster = EtcdCluster::start(1);
+    let prefix = unique("restart");
+    let lease = Duration::from_secs(4);
+    let a = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let b = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let guard = a.lock("k").acquire().await.unwrap();
+    let before = guard.fence();
+    cluster.restart_all();
+    // Two renewals after the restart, and the hold still stands.
+    let renewed = a.stats().watchdog.round_trips;
+    lock_tests::wait_until("two renewals after the restart", || {
+        a.stats().watchdog.round_trips >= renewed + 2
+    })
+    .await;
+    assert!(!guard.is_lost(), "the restart lost the hold");
+    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let next = b.lock("k").acquire().await.unwrap();
+    assert!(next.fence() > before, "{} after {before}", next.fence());
+}
+
+/// A client process stopped (SIGSTOP) past its lease: the other process
+/// enters only once etcd expired the stopped one's lease, with a larger
+/// token, and the stopped one, resumed, is told its hold was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stopped_past_its_lease_is_lost_and_the_other_enters_after_it() {
+    let _turn = lock_tests::timing_turn().await;
+    let prefix = unique("stopped");
+    let url = format!("etcd://{}", etcd().endpoints().join(","));
+    let mut command = Command::new(lock_tests::contender_bin!());
+    command.args([url.as_str(), prefix.as_str(), "hold", "k", "1000"]);
+    let mut child = LineChild::spawn(&mut command, "contender").unwrap();
+    let held = child.next_line(Duration::from_secs(10)).await.unwrap();
+    let theirs: u64 = held.strip_prefix("held ").unwrap().parse().unwrap();
+    signal::send(child.pid(), Signal::Stop).unwrap();
+    let stopped = Instant::now();
+    let other = runtime_on(etcd().endpoints(), &prefix, Duration::from_secs(1)).await;
+    let guard = other
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = stopped.elapsed();
+    // The stopped process's etcd lease: 2 s (1.5 leases, whole seconds)
+    // from its last keep-alive, which may be up to a quarter TTL before the
+    // stop; etcd revokes expired leases every 500 ms.
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "entered {waited:?} after the stop: within the stopped holder's lease"
+    );
+    assert!(guard.fence() > theirs, "{} after {theirs}", guard.fence());
+    signal::send(child.pid(), Signal::Cont).unwrap();
+    let told = child.next_line(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(told, "lost");
+    guard.release().await.unwrap();
+}
+
+/// A holder whose network to etcd stalls is told its hold is lost at its
+/// client-side lease end, before etcd lets anyone else in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
+    let _turn = lock_tests::timing_turn().await;
+    let port: u16 = etcd()
+        .endpoint(0)
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = FaultProxy::start(port).await;
+    let prefix = unique("stall");
+    let lease = Duration::from_secs(1);
+    let endpoint = format!("127.0.0.1:{}", proxy.port());
+    let stalled = runtime_on(vec![endpoint], &prefix, lease).await;
+    let other = runtime_on(etcd().endpoints(), &prefix, lease).await;
+    let guard = stalled.lock("k").acquire().await.unwrap();
+    proxy.stall();
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .lock("k")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        (guard, at)
+    });
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the stalled holder was told it lost the lock");
+    let lost_at = Instant::now();
+    let (next, entered) = waiter.await.unwrap();
+    assert!(
+        lost_at <= entered,
+        "the other entered {:?} before the holder was told",
+        lost_at - entered
+    );
+    assert!(next.fence() > guard.fence());
+    proxy.resume();
+}
+
+/// A waiter keeps watching its predecessor across a compaction of the
+/// store: the release still reaches it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_while_waiting_does_not_lose_the_release() {
+    let prefix = unique("compact");
+    let lease = Duration::from_secs(5);
+    let holder = runtime_on(etcd().endpoints(), &prefix, lease).await;
+    let waiter_rt = runtime_on(etcd().endpoints(), &prefix, lease).await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        with_lock(waiter_rt.lock("k").wait(Duration::from_secs(20)), async {
+            Ok::<_, LockError>(Instant::now())
+        })
+        .await
+    });
+    until_contenders(&holder, "k", 2).await;
+    let mut client = etcd_client::Client::connect(etcd().endpoints(), None)
+        .await
+        .unwrap();
+    let mut revision = 0;
+    for n in 0..50 {
+        let put = client
+            .put(format!("{prefix}filler/{n}"), "x", None)
+            .await
+            .unwrap();
+        revision = put.header().unwrap().revision();
+    }
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let entered = waiter.await.unwrap().unwrap();
+    assert!(
+        entered - released < Duration::from_secs(1),
+        "the waiter entered {:?} after the release",
+        entered - released
+    );
+}
