@@ -286,7 +286,10 @@ impl Inner {
                 let Some(backend) = inner.upgrade() else {
                     return;
                 };
-                if backend.place(&lock, &holder).is_none_or(|p| p.czxid != czxid) {
+                if backend
+                    .place(&lock, &holder)
+                    .is_none_or(|p| p.czxid != czxid)
+                {
                     return; // released, or another node's now
                 }
                 if backend.delete(&lock, &holder).await.is_ok() {

@@ -6,7 +6,7 @@
 //! `InterProcessMutex` for the same lock. A key with `/` in it nests
 //! (`a/b` is `/locks/a/b`). A key that would not make a ZooKeeper path
 //! (an empty, `.` or `..` segment, a trailing `/`, or a character
-//! ZooKeeper refuses) is refused with [`LockError::InvalidKey`] before any
+//! ZooKeeper refuses: control, private-use, beyond U+FFFF) is refused with [`LockError::InvalidKey`] before any
 //! round trip, never mapped to another name: a mapped name would be a
 //! different lock for the Java side.
 //!
@@ -61,9 +61,13 @@ pub(crate) fn invalid(path: &str) -> Option<&'static str> {
         }
     }
     let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    if path.chars().any(refused) {
+        return Some("ZooKeeper refuses control and private-use characters in a path");
+    }
+    // Java sees these as surrogate pairs, which its check refuses.
     path.chars()
-        .any(refused)
-        .then_some("ZooKeeper refuses control and private-use characters in a path")
+        .any(|c| u32::from(c) > 0xffff)
+        .then_some("ZooKeeper refuses characters beyond U+FFFF (emoji, for one) in a path")
 }
 
 /// [`invalid`] of the key's lock path, as the error the caller gets.
