@@ -3,7 +3,8 @@
 //! standalone server from the backend list): Apache Curator's
 //! `InterProcessMutex` on the same path, an ensemble of three that loses
 //! its leader, a server restarted from its data directory, a client process
-//! stopped past its session timeout, and what a ZooKeeper path refuses.
+//! stopped past its session timeout, a network stalled, and what a
+//! ZooKeeper path refuses.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{LineChild, ZooKeeperEnsemble, ZooKeeperServer};
-use lock_tests::{unique, zookeeper};
+use lock_tests::{unique, zookeeper, FaultProxy};
 use tokio::time::Instant;
 
 /// A runtime on `connect` with the lock path prefix `/<prefix>/` and this
@@ -338,4 +339,42 @@ async fn keys_are_paths_and_what_zookeeper_refuses_is_refused_at_once() {
         matches!(refused, Err(LockError::InvalidConfig(_))),
         "{refused:?}"
     );
+}
+
+/// A holder whose network to ZooKeeper stalls (the connection open, nothing
+/// passing) is told its hold is lost at its client-side lease end, before
+/// the server expires its session and lets anyone else in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
+    let _turn = lock_tests::timing_turn().await;
+    let proxy = FaultProxy::start(zookeeper().port()).await;
+    let prefix = unique("stall");
+    let lease = Duration::from_secs(1);
+    let through = format!("127.0.0.1:{}", proxy.port());
+    let stalled = runtime_on(&through, &prefix, lease).await;
+    let other = runtime_on(&zookeeper().connect_string(), &prefix, lease).await;
+    let guard = stalled.lock("k").acquire().await.unwrap();
+    proxy.stall();
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .lock("k")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        (guard, Instant::now())
+    });
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the stalled holder was told it lost the lock");
+    let lost_at = Instant::now();
+    let (next, entered) = waiter.await.unwrap();
+    assert!(
+        lost_at <= entered,
+        "the other entered {:?} before the holder was told",
+        lost_at - entered
+    );
+    assert!(next.fence() > guard.fence());
+    proxy.resume();
+    next.release().await.unwrap();
 }
