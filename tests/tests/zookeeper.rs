@@ -378,3 +378,27 @@ async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
     proxy.resume();
     next.release().await.unwrap();
 }
+
+/// A nested key's lock path lives under its parent key's path (`a/b` under
+/// `a`): neither is taken for a contender of the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_key_is_no_contender_of_its_parent_key() {
+    let runtime = runtime_on(
+        &zookeeper().connect_string(),
+        &unique("nested"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let child = runtime.lock("a/b").acquire().await.unwrap();
+    assert!(runtime.inspect("a").await.unwrap().is_none());
+    assert!(!runtime.force_unlock("a").await.unwrap());
+    let parent = runtime
+        .lock("a")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a is free");
+    assert_eq!(runtime.inspect("a").await.unwrap().unwrap().queue.len(), 0);
+    parent.release().await.unwrap();
+    child.release().await.unwrap();
+}

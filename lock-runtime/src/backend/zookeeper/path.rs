@@ -121,8 +121,17 @@ fn sort_key(name: &str) -> &str {
     }
 }
 
-/// The children in lock order: the first holds.
+/// The contenders among `children`, in lock order: the first holds.
+/// Children that are no contender's node (the lock path of a nested key:
+/// `a/b` lives under `a`'s path) are left out; Curator sorts them after
+/// every sequence number, so its order of the contenders is the same.
 pub(crate) fn sorted(mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| {
+        c.contains(LOCK_NAME) && {
+            let key = sort_key(c);
+            !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit())
+        }
+    });
     children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
     children
 }
@@ -189,5 +198,8 @@ mod tests {
             .filter_map(|c| c.chars().last())
             .collect();
         assert_eq!(last, ['1', '2', '3']);
+        // A nested key's lock path is no contender.
+        let nested = vec!["b".to_owned(), "_c_x-lock-0000000004".to_owned()];
+        assert_eq!(sorted(nested), ["_c_x-lock-0000000004"]);
     }
 }
