@@ -544,6 +544,32 @@ mod tests {
     }
 
     #[test]
+    fn lock_zookeeper_selects_zookeeper_alone_with_both_auth_variables_or_none() {
+        let connect = "zk1:2181,zk2:2181/app";
+        let builder = builder_from_env(env(&[("LOCK_ZOOKEEPER", connect)]), false).unwrap();
+        assert!(matches!(&builder.choice, Choice::Zookeeper(c) if c == connect));
+        assert!(builder.zookeeper_auth.is_none());
+        let auth = [
+            ("LOCK_ZOOKEEPER", connect),
+            ("LOCK_ZOOKEEPER_USER", "app"),
+            ("LOCK_ZOOKEEPER_PASSWORD", "secret"),
+        ];
+        let builder = builder_from_env(env(&auth), false).unwrap();
+        assert_eq!(
+            builder.zookeeper_auth,
+            Some(("app".to_owned(), "secret".to_owned()))
+        );
+        let half = [("LOCK_ZOOKEEPER", connect), ("LOCK_ZOOKEEPER_USER", "app")];
+        assert!(error(builder_from_env(env(&half), false)).contains("or neither"));
+        let both = [("LOCK_ZOOKEEPER", connect), ("REDIS_URL", "redis://h:1")];
+        assert!(error(builder_from_env(env(&both), false)).contains("unset one"));
+        let etcd_too = [("LOCK_ZOOKEEPER", connect), ("LOCK_BACKEND", "etcd")];
+        assert!(error(builder_from_env(env(&etcd_too), false)).contains("unset one"));
+        let none = error(builder_from_env(env(&[("LOCK_BACKEND", "zookeeper")]), false));
+        assert!(none.contains("LOCK_ZOOKEEPER"), "{none}");
+    }
+
+    #[test]
     fn lock_redis_cluster_selects_a_cluster_of_the_listed_nodes() {
         let nodes = "redis://n1:7000, redis://n2:7000,redis://n3:7000";
         let builder = builder_from_env(env(&[("LOCK_REDIS_CLUSTER", nodes)]), false).unwrap();
