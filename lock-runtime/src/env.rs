@@ -565,7 +565,10 @@ mod tests {
         assert!(error(builder_from_env(env(&both), false)).contains("unset one"));
         let etcd_too = [("LOCK_ZOOKEEPER", connect), ("LOCK_BACKEND", "etcd")];
         assert!(error(builder_from_env(env(&etcd_too), false)).contains("unset one"));
-        let none = error(builder_from_env(env(&[("LOCK_BACKEND", "zookeeper")]), false));
+        let none = error(builder_from_env(
+            env(&[("LOCK_BACKEND", "zookeeper")]),
+            false,
+        ));
         assert!(none.contains("LOCK_ZOOKEEPER"), "{none}");
     }
 

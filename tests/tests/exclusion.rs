@@ -18,7 +18,8 @@ on_every_backend!(
     awkward_keys_are_distinct_locks
         skip(zookeeper = "a ZooKeeper path refuses control characters and emoji: `line\\nbreak` and \
                           `ключ:🔒` are refused with InvalidKey before any round trip \
-                          (zookeeper.rs takes the other awkward keys)"),
+                          (zookeeper.rs takes the other awkward keys)",
+             zookeeper3 = "as on one ZooKeeper server: a path refuses control characters and emoji"),
     inspect_reports_holder_lease_and_token_and_nothing_once_free,
 );
 

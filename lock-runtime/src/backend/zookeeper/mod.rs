@@ -170,6 +170,21 @@ impl Inner {
         }
     }
 
+    /// The children of `lock` as the leader has them: a `sync` first,
+    /// pipelined with the listing (one round trip). A follower's plain
+    /// read may not show a delete another session just made (ZooKeeper
+    /// orders reads per session, not across them); that never lets two in,
+    /// but an attempt right after a release would find the lock still busy.
+    async fn list_latest(&self, client: &Client, lock: &str) -> Result<Vec<String>, BackendError> {
+        let syncing = self.within(client.sync(lock));
+        let listing = self.list(client, lock);
+        let (synced, listed) = tokio::join!(syncing, listing);
+        match synced {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => listed,
+            Err(error) => Err(self.failed("sync before listing a lock's contenders failed", error)),
+        }
+    }
+
     /// Creates `holder`'s node in `lock` on `session` (and the lock path,
     /// as container nodes, when missing); the node and the children seen
     /// right after.
@@ -444,7 +459,7 @@ impl ZookeeperBackend {
         for _attempt in 0..3 {
             let (place, children, created) = match inner.place(lock, holder) {
                 Some(place) if place.owner == place.session.id() => {
-                    let children = inner.list(&place.session.client(), lock).await?;
+                    let children = inner.list_latest(&place.session.client(), lock).await?;
                     (place, children, false)
                 }
                 _ => {
@@ -731,61 +746,141 @@ impl ZookeeperBackend {
 }
 
 /// Deletes the nodes of dropped guards, cancelled acquires and unused
-/// places, retrying: a node left standing would block its lock for as
-/// long as our session lives.
+/// places: those of a session in one transaction (one commit for many, as
+/// a dropped batch of guards needs), and any that fails in it one by one,
+/// retrying: a node left standing would block its lock for as long as our
+/// session lives.
 async fn releaser(
     inner: Weak<Inner>,
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
     pending: Arc<PendingReleases>,
 ) {
-    while let Some((lock, holder, _)) = jobs.recv().await {
+    let mut batch = Vec::with_capacity(MULTI_OPS);
+    while jobs.recv_many(&mut batch, MULTI_OPS).await > 0 {
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(MULTI_OPS));
         let Some(backend) = inner.upgrade() else {
-            pending.done([lock.as_str()]);
+            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
             return;
         };
         let pending = pending.clone();
         let inner = Arc::downgrade(&backend);
-        drop(backend);
         tokio::spawn(async move {
-            let mut counted = true;
-            for attempt in 1..=RELEASE_ATTEMPTS_MAX {
-                let Some(backend) = inner.upgrade() else {
-                    break;
-                };
-                let still_ours = backend
-                    .place(&lock, &holder)
-                    .is_none_or(|p| p.owner == p.session.id());
-                if !still_ours {
-                    // Its session expired: the node went with it.
-                    backend.forget(&lock, &holder);
-                    break;
-                }
-                match backend.delete(&lock, &holder).await {
-                    Ok(_) => break,
-                    Err(error) => {
-                        drop(backend);
-                        if attempt == RELEASE_ATTEMPTS {
-                            tracing::warn!(
-                                %error,
-                                lock,
-                                "background release failed; still trying while the session lives"
-                            );
-                            pending.done([lock.as_str()]);
-                            counted = false;
-                        }
-                        let pause = if attempt < RELEASE_ATTEMPTS {
-                            Duration::from_millis(50 * u64::from(attempt))
-                        } else {
-                            Duration::from_secs(1)
-                        };
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            }
-            if counted {
-                pending.done([lock.as_str()]);
+            let left = backend.delete_together(&batch).await;
+            drop(backend);
+            let (alone, done): (Vec<_>, Vec<_>) = batch
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| left.contains(i));
+            pending.done(done.iter().map(|(_, (lock, _, _))| lock.as_str()));
+            for (_, (lock, holder, _)) in alone {
+                tokio::spawn(release_retrying(
+                    inner.clone(),
+                    lock,
+                    holder,
+                    pending.clone(),
+                ));
             }
         });
+    }
+}
+
+impl Inner {
+    /// Deletes the nodes of `batch` this process knows, one transaction
+    /// per session; the indices of the jobs still to do one by one.
+    async fn delete_together(&self, batch: &[ReleaseJob]) -> Vec<usize> {
+        let mut left = Vec::new();
+        let mut groups: Vec<(Arc<Session>, Vec<usize>)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (i, (lock, holder, _)) in batch.iter().enumerate() {
+            let place = self.place(lock, holder);
+            match place {
+                Some(place) if place.owner == place.session.id() && seen.insert((lock, holder)) => {
+                    match groups
+                        .iter_mut()
+                        .find(|(s, _)| Arc::ptr_eq(s, &place.session))
+                    {
+                        Some((_, jobs)) => jobs.push(i),
+                        None => groups.push((place.session.clone(), vec![i])),
+                    }
+                }
+                _ => left.push(i),
+            }
+        }
+        for (session, jobs) in groups {
+            let client = session.client();
+            let mut writer = client.new_multi_writer();
+            let mut paths = Vec::with_capacity(jobs.len());
+            for &i in &jobs {
+                let (lock, holder, _) = &batch[i];
+                if let Some(place) = self.place(lock, holder) {
+                    paths.push(path::child(lock, &place.name));
+                }
+            }
+            let added = paths.iter().all(|p| writer.add_delete(p, None).is_ok());
+            let committed = added
+                && paths.len() == jobs.len()
+                && tokio::time::timeout(self.timeout, writer.commit())
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+            if committed {
+                for &i in &jobs {
+                    let (lock, holder, _) = &batch[i];
+                    self.forget(lock, holder);
+                }
+            } else {
+                left.extend(jobs);
+            }
+        }
+        left
+    }
+}
+
+/// Deletes one node, retrying while the session lives; it stops counting as
+/// pending after a few attempts (this process's next acquire of the lock
+/// then goes ahead; the node goes on being deleted).
+async fn release_retrying(
+    inner: Weak<Inner>,
+    lock: String,
+    holder: String,
+    pending: Arc<PendingReleases>,
+) {
+    let mut counted = true;
+    for attempt in 1..=RELEASE_ATTEMPTS_MAX {
+        let Some(backend) = inner.upgrade() else {
+            break;
+        };
+        let still_ours = backend
+            .place(&lock, &holder)
+            .is_none_or(|p| p.owner == p.session.id());
+        if !still_ours {
+            // Its session expired: the node went with it.
+            backend.forget(&lock, &holder);
+            break;
+        }
+        match backend.delete(&lock, &holder).await {
+            Ok(_) => break,
+            Err(error) => {
+                drop(backend);
+                if attempt == RELEASE_ATTEMPTS {
+                    tracing::warn!(
+                        %error,
+                        lock,
+                        "background release failed; still trying while the session lives"
+                    );
+                    pending.done([lock.as_str()]);
+                    counted = false;
+                }
+                let pause = if attempt < RELEASE_ATTEMPTS {
+                    Duration::from_millis(50 * u64::from(attempt))
+                } else {
+                    Duration::from_secs(1)
+                };
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+    if counted {
+        pending.done([lock.as_str()]);
     }
 }
 
