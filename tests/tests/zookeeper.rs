@@ -402,3 +402,31 @@ async fn a_nested_key_is_no_contender_of_its_parent_key() {
     parent.release().await.unwrap();
     child.release().await.unwrap();
 }
+
+/// With `zookeeper_auth` the session authenticates with the `digest`
+/// scheme (`addauth digest user:password`) and locks as usual; a server
+/// that is not there fails `build()`, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_locks_as_usual_and_an_absent_server_fails_the_build() {
+    let runtime = LockRuntime::builder()
+        .zookeeper(zookeeper().connect_string())
+        .zookeeper_auth("app", "secret")
+        .key_prefix(format!("/{}/", unique("auth")))
+        .build()
+        .await
+        .unwrap();
+    let guard = runtime.lock("k").acquire().await.unwrap();
+    assert!(runtime.lock("k").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+
+    let port = lock_testkit::free_port();
+    let absent = LockRuntime::builder()
+        .zookeeper(format!("127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    match absent {
+        Err(LockError::Backend(e)) => assert!(e.to_string().contains(&port.to_string()), "{e}"),
+        other => panic!("built without a server: {other:?}"),
+    }
+}

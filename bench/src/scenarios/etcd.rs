@@ -105,7 +105,11 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         rtt2_p50.push(Samples::new(two).p50());
         rtt_p50.push(Samples::new(one).p50());
         let name = format!("s12-etcdctl-{run}");
-        ctl_p50.push(etcdctl_calls(&etcd.endpoint(0), &name, ETCDCTL_CALLS).await?.p50());
+        ctl_p50.push(
+            etcdctl_calls(&etcd.endpoint(0), &name, ETCDCTL_CALLS)
+                .await?
+                .p50(),
+        );
         let shape = ctx.scale().s3;
         etcd_runs.push(contention::contend(ctx, Library::OursEtcd, shape, "s12", run).await?);
         redis_runs.push(contention::contend(ctx, Library::OursDefault, shape, "s12", run).await?);
@@ -119,9 +123,13 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         Row::new("S12", "S1 lock+unlock p50 on etcd (us)", med(&s1_p50))
             .vs("2 etcd round trips", med(&rtt2_p50))
             .target(Target::RatioAtMost(1.3)),
-        Row::new("S12", "S1 lock+unlock p50 on etcd (us), vs writes", med(&s1_p50))
-            .vs("a put + a delete", med(&writes_p50))
-            .target(Target::Info),
+        Row::new(
+            "S12",
+            "S1 lock+unlock p50 on etcd (us), vs writes",
+            med(&s1_p50),
+        )
+        .vs("a put + a delete", med(&writes_p50))
+        .target(Target::Info),
         Row::new("S12", "etcd round trip p50 (us)", med(&rtt_p50)).target(Target::Info),
         Row::new(
             "S12",
