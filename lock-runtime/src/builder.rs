@@ -21,6 +21,7 @@ use crate::names::LockNames;
 use crate::runtime::{LockRuntime, Settings, Started};
 use crate::waiters::Waiters;
 use crate::watchdog::{self, Watchdog};
+use crate::who::Identity;
 
 /// Default lease: how long a lock outlives a holder that stopped renewing it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -96,6 +97,10 @@ pub struct LockRuntimeBuilder {
     pub(crate) sync_replicas: Option<(u32, Duration)>,
     /// Local handoffs of a held lock between tasks of this process.
     pub(crate) cohort: Cohort,
+    /// The name this runtime publishes with its identity (`who.rs`).
+    pub(crate) client_name: Option<String>,
+    /// Whether it publishes its identity at all.
+    pub(crate) publish_identity: bool,
 }
 
 /// Whether locks are fair when neither the lock, the builder nor
@@ -182,6 +187,10 @@ impl Default for LockRuntimeBuilder {
             zookeeper_auth: None,
             sync_replicas: None,
             cohort: DEFAULT_COHORT,
+            client_name: std::env::var("LOCK_CLIENT_NAME")
+                .ok()
+                .filter(|n| !n.trim().is_empty()),
+            publish_identity: true,
         }
     }
 }
@@ -424,6 +433,28 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// A name for this process in what operators see: the runtime publishes
+    /// it with its host, pid and start time (default: `LOCK_CLIENT_NAME`,
+    /// else none), and `lockctl show`/`list` print it beside the holder id
+    /// ([`LockRuntime::client_of`](crate::LockRuntime::client_of)).
+    ///
+    /// ```
+    /// let builder = lock_runtime::LockRuntime::builder().client_name("billing-worker");
+    /// # drop(builder);
+    /// ```
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Whether this runtime publishes who it is (see
+    /// [`client_name`](Self::client_name); default `true`). A tool that
+    /// takes no lock, like `lockctl`, turns it off and writes nothing.
+    pub fn publish_identity(mut self, publish: bool) -> Self {
+        self.publish_identity = publish;
+        self
+    }
+
     /// How long a single try may take: `wait(Duration::ZERO)` and
     /// [`try_acquire`](crate::LockRequest::try_acquire), and the last try a
     /// bounded wait makes when its deadline passes while it sleeps (default
@@ -603,9 +634,16 @@ impl LockRuntimeBuilder {
                 ))
             }
         };
+        // Every runtime on a server publishes who it is (`who.rs`); nobody
+        // can look into the embedded store.
+        let publish = self.publish_identity && !matches!(self.choice, Choice::Memory);
+        let identity = publish.then(|| {
+            let key = LockNames::identity(&self.prefix, crate::owner::process_id());
+            Identity::of_this_process(key, self.client_name.as_deref())
+        });
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
-            .spawn(move || worker(config, drain, ready_tx, stop_rx))
+            .spawn(move || worker(config, drain, identity, ready_tx, stop_rx))
             .map_err(|e| BackendError::new("cannot start the lock runtime thread", e))?;
         let parts = ready_rx
             .await
@@ -718,6 +756,7 @@ struct Parts {
 fn worker(
     config: BackendConfig,
     drain: Duration,
+    identity: Option<Identity>,
     ready: oneshot::Sender<Result<Parts, LockError>>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -752,6 +791,7 @@ fn worker(
             watchdog.clone(),
             backend.clone(),
             heartbeats,
+            identity,
             wd_stop_rx,
         ));
         let parts = Parts {

@@ -15,6 +15,7 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
+/// | `LOCK_CLIENT_NAME` | the name operators see beside this process's holds: [`client_name`](LockRuntimeBuilder::client_name) |
 /// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 8 and 5) |
 ///
 /// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
@@ -89,7 +90,11 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
+<<<<<<< HEAD
 const ENV_VARIABLES: [&str; 18] = [
+=======
+const ENV_VARIABLES: [&str; 16] = [
+>>>>>>> main
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
     "LOCK_ZOOKEEPER",
@@ -108,6 +113,7 @@ const ENV_VARIABLES: [&str; 18] = [
     "LOCK_COHORT_BUDGET_MS",
     "LOCK_SYNC_REPLICAS",
     "LOCK_SYNC_TIMEOUT_MS",
+    "LOCK_CLIENT_NAME",
 ];
 
 /// The builder the environment asks for (`read` looks a variable up;

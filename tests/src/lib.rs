@@ -391,8 +391,9 @@ pub async fn until_exists(con: &mut MultiplexedConnection, hash: &str) {
 
 /// Every name under `prefix` on the server of `con`, with its PTTL in ms
 /// (-1: no TTL), but for Redlock's boot marker (one per master and prefix,
-/// permanent by design: README, "Redis layout"). `SCAN` also drops the
-/// expired names it meets, as a read would.
+/// permanent by design: README, "Redis layout") and the identities the
+/// runtimes publish while they live (`layout::client_identity`). `SCAN`
+/// also drops the expired names it meets, as a read would.
 pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(String, i64)> {
     let marker = lock_runtime::layout::redlock_boot_marker(prefix);
     let mut names = Vec::new();
@@ -408,7 +409,10 @@ pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(S
             .query_async(con)
             .await
             .unwrap();
-        for name in batch.into_iter().filter(|name| *name != marker) {
+        let ours = |name: &String| {
+            *name != marker && !lock_runtime::layout::is_client_identity(prefix, name)
+        };
+        for name in batch.into_iter().filter(ours) {
             let ttl: i64 = con.pttl(&name).await.unwrap();
             if ttl != -2 {
                 names.push((name, ttl));

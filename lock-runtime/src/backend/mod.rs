@@ -466,6 +466,38 @@ impl Backend {
         }
     }
 
+    /// Publishes this runtime's identity (`who.rs`): `value` under `key`,
+    /// for `ttl`. Nothing on the embedded backend (no operator can look
+    /// into it).
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Memory(_) => Ok(()),
+            // Not on etcd yet (the Redis family only, for now).
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Ok(()),
+            Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
+        }
+    }
+
+    /// The identity a runtime published under `key` (`None`: none, or gone).
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.read_identity(key).await,
+            Backend::Memory(_) => Ok(None),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Ok(None),
+            Backend::Redlock(r) => r.read_identity(key).await,
+            Backend::Sentinel(s) => s.read_identity(key).await,
+        }
+    }
+
     /// Releases without waiting for the outcome; callable from `Drop`, with
     /// or without a tokio context.
     pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
