@@ -90,11 +90,7 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-<<<<<<< HEAD
-const ENV_VARIABLES: [&str; 18] = [
-=======
-const ENV_VARIABLES: [&str; 16] = [
->>>>>>> main
+const ENV_VARIABLES: [&str; 19] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
     "LOCK_ZOOKEEPER",

@@ -478,9 +478,11 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
             Backend::Memory(_) => Ok(()),
-            // Not on etcd yet (the Redis family only, for now).
+            // Not on etcd or ZooKeeper yet (the Redis family only, for now).
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Ok(()),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => Ok(()),
             Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
             Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
         }
@@ -493,6 +495,8 @@ impl Backend {
             Backend::Memory(_) => Ok(None),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Ok(None),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => Ok(None),
             Backend::Redlock(r) => r.read_identity(key).await,
             Backend::Sentinel(s) => s.read_identity(key).await,
         }
