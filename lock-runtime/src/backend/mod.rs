@@ -309,12 +309,13 @@ impl Backend {
 
     /// The backend's name of the lock `key` under `prefix`. Redis: the key
     /// in a hash tag (`lock:{order:1}`), so that a lock's names share a
-    /// Cluster slot. etcd: the prefix and the key as they are (`lock:order:1`),
-    /// the name `etcdctl lock` is given for the same lock.
+    /// Cluster slot. etcd: the prefix and the key (`lock:order:1`), the name
+    /// `etcdctl lock` is given for the same lock, with `/` and `%` escaped
+    /// (see `etcd::lock_name`).
     pub(crate) fn lock_name(&self, prefix: &str, key: &str) -> String {
         match self {
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => format!("{prefix}{key}"),
+            Backend::Etcd(_) => etcd::lock_name(prefix, key),
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(_) => zookeeper::lock_path(prefix, key),
             _ => crate::names::LockNames::lock_key(prefix, key),

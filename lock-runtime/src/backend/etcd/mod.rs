@@ -67,6 +67,25 @@ pub(crate) struct EtcdConfig {
     pub(crate) default_lease: Duration,
 }
 
+/// The etcd name of the lock `key` under `prefix`: the two joined, with
+/// every `/` of the key written `%2F` (and `%` written `%25`). A lock's
+/// keys are `name/<holder>`: unescaped, the lock `a`'s directory `a/`
+/// would hold the lock `a/b`'s keys too, and `a`'s waiters would queue
+/// behind `a/b`'s holders. A key without `/` or `%` is its name as it is,
+/// as `etcdctl lock` writes it.
+pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
+    let mut name = String::with_capacity(prefix.len() + key.len());
+    name.push_str(prefix);
+    for c in key.chars() {
+        match c {
+            '/' => name.push_str("%2F"),
+            '%' => name.push_str("%25"),
+            c => name.push(c),
+        }
+    }
+    name
+}
+
 /// The lock `name`'s directory: `name/`.
 fn dir(lock: &str) -> String {
     format!("{lock}/")
@@ -680,5 +699,20 @@ impl Watches for EtcdWatches {
         if let Some(inner) = self.backend.upgrade() {
             EtcdBackend { inner }.release_in_background(lock, holder, true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lock_name;
+
+    #[test]
+    fn no_lock_name_is_inside_another_locks_directory() {
+        assert_eq!(lock_name("", "order:42"), "order:42");
+        assert_eq!(lock_name("lock:", "a/b"), "lock:a%2Fb");
+        assert_eq!(lock_name("", "100%/x"), "100%25%2Fx");
+        let (a, nested) = (lock_name("p/", "a"), lock_name("p/", "a/b"));
+        assert!(!nested.starts_with(&format!("{a}/")), "{nested} under {a}/");
+        assert_ne!(lock_name("", "a%2Fb"), lock_name("", "a/b"));
     }
 }
