@@ -250,10 +250,9 @@ impl LockRequest {
             Wait::For(wait) => Some(wait),
             Wait::Forever => None,
         };
-        let lock_key = runtime.backend_key(&key);
-        if let Some(refused) = runtime.backend().refuses(&key, &lock_key, lease) {
-            return Err(refused);
-        }
+        let lock_key = runtime
+            .backend()
+            .checked_lock_name(runtime.prefix(), &key, lease)?;
         if let (Some(true), Some(why)) = (fair_asked, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }
