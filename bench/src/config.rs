@@ -286,8 +286,8 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s12".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 11);
+        assert!(Config::from_args(&["s13".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 12);
         let crowds = Config::from_args(&["s9".to_owned(), "s8".to_owned()]).unwrap();
         assert_eq!(crowds.scenarios, [Scenario::S8, Scenario::S9]);
         let s11 = Config::from_args(&["s11".to_owned()]).unwrap();

@@ -229,32 +229,44 @@ impl LockRequest {
     /// Acquires for `scope`, or for the scope current at the first poll
     /// (a fresh root outside any) when `None`.
     pub(crate) async fn acquire_as(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
+        // Taken apart at once: a request kept whole (partly moved) would
+        // stay in every waiting acquire's state.
+        let LockRequest {
+            runtime,
+            key,
+            lease,
+            wait,
+            watchdog,
+            fair: fair_asked,
+            ..
+        } = self;
         let scope = scope.unwrap_or_else(owner::current_or_root);
-        let runtime = self.runtime.ok_or(LockError::NotInstalled)?;
-        validate_key(&self.key)?;
-        let lease = self.lease.unwrap_or(runtime.default_lease());
+        let runtime = runtime.ok_or(LockError::NotInstalled)?;
+        validate_key(&key)?;
+        let lease = lease.unwrap_or(runtime.default_lease());
         validate_lease(lease)?;
-        let wait = match self.wait {
+        let wait = match wait {
             Wait::Default => runtime.default_wait(),
             Wait::For(wait) => Some(wait),
             Wait::Forever => None,
         };
-        let lock_key = runtime
-            .backend()
-            .checked_lock_name(runtime.prefix(), &self.key, lease)?;
-        if let (Some(true), Some(why)) = (self.fair, runtime.backend().fair_unsupported()) {
+        let lock_key = runtime.backend_key(&key);
+        if let Some(refused) = runtime.backend().refuses(&key, &lock_key, lease) {
+            return Err(refused);
+        }
+        if let (Some(true), Some(why)) = (fair_asked, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }
         let fair = runtime.backend().always_fair()
-            || (self.fair.unwrap_or(runtime.default_fair())
+            || (fair_asked.unwrap_or(runtime.default_fair())
                 && runtime.backend().queues_across_processes());
         let want = Want {
-            key: self.key,
+            key,
             lock_key,
             scope,
             lease,
             wait,
-            renew: self.watchdog,
+            renew: watchdog,
             fair,
         };
         let context = runtime.clone();

@@ -335,26 +335,16 @@ impl Backend {
         }
     }
 
-    /// [`lock_name`](Self::lock_name), refused when the backend cannot take
-    /// the lock `key` with `lease` (ZooKeeper: a key that makes no path, a
-    /// lease longer than any session the servers grant). One call that
-    /// yields the name: a waiting acquire's state does not grow.
-    pub(crate) fn checked_lock_name(
-        &self,
-        prefix: &str,
-        key: &str,
-        lease: Duration,
-    ) -> Result<String, LockError> {
-        let name = self.lock_name(prefix, key);
+    /// Why the backend cannot take the lock `key` (named `lock_key`) with
+    /// `lease`, if it cannot (ZooKeeper: a key that makes no path, a lease
+    /// longer than any session the servers grant).
+    pub(crate) fn refuses(&self, key: &str, lock_key: &str, lease: Duration) -> Option<LockError> {
         match self {
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => match z.refuses(key, &name, lease) {
-                Some(refused) => Err(refused),
-                None => Ok(name),
-            },
+            Backend::Zookeeper(z) => z.refuses(key, lock_key, lease),
             _ => {
-                let _ = lease;
-                Ok(name)
+                let _ = (key, lock_key, lease);
+                None
             }
         }
     }
