@@ -329,3 +329,47 @@ async fn a_compaction_while_waiting_does_not_lose_the_release() {
         entered - released
     );
 }
+
+/// etcd with auth on: a runtime given the user and password locks as
+/// usual; one without them is refused at build, naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
+    let cluster = EtcdCluster::start(1);
+    let endpoint = cluster.endpoint(0);
+    let etcdctl = etcdctl_binary().unwrap_or_else(|e| panic!("{e:#}"));
+    let ctl = |args: &[&str]| {
+        let out = Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoint.as_str()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    };
+    ctl(&["user", "add", "root", "--new-user-password", "s3cret"]);
+    ctl(&["auth", "enable"]);
+    let runtime = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .etcd_auth("root", "s3cret")
+        .build()
+        .await
+        .expect("a runtime with the right credentials");
+    let guard = runtime.lock("k").acquire().await.unwrap();
+    assert!(guard.fence() > 0);
+    guard.release().await.unwrap();
+    let refused = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .build()
+        .await
+        .expect_err("a runtime without credentials");
+    let message = refused.to_string();
+    assert!(message.contains("etcd"), "{message}");
+    assert!(!message.contains("s3cret"), "{message}");
+    let wrong = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .etcd_auth("root", "wrong")
+        .build()
+        .await
+        .expect_err("a runtime with a wrong password");
+    assert!(!wrong.to_string().contains("wrong"), "{wrong}");
+}
