@@ -1,7 +1,7 @@
 //! Standard output that may close early: `lockctl list | head -1` closes
 //! the pipe after one line, and `println!` would panic on the next write
 //! (Rust ignores SIGPIPE, so the write fails with `BrokenPipe`). Every line
-//! goes through [`line`], which ends the process quietly then, as a reader
+//! goes through [`line()`], which ends the process quietly then, as a reader
 //! that has seen enough is no error.
 
 use std::io::Write;
@@ -20,7 +20,7 @@ pub(crate) fn line(text: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `println!` through [`line`].
+/// `println!` through [`line()`].
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::line(format_args!($($arg)*))
