@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::faults::Fault;
 use super::history::{Call, History};
-use super::{ns, FREE_BASE, LATE_SLACK, RESUME, SLACK, TIMEOUT};
+use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, TIMEOUT};
 
 pub(super) struct Violation {
     pub(super) class: &'static str,
@@ -121,6 +121,7 @@ pub(super) struct Coverage {
 pub(super) fn check(
     history: &History,
     faults: &[Fault],
+    backend: Backend,
     violations: &mut Vec<Violation>,
 ) -> Coverage {
     let mut coverage = Coverage::default();
@@ -128,7 +129,7 @@ pub(super) fn check(
     check_fences(history, faults, &by_key, violations);
     check_exclusion(history, faults, &by_key, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
-    check_waiters(history, faults, violations, &mut coverage);
+    check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
 }
 
@@ -404,15 +405,40 @@ pub(super) fn check_nesting(
     }
 }
 
+/// How long after `end`, the end of a hold that did not end in a release,
+/// its lock may still be in the store. Redis: its lease (a lost hold's
+/// lock ran out, or runs out within a lease). etcd: a lost hold's key
+/// stays on its runtime's etcd lease, kept alive, until its guard goes (the
+/// delete goes out then: the call's last event), and from then on at most
+/// until that lease runs out ([`Backend::linger`]).
+fn linger(backend: Backend, call: &Call, end: u64) -> Duration {
+    match backend {
+        Backend::Redis => call.lease,
+        Backend::Etcd => {
+            let gone = [
+                call.released,
+                call.lost,
+                call.body_exit,
+                call.ended.as_ref().map(|e| e.0),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(end, u64::max);
+            Duration::from_nanos(gone - end) + backend.linger(call.lease, call.renew)
+        }
+    }
+}
+
 /// Bounded waits end in time, and do not time out on a key that was free.
 pub(super) fn check_waiters(
     history: &History,
     faults: &[Fault],
+    backend: Backend,
     violations: &mut Vec<Violation>,
     coverage: &mut Coverage,
 ) {
     // Per key: (acquired, end, what may linger after the end: nothing after
-    // a release, else the lease).
+    // a release, else see `linger`).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
     for call in &history.calls {
         if let (Some(acquired), true) = (call.acquired, call.outer) {
@@ -420,7 +446,7 @@ pub(super) fn check_waiters(
             let linger = if call.released == Some(end) {
                 Duration::ZERO
             } else {
-                call.lease
+                linger(backend, call, end)
             };
             holds
                 .entry(call.key)

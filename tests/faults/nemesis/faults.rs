@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use lock_runtime::layout;
 use lock_testkit::RedisServer;
-use lock_tests::FaultProxy;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::members;
 use super::releases::ReleaseWatch;
+use super::store::{Link, Store};
 use super::workers::{Control, Executor};
-use super::{now_ns, ns, LINGER_RECOVERY, PROCESSES, RECOVERY};
+use super::{now_ns, ns, Backend, PROCESSES, RECOVERY};
 use crate::XorShift;
 
 /// Longest executor stall, in ms.
@@ -140,8 +141,10 @@ pub(super) fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
 
 /// What the faults act on.
 pub(super) struct Stage<'a> {
-    pub(super) server: &'a mut RedisServer,
-    pub(super) proxies: &'a [FaultProxy],
+    pub(super) backend: Backend,
+    pub(super) store: &'a mut Store,
+    /// Each worker's network (its proxies).
+    pub(super) links: &'a [Link],
     pub(super) workers: &'a [Arc<Control>],
     /// Notified at every line of every worker.
     pub(super) changed: &'a Notify,
@@ -172,8 +175,17 @@ struct Snapshots {
 
 /// Injects one fault at a time at random moments until 5 s before the end
 /// of the run, each healed before the next, a fault at one process mostly
-/// at a process that holds a lock at that moment; takes a snapshot every 2-4
-/// s for the restarts from a snapshot.
+/// at a process that holds a lock at that moment; on Redis, takes a
+/// snapshot every 2-4 s for the restarts from a snapshot.
+///
+/// On etcd the server faults are the cluster's (see `members`): a member
+/// frozen, a member (often the leader) killed and restarted from its data
+/// directory, the whole cluster restarted from disk. None loses data (etcd
+/// syncs its log before it answers), so none excuses an overlap. Redis's
+/// restart empty or from an older snapshot has no etcd counterpart here (a
+/// wiped cluster starts its revisions, the tokens, again), nor has the cut
+/// at a Redis command; the restarts timed at a release are Redis's too (on
+/// etcd, that pick blocks an executor at random).
 pub(super) async fn drive_faults(
     stage: &mut Stage<'_>,
     rng: &mut XorShift,
@@ -187,6 +199,7 @@ pub(super) async fn drive_faults(
         taken: None,
         next: Instant::now() + millis(rng, 300, 1500),
     };
+    let linger_recovery = stage.backend.linger_recovery();
     // Bounded by time (`stop_at`) and by count.
     for _ in 0..10_000 {
         let gap = millis(rng, 200, 1500);
@@ -194,23 +207,25 @@ pub(super) async fn drive_faults(
         if Instant::now() >= stop_at {
             break;
         }
-        if Instant::now() >= snapshots.next {
-            // `SAVE` blocks the server while it writes (briefly: the data
-            // directory is in memory); it gets a window like a fault's, but
-            // is not counted as one.
-            let start = now_ns();
-            stage.server.snapshot().await;
-            let end = now_ns();
-            snapshots.taken = Some(start);
-            snapshots.next = Instant::now() + millis(rng, 2000, 4000);
-            faults.push(Fault {
-                start,
-                end,
-                what: "snapshot (SAVE)".to_owned(),
-                settled: end + ns(RECOVERY),
-                counted: false,
-                ..Fault::starting()
-            });
+        if let Store::Redis(server) = &mut *stage.store {
+            if Instant::now() >= snapshots.next {
+                // `SAVE` blocks the server while it writes (briefly: the
+                // data directory is in memory); it gets a window like a
+                // fault's, but is not counted as one.
+                let start = now_ns();
+                server.snapshot().await;
+                let end = now_ns();
+                snapshots.taken = Some(start);
+                snapshots.next = Instant::now() + millis(rng, 2000, 4000);
+                faults.push(Fault {
+                    start,
+                    end,
+                    what: "snapshot (SAVE)".to_owned(),
+                    settled: end + ns(RECOVERY),
+                    counted: false,
+                    ..Fault::starting()
+                });
+            }
         }
         // Mostly at a process that holds a lock now.
         let holders: Vec<usize> = (0..PROCESSES)
@@ -221,85 +236,96 @@ pub(super) async fn drive_faults(
         } else {
             rng.below(PROCESSES as u64) as usize
         };
-        let proxy = &stage.proxies[p];
+        let link = &stage.links[p];
         let mut fault = Fault::starting();
         let mut recovery = RECOVERY;
         let pick = rng.below(100);
-        if pick < 45 {
+        if pick < 45 && !(stage.backend == Backend::Etcd && (28..=36).contains(&pick)) {
             fault.proxy = Some(p);
         }
-        match pick {
-            0..=11 => {
+        match (pick, &mut *stage.store) {
+            (0..=11, _) => {
                 let d = millis(rng, 200, 3000);
-                proxy.stall();
+                link.stall();
                 tokio::time::sleep(d).await;
-                proxy.resume();
+                link.resume();
                 fault.what = format!("stall proxy {p} for {} ms", d.as_millis());
             }
-            12..=19 => {
+            (12..=19, _) => {
                 let delay = millis(rng, 20, 250);
                 let d = millis(rng, 500, 3000);
-                proxy.slow(Some(delay));
+                link.slow(Some(delay));
                 tokio::time::sleep(d).await;
-                proxy.slow(None);
+                link.slow(None);
                 fault.what = format!(
                     "slow proxy {p} by {} ms for {} ms",
                     delay.as_millis(),
                     d.as_millis()
                 );
             }
-            20..=27 => {
-                proxy.drop_connections();
+            (20..=27, _) => {
+                link.drop_connections();
                 fault.what = format!("drop connections of proxy {p}");
-                recovery = LINGER_RECOVERY;
+                recovery = linger_recovery;
             }
-            28..=36 => {
+            (28..=36, Store::Etcd(cluster)) => {
+                fault.what = members::kill_and_restart(cluster, rng).await;
+                recovery = linger_recovery;
+            }
+            (28..=36, Store::Redis(_)) => {
                 let command = if rng.below(2) == 0 {
                     "SUBSCRIBE"
                 } else {
                     "EVALSHA"
                 };
-                proxy.drop_at_command(command);
+                link.drop_at_command(command);
                 fault.what = format!("drop proxy {p} at its next {command}");
                 fault.armed = true;
                 // No window until it fires (see `place_firings`).
                 faults.push(fault);
                 continue;
             }
-            37..=44 => {
+            (37..=44, _) => {
                 let d = millis(rng, 300, 3000);
-                proxy.refuse(true);
+                link.refuse(true);
                 let cut = rng.below(2) == 0;
                 if cut {
-                    proxy.drop_connections();
-                    recovery = LINGER_RECOVERY;
+                    link.drop_connections();
+                    recovery = linger_recovery;
                 }
                 tokio::time::sleep(d).await;
-                proxy.refuse(false);
+                link.refuse(false);
                 fault.what = format!(
                     "refuse proxy {p} for {} ms{}",
                     d.as_millis(),
                     if cut { ", connections dropped" } else { "" }
                 );
             }
-            45..=52 => {
+            (45..=52, Store::Etcd(cluster)) => {
+                fault.what = members::freeze(cluster, rng).await;
+            }
+            (45..=52, Store::Redis(server)) => {
                 let d = millis(rng, 200, 2000);
-                stage.server.freeze();
+                server.freeze();
                 tokio::time::sleep(d).await;
-                stage.server.thaw();
+                server.thaw();
                 fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
             }
-            53..=59 => {
+            (53..=59, Store::Etcd(cluster)) => {
+                fault.what = members::restart_all(cluster).await;
+                recovery = linger_recovery;
+            }
+            (53..=59, Store::Redis(server)) => {
                 let from_snapshot = rng.below(100) < 40;
-                let (what, linger) = restart(stage.server, &mut snapshots, from_snapshot).await;
+                let (what, linger) = restart(server, &mut snapshots, from_snapshot).await;
                 fault.what = what;
                 fault.loses_data = true;
                 if linger {
-                    recovery = LINGER_RECOVERY;
+                    recovery = linger_recovery;
                 }
                 snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
             }
-            60..=69 => {
+            (60..=69, _) => {
                 // A whole worker process stopped past its lease: its locks
                 // run out while it cannot renew them. Best while it is busy
                 // right after its release passed a hold to another of its
@@ -333,9 +359,15 @@ pub(super) async fn drive_faults(
                 );
                 fault.proxy = Some(p);
                 fault.frozen = true;
-                recovery = LINGER_RECOVERY;
+                recovery = linger_recovery;
             }
-            _ => {
+            (_, Store::Etcd(_)) => {
+                // (Its worker reports the stall.)
+                let choice = rng.next_u64();
+                stall_at_random(stage.workers, rng, choice).await;
+                continue;
+            }
+            (_, Store::Redis(_)) => {
                 if let Some(restarted) = restart_at_release(stage, rng, &mut snapshots).await {
                     faults.push(restarted);
                     snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
@@ -351,6 +383,13 @@ pub(super) async fn drive_faults(
     faults
 }
 
+/// Blocks the executor of a worker picked by `choice` for 50 ms to a
+/// second, at random.
+async fn stall_at_random(workers: &[Arc<Control>], rng: &mut XorShift, choice: u64) {
+    let spin = rng.below(3) == 0;
+    let p = (choice % PROCESSES as u64) as usize;
+    workers[p].stall(millis(rng, 50, MAX_STALL_MS), spin).await;
+}
 /// Kills the server and starts it again, from the last snapshot when
 /// `from_snapshot` and one at least a second old exists, else empty: what
 /// was done, and whether locks of the snapshot may live again.
@@ -440,7 +479,7 @@ async fn restart_at_release(
     let worker = stage.workers[p].clone();
     let fair = worker.fair[key];
     let channel = layout::release_channel(&layout::lock_name(stage.prefix, &format!("nk{key}")));
-    let watch = ReleaseWatch::start(stage.server.port(), channel).await;
+    let watch = ReleaseWatch::start(stage.store.redis().port(), channel).await;
     let stall = worker
         .stall(Duration::from_millis(MAX_STALL_MS), spin)
         .await;
@@ -466,9 +505,13 @@ async fn restart_at_release(
         // (its own thread, not blocked), which records it.
         tokio::time::sleep(pause).await;
         let mut restarted = Fault::starting();
-        let (what, linger) = restart(stage.server, snapshots, from_snapshot).await;
+        let (what, linger) = restart(stage.store.redis(), snapshots, from_snapshot).await;
         restarted.end = now_ns();
-        let recovery = if linger { LINGER_RECOVERY } else { RECOVERY };
+        let recovery = if linger {
+            stage.backend.linger_recovery()
+        } else {
+            RECOVERY
+        };
         restarted.settled = restarted.end + ns(recovery);
         restarted.loses_data = true;
         // Another worker takes the key on the new server before the blocked
@@ -537,7 +580,10 @@ async fn queue_head(stage: &Stage<'_>, key: usize) -> Option<String> {
         "{}:queue",
         layout::lock_name(stage.prefix, &format!("nk{key}"))
     );
-    let mut con = stage.server.connection().await;
+    let Store::Redis(server) = &*stage.store else {
+        return None;
+    };
+    let mut con = server.connection().await;
     redis::cmd("LINDEX")
         .arg(queue)
         .arg(0)
@@ -604,7 +650,7 @@ pub(super) fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
             fault.what.push_str(" (fired)");
             fault.start = t;
             fault.end = t;
-            fault.settled = t + ns(LINGER_RECOVERY);
+            fault.settled = t + ns(Backend::Redis.linger_recovery());
         }
     }
 }
