@@ -362,9 +362,10 @@ pub(super) async fn drive_faults(
                 recovery = linger_recovery;
             }
             (_, Store::Etcd(_)) => {
-                // (Its worker reports the stall.)
-                let choice = rng.next_u64();
-                stall_at_random(stage.workers, rng, choice).await;
+                if let Some(killed) = kill_at_handoff(stage, rng).await {
+                    faults.push(killed);
+                }
+                // Otherwise only the stall happened (its worker reports it).
                 continue;
             }
             (_, Store::Redis(_)) => {
@@ -548,6 +549,131 @@ async fn restart_at_release(
     }
     worker.unstall(stall).await;
     // Its report comes once its executor runs again (bounded).
+    let live = worker.live.clone();
+    until(
+        stage.changed,
+        Instant::now() + Duration::from_secs(3),
+        || live.stalled(stall).is_some(),
+    )
+    .await;
+    fault
+}
+
+/// etcd's twin of [`restart_at_release`]: a worker waiting for a key that
+/// another one holds has its executor blocked; once its place heads the
+/// key's directory (the holder released: the lock is handed to the place,
+/// which its lock runtime, on a thread of its own, hears of), the leader is
+/// killed (or the whole cluster), the blocked executor runs again while
+/// etcd is away or electing, with news from before, and then the
+/// member(s) start again from their data directories. The fault, if the
+/// handoff came to pass (the stall is reported by its worker).
+async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fault> {
+    let spin = rng.below(3) == 0;
+    let whole = rng.below(100) < 30;
+    let pause = millis(rng, 0, 10);
+    let away = millis(rng, 50, 600);
+    let choice = rng.next_u64();
+    let limit = Instant::now() + Duration::from_secs(1);
+    until(stage.changed, limit, || {
+        !candidates(stage.workers).is_empty()
+    })
+    .await;
+    let candidates = candidates(stage.workers);
+    if candidates.is_empty() {
+        stall_at_random(stage.workers, rng, choice).await;
+        return None;
+    }
+    // A `current_thread` executor if one waits (a blocked poll stops all
+    // its tasks, the waiter's too).
+    let current: Vec<(usize, usize)> = candidates
+        .iter()
+        .copied()
+        .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
+        .collect();
+    let pool = if current.is_empty() {
+        candidates
+    } else {
+        current
+    };
+    let (p, key) = pool[(choice % pool.len() as u64) as usize];
+    stage.timed.tries += 1;
+    let worker = stage.workers[p].clone();
+    let Store::Etcd(cluster) = &mut *stage.store else {
+        panic!("an etcd fault on Redis");
+    };
+    // Straight to the cluster, not through a worker's proxies.
+    let dir = format!("{}nk{key}/", stage.prefix);
+    let ours = format!("{dir}{}:", worker.id);
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .ok()?;
+    let mut watch = client
+        .watch(
+            dir.as_str(),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .ok()?;
+    // The watch is set up once its first answer came.
+    tokio::time::timeout(Duration::from_secs(1), watch.message())
+        .await
+        .ok()?
+        .ok()??;
+    let stall = worker
+        .stall(Duration::from_millis(MAX_STALL_MS), spin)
+        .await;
+    let stalled_at = Instant::now();
+    // Bounded by `RELEASE_WAIT`: each delete in the directory, then whether
+    // the blocked worker's place heads it now.
+    let handed = tokio::time::timeout_at(stalled_at + RELEASE_WAIT, async {
+        let first = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_sort(
+                etcd_client::SortTarget::Create,
+                etcd_client::SortOrder::Ascend,
+            )
+            .with_limit(1);
+        loop {
+            let answer = watch.message().await.ok()??;
+            let deleted = answer
+                .events()
+                .iter()
+                .any(|e| e.event_type() == etcd_client::EventType::Delete);
+            if !deleted {
+                continue;
+            }
+            let head = client.get(dir.as_str(), Some(first.clone())).await.ok()?;
+            if head
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.key().starts_with(ours.as_bytes()))
+            {
+                return Some(());
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+    .is_some();
+    drop(watch);
+    let mut fault = None;
+    if handed {
+        tokio::time::sleep(pause).await;
+        let mut killed = Fault::starting();
+        let what = members::kill_for(cluster, whole, away, || worker.unstall(stall)).await;
+        killed.end = now_ns();
+        killed.settled = killed.end + ns(stage.backend.linger_recovery());
+        stage.timed.restarts += 1;
+        killed.what = format!(
+            "{what}, {} ms after nk{key} was handed to p{p}'s place while p{p}'s executor was \
+             blocked (stall {stall}), which ran again {} ms into the outage",
+            pause.as_millis(),
+            away.as_millis()
+        );
+        fault = Some(killed);
+    }
+    worker.unstall(stall).await;
     let live = worker.live.clone();
     until(
         stage.changed,

@@ -74,3 +74,46 @@ pub(super) async fn restart_all(cluster: &mut EtcdCluster) -> String {
         started.elapsed().as_millis()
     )
 }
+
+/// Kills the leader (or, `whole`, every member), runs `meanwhile` after
+/// `away`, while etcd is gone or electing, and then starts what it killed
+/// again from the data directories (waiting until healthy); what was done.
+pub(super) async fn kill_for<F: std::future::Future<Output = ()>>(
+    cluster: &mut EtcdCluster,
+    whole: bool,
+    away: std::time::Duration,
+    meanwhile: impl FnOnce() -> F,
+) -> String {
+    let leader = if whole {
+        None
+    } else {
+        tokio::task::block_in_place(|| cluster.leader())
+    };
+    let killed: Vec<usize> = match leader {
+        Some(n) => vec![n],
+        None if !whole => vec![0],
+        None => (0..cluster.size()).collect(),
+    };
+    for &n in &killed {
+        cluster.kill(n);
+    }
+    tokio::time::sleep(away).await;
+    meanwhile().await;
+    let started = std::time::Instant::now();
+    tokio::task::block_in_place(|| {
+        if whole {
+            cluster.restart_all();
+        } else {
+            cluster.restart(killed[0]);
+        }
+    });
+    let named = if whole {
+        "every etcd member".to_owned()
+    } else {
+        named(killed[0], leader)
+    };
+    format!(
+        "kill {named}, restart from the data directories (healthy {} ms after the restart)",
+        started.elapsed().as_millis()
+    )
+}

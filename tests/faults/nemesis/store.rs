@@ -42,11 +42,7 @@ impl Store {
     fn ports(&self) -> Vec<u16> {
         match self {
             Store::Redis(server) => vec![server.port()],
-            Store::Etcd(cluster) => cluster
-                .endpoints()
-                .iter()
-                .map(|e| port_of(e))
-                .collect(),
+            Store::Etcd(cluster) => cluster.endpoints().iter().map(|e| port_of(e)).collect(),
         }
     }
 
@@ -110,7 +106,9 @@ impl Store {
                 let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
                     .await
                     .expect("connect to etcd for the leftover check");
-                let only_keys = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+                let only_keys = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only();
                 let found = client
                     .get(prefix, Some(only_keys))
                     .await
