@@ -4,10 +4,16 @@
 //! library's promises against the merged history, Jepsen style.
 //!
 //! Each worker process (`nemesis_worker`) reaches Redis through its own
-//! [`FaultProxy`], so a fault can hit one process's view of the network
-//! (stall, slow, cut, refuse, cut at the next SUBSCRIBE or EVALSHA) or all of
-//! them (SIGSTOP of the server, restart empty, restart from an older
-//! snapshot). The processes themselves stall too, as services do:
+//! [`FaultProxy`](lock_tests::FaultProxy), so a fault can hit one process's
+//! view of the network (stall, slow, cut, refuse, cut at the next SUBSCRIBE
+//! or EVALSHA) or all of them (SIGSTOP of the server, restart empty, restart
+//! from an older snapshot). The same run goes on an etcd cluster of three
+//! ([`Backend::Etcd`]): each worker reaches every member through a proxy of
+//! its own, and the server faults are the cluster's (a member frozen, a
+//! member — the leader most often — killed and restarted from its data
+//! directory, the whole cluster restarted from disk, the leader or the
+//! cluster killed right after a key was handed to a blocked worker); none
+//! of them loses data. The processes themselves stall too, as services do:
 //! - some run their tasks on a `current_thread` executor (one blocked poll
 //!   stops every task), the others on two threads;
 //! - beside the other faults, every 0.3-2.5 s one worker's executor thread is
@@ -50,12 +56,18 @@
 //!   one's hold was reported lost before the later one got it;
 //! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`]
 //!   (+ the time its process was frozen), and none times out on a key that
-//!   was observably free for longer than [`FREE_BASE`] (+ the lease of its
-//!   last holder when that hold did not end in a release) before its
-//!   deadline (not checked near faults);
+//!   was observably free for longer than [`FREE_BASE`] (+ how long its
+//!   last holder's lock may linger when that hold did not end in a release:
+//!   [`Backend::linger`]) before its deadline (not checked near faults);
 //! - leftovers: after the run no lock hash, queue or channel is left in
-//!   Redis and every worker's runtime reports nothing held, waiting or
-//!   tracked.
+//!   Redis (no key under the run's prefix in etcd) and every worker's
+//!   runtime reports nothing held, waiting or tracked.
+//!
+//! The promises are the same on both backends; only the time a lock may
+//! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
+//! seconds, and a renewed lock's etcd lease is 1.5 lock leases). On etcd
+//! every lock is fair (a process's plain requests queue too) and no hold
+//! is passed between tasks (lock cohorting is off there).
 //!
 //! A violation names the key, both holders (process, task, call, token,
 //! lease, when each asked, entered and stopped) and the faults around it;
@@ -65,7 +77,9 @@
 //! | module | what |
 //! |---|---|
 //! | `workers` | the worker processes, and their logs as they come in |
+//! | `store` | the servers (Redis, or etcd members), each worker's proxies, the leftovers |
 //! | `faults` | the faults, from the seed |
+//! | `members` | the etcd cluster's faults |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
 //! | `report` | a failing run's message, and the history dump |

@@ -60,7 +60,23 @@ impl Store {
         // Bounded by `limit_at` (and a count): leases and queue places run
         // out on their own.
         for _ in 0..1000 {
-            let (left, subscribed) = self.left(prefix).await;
+            // A read may fail while etcd elects (a short election timeout
+            // on a loaded machine): read again, until the limit.
+            let (left, subscribed) = match self.left(prefix).await {
+                Ok(found) => found,
+                Err(error) if Instant::now() < limit_at => {
+                    tracing::debug!(%error, "leftover check: read again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(error) => {
+                    violations.push(Violation::plain(
+                        "leftover check failed",
+                        format!("no answer from the servers at the limit: {error}"),
+                    ));
+                    return;
+                }
+            };
             if left.is_empty() && subscribed.is_empty() {
                 return;
             }
@@ -90,8 +106,9 @@ impl Store {
         }
     }
 
-    /// The run's keys and subscribed channels on the servers now.
-    async fn left(&self, prefix: &str) -> (Vec<String>, Vec<String>) {
+    /// The run's keys and subscribed channels on the servers now (an etcd
+    /// read may fail).
+    async fn left(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), etcd_client::Error> {
         match self {
             Store::Redis(server) => {
                 let mut con = server.connection().await;
@@ -100,25 +117,20 @@ impl Store {
                     .into_iter()
                     .filter(|k| k.ends_with('}') || k.ends_with(":queue") || k.ends_with(":queued"))
                     .collect();
-                (left, channels(&mut con, &format!("{prefix}*")).await)
+                Ok((left, channels(&mut con, &format!("{prefix}*")).await))
             }
             Store::Etcd(cluster) => {
-                let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
-                    .await
-                    .expect("connect to etcd for the leftover check");
+                let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
                 let only_keys = etcd_client::GetOptions::new()
                     .with_prefix()
                     .with_keys_only();
-                let found = client
-                    .get(prefix, Some(only_keys))
-                    .await
-                    .expect("read the run's keys from etcd");
+                let found = client.get(prefix, Some(only_keys)).await?;
                 let left = found
                     .kvs()
                     .iter()
                     .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
                     .collect();
-                (left, Vec::new())
+                Ok((left, Vec::new()))
             }
         }
     }
