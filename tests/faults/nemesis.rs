@@ -487,12 +487,17 @@ async fn run(backend: Backend, mode: Mode) {
         history.passed_locally,
         violations.len()
     );
-    if backend == Backend::Redis {
-        println!(
+    match backend {
+        Backend::Redis => println!(
             "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \
              the new server before the blocked worker ran again",
             timed.restarts, timed.tries, timed.taken_meanwhile
-        );
+        ),
+        Backend::Etcd => println!(
+            "nemesis: {} kills of the leader or the cluster timed at a handoff to a blocked \
+             worker (of {} tries)",
+            timed.restarts, timed.tries
+        ),
     }
     if !violations.is_empty() {
         faults.sort_by_key(|f| f.start);

@@ -160,7 +160,8 @@ pub(super) struct Stage<'a> {
 pub(super) struct TimedRestarts {
     /// A worker waiting for a key another one held was blocked.
     pub(super) tries: u64,
-    /// The key was released to it meanwhile, and the server restarted.
+    /// The key was released to it meanwhile, and the server restarted
+    /// (etcd: the leader or the cluster killed, see [`kill_at_handoff`]).
     pub(super) restarts: u64,
     /// ... and another worker took the key on the new server before the
     /// blocked one ran again.
