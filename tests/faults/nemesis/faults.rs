@@ -27,6 +27,12 @@ const STOP_MS: (u64, u64) = (1000, 3500);
 /// stopped past the long lease too, in ms: the hold is surely gone by the
 /// time that holder runs.
 const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
+/// On etcd a stopped holder's lock outlives its lease: its key goes when
+/// its etcd lease runs out (`Backend::linger`: 2.5 s for the short lease,
+/// 5.5 s for the long one, from the last keep-alive). A worker there is
+/// stopped past the short one's mostly, and sometimes past the long one's,
+/// in ms, so that others take its locks while it cannot run.
+const ETCD_STOP_MS: (u64, u64) = (2000, 6000);
 /// How long a restart timed at a release waits for the release.
 const RELEASE_WAIT: Duration = Duration::from_millis(700);
 
@@ -174,10 +180,10 @@ struct Snapshots {
     next: Instant,
 }
 
-/// Injects one fault at a time at random moments until 5 s before the end
-/// of the run, each healed before the next, a fault at one process mostly
-/// at a process that holds a lock at that moment; on Redis, takes a
-/// snapshot every 2-4 s for the restarts from a snapshot.
+/// Injects one fault at a time at random moments until 5 s (etcd: 7.5 s)
+/// before the end of the run, each healed before the next, a fault at one
+/// process mostly at a process that holds a lock at that moment; on Redis,
+/// takes a snapshot every 2-4 s for the restarts from a snapshot.
 ///
 /// On etcd the server faults are the cluster's (see `members`): a member
 /// frozen, a member (often the leader) killed and restarted from its data
@@ -192,9 +198,14 @@ pub(super) async fn drive_faults(
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
-    // The longest fault (a stop) lasts 3.5 s: all are over 1 s before the
-    // run ends.
-    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(5));
+    // The longest fault (a stop) lasts 3.5 s (6 s on etcd): all are over 1
+    // s before the run ends.
+    let longest = match stage.backend {
+        Backend::Redis => STOP_MS.1,
+        Backend::Etcd => ETCD_STOP_MS.1,
+    };
+    let stop_at = Instant::now()
+        + Duration::from_secs(secs).saturating_sub(Duration::from_millis(longest + 1500));
     let mut faults = Vec::new();
     let mut snapshots = Snapshots {
         taken: None,
@@ -335,7 +346,18 @@ pub(super) async fn drive_faults(
                 let limit = Instant::now() + Duration::from_millis(1500);
                 let workers = stage.workers;
                 let busy = || workers.iter().position(|w| w.live.busy_after_a_pass());
-                let p = if until(stage.changed, limit, || busy().is_some()).await {
+                let p = if stage.backend == Backend::Etcd {
+                    // No holds are passed on etcd: a worker that holds a
+                    // lock right now, if one does, so that the others take
+                    // it while it cannot run.
+                    let holding: Vec<usize> = (0..PROCESSES)
+                        .filter(|&i| workers[i].live.holds())
+                        .collect();
+                    match holding.len() {
+                        0 => p,
+                        n => holding[rng.below(n as u64) as usize],
+                    }
+                } else if until(stage.changed, limit, || busy().is_some()).await {
                     busy().unwrap_or(p)
                 } else {
                     p
@@ -343,7 +365,11 @@ pub(super) async fn drive_faults(
                 fault.start = now_ns();
                 let worker = &stage.workers[p];
                 let aimed = worker.live.busy_after_a_pass();
-                let (lo, hi) = if aimed { AIMED_STOP_MS } else { STOP_MS };
+                let (lo, hi) = match stage.backend {
+                    Backend::Redis if aimed => AIMED_STOP_MS,
+                    Backend::Redis => STOP_MS,
+                    Backend::Etcd => ETCD_STOP_MS,
+                };
                 let d = millis(rng, lo, hi);
                 worker.stop(true).await;
                 tokio::time::sleep(d).await;
