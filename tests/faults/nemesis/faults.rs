@@ -14,7 +14,7 @@ use super::members;
 use super::releases::ReleaseWatch;
 use super::store::{Link, Store};
 use super::workers::{Control, Executor};
-use super::{now_ns, ns, Backend, PROCESSES, RECOVERY};
+use super::{now_ns, ns, Backend, ETCD_MEMBERS, PROCESSES, RECOVERY};
 use crate::XorShift;
 
 /// Longest executor stall, in ms.
@@ -185,14 +185,15 @@ struct Snapshots {
 /// process mostly at a process that holds a lock at that moment; on Redis,
 /// takes a snapshot every 2-4 s for the restarts from a snapshot.
 ///
-/// On etcd the server faults are the cluster's (see `members`): a member
+/// On etcd a network fault may also hit one process's way to one member
+/// only. The server faults are the cluster's (see `members`): a member
 /// frozen, a member (often the leader) killed and restarted from its data
 /// directory, the whole cluster restarted from disk. None loses data (etcd
 /// syncs its log before it answers), so none excuses an overlap. Redis's
 /// restart empty or from an older snapshot has no etcd counterpart here (a
 /// wiped cluster starts its revisions, the tokens, again), nor has the cut
-/// at a Redis command; the restarts timed at a release are Redis's too (on
-/// etcd, that pick blocks an executor at random).
+/// at a Redis command; the restart timed at a release becomes the leader
+/// (or the cluster) killed at a handoff ([`kill_at_handoff`]).
 pub(super) async fn drive_faults(
     stage: &mut Stage<'_>,
     rng: &mut XorShift,
@@ -256,6 +257,20 @@ pub(super) async fn drive_faults(
             fault.proxy = Some(p);
         }
         match (pick, &mut *stage.store) {
+            (0..=11, Store::Etcd(_)) if rng.below(2) == 0 => {
+                // One process's way to one member only: its client's
+                // requests, keep-alives and watches on that member hang
+                // while the others answer.
+                let member = rng.below(ETCD_MEMBERS as u64) as usize;
+                let d = millis(rng, 200, 3000);
+                link.stall_member(member, true);
+                tokio::time::sleep(d).await;
+                link.stall_member(member, false);
+                fault.what = format!(
+                    "stall proxy {p} to etcd member m{member} only for {} ms",
+                    d.as_millis()
+                );
+            }
             (0..=11, _) => {
                 let d = millis(rng, 200, 3000);
                 link.stall();

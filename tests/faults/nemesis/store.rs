@@ -191,6 +191,15 @@ impl Link {
         self.proxies.iter().for_each(FaultProxy::resume);
     }
 
+    /// Stalls (`true`) or resumes the way to server `n` only.
+    pub(super) fn stall_member(&self, n: usize, stall: bool) {
+        if stall {
+            self.proxies[n].stall();
+        } else {
+            self.proxies[n].resume();
+        }
+    }
+
     /// Delays every chunk by `delay` (`None`: no delay).
     pub(super) fn slow(&self, delay: Option<Duration>) {
         self.proxies.iter().for_each(|p| p.slow(delay));
