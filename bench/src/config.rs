@@ -36,11 +36,13 @@ pub enum Scenario {
     S10,
     /// S1 and S3 on a 3-master Redis Cluster, beside the single server.
     S11,
+    /// S1 and S3 on etcd, beside Redis, against etcd's own round trip.
+    S12,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -52,6 +54,7 @@ impl Scenario {
         Scenario::S9,
         Scenario::S10,
         Scenario::S11,
+        Scenario::S12,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {

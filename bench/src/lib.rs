@@ -71,6 +71,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S9 => scenarios::crowd::run(&ctx, scenarios::crowd::Crowd::S9).await,
             Scenario::S10 => scenarios::retention::run(&ctx).await,
             Scenario::S11 => scenarios::cluster::run(&ctx).await,
+            Scenario::S12 => scenarios::etcd::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(

@@ -393,8 +393,11 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
         Ok(expanded) => expanded.into(),
         Err(errors) => {
             // Keep the item, so that its users compile and only the attribute's errors show.
+            // Allowed its `unused` lints: the parameters that only the key reads would
+            // otherwise be reported unused (and `mut` ones needlessly mutable) beside the
+            // real mistake, and the item's own warnings can wait until it compiles.
             let errors = errors.to_compile_error();
-            quote::quote!(#item #errors).into()
+            quote::quote!(#[allow(unused)] #item #errors).into()
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::names::LockNames;
 use crate::runtime::{LockRuntime, Settings, Started};
 use crate::waiters::Waiters;
 use crate::watchdog::{self, Watchdog};
+use crate::who::Identity;
 
 /// Default lease: how long a lock outlives a holder that stopped renewing it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -47,6 +48,9 @@ pub(crate) enum Choice {
     Sentinel(Vec<String>, String),
     /// etcd endpoints (without the feature `etcd`, `build` refuses it).
     Etcd(#[cfg_attr(not(feature = "etcd"), allow(dead_code))] Vec<String>),
+    /// A ZooKeeper connect string (without the feature `zookeeper`,
+    /// `build` refuses it).
+    Zookeeper(#[cfg_attr(not(feature = "zookeeper"), allow(dead_code))] String),
 }
 
 /// Configures and starts a [`LockRuntime`].
@@ -86,10 +90,17 @@ pub struct LockRuntimeBuilder {
     /// etcd: user and password.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) etcd_user: Option<(String, String)>,
+    /// ZooKeeper: user and password for the `digest` scheme.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    pub(crate) zookeeper_auth: Option<(String, String)>,
     /// Sentinel: `WAIT` for this many replicas, this long, after acquires.
     pub(crate) sync_replicas: Option<(u32, Duration)>,
     /// Local handoffs of a held lock between tasks of this process.
     pub(crate) cohort: Cohort,
+    /// The name this runtime publishes with its identity (`who.rs`).
+    pub(crate) client_name: Option<String>,
+    /// Whether it publishes its identity at all.
+    pub(crate) publish_identity: bool,
 }
 
 /// Whether locks are fair when neither the lock, the builder nor
@@ -145,6 +156,7 @@ impl std::fmt::Debug for LockRuntimeBuilder {
             Choice::Redlock(_) => "redlock (URLs hidden)",
             Choice::Sentinel(..) => "redis sentinel (URLs hidden)",
             Choice::Etcd(_) => "etcd",
+            Choice::Zookeeper(_) => "zookeeper",
         };
         f.debug_struct("LockRuntimeBuilder")
             .field("backend", &backend)
@@ -172,8 +184,13 @@ impl Default for LockRuntimeBuilder {
             tls_client: None,
             node_auth: NodeAuth::default(),
             etcd_user: None,
+            zookeeper_auth: None,
             sync_replicas: None,
             cohort: DEFAULT_COHORT,
+            client_name: std::env::var("LOCK_CLIENT_NAME")
+                .ok()
+                .filter(|n| !n.trim().is_empty()),
+            publish_identity: true,
         }
     }
 }
@@ -323,6 +340,39 @@ impl LockRuntimeBuilder {
         self
     }
 
+    /// Use ZooKeeper (3.5 or later), given its connect string
+    /// (`host:port,host:port[/chroot]`): Apache Curator's lock recipe
+    /// (`InterProcessMutex`), fair by construction, with the node's czxid as
+    /// the fencing token. A lock's path is the key prefix followed by the
+    /// key (`/locks/` + `order:1`; the default prefix `lock:` becomes
+    /// `/locks/`), and a Java service locking that path with Curator and
+    /// this runtime exclude each other. Needs the feature `zookeeper`. See
+    /// README, "ZooKeeper".
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder()
+    ///     .zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
+    ///     .key_prefix("/locks/")
+    ///     .build()
+    ///     .await?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    #[cfg(feature = "zookeeper")]
+    pub fn zookeeper(mut self, connect: impl Into<String>) -> Self {
+        self.choice = Choice::Zookeeper(connect.into());
+        self
+    }
+
+    /// ZooKeeper: authenticate as `user` with `password` (the `digest`
+    /// scheme, what `addauth digest user:password` does), for lock paths
+    /// whose ACLs ask for it.
+    #[cfg(feature = "zookeeper")]
+    pub fn zookeeper_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.zookeeper_auth = Some((user.into(), password.into()));
+        self
+    }
+
     /// Use the embedded in-process backend (the default): same semantics,
     /// one process. For development and for users' own tests.
     pub fn memory(mut self) -> Self {
@@ -380,6 +430,28 @@ impl LockRuntimeBuilder {
     /// `docs/fair-mode-and-cohorting.md`.
     pub fn cohort(mut self, handoffs: u32, budget: Duration) -> Self {
         self.cohort = Cohort { handoffs, budget };
+        self
+    }
+
+    /// A name for this process in what operators see: the runtime publishes
+    /// it with its host, pid and start time (default: `LOCK_CLIENT_NAME`,
+    /// else none), and `lockctl show`/`list` print it beside the holder id
+    /// ([`LockRuntime::client_of`](crate::LockRuntime::client_of)).
+    ///
+    /// ```
+    /// let builder = lock_runtime::LockRuntime::builder().client_name("billing-worker");
+    /// # drop(builder);
+    /// ```
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Whether this runtime publishes who it is (see
+    /// [`client_name`](Self::client_name); default `true`). A tool that
+    /// takes no lock, like `lockctl`, turns it off and writes nothing.
+    pub fn publish_identity(mut self, publish: bool) -> Self {
+        self.publish_identity = publish;
         self
     }
 
@@ -534,6 +606,25 @@ impl LockRuntimeBuilder {
                 },
                 settings,
             ),
+            #[cfg(feature = "zookeeper")]
+            Choice::Zookeeper(connect) => BackendConfig::Zookeeper(
+                crate::backend::zookeeper::ZookeeperConfig {
+                    connect: connect.clone(),
+                    auth: self.zookeeper_auth.clone(),
+                    prefix: self.prefix.clone(),
+                    default_lease: self.default_lease,
+                },
+                settings,
+            ),
+            #[cfg(not(feature = "zookeeper"))]
+            Choice::Zookeeper(_) => {
+                return Err(LockError::InvalidConfig(
+                    "ZooKeeper is configured (LOCK_ZOOKEEPER or LOCK_BACKEND=zookeeper), but \
+                     this build has no ZooKeeper backend: enable the feature `zookeeper` of \
+                     lock-runtime"
+                        .to_owned(),
+                ))
+            }
             #[cfg(not(feature = "etcd"))]
             Choice::Etcd(_) => {
                 return Err(LockError::InvalidConfig(
@@ -543,9 +634,16 @@ impl LockRuntimeBuilder {
                 ))
             }
         };
+        // Every runtime on a server publishes who it is (`who.rs`); nobody
+        // can look into the embedded store.
+        let publish = self.publish_identity && !matches!(self.choice, Choice::Memory);
+        let identity = publish.then(|| {
+            let key = LockNames::identity(&self.prefix, crate::owner::process_id());
+            Identity::of_this_process(key, self.client_name.as_deref())
+        });
         std::thread::Builder::new()
             .name("lock-runtime".to_owned())
-            .spawn(move || worker(config, drain, ready_tx, stop_rx))
+            .spawn(move || worker(config, drain, identity, ready_tx, stop_rx))
             .map_err(|e| BackendError::new("cannot start the lock runtime thread", e))?;
         let parts = ready_rx
             .await
@@ -658,6 +756,7 @@ struct Parts {
 fn worker(
     config: BackendConfig,
     drain: Duration,
+    identity: Option<Identity>,
     ready: oneshot::Sender<Result<Parts, LockError>>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -692,6 +791,7 @@ fn worker(
             watchdog.clone(),
             backend.clone(),
             heartbeats,
+            identity,
             wd_stop_rx,
         ));
         let parts = Parts {

@@ -15,6 +15,7 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
+/// | `LOCK_CLIENT_NAME` | the name operators see beside this process's holds: [`client_name`](LockRuntimeBuilder::client_name) |
 /// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 8 and 5) |
 ///
 /// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
@@ -69,7 +70,12 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| {
         for (name, nearest) in &unknown {
-            tell(&unknown_variable(name, *nearest));
+            // One far from every known name is likely another program's
+            // (a test harness's `LOCK_SOAK_SECS`): only a tracing warning.
+            match nearest {
+                Some(_) => tell(&unknown_variable(name, *nearest)),
+                None => tracing::warn!("{}", unknown_variable(name, None)),
+            }
         }
         let embedded = matches!(builder.choice, crate::builder::Choice::Memory);
         let asked = read("LOCK_BACKEND").is_some_and(|b| b.trim().eq_ignore_ascii_case("memory"));
@@ -89,9 +95,12 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 15] = [
+const ENV_VARIABLES: [&str; 19] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
+    "LOCK_ZOOKEEPER",
+    "LOCK_ZOOKEEPER_USER",
+    "LOCK_ZOOKEEPER_PASSWORD",
     "LOCK_ETCD_ENDPOINTS",
     "LOCK_ETCD_USER",
     "LOCK_ETCD_PASSWORD",
@@ -105,6 +114,7 @@ const ENV_VARIABLES: [&str; 15] = [
     "LOCK_COHORT_BUDGET_MS",
     "LOCK_SYNC_REPLICAS",
     "LOCK_SYNC_TIMEOUT_MS",
+    "LOCK_CLIENT_NAME",
 ];
 
 /// The builder the environment asks for (`read` looks a variable up;
@@ -119,7 +129,13 @@ fn builder_from_env(
     let cluster = set("LOCK_REDIS_CLUSTER");
     let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
     let etcd = set("LOCK_ETCD_ENDPOINTS");
+    let zookeeper = set("LOCK_ZOOKEEPER");
     let mut builder = match (backend.as_deref(), url) {
+        (b, url) if zookeeper.is_some() || b == Some("zookeeper") => zookeeper_from_env(
+            &set,
+            b,
+            url.is_some() || cluster.is_some() || redlock.is_some() || etcd.is_some(),
+        )?,
         (b, url) if etcd.is_some() || b == Some("etcd") => etcd_from_env(
             &set,
             b,
@@ -232,6 +248,45 @@ fn etcd_from_env(
         _ => {
             return Err(LockError::InvalidConfig(
                 "set both LOCK_ETCD_USER and LOCK_ETCD_PASSWORD, or neither".to_owned(),
+            ))
+        }
+    }
+    Ok(builder)
+}
+
+/// The ZooKeeper builder (`LOCK_ZOOKEEPER`, a connect string; with
+/// `LOCK_ZOOKEEPER_USER` and `LOCK_ZOOKEEPER_PASSWORD` for the `digest`
+/// scheme): refused beside another backend's variables.
+fn zookeeper_from_env(
+    set: &impl Fn(&str) -> Option<String>,
+    backend: Option<&str>,
+    others_too: bool,
+) -> Result<LockRuntimeBuilder, LockError> {
+    if others_too || !matches!(backend, None | Some("zookeeper")) {
+        return Err(LockError::InvalidConfig(
+            "LOCK_ZOOKEEPER (or LOCK_BACKEND=zookeeper) is set together with another \
+             backend's variables (a Redis URL, LOCK_REDIS_CLUSTER, REDLOCK_URLS, \
+             LOCK_ETCD_ENDPOINTS or LOCK_BACKEND): unset one of them"
+                .to_owned(),
+        ));
+    }
+    let Some(connect) = set("LOCK_ZOOKEEPER") else {
+        return Err(LockError::InvalidConfig(
+            "LOCK_BACKEND=zookeeper, but no servers: set LOCK_ZOOKEEPER to \
+             host:port[,host:port…][/chroot]"
+                .to_owned(),
+        ));
+    };
+    let mut builder = LockRuntimeBuilder {
+        choice: Choice::Zookeeper(connect.trim().to_owned()),
+        ..LockRuntimeBuilder::default()
+    };
+    match (set("LOCK_ZOOKEEPER_USER"), set("LOCK_ZOOKEEPER_PASSWORD")) {
+        (Some(user), Some(password)) => builder.zookeeper_auth = Some((user, password)),
+        (None, None) => {}
+        _ => {
+            return Err(LockError::InvalidConfig(
+                "set both LOCK_ZOOKEEPER_USER and LOCK_ZOOKEEPER_PASSWORD, or neither".to_owned(),
             ))
         }
     }
@@ -443,6 +498,7 @@ mod tests {
             Choice::Redlock(_) => "redlock",
             Choice::Sentinel(..) => "sentinel",
             Choice::Etcd(_) => "etcd",
+            Choice::Zookeeper(_) => "zookeeper",
         }
     }
 
@@ -492,6 +548,35 @@ mod tests {
         assert!(no_url.contains("REDIS_URL"), "{no_url}");
         let typo = error(builder_from_env(env(&[("LOCK_BACKEND", "memroy")]), true));
         assert!(typo.contains("redis or memory"), "{typo}");
+    }
+
+    #[test]
+    fn lock_zookeeper_selects_zookeeper_alone_with_both_auth_variables_or_none() {
+        let connect = "zk1:2181,zk2:2181/app";
+        let builder = builder_from_env(env(&[("LOCK_ZOOKEEPER", connect)]), false).unwrap();
+        assert!(matches!(&builder.choice, Choice::Zookeeper(c) if c == connect));
+        assert!(builder.zookeeper_auth.is_none());
+        let auth = [
+            ("LOCK_ZOOKEEPER", connect),
+            ("LOCK_ZOOKEEPER_USER", "app"),
+            ("LOCK_ZOOKEEPER_PASSWORD", "secret"),
+        ];
+        let builder = builder_from_env(env(&auth), false).unwrap();
+        assert_eq!(
+            builder.zookeeper_auth,
+            Some(("app".to_owned(), "secret".to_owned()))
+        );
+        let half = [("LOCK_ZOOKEEPER", connect), ("LOCK_ZOOKEEPER_USER", "app")];
+        assert!(error(builder_from_env(env(&half), false)).contains("or neither"));
+        let both = [("LOCK_ZOOKEEPER", connect), ("REDIS_URL", "redis://h:1")];
+        assert!(error(builder_from_env(env(&both), false)).contains("unset one"));
+        let etcd_too = [("LOCK_ZOOKEEPER", connect), ("LOCK_BACKEND", "etcd")];
+        assert!(error(builder_from_env(env(&etcd_too), false)).contains("unset one"));
+        let none = error(builder_from_env(
+            env(&[("LOCK_BACKEND", "zookeeper")]),
+            false,
+        ));
+        assert!(none.contains("LOCK_ZOOKEEPER"), "{none}");
     }
 
     #[test]

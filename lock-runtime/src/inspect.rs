@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::names::LockNames;
 use crate::owner;
 use crate::runtime::LockRuntime;
+use crate::who::ClientInfo;
 
 /// What the backend records of a held lock ([`LockRuntime::inspect`]).
 ///
@@ -68,6 +70,29 @@ impl LockRuntime {
             fence: r.fence,
             queue: r.queue,
         }))
+    }
+
+    /// Which process a holder id belongs to, as its runtime published it
+    /// (host, pid, [`client_name`](crate::LockRuntimeBuilder::client_name),
+    /// start time); `Ok(None)` when it published nothing or is gone (its
+    /// identity lives 30 s after its last refresh), and always on the
+    /// embedded backend. One round trip; for tools like `lockctl`.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let _guard = runtime.lock("order:42").acquire().await?;
+    /// let info = runtime.inspect("order:42").await?.expect("held");
+    /// // The embedded store has nobody to tell: no identity is published.
+    /// assert_eq!(runtime.client_of(&info.holder).await?, None);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn client_of(&self, holder: &str) -> Result<Option<ClientInfo>, LockError> {
+        let process = holder.split(':').next().unwrap_or(holder);
+        let key = LockNames::identity(self.prefix(), process);
+        let value = self.run(self.backend().read_identity(&key)).await?;
+        Ok(value.as_deref().and_then(ClientInfo::parse))
     }
 
     /// Whether anybody holds the lock `key` now (any process).

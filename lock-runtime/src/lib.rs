@@ -91,6 +91,7 @@ mod runtime;
 mod traced;
 mod waiters;
 mod watchdog;
+mod who;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -114,3 +115,4 @@ pub use owner::{fence, inherit};
 pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};
 pub use runtime::{shutdown, LockRuntime, RuntimeStats};
 pub use watchdog::WatchdogStats;
+pub use who::ClientInfo;

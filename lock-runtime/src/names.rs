@@ -57,6 +57,13 @@ impl LockNames {
         format!("{lock_key}:queued")
     }
 
+    /// The identity a runtime of `prefix` in the process `process` publishes
+    /// (`<prefix>client:<process-uuid>`, see `who.rs`). No braces: no lock's
+    /// name, counter, channel or queue.
+    pub(crate) fn identity(prefix: &str, process: &str) -> String {
+        format!("{prefix}client:{process}")
+    }
+
     /// Redlock: the boot marker each master keeps for the runtimes of
     /// `prefix` (`<prefix>redlock:boot`, a hash without a TTL; see
     /// `scripts/redlock_boot.lua`). It has no braces, so it is no lock's
@@ -119,6 +126,30 @@ pub mod layout {
     /// ```
     pub fn redlock_boot_marker(prefix: &str) -> String {
         LockNames::redlock_boot(prefix)
+    }
+
+    /// The identity a runtime of `prefix` in the process `process` (the
+    /// uuid of its holder ids, `<process>:<n>`) publishes while it lives:
+    /// `<prefix>client:<process>`, a string key with a TTL (30 s, refreshed
+    /// every 10 s): see [`LockRuntime::client_of`](crate::LockRuntime::client_of).
+    ///
+    /// ```
+    /// use lock_runtime::layout;
+    /// let name = layout::client_identity("lock:", "b36c7569");
+    /// assert_eq!(name, "lock:client:b36c7569");
+    /// assert!(layout::is_client_identity("lock:", &name));
+    /// assert_eq!(layout::key_of("lock:", &name), None);
+    /// ```
+    pub fn client_identity(prefix: &str, process: &str) -> String {
+        LockNames::identity(prefix, process)
+    }
+
+    /// Whether `name` is a runtime's identity under `prefix` (for a tool
+    /// or test that looks at every name under a prefix).
+    pub fn is_client_identity(prefix: &str, name: &str) -> bool {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix("client:"))
+            .is_some_and(|process| !process.contains(['{', '}']))
     }
 
     /// The channel on which releases of the lock named `name` are announced.

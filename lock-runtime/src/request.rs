@@ -240,6 +240,9 @@ impl LockRequest {
             Wait::Forever => None,
         };
         let lock_key = runtime.backend_key(&self.key);
+        if let Some(refused) = runtime.backend().refuses(&self.key, &lock_key, lease) {
+            return Err(refused);
+        }
         if let (Some(true), Some(why)) = (self.fair, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }

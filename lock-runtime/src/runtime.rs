@@ -313,6 +313,11 @@ impl LockRuntime {
             .lock_name(&self.inner.settings.prefix, key)
     }
 
+    /// The key prefix of every name this runtime writes.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.settings.prefix
+    }
+
     /// Polls `fut` in the runtime's tokio context when the caller has none
     /// (see `context.rs`).
     pub(crate) fn run<F: std::future::Future>(&self, fut: F) -> crate::context::InContext<'_, F> {

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Heartbeats, PlaceRefresh, QUEUE_ENTRY_LIFE};
 use crate::held::HeldLock;
 use crate::meter;
+use crate::who::{self, Identity};
 
 /// Most renewals sent in one pipelined round trip.
 pub(crate) const BATCH: usize = 1000;
@@ -271,15 +272,19 @@ impl Watchdog {
 /// of their own on the same thread (they end with the runtime's thread).
 ///
 /// The same tick refreshes the fair-queue places of this process's waiters
-/// (`heartbeats`), in batches like the renewals.
+/// (`heartbeats`), in batches like the renewals, and publishes the runtime's
+/// `identity` (at once, then every `who::REFRESH`; `None` on the embedded
+/// backend).
 pub(crate) async fn run(
     watchdog: Arc<Watchdog>,
     backend: Backend,
     heartbeats: Weak<dyn Heartbeats>,
+    identity: Option<Identity>,
     mut stop: oneshot::Receiver<()>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut last_epoch = heartbeats.upgrade().map_or(0, |h| h.connection_epoch());
+    let mut identity_due = Instant::now();
     loop {
         let changed = watchdog.changed.notified();
         let watched = heartbeats.upgrade();
@@ -305,6 +310,13 @@ pub(crate) async fn run(
                 let (backend, batch) = (backend.clone(), batch.to_vec());
                 tokio::spawn(refresh_batch(heartbeats.clone(), backend, batch));
             }
+        }
+        if let Some(identity) = &identity {
+            if now >= identity_due {
+                identity_due = now + who::REFRESH;
+                tokio::spawn(publish(backend.clone(), identity.clone()));
+            }
+            next = next.min(identity_due);
         }
         if !due.is_empty() {
             watchdog.ticks.fetch_add(1, Relaxed);
@@ -333,6 +345,17 @@ pub(crate) async fn run(
             () = lost => {}
             () = tokio::time::sleep_until(next) => {}
         }
+    }
+}
+
+/// Publishes the runtime's identity once. A failure only costs an operator
+/// the name next to a holder id until the next refresh: logged, not fatal.
+async fn publish(backend: Backend, identity: Identity) {
+    let published = backend
+        .publish_identity(&identity.key, &identity.value, who::TTL)
+        .await;
+    if let Err(error) = published {
+        tracing::debug!(%error, "could not publish this runtime's identity");
     }
 }
 

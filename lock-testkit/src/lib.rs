@@ -25,7 +25,8 @@
 //! | [`cluster`] | [`RedisCluster`]: N masters joined on loopback; move a slot with its keys |
 //! | [`etcd`] | [`EtcdCluster`]: one etcd member or three; kill, restart from the data dir, freeze |
 //! | [`sentinel`] | [`SentinelSet`]: a primary, replicas and three sentinels; kill, wait for the failover |
-//! | [`process`] | one `redis-server` process under the wrapper that kills it with us |
+//! | [`zookeeper`] | [`ZooKeeperServer`] (standalone) and [`ZooKeeperEnsemble`] (three): kill, restart from the data directory, freeze |
+//! | [`process`] | one server process under the wrapper that kills it with us |
 //! | [`binary`] | where `redis-server` is, or [`INSTALL_HINT`] |
 //! | [`port`], [`signal`] | a free loopback port; SIGSTOP/SIGCONT/SIGKILL to a pid |
 //! | [`commandstats`] | `INFO commandstats` parsed, and deltas between two readings |
@@ -33,7 +34,9 @@
 //! | [`child`], [`pipes`] | child processes driven by lines (sync reader thread; async pipes) |
 //!
 //! Dependencies point down: `cluster` uses `server`; `sentinel` uses `server` and `process`; `server` uses `process`, `binary`, `port` and
-//! `signal`; `process` uses `signal`; the rest use nothing of this crate.
+//! `signal`; `zookeeper` uses `server` (its data directories), `process`,
+//! `port` and `signal`; `process` uses `signal`; the rest use nothing of
+//! this crate.
 
 pub mod binary;
 pub mod child;
@@ -47,6 +50,7 @@ pub mod sentinel;
 pub mod server;
 pub mod signal;
 pub mod usage;
+pub mod zookeeper;
 
 pub use binary::INSTALL_HINT;
 pub use child::LineChild;
@@ -57,3 +61,4 @@ pub use port::free_port;
 pub use sentinel::SentinelSet;
 pub use server::RedisServer;
 pub use signal::Signal;
+pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};

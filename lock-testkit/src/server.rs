@@ -349,6 +349,34 @@ fn wait_ready(url: &str, pid: u32, limit: Duration) -> bool {
     false
 }
 
+/// The start of every data directory's name; the pid of the process that
+/// made it follows.
+const DATA_DIR_PREFIX: &str = "lock-testkit-redis-";
+
+/// Removes the data directories of processes that are gone. A server a
+/// test binary keeps for its whole life (a `static`) is never dropped, so
+/// its directory outlives the binary; in memory (`/dev/shm`), an etcd
+/// member's 64 MB write-ahead log and database would pile up run after
+/// run until the machine ran out of memory. Each process sweeps once, when
+/// it makes its first directory.
+fn sweep_dead(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DATA_DIR_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// A fresh data directory, in memory when possible: `SAVE` ends with an
 /// fsync, which on a busy disk can stall the server for longer than a fault
 /// would.
@@ -360,8 +388,10 @@ pub(crate) fn data_dir() -> Result<PathBuf> {
     } else {
         std::env::temp_dir()
     };
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep_dead(&base));
     let dir = base.join(format!(
-        "lock-testkit-redis-{}-{}",
+        "{DATA_DIR_PREFIX}{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));

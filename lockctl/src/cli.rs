@@ -2,20 +2,31 @@
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::duration::parse_duration;
+use crate::topology::Flags;
 
-/// Inspect and operate lock-runtime's locks in Redis.
+/// Inspect and operate lock-runtime's locks in Redis: one server, a
+/// Cluster, Sentinel or Redlock.
 ///
-/// Exit codes: 0 found (or done), 1 not found or refused, 2 usage or
-/// connection error.
+/// The servers come from the flags, else from the variables the runtime's
+/// `init_from_env` reads: LOCK_REDIS_URL or REDIS_URL; LOCK_REDIS_CLUSTER;
+/// LOCK_REDLOCK_URLS or REDLOCK_URLS; REDIS_SENTINELS with
+/// REDIS_SENTINEL_SERVICE (and REDIS_USERNAME, REDIS_PASSWORD, REDIS_DB);
+/// LOCK_BACKEND to choose; LOCK_PREFIX.
 #[derive(Debug, Parser)]
-#[command(name = "lockctl", version)]
+#[command(
+    name = "lockctl",
+    version,
+    after_help = "Exit codes:\n  0  found, or done\n  1  not found (a free key, no locks) or \
+                  refused (a \"no\" at the question)\n  2  usage or connection error\n  3  \
+                  partial answer: a server did not answer (named on stderr), what was printed \
+                  may be incomplete"
+)]
 pub(crate) struct Cli {
-    /// The Redis server (default: $LOCK_REDIS_URL, else $REDIS_URL).
-    #[arg(long, global = true, value_name = "URL")]
-    pub(crate) redis_url: Option<String>,
+    #[command(flatten)]
+    pub(crate) servers: Servers,
     /// The key prefix of the locks (default: $LOCK_PREFIX, else `lock:`,
     /// as the runtime's).
     #[arg(long, global = true, value_name = "PREFIX")]
@@ -25,6 +36,43 @@ pub(crate) struct Cli {
     pub(crate) json: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// Where the locks are (at most one of the four; none: the environment).
+#[derive(Debug, Args)]
+pub(crate) struct Servers {
+    /// One Redis server (default: $LOCK_REDIS_URL, else $REDIS_URL).
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) redis_url: Option<String>,
+    /// A Redis Cluster: some of its nodes, comma-separated (default:
+    /// $LOCK_REDIS_CLUSTER). Every master is listed; `show` and `release`
+    /// follow MOVED.
+    #[arg(long, global = true, value_name = "URLS")]
+    pub(crate) cluster: Option<String>,
+    /// Redlock: every master, comma-separated (default: $LOCK_REDLOCK_URLS,
+    /// else $REDLOCK_URLS). Shows the quorum view and each master's.
+    #[arg(long, global = true, value_name = "URLS")]
+    pub(crate) redlock: Option<String>,
+    /// Redis Sentinel: the sentinels, comma-separated `host:port` (default:
+    /// $REDIS_SENTINELS); the locks are on the primary they name now.
+    #[arg(long, global = true, value_name = "ADDRS")]
+    pub(crate) sentinels: Option<String>,
+    /// The service the sentinels monitor (default: $REDIS_SENTINEL_SERVICE).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub(crate) sentinel_service: Option<String>,
+}
+
+impl Servers {
+    /// The flags as the topology reads them.
+    pub(crate) fn flags(&self) -> Flags<'_> {
+        Flags {
+            redis_url: self.redis_url.as_deref(),
+            cluster: self.cluster.as_deref(),
+            redlock: self.redlock.as_deref(),
+            sentinels: self.sentinels.as_deref(),
+            sentinel_service: self.sentinel_service.as_deref(),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -63,7 +111,7 @@ pub(crate) enum Command {
         /// Required: says that you mean to take the lock from its holder.
         #[arg(long)]
         force: bool,
-        /// Do not ask for confirmation on stdin.
+        /// Do not ask for confirmation on stdin (with `--force`).
         #[arg(long)]
         yes: bool,
     },

@@ -1,66 +1,93 @@
-//! Where the locks are: the Redis URL and key prefix from the flags or the
-//! environment, a lock runtime on them (for `inspect` and `force_unlock`),
-//! and a plain Redis client for what a runtime does not do (`SCAN`, a
-//! subscription of one's own). Errors say which server, with any password
-//! masked.
+//! What a command works on: the servers ([`Topology`]) and the key prefix
+//! from the flags or the environment, a lock runtime on them (for `inspect`
+//! and `force_unlock`), plain connections to single servers for what a
+//! runtime does not do (`SCAN`, a subscription of one's own), and the
+//! record of the servers that did not answer (a partial answer). Errors say
+//! which servers, with every password masked.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use lock_runtime::{layout, LockError, LockInfo, LockRuntime};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
 
-use crate::Failure;
+use crate::secret;
+use crate::topology::{Flags, Topology};
+use crate::{Failure, Outcome};
 
-/// How long to wait for the server before reporting it unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long to wait for a server (to connect, and for each answer) before
+/// reporting it unreachable.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The server and prefix a command works on.
+/// The servers and prefix a command works on.
 pub(crate) struct Target {
-    url: String,
-    /// The URL as it may be shown: the password replaced by `***`.
-    pub(crate) shown: String,
+    pub(crate) topology: Topology,
     pub(crate) prefix: String,
+    secrets: Vec<String>,
+    /// Servers (or parts of the key space) that did not answer: what was
+    /// printed may be incomplete.
+    gaps: RefCell<Vec<String>>,
 }
 
 impl Target {
-    /// From the flags, else `LOCK_REDIS_URL` / `REDIS_URL` and `LOCK_PREFIX`
-    /// (the variables the runtime's `init_from_env` reads).
-    pub(crate) fn from_args(url: Option<&str>, prefix: Option<&str>) -> Result<Target, Failure> {
-        let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        let url = url
-            .map(str::to_owned)
-            .or_else(|| env("LOCK_REDIS_URL"))
-            .or_else(|| env("REDIS_URL"))
-            .ok_or_else(|| Failure("no Redis URL: pass --redis-url or set REDIS_URL".to_owned()))?;
+    /// From the flags, else the variables the runtime's `init_from_env`
+    /// reads (see [`Topology::choose`]; `LOCK_PREFIX` for the prefix).
+    pub(crate) fn from_args(flags: Flags<'_>, prefix: Option<&str>) -> Result<Target, Failure> {
+        let env = |name: &str| std::env::var(name).ok();
+        let topology = Topology::choose(flags, env)?;
         let prefix = prefix
             .map(str::to_owned)
-            .or_else(|| env("LOCK_PREFIX"))
+            .or_else(|| env("LOCK_PREFIX").filter(|p| !p.is_empty()))
             .unwrap_or_else(|| layout::DEFAULT_PREFIX.to_owned());
         Ok(Target {
-            shown: mask_password(&url),
-            url,
+            secrets: topology.secrets(),
+            topology,
             prefix,
+            gaps: RefCell::new(Vec::new()),
         })
     }
 
-    /// A lock runtime on the server (it connects and loads its scripts).
+    /// A lock runtime on the servers (it connects and loads its scripts).
     pub(crate) async fn runtime(&self) -> Result<LockRuntime, Failure> {
-        LockRuntime::builder()
-            .redis(self.url.clone())
+        self.build(self.topology.builder()).await
+    }
+
+    /// A runtime on one Redlock master alone (its own view of a lock).
+    pub(crate) async fn master_runtime(&self, url: &str) -> Result<LockRuntime, Failure> {
+        self.build(LockRuntime::builder().redis(url)).await
+    }
+
+    async fn build(
+        &self,
+        builder: lock_runtime::LockRuntimeBuilder,
+    ) -> Result<LockRuntime, Failure> {
+        // lockctl takes no lock: it has no identity to publish, and `show`
+        // or `list` write nothing.
+        builder
+            .publish_identity(false)
             .key_prefix(self.prefix.clone())
-            .connect_timeout(CONNECT_TIMEOUT)
-            .response_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(TIMEOUT)
+            .response_timeout(TIMEOUT)
             .build()
             .await
             .map_err(|error| self.failure(&error))
     }
 
-    /// A connection of its own to the server (after `runtime` checked the URL).
-    pub(crate) fn client(&self) -> Result<redis::Client, Failure> {
-        redis::Client::open(self.url.as_str())
-            .map_err(|error| self.failure(&format!("invalid Redis URL: {error}")))
+    /// A plain connection to one server, bounded by [`TIMEOUT`].
+    pub(crate) async fn connect(
+        &self,
+        client: &redis::Client,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
     }
 
-    /// The error of a command on this server, told with the masked URL.
+    /// The error of a command on these servers, told with the masked URLs.
     pub(crate) fn failure(&self, error: &dyn std::fmt::Display) -> Failure {
         let text = error.to_string();
         let what = if text.contains("invalid Redis URL") || text.contains("expected redis://") {
@@ -70,12 +97,46 @@ impl Target {
         } else {
             "Redis at"
         };
-        Failure(self.scrub(&format!("{what} {}: {text}", self.shown)))
+        Failure(self.scrub(&format!("{what} {}: {text}", self.topology.describe())))
     }
 
     /// The error of a lock operation (a lost connection is a failure too).
     pub(crate) fn lock_failure(&self, error: &LockError) -> Failure {
         self.failure(error)
+    }
+
+    /// `text` without any secret of the configuration.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        secret::scrub(text, &self.secrets)
+    }
+
+    /// Notes that `what` (a server) did not answer: warns on stderr, and the
+    /// command's outcome becomes [`Outcome::Partial`].
+    pub(crate) fn unreachable(&self, what: &str, error: &dyn std::fmt::Display) {
+        let line = self.scrub(&format!("{what}: {error}"));
+        eprintln!("lockctl: warning: {line} (the answer may be incomplete)");
+        self.gaps.borrow_mut().push(line);
+    }
+
+    /// The outcome of a command that found something (or not), unless a
+    /// server did not answer: then [`Outcome::Partial`].
+    pub(crate) fn outcome(&self, found: bool) -> Outcome {
+        match (self.gaps.borrow().is_empty(), found) {
+            (false, _) => Outcome::Partial,
+            (true, true) => Outcome::Found,
+            (true, false) => Outcome::NotFound,
+        }
+    }
+
+    /// The process behind `holder`, as its runtime published it (`None`:
+    /// nothing published, or the question failed: it only adds a name to
+    /// an answer that is complete without it).
+    pub(crate) async fn client_of(
+        &self,
+        runtime: &LockRuntime,
+        holder: &str,
+    ) -> Option<lock_runtime::ClientInfo> {
+        runtime.client_of(holder).await.ok().flatten()
     }
 
     /// What `runtime` records of the lock `key` now (`None`: free).
@@ -88,58 +149,5 @@ impl Target {
             .inspect(key)
             .await
             .map_err(|e| self.lock_failure(&e))
-    }
-
-    /// `text` with the URL's password (if any) masked wherever it appears.
-    fn scrub(&self, text: &str) -> String {
-        match password(&self.url) {
-            Some(secret) if !secret.is_empty() => text.replace(secret, "***"),
-            _ => text.to_owned(),
-        }
-    }
-}
-
-/// `scheme`, `userinfo` and the rest (`host[:port][/db…]`) of a URL with
-/// a user part: `scheme://userinfo@rest`.
-fn parts(url: &str) -> Option<(&str, &str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let at = rest[..authority_end].rfind('@')?;
-    Some((scheme, &rest[..at], &rest[at + 1..]))
-}
-
-/// The password of `scheme://[user]:password@host…` (a lone user part is
-/// taken as a password too, to be safe).
-fn password(url: &str) -> Option<&str> {
-    let (_, userinfo, _) = parts(url)?;
-    Some(userinfo.split_once(':').map_or(userinfo, |(_, pass)| pass))
-}
-
-/// `url` with its password replaced by `***`.
-pub(crate) fn mask_password(url: &str) -> String {
-    match parts(url) {
-        Some((scheme, userinfo, rest)) if password(url).is_some_and(|p| !p.is_empty()) => {
-            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:***@{rest}")
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mask_password;
-
-    #[test]
-    fn passwords_are_masked_and_nothing_else() {
-        assert_eq!(
-            mask_password("redis://app:s3cret@db:6379/0"),
-            "redis://app:***@db:6379/0"
-        );
-        assert_eq!(mask_password("redis://:s3cret@db"), "redis://:***@db");
-        assert_eq!(mask_password("redis://s3cret@db"), "redis://:***@db");
-        assert_eq!(mask_password("redis://db:6379"), "redis://db:6379");
-        assert_eq!(mask_password("nonsense"), "nonsense");
-        assert_eq!(mask_password("redis://db/0@x"), "redis://db/0@x");
     }
 }

@@ -1,63 +1,168 @@
-//! `lockctl list`: the locks held now under the prefix. One `SCAN` over
-//! the names that may be lock hashes (`<prefix>{*}`), then `inspect` of
-//! each: what it prints is what the runtime records.
+//! `lockctl list`: the locks held now under the prefix, on every server
+//! that stores locks (each master of a Cluster, every Redlock master). One
+//! `SCAN` per server over the names that may be lock hashes
+//! (`<prefix>{*}`), then the runtime's `inspect` of each key: what it
+//! prints is what the runtime records (on Redlock the quorum view, with how
+//! many masters hold it). A server that does not answer makes the answer
+//! partial: it is named on stderr and the exit code says so.
 
-use lock_runtime::layout;
+use std::collections::HashMap;
+
+use lock_runtime::{layout, ClientInfo, LockInfo};
 
 use crate::connect::Target;
+use crate::masters::{holding, Masters, View};
+use crate::nodes::{self, Node};
+use crate::output::out;
 use crate::report;
 use crate::{Failure, Outcome};
 
-/// Keys asked of the server per `SCAN` step.
+/// Keys asked of a server per `SCAN` step.
 const SCAN_COUNT: usize = 500;
 
+/// One listed lock: the quorum view, and on Redlock how many masters hold
+/// it (a key held by a minority only is listed with no holder).
+struct Row {
+    key: String,
+    info: Option<LockInfo>,
+    /// The holder's process, as its runtime published it.
+    who: Option<ClientInfo>,
+    masters: Option<(usize, usize)>,
+}
+
 /// Prints up to `limit` held locks, sorted by key; [`Outcome::NotFound`]
-/// when there are none.
+/// when there are none, [`Outcome::Partial`] when a server did not answer.
 pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
-    let keys = scan_keys(target, limit).await?;
-    let mut held = Vec::new();
-    for key in &keys {
-        // Released between the scan and now: not listed.
-        if let Some(info) = target.inspect(&runtime, key).await? {
-            held.push(info);
+    let masters = Masters::open(target).await;
+    let mut keys = Vec::new();
+    for node in nodes::storing(target).await? {
+        match scan_keys(target, &node, limit).await {
+            Ok(found) => keys.extend(found),
+            Err(error) => target.unreachable(&node.name, &error),
         }
     }
+    keys.sort();
+    keys.dedup();
+    keys.truncate(limit);
+    let mut rows = Vec::new();
+    // One question per process, however many locks it holds.
+    let mut processes: HashMap<String, Option<ClientInfo>> = HashMap::new();
+    for key in keys {
+        let info = match target.inspect(&runtime, &key).await {
+            Ok(info) => info,
+            Err(failure) => {
+                target.unreachable(&format!("lock {key}"), &failure.0);
+                continue;
+            }
+        };
+        let mut held_somewhere = info.is_some();
+        let mut counted = None;
+        if masters.len() > 0 {
+            let views = masters.views(target, &key).await;
+            held_somewhere |= views.iter().any(|(_, v)| matches!(v, View::Held(_)));
+            let holding = match &info {
+                Some(info) => holding(&views, &info.holder),
+                None => views
+                    .iter()
+                    .filter(|(_, v)| matches!(v, View::Held(_)))
+                    .count(),
+            };
+            counted = Some((holding, views.len()));
+        }
+        let mut who = None;
+        if let Some(info) = &info {
+            let process = info.holder.split(':').next().unwrap_or_default();
+            if !processes.contains_key(process) {
+                let found = target.client_of(&runtime, &info.holder).await;
+                processes.insert(process.to_owned(), found);
+            }
+            who = processes.get(process).cloned().flatten();
+        }
+        // Released between the scan and now: not listed.
+        if held_somewhere {
+            rows.push(Row {
+                key,
+                info,
+                who,
+                masters: counted,
+            });
+        }
+    }
+    print(target, &rows, json);
+    Ok(target.outcome(!rows.is_empty()))
+}
+
+fn print(target: &Target, rows: &[Row], json: bool) {
     if json {
-        let locks: Vec<_> = held.iter().map(report::info_json).collect();
-        println!("{}", serde_json::Value::Array(locks));
-    } else if held.is_empty() {
-        println!("no locks held under prefix `{}`", target.prefix);
-    } else {
-        println!(
-            "{:<32} {:<12} {:>20} {:>6}  holder",
-            "key", "lease left", "fence", "queue"
-        );
-        for info in &held {
-            println!(
-                "{:<32} {:<12} {:>20} {:>6}  {}",
+        let locks = rows.iter().map(|row| {
+            let mut value = match &row.info {
+                Some(info) => report::info_json(info),
+                None => serde_json::json!({ "key": row.key, "held": false }),
+            };
+            if row.info.is_some() {
+                value["client"] = report::client_json(row.who.as_ref());
+            }
+            if let Some((holding, of)) = row.masters {
+                value["masters_holding"] = holding.into();
+                value["masters"] = of.into();
+            }
+            value
+        });
+        out!("{}", serde_json::Value::Array(locks.collect()));
+        return;
+    }
+    if rows.is_empty() {
+        out!("no locks held under prefix `{}`", target.prefix);
+        return;
+    }
+    let redlock = rows.iter().any(|r| r.masters.is_some());
+    let masters_column = |row: &Row| match row.masters {
+        Some((holding, of)) => format!(" {:>7}", format!("{holding}/{of}")),
+        None => String::new(),
+    };
+    out!(
+        "{:<32} {:<12} {:>20} {:>6}{}  holder",
+        "key",
+        "lease left",
+        "fence",
+        "queue",
+        if redlock { " masters" } else { "" }
+    );
+    for row in rows {
+        match &row.info {
+            Some(info) => out!(
+                "{:<32} {:<12} {:>20} {:>6}{}  {}{}",
                 info.key,
                 report::lease(info.remaining_lease),
                 report::fence(info.fence),
                 info.queue.len(),
-                info.holder
-            );
+                masters_column(row),
+                info.holder,
+                row.who
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" ({})", report::client(c)))
+            ),
+            None => out!(
+                "{:<32} {:<12} {:>20} {:>6}{}  (no holder on a majority)",
+                row.key,
+                "-",
+                "-",
+                "-",
+                masters_column(row)
+            ),
         }
     }
-    Ok(if held.is_empty() {
-        Outcome::NotFound
-    } else {
-        Outcome::Found
-    })
 }
 
-/// The keys of the lock hashes under the prefix, sorted, at most `limit`.
-async fn scan_keys(target: &Target, limit: usize) -> Result<Vec<String>, Failure> {
-    let client = target.client()?;
-    let mut con = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| target.failure(&e))?;
+/// The keys of the lock hashes under the prefix on one server, sorted, at
+/// most `limit`.
+async fn scan_keys(
+    target: &Target,
+    node: &Node,
+    limit: usize,
+) -> Result<Vec<String>, redis::RedisError> {
+    let mut con = target.connect(&node.client).await?;
     let pattern = layout::scan_pattern(&target.prefix);
     let mut keys = Vec::new();
     let mut cursor: u64 = 0;
@@ -71,8 +176,7 @@ async fn scan_keys(target: &Target, limit: usize) -> Result<Vec<String>, Failure
             .arg("COUNT")
             .arg(SCAN_COUNT)
             .query_async(&mut con)
-            .await
-            .map_err(|e| target.failure(&e))?;
+            .await?;
         keys.extend(
             names
                 .iter()

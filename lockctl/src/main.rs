@@ -1,19 +1,27 @@
 //! `lockctl`: answers "who holds order:42, since when, with which token, how
 //! many wait?" and frees a stuck lock, without redis-cli and without knowing
-//! the data layout. It reads and changes locks through lock-runtime itself
-//! (`inspect`, `force_unlock`, and `lock_runtime::layout` for the names), so
-//! what it shows is what the runtime records.
+//! the data layout, on every topology the runtime supports (one server, a
+//! Cluster, Sentinel, Redlock). It reads and changes locks through
+//! lock-runtime itself (`inspect`, `force_unlock`, and `lock_runtime::layout`
+//! for the names), so what it shows is what the runtime records.
 //!
-//! Exit codes, for scripts: 0 found (or done), 1 not found or refused, 2 a
-//! usage or connection error.
+//! Exit codes, for scripts (also in `--help` and the README): 0 found or
+//! done; 1 not found or refused; 2 a usage or connection error; 3 a partial
+//! answer (a server did not answer: what was printed may be incomplete).
 
 mod cli;
 mod connect;
 mod duration;
 mod list;
+mod masters;
+mod nodes;
+mod output;
 mod release;
 mod report;
+mod secret;
 mod show;
+mod subscribe;
+mod topology;
 mod watch;
 
 use std::process::ExitCode;
@@ -23,13 +31,27 @@ use clap::Parser;
 use cli::{Cli, Command};
 use connect::Target;
 
+/// Exit code: found, or done.
+const EXIT_FOUND: u8 = 0;
+/// Exit code: not found (a free key, no locks), or refused (a "no").
+const EXIT_NOT_FOUND: u8 = 1;
+/// Exit code: bad usage, a bad URL, an unreachable server (clap's usage
+/// errors exit 2 too).
+pub(crate) const EXIT_ERROR: u8 = 2;
+/// Exit code: a partial answer (a server, or part of the key space, did not
+/// answer).
+const EXIT_PARTIAL: u8 = 3;
+
 /// How a command ended, as the process's exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// Found, or done (0).
+    /// Found, or done.
     Found,
-    /// Not found, or refused (1).
+    /// Not found, or refused.
     NotFound,
+    /// Some server did not answer: what was printed may be incomplete
+    /// (never reported as success).
+    Partial,
 }
 
 /// A failure to report on stderr with exit code 2: bad usage, a bad URL, an
@@ -46,20 +68,21 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&Failure(format!("cannot start: {error}"))),
     };
-    match runtime.block_on(run(cli)) {
-        Ok(Outcome::Found) => ExitCode::SUCCESS,
-        Ok(Outcome::NotFound) => ExitCode::from(1),
-        Err(failure) => fail(&failure),
-    }
+    ExitCode::from(match runtime.block_on(run(cli)) {
+        Ok(Outcome::Found) => EXIT_FOUND,
+        Ok(Outcome::NotFound) => EXIT_NOT_FOUND,
+        Ok(Outcome::Partial) => EXIT_PARTIAL,
+        Err(failure) => return fail(&failure),
+    })
 }
 
 fn fail(failure: &Failure) -> ExitCode {
     eprintln!("lockctl: error: {}", failure.0);
-    ExitCode::from(2)
+    ExitCode::from(EXIT_ERROR)
 }
 
 async fn run(cli: Cli) -> Result<Outcome, Failure> {
-    let target = Target::from_args(cli.redis_url.as_deref(), cli.prefix.as_deref())?;
+    let target = Target::from_args(cli.servers.flags(), cli.prefix.as_deref())?;
     let json = cli.json;
     match cli.command {
         Command::List { limit } => list::run(&target, limit, json).await,

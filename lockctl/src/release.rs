@@ -1,10 +1,16 @@
 //! `lockctl release KEY --force`: frees a lock whoever holds it, after
 //! showing the holder and asking (unless `--yes`). The holder learns at its
-//! next renewal that the lock is lost.
+//! next renewal that the lock is lost. Through the runtime's
+//! `force_unlock`, so on a Cluster it reaches the node that owns the key
+//! (following `MOVED`), and on Redlock every master; a Redlock master that
+//! does not answer keeps its copy until its lease ends (a minority: nobody
+//! can take the lock with it), and the exit code says the answer is partial.
 
 use std::io::BufRead;
 
 use crate::connect::Target;
+use crate::masters::Masters;
+use crate::output::out;
 use crate::report;
 use crate::{Failure, Outcome};
 
@@ -18,26 +24,32 @@ pub(crate) async fn run(
     json: bool,
 ) -> Result<Outcome, Failure> {
     if !force {
+        // Repeat what was given, so the suggestion runs as written: with
+        // `--yes` it must not ask again.
+        let yes = if yes { " --yes" } else { "" };
         return Err(Failure(format!(
-            "`release` takes the lock from whoever holds it: write `lockctl release {key} --force`"
+            "`release` takes the lock from whoever holds it: write `lockctl release {key} \
+             --force{yes}`"
         )));
     }
     let runtime = target.runtime().await?;
+    // Redlock: a master that is down is noted (the answer is partial).
+    let _masters = Masters::open(target).await;
     let info = target.inspect(&runtime, key).await?;
     let Some(info) = info else {
         match json {
-            false => println!("{key}: free, nothing to release"),
-            true => println!(
+            false => out!("{key}: free, nothing to release"),
+            true => out!(
                 "{}",
                 serde_json::json!({ "key": key, "released": false, "held": false })
             ),
         }
-        return Ok(Outcome::NotFound);
+        return Ok(target.outcome(false));
     };
-    if !yes && !confirm(&info) {
+    if !yes && !confirm(&info, target.client_of(&runtime, &info.holder).await) {
         match json {
-            false => println!("{key}: not released"),
-            true => println!(
+            false => out!("{key}: not released"),
+            true => out!(
                 "{}",
                 serde_json::json!({ "key": key, "released": false, "held": true })
             ),
@@ -49,13 +61,13 @@ pub(crate) async fn run(
         .await
         .map_err(|e| target.lock_failure(&e))?;
     match (json, released) {
-        (false, true) => println!(
+        (false, true) => out!(
             "{key}: released (was held by {}, fence {})",
             info.holder,
             report::fence(info.fence)
         ),
-        (false, false) => println!("{key}: was freed meanwhile, nothing released"),
-        (true, _) => println!(
+        (false, false) => out!("{key}: was freed meanwhile, nothing released"),
+        (true, _) => out!(
             "{}",
             serde_json::json!({
                 "key": key,
@@ -65,18 +77,15 @@ pub(crate) async fn run(
             })
         ),
     }
-    Ok(if released {
-        Outcome::Found
-    } else {
-        Outcome::NotFound
-    })
+    Ok(target.outcome(released))
 }
 
-/// Shows the holder on stderr and reads `y`/`yes` from stdin (anything
-/// else, or the end of input, is no).
-fn confirm(info: &lock_runtime::LockInfo) -> bool {
+/// Shows the holder (and its process, when it published one) on stderr and
+/// reads `y`/`yes` from stdin (anything else, or the end of input, is no).
+fn confirm(info: &lock_runtime::LockInfo, who: Option<lock_runtime::ClientInfo>) -> bool {
+    let who = who.map_or(String::new(), |c| format!(" ({})", report::client(&c)));
     eprint!(
-        "release {} held by {} (fence {}, lease left {})? [y/N] ",
+        "release {} held by {}{who} (fence {}, lease left {})? [y/N] ",
         info.key,
         info.holder,
         report::fence(info.fence),

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use lock_runtime::LockInfo;
+use lock_runtime::{ClientInfo, LockInfo};
 use serde_json::{json, Value};
+
+use crate::masters::{holding, View};
 
 /// A held lock as JSON.
 pub(crate) fn info_json(info: &LockInfo) -> Value {
@@ -19,15 +21,51 @@ pub(crate) fn info_json(info: &LockInfo) -> Value {
     })
 }
 
+/// The process behind a holder id as JSON (`null`: it published nothing).
+pub(crate) fn client_json(client: Option<&ClientInfo>) -> Value {
+    client.map_or(Value::Null, |c| {
+        json!({
+            "name": c.name,
+            "host": c.host,
+            "pid": c.pid,
+            "started_ms": c
+                .started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        })
+    })
+}
+
+/// The process behind a holder id, for people: `billing-worker on web-3,
+/// pid 4121, up 5m 3s`.
+pub(crate) fn client(client: &ClientInfo) -> String {
+    let name = client
+        .name
+        .as_ref()
+        .map_or(String::new(), |n| format!("{n} on "));
+    let up = client.started.elapsed().map_or(String::new(), |d| {
+        let s = d.as_secs();
+        match s {
+            0..60 => format!(", up {s}s"),
+            60..3600 => format!(", up {}m {}s", s / 60, s % 60),
+            _ => format!(", up {}h {}m", s / 3600, s / 60 % 60),
+        }
+    });
+    format!("{name}{}, pid {}{up}", client.host, client.pid)
+}
+
 /// A free lock as JSON.
 pub(crate) fn free_json(key: &str) -> Value {
     json!({ "key": key, "held": false })
 }
 
-/// A held lock as text, one field a line.
-pub(crate) fn info_text(info: &LockInfo) -> String {
+/// A held lock as text, one field a line (`who`: the holder's process).
+pub(crate) fn info_text(info: &LockInfo, who: Option<&ClientInfo>) -> String {
     let mut text = format!("{}: held\n", info.key);
     text.push_str(&format!("  holder      {}\n", info.holder));
+    if let Some(who) = who {
+        text.push_str(&format!("  process     {}\n", client(who)));
+    }
     text.push_str(&format!("  holds       {}\n", info.holds));
     text.push_str(&format!("  lease left  {}\n", lease(info.remaining_lease)));
     text.push_str(&format!("  fence       {}\n", fence(info.fence)));
@@ -46,4 +84,53 @@ pub(crate) fn lease(left: Option<Duration>) -> String {
 /// A fencing token, for people (`-` when not recorded).
 pub(crate) fn fence(token: Option<u64>) -> String {
     token.map_or("-".to_owned(), |t| t.to_string())
+}
+
+/// Redlock: each master's record as JSON (`master`, and `held` with the
+/// holder's fields, or `error`).
+pub(crate) fn masters_json(views: &[(String, View)]) -> Value {
+    let each = views.iter().map(|(name, view)| match view {
+        View::Held(info) => json!({
+            "master": name,
+            "held": true,
+            "holder": info.holder,
+            "holds": info.holds,
+            "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
+            "fence": info.fence,
+        }),
+        View::Free => json!({ "master": name, "held": false }),
+        View::Unreachable(error) => json!({ "master": name, "error": error }),
+    });
+    Value::Array(each.collect())
+}
+
+/// Redlock: the quorum line and each master's record, as text lines.
+pub(crate) fn masters_text(views: &[(String, View)], holder: Option<&str>) -> String {
+    let quorum = views.len() / 2 + 1;
+    let mut text = match holder {
+        Some(holder) => format!(
+            "  quorum      held on {} of {} masters ({quorum} needed)\n",
+            holding(views, holder),
+            views.len()
+        ),
+        None => format!(
+            "  quorum      no holder on {quorum} of {} masters\n",
+            views.len()
+        ),
+    };
+    text.push_str("  masters");
+    for (name, view) in views {
+        let state = match view {
+            View::Held(info) => format!(
+                "held by {} (fence {}, lease left {})",
+                info.holder,
+                fence(info.fence),
+                lease(info.remaining_lease)
+            ),
+            View::Free => "free".to_owned(),
+            View::Unreachable(error) => format!("unreachable: {error}"),
+        };
+        text.push_str(&format!("\n    {name}  {state}"));
+    }
+    text
 }

@@ -1,18 +1,23 @@
 //! `lockctl watch KEY`: acquisitions and releases of one lock as they
 //! happen. Releases arrive at once, on the lock's release channel (the one
-//! the runtime's waiters listen on); an acquisition sends no message, so
-//! the holder is read again at each release and every `--interval`.
-//! Bounded: it stops at ctrl-c, after `--for`, or after `--count` events.
+//! the runtime's waiters listen on; `subscribe.rs`); an acquisition sends no
+//! message, so the holder is read again at each release and every
+//! `--interval`. A forced release (`lockctl release`, `force_unlock`)
+//! announces itself as such (`f`), and is printed as forced, not as the
+//! holder's. Bounded: it stops at ctrl-c, after `--for`, or after `--count`
+//! events.
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use lock_runtime::{layout, LockInfo};
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::connect::Target;
+use crate::output::out;
 use crate::report;
+use crate::subscribe::{self, Heard};
+use crate::topology::Topology;
 use crate::{Failure, Outcome};
 
 /// When to stop, and how often to look.
@@ -37,18 +42,11 @@ pub(crate) async fn run(
     json: bool,
 ) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
-    let client = target.client()?;
-    let mut pubsub = client
-        .get_async_pubsub()
-        .await
-        .map_err(|e| target.failure(&e))?;
     let channel = layout::release_channel(&layout::lock_name(&target.prefix, key));
     // Subscribe before the first look, so no release after it is missed.
-    pubsub
-        .subscribe(&channel)
-        .await
-        .map_err(|e| target.failure(&e))?;
-    let mut messages = pubsub.on_message();
+    let mut releases = subscribe::subscribe(target, &channel).await?;
+    // On Redlock every master announces the release.
+    let announced_by_each = matches!(target.topology, Topology::Redlock(_));
     let start = Instant::now();
     let end = limits.duration.map(|d| start + d);
     let mut printer = Printer {
@@ -65,9 +63,11 @@ pub(crate) async fn run(
     while limits.count.is_none_or(|n| printer.events < n) {
         let mut released = None;
         tokio::select! {
-            message = messages.next() => match message {
-                Some(message) => released = Some(message.get_payload::<String>().unwrap_or_default()),
-                None => return Err(Failure("the connection to Redis was closed".to_owned())),
+            heard = releases.next() => match heard {
+                Some(Heard::Message(payload)) => released = Some(payload),
+                Some(Heard::Lost) | None => {
+                    return Err(Failure("the connection to Redis was closed".to_owned()))
+                }
             },
             () = tokio::time::sleep(limits.interval) => {}
             () = sleep_until(end) => break,
@@ -78,11 +78,17 @@ pub(crate) async fn run(
         if let Some(payload) = released.as_deref() {
             // A release; whom it freed is the holder seen last (unknown when
             // it came and went between two looks).
-            printer.released(last.as_ref(), handed_to(payload));
+            // On Redlock a message is news only if it ends the hold seen
+            // last: the other masters' messages for the same release come
+            // later, maybe after the next holder took it. (A hold that
+            // came and went between two looks is not seen there.)
+            if !announced_by_each || (last.is_some() && last != now_seen) {
+                printer.released(last.as_ref(), handed_to(payload), payload == FORCED);
+            }
         } else if last.is_some() && last != now_seen {
             // Gone or replaced without our seeing the message (a lease
             // that ran out sends none).
-            printer.released(last.as_ref(), None);
+            printer.released(last.as_ref(), None, false);
         }
         if let Some((s, info)) = &now {
             if last.as_ref() != Some(s) && limits.count.is_none_or(|n| printer.events < n) {
@@ -91,8 +97,11 @@ pub(crate) async fn run(
         }
         last = now_seen;
     }
-    Ok(Outcome::Found)
+    Ok(target.outcome(true))
 }
+
+/// The payload of a forced release (`scripts/force_unlock.lua`).
+const FORCED: &str = "f";
 
 /// Sleeps until `end`, or for ever without one.
 async fn sleep_until(end: Option<Instant>) {
@@ -135,13 +144,13 @@ impl Printer<'_> {
                 let mut state = report::info_json(info);
                 state["event"] = json!("state");
                 state["at_ms"] = json!(0);
-                println!("{state}");
+                out!("{state}");
             }
-            (None, true) => println!(
+            (None, true) => out!(
                 "{}",
                 json!({ "event": "state", "at_ms": 0, "key": self.key, "held": false })
             ),
-            (Some(info), false) => println!(
+            (Some(info), false) => out!(
                 "{:>8.3}s {}: held by {} (fence {}, lease left {})",
                 0.0,
                 self.key,
@@ -149,7 +158,7 @@ impl Printer<'_> {
                 report::fence(info.fence),
                 report::lease(info.remaining_lease)
             ),
-            (None, false) => println!("{:>8.3}s {}: free", 0.0, self.key),
+            (None, false) => out!("{:>8.3}s {}: free", 0.0, self.key),
         }
     }
 
@@ -160,9 +169,9 @@ impl Printer<'_> {
             let mut event = report::info_json(info);
             event["event"] = json!("acquired");
             event["at_ms"] = json!(at);
-            println!("{event}");
+            out!("{event}");
         } else {
-            println!(
+            out!(
                 "{:>8.3}s {}: acquired by {} (fence {})",
                 at as f64 / 1000.0,
                 self.key,
@@ -172,11 +181,11 @@ impl Printer<'_> {
         }
     }
 
-    fn released(&mut self, by: Option<&Seen>, handed_to: Option<&str>) {
+    fn released(&mut self, by: Option<&Seen>, handed_to: Option<&str>, forced: bool) {
         self.events += 1;
         let at = self.at_ms();
         if self.json {
-            println!(
+            out!(
                 "{}",
                 json!({
                     "event": "released",
@@ -185,6 +194,7 @@ impl Printer<'_> {
                     "holder": by.map(|s| &s.holder),
                     "fence": by.and_then(|s| s.fence),
                     "handed_to": handed_to,
+                    "forced": forced,
                 })
             );
         } else {
@@ -192,11 +202,13 @@ impl Printer<'_> {
                 format!("{} (fence {})", s.holder, report::fence(s.fence))
             });
             let to = handed_to.map_or(String::new(), |h| format!(", handed to {h}"));
-            println!(
-                "{:>8.3}s {}: released by {by}{to}",
-                at as f64 / 1000.0,
-                self.key
-            );
+            let at = at as f64 / 1000.0;
+            // A forced release is not the holder's doing: say so, and whose
+            // hold it took.
+            match forced {
+                true => out!("{at:>8.3}s {}: forced release: was held by {by}", self.key),
+                false => out!("{at:>8.3}s {}: released by {by}{to}", self.key),
+            }
         }
     }
 }

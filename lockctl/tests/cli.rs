@@ -3,29 +3,15 @@
 //! process than `lockctl`'s). Output text, JSON and exit codes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout, RUN_LIMIT};
+use common::{ERROR, FOUND, NOT_FOUND};
 use lock_tests::{redis, unique, Kind};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
-
-/// How long one `lockctl` run may take before the test fails.
-const RUN_LIMIT: Duration = Duration::from_secs(20);
-
-/// `lockctl` with no URL or prefix from the environment.
-fn lockctl(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    command
-        .args(args)
-        .env_remove("REDIS_URL")
-        .env_remove("LOCK_REDIS_URL")
-        .env_remove("LOCK_PREFIX")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
 
 /// Runs `lockctl args` on the test server under `prefix`, with `stdin`.
 async fn run(prefix: &str, args: &[&str], stdin: &str) -> Output {
@@ -36,31 +22,7 @@ async fn run(prefix: &str, args: &[&str], stdin: &str) -> Output {
 }
 
 async fn run_raw(args: &[&str], stdin: &str) -> Output {
-    let mut child = lockctl(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
-        .await
-        .expect("lockctl finished in time")
-        .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
+    run_env(args, &[], stdin).await
 }
 
 /// `show` prints the holder, holds, lease, token and queue the runtime
@@ -223,22 +185,25 @@ async fn watch_prints_releases_and_acquisitions_as_they_happen() {
     let first = holder.lock("k").acquire().await.unwrap();
     let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
     let url = redis().url();
-    let mut child = lockctl(&[
-        "--redis-url",
-        &url,
-        "--prefix",
-        &prefix,
-        "watch",
-        "k",
-        "--count",
-        "2",
-        "--for",
-        "20s",
-    ])
+    let mut child = lockctl(
+        &[
+            "--redis-url",
+            &url,
+            "--prefix",
+            &prefix,
+            "watch",
+            "k",
+            "--count",
+            "2",
+            "--for",
+            "20s",
+        ],
+        &[],
+    )
     .stdout(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut lines = lines_of(child.stdout.take().unwrap());
     let state = next_line(&mut lines).await;
     assert!(
         state.contains(&format!("k: held by {first_holder}")),
@@ -263,15 +228,6 @@ async fn watch_prints_releases_and_acquisitions_as_they_happen() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
     second.release().await.unwrap();
-}
-
-/// The next line of a child's output (bounded).
-async fn next_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
-    tokio::time::timeout(RUN_LIMIT, lines.next_line())
-        .await
-        .expect("a line in time")
-        .unwrap()
-        .expect("a line")
 }
 
 /// Bad input and an unreachable server are usage/connection errors (exit
@@ -315,4 +271,198 @@ async fn bad_url_unreachable_server_and_no_url_are_clear_errors_without_the_pass
 
     let usage = run_raw(&["show"], "").await;
     assert_eq!(code(&usage), 2);
+}
+
+/// No input makes lockctl print a password: not a URL without a scheme, not
+/// a password holding `/`, not a list of URLs, not `REDIS_PASSWORD`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_is_never_printed_whatever_the_shape_of_the_input() {
+    let port = lock_testkit::free_port();
+    let server = format!("127.0.0.1:{port}");
+    let urls = [
+        ":hunter2@localhost:6379".to_owned(),
+        "app:hunter2@localhost".to_owned(),
+        format!("redis://:hunter2@{server}"),
+        format!("redis://app:hun/ter2@{server}"),
+    ];
+    let mut outputs = Vec::new();
+    for url in &urls {
+        outputs.push(run_raw(&["--redis-url", url, "show", "k"], "").await);
+    }
+    let cluster = format!("redis://:hunter2@{server},:hunter2@{server}");
+    outputs.push(run_env(&["list"], &[("LOCK_REDIS_CLUSTER", &cluster)], "").await);
+    let sentinel = [
+        ("REDIS_SENTINELS", server.as_str()),
+        ("REDIS_SENTINEL_SERVICE", "mymaster"),
+        ("REDIS_PASSWORD", "hunter2"),
+    ];
+    outputs.push(run_env(&["show", "k"], &sentinel, "").await);
+    for output in &outputs {
+        assert_eq!(code(output), ERROR, "{}", stderr(output));
+        let all = format!("{}{}", stdout(output), stderr(output));
+        assert!(
+            !all.contains("hunter2") && !all.contains("hun/ter2"),
+            "{all}"
+        );
+        assert!(all.contains("***") || !all.contains('@'), "{all}");
+    }
+}
+
+/// `lockctl list | head -1`: the reader went away; lockctl stops quietly,
+/// exit 0, no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_into_a_closed_pipe_ends_quietly() {
+    let prefix = unique("ctl-pipe");
+    let holder = Kind::Redis.runtime(&prefix).await;
+    let guard = holder.lock("a").acquire().await.unwrap();
+    // The reading end is closed before lockctl writes: every write fails.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let url = redis().url();
+    let child = lockctl(&["--redis-url", &url, "--prefix", &prefix, "list"], &[])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code(&output), FOUND, "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
+    guard.release().await.unwrap();
+}
+
+/// `release KEY --yes` without `--force` suggests a command that runs as
+/// written: with `--force --yes`, not one that asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_with_yes_but_no_force_suggests_force_and_yes() {
+    let prefix = unique("ctl-yes");
+    let output = run(&prefix, &["release", "stuck", "--yes"], "").await;
+    assert_eq!(code(&output), ERROR);
+    assert!(
+        stderr(&output).contains("`lockctl release stuck --force --yes`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// A forced release is printed as forced, naming the hold it took, not as
+/// a release by its holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_says_a_forced_release_was_forced() {
+    let prefix = unique("ctl-forced");
+    let holder = Kind::Redis.runtime(&prefix).await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let held_by = holder.inspect("k").await.unwrap().unwrap().holder;
+    let url = redis().url();
+    let args = ["--redis-url", &url, "--prefix", &prefix];
+    let watch = [&args[..], &["watch", "k", "--count", "1"]].concat();
+    let mut child = lockctl(&watch, &[]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = lines_of(child.stdout.take().unwrap());
+    let state = next_line(&mut lines).await;
+    assert!(state.contains(&format!("k: held by {held_by}")), "{state}");
+    let release = [&args[..], &["release", "k", "--force", "--yes"]].concat();
+    let freed = run_env(&release, &[], "").await;
+    assert_eq!(code(&freed), FOUND, "{}", stderr(&freed));
+    let line = next_line(&mut lines).await;
+    assert!(
+        line.contains(&format!("k: forced release: was held by {held_by}")),
+        "{line}"
+    );
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(FOUND));
+    drop(guard);
+}
+
+/// `--help` lists every exit code a script may see (3, partial, is checked
+/// on the topologies, `tests/topologies.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_documents_every_exit_code() {
+    let help = run_raw(&["--help"], "").await;
+    assert_eq!(code(&help), FOUND);
+    let text = stdout(&help);
+    for line in [
+        "Exit codes:",
+        "  0  found, or done",
+        "  1  not found (a free key, no locks) or refused",
+        "  2  usage or connection error",
+        "  3  partial answer: a server did not answer",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    let not_found = run(&unique("ctl-codes"), &["show", "nothing"], "").await;
+    assert_eq!(code(&not_found), NOT_FOUND);
+}
+
+/// `show` and `list` say which process holds a lock: the name its runtime
+/// was given, its host and its pid, not only a holder id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_list_say_which_process_holds_the_lock() {
+    let prefix = unique("ctl-who");
+    let holder = Kind::Redis
+        .builder(&prefix)
+        .client_name("billing-worker")
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("order:1").acquire().await.unwrap();
+    let held_by = holder.inspect("order:1").await.unwrap().unwrap().holder;
+    // The runtime's watchdog publishes its identity at its first tick,
+    // right after the build; no event says when it landed: look (bounded).
+    let mut published = None;
+    for _ in 0..100 {
+        published = holder.client_of(&held_by).await.unwrap();
+        if published.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let published = published.expect("the identity is published within 2 s");
+    assert_eq!(published.pid, std::process::id());
+
+    let pid = format!(", pid {}", std::process::id());
+    let show = run(&prefix, &["show", "order:1"], "").await;
+    assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    let out = stdout(&show);
+    assert!(
+        out.contains("  process     billing-worker on ") && out.contains(&pid),
+        "{out}"
+    );
+    let json = run(&prefix, &["show", "order:1", "--json"], "").await;
+    let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(value["client"]["name"], "billing-worker");
+    assert_eq!(value["client"]["pid"], std::process::id());
+    assert_eq!(value["client"]["host"], published.host.as_str());
+
+    let list = run(&prefix, &["list"], "").await;
+    assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+    let out = stdout(&list);
+    let line = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        line.contains(&format!("{held_by} (billing-worker on ")) && line.contains(&pid),
+        "{out}"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Reading writes nothing: `list` and `show` leave no name under the prefix
+/// (lockctl's runtime takes no lock and publishes no identity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_list_write_nothing() {
+    let prefix = unique("ctl-readonly");
+    for args in [&["list"][..], &["show", "k"], &["show", "k", "--json"]] {
+        let output = run(&prefix, args, "").await;
+        assert_eq!(code(&output), NOT_FOUND, "{}", stderr(&output));
+    }
+    let mut con = redis().connection().await;
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(names, Vec::<String>::new());
 }

@@ -117,7 +117,9 @@ async fn settle(
         let left: Vec<String> = keys(con, &format!("{prefix}*"))
             .await
             .into_iter()
-            .filter(|k| !k.ends_with(":fence"))
+            .filter(|k| {
+                !k.ends_with(":fence") && !lock_runtime::layout::is_client_identity(prefix, k)
+            })
             .collect();
         let stats = rt.stats();
         let mut subscribers = 0;

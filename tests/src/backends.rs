@@ -24,7 +24,7 @@
 #[macro_export]
 macro_rules! backends {
     ($callback:ident) => {
-        $callback! { redis Redis, memory Memory, cluster Cluster, sentinel Sentinel, redlock Redlock, etcd Etcd, etcd3 Etcd3 }
+        $callback! { redis Redis, memory Memory, cluster Cluster, sentinel Sentinel, redlock Redlock, etcd Etcd, etcd3 Etcd3, zookeeper Zookeeper, zookeeper3 Zookeeper3 }
     };
 }
 

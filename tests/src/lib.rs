@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockRuntime, LockRuntimeBuilder};
-use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, SentinelSet};
+use lock_testkit::{
+    EtcdCluster, RedisCluster, RedisServer, SentinelSet, ZooKeeperEnsemble, ZooKeeperServer,
+};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -64,6 +66,20 @@ pub fn etcd3() -> &'static EtcdCluster {
     ETCD.get_or_init(|| EtcdCluster::start(3))
 }
 
+/// The shared standalone ZooKeeper server of this test binary, started on
+/// first use (its faults, and the ensemble, are `zookeeper.rs`'s own).
+pub fn zookeeper() -> &'static ZooKeeperServer {
+    ZooKeeperServer::shared()
+}
+
+/// The shared ZooKeeper ensemble of three of this test binary, started on
+/// first use. Nothing kills its servers: the fault tests (`zookeeper.rs`)
+/// start ensembles of their own.
+pub fn zookeeper3() -> &'static ZooKeeperEnsemble {
+    static ENSEMBLE: OnceLock<ZooKeeperEnsemble> = OnceLock::new();
+    ENSEMBLE.get_or_init(ZooKeeperEnsemble::start)
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -93,11 +109,15 @@ pub enum Kind {
     Etcd,
     /// The shared etcd cluster of three members.
     Etcd3,
+    /// The shared standalone ZooKeeper server.
+    Zookeeper,
+    /// The shared ZooKeeper ensemble of three.
+    Zookeeper3,
 }
 
 impl Kind {
     /// Every backend, in the order of [`backends!`](macro@crate::backends).
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Redis,
         Kind::Memory,
         Kind::Cluster,
@@ -105,6 +125,8 @@ impl Kind {
         Kind::Redlock,
         Kind::Etcd,
         Kind::Etcd3,
+        Kind::Zookeeper,
+        Kind::Zookeeper3,
     ];
 
     /// A fresh runtime on this backend. Runtimes of one test on a server
@@ -137,6 +159,17 @@ impl Kind {
                 .fair(false),
             Kind::Etcd => LockRuntime::builder().etcd(etcd().endpoints()),
             Kind::Etcd3 => LockRuntime::builder().etcd(etcd3().endpoints()),
+            // A ZooKeeper prefix is a path: the test's prefix as a directory.
+            Kind::Zookeeper => {
+                return LockRuntime::builder()
+                    .zookeeper(zookeeper().connect_string())
+                    .key_prefix(format!("/{prefix}/"))
+            }
+            Kind::Zookeeper3 => {
+                return LockRuntime::builder()
+                    .zookeeper(zookeeper3().connect_string())
+                    .key_prefix(format!("/{prefix}/"))
+            }
         };
         builder.key_prefix(prefix)
     }
@@ -163,7 +196,7 @@ impl Kind {
                 }
                 all
             }
-            Kind::Etcd | Kind::Etcd3 => Vec::new(),
+            Kind::Etcd | Kind::Etcd3 | Kind::Zookeeper | Kind::Zookeeper3 => Vec::new(),
         }
     }
 
@@ -173,7 +206,12 @@ impl Kind {
     pub async fn connection_storing(self, name: &str) -> Option<MultiplexedConnection> {
         match self {
             Kind::Redis => Some(redis().connection().await),
-            Kind::Memory | Kind::Redlock | Kind::Etcd | Kind::Etcd3 => None,
+            Kind::Memory
+            | Kind::Redlock
+            | Kind::Etcd
+            | Kind::Etcd3
+            | Kind::Zookeeper
+            | Kind::Zookeeper3 => None,
             Kind::Cluster => {
                 let owner = cluster().owner_of(cluster().slot_of(name));
                 Some(cluster().node(owner).connection().await)
@@ -353,8 +391,9 @@ pub async fn until_exists(con: &mut MultiplexedConnection, hash: &str) {
 
 /// Every name under `prefix` on the server of `con`, with its PTTL in ms
 /// (-1: no TTL), but for Redlock's boot marker (one per master and prefix,
-/// permanent by design: README, "Redis layout"). `SCAN` also drops the
-/// expired names it meets, as a read would.
+/// permanent by design: README, "Redis layout") and the identities the
+/// runtimes publish while they live (`layout::client_identity`). `SCAN`
+/// also drops the expired names it meets, as a read would.
 pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(String, i64)> {
     let marker = lock_runtime::layout::redlock_boot_marker(prefix);
     let mut names = Vec::new();
@@ -370,7 +409,10 @@ pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(S
             .query_async(con)
             .await
             .unwrap();
-        for name in batch.into_iter().filter(|name| *name != marker) {
+        let ours = |name: &String| {
+            *name != marker && !lock_runtime::layout::is_client_identity(prefix, name)
+        };
+        for name in batch.into_iter().filter(ours) {
             let ttl: i64 = con.pttl(&name).await.unwrap();
             if ttl != -2 {
                 names.push((name, ttl));

@@ -599,6 +599,11 @@ async fn an_unknown_lock_variable_is_named_on_stderr_with_its_likely_meaning() {
     );
     assert!(err.contains("did you mean LOCK_PREFIX?"), "{err}");
     assert!(err.contains("using the embedded backend"), "{err}");
+    // One that looks like no known name is another program's: not said.
+    let vars = [("LOCK_BACKEND", "memory"), ("LOCK_SOAK_SECS", "60")];
+    let (ok, out, err) = configured_process(&[], &vars).await;
+    assert!(ok, "{out}{err}");
+    assert!(!err.contains("LOCK_SOAK_SECS"), "{err}");
 }
 
 #[tokio::test]

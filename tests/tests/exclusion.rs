@@ -15,7 +15,11 @@ use redis::AsyncCommands;
 on_every_backend!(
     counter_under_lock_is_exact_with_many_tasks,
     join_of_two_top_level_calls_excludes,
-    awkward_keys_are_distinct_locks,
+    awkward_keys_are_distinct_locks
+        skip(zookeeper = "a ZooKeeper path refuses control characters and emoji: `line\\nbreak` and \
+                          `ключ:🔒` are refused with InvalidKey before any round trip \
+                          (zookeeper.rs takes the other awkward keys)",
+             zookeeper3 = "as on one ZooKeeper server: a path refuses control characters and emoji"),
     inspect_reports_holder_lease_and_token_and_nothing_once_free,
 );
 

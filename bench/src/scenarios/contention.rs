@@ -208,6 +208,7 @@ pub async fn contend(
     let prefix = format!("{tag}:{run}:{}:", library.name());
     let lock_url = match library {
         Library::OursCluster => ctx.cluster()?.urls().join(","),
+        Library::OursEtcd => ctx.etcd()?.endpoints().join(","),
         _ => ctx.lock_server.url(),
     };
     let mut workers = Vec::new();

@@ -11,13 +11,15 @@
 //! (both from the runs of `contention`), S5 `many_keys`, S6 `watchdog`,
 //! S7 `memory`, S8 and S9 `crowd` (many workers, contention runs of other
 //! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
-//! Redis Cluster); `baseline` measures the round-trip limit.
+//! Redis Cluster), S12 `etcd` (S1 and S3 on etcd); `baseline` measures the
+//! round-trip limit.
 
 pub mod baseline;
 pub mod cluster;
 pub mod commands;
 pub mod contention;
 pub mod crowd;
+pub mod etcd;
 pub mod handoff;
 pub mod many_keys;
 pub mod memory;
@@ -28,7 +30,7 @@ pub mod watchdog;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockRuntime;
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{EtcdCluster, RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
 
@@ -56,6 +58,8 @@ pub struct Ctx {
     pub peer: rslock::LockManager,
     /// A 3-master Redis Cluster, started when a scenario first asks.
     cluster: std::sync::OnceLock<RedisCluster>,
+    /// One etcd member, started when a scenario first asks.
+    etcd: std::sync::OnceLock<EtcdCluster>,
 }
 
 impl Ctx {
@@ -80,6 +84,7 @@ impl Ctx {
             plain,
             peer,
             cluster: std::sync::OnceLock::new(),
+            etcd: std::sync::OnceLock::new(),
         })
     }
 
@@ -90,6 +95,15 @@ impl Ctx {
             let _ = self.cluster.set(started);
         }
         self.cluster.get().context("the Redis Cluster")
+    }
+
+    /// The one-member etcd, started on first use.
+    pub fn etcd(&self) -> Result<&EtcdCluster> {
+        if self.etcd.get().is_none() {
+            let started = EtcdCluster::try_start(1).context("start etcd")?;
+            let _ = self.etcd.set(started);
+        }
+        self.etcd.get().context("etcd")
     }
 
     /// Counts of this variant.

@@ -50,11 +50,14 @@ pub enum Library {
     /// lock-runtime on a Redis Cluster (the lock URL lists its nodes,
     /// separated by commas), plain mode, cohorting off: S3's `Ours` there.
     OursCluster,
+    /// lock-runtime on etcd (the lock URL lists its endpoints, separated
+    /// by commas), as the builder configures it (always fair there).
+    OursEtcd,
 }
 
 impl Library {
     /// Every variant, for parsing.
-    const ALL: [Library; 7] = [
+    const ALL: [Library; 8] = [
         Library::Ours,
         Library::OursFair,
         Library::OursCohort,
@@ -62,6 +65,7 @@ impl Library {
         Library::OursDefault,
         Library::Rslock,
         Library::OursCluster,
+        Library::OursEtcd,
     ];
 
     /// Name on the command line and in the report.
@@ -74,6 +78,7 @@ impl Library {
             Library::OursDefault => "ours-default",
             Library::Rslock => "rslock",
             Library::OursCluster => "ours-cluster",
+            Library::OursEtcd => "ours-etcd",
         }
     }
 
@@ -108,7 +113,7 @@ impl Library {
             Library::OursFair => (true, Cohort::OFF),
             Library::OursCohort => (false, DEFAULT_COHORT),
             Library::OursFairCohort => (true, DEFAULT_COHORT),
-            Library::OursDefault | Library::Rslock => return builder,
+            Library::OursDefault | Library::Rslock | Library::OursEtcd => return builder,
         };
         builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
     }
@@ -175,6 +180,13 @@ pub(super) async fn run(args: Args) -> Result<()> {
         Library::OursCluster => Client::Ours(
             Library::OursCluster
                 .configure(LockRuntime::builder().redis_cluster(args.lock_url.split(',')))
+                .key_prefix(args.prefix.as_str())
+                .build()
+                .await?,
+        ),
+        Library::OursEtcd => Client::Ours(
+            LockRuntime::builder()
+                .etcd(args.lock_url.split(','))
                 .key_prefix(args.prefix.as_str())
                 .build()
                 .await?,

@@ -19,6 +19,8 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod releases;
 pub(crate) mod sentinel;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -95,6 +97,9 @@ pub(crate) enum BackendConfig {
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(etcd::EtcdConfig, ConnectSettings),
+    /// A ZooKeeper ensemble (or standalone server).
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(zookeeper::ZookeeperConfig, ConnectSettings),
 }
 
 /// How to reach a server backend, as the builder configured it (the same
@@ -239,6 +244,9 @@ pub(crate) enum Backend {
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(etcd::EtcdBackend),
+    /// A ZooKeeper ensemble.
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(zookeeper::ZookeeperBackend),
 }
 
 impl Backend {
@@ -276,6 +284,11 @@ impl Backend {
                 let (backend, watches) = etcd::connect(config, &settings, wakeups).await?;
                 Ok((Backend::Etcd(backend), Some(watches)))
             }
+            #[cfg(feature = "zookeeper")]
+            BackendConfig::Zookeeper(config, settings) => {
+                let (backend, watches) = zookeeper::connect(config, &settings, wakeups).await?;
+                Ok((Backend::Zookeeper(backend), Some(watches)))
+            }
         }
     }
 
@@ -289,6 +302,8 @@ impl Backend {
             Backend::Sentinel(s) => s.describe(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.describe(),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.describe(),
         }
     }
 
@@ -300,6 +315,8 @@ impl Backend {
         match self {
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => format!("{prefix}{key}"),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => zookeeper::lock_path(prefix, key),
             _ => crate::names::LockNames::lock_key(prefix, key),
         }
     }
@@ -311,7 +328,23 @@ impl Backend {
         match self {
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => true,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => true,
             _ => false,
+        }
+    }
+
+    /// Why the backend cannot take the lock `key` (named `lock_key`) with
+    /// `lease`, if it cannot (ZooKeeper: a key that makes no path, a lease
+    /// longer than any session the servers grant).
+    pub(crate) fn refuses(&self, key: &str, lock_key: &str, lease: Duration) -> Option<LockError> {
+        match self {
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.refuses(key, lock_key, lease),
+            _ => {
+                let _ = (key, lock_key, lease);
+                None
+            }
         }
     }
 
@@ -357,7 +390,7 @@ impl Backend {
         (lease, renewed): (Duration, bool),
         queue: Queue,
     ) -> Result<Acquire, BackendError> {
-        #[cfg(not(feature = "etcd"))]
+        #[cfg(not(any(feature = "etcd", feature = "zookeeper")))]
         let _ = renewed;
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
@@ -366,6 +399,8 @@ impl Backend {
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
         }
     }
 
@@ -384,6 +419,8 @@ impl Backend {
             Backend::Sentinel(s) => s.release(lock_key, holder, fair).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.release(lock_key, holder, fair).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.release(lock_key, holder, fair).await,
         }
     }
 
@@ -396,6 +433,8 @@ impl Backend {
             Backend::Sentinel(s) => s.ping().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.ping().await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.ping().await,
         }
     }
 
@@ -408,6 +447,8 @@ impl Backend {
             Backend::Sentinel(s) => s.inspect(lock_key).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.inspect(lock_key).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.inspect(lock_key).await,
         }
     }
 
@@ -420,6 +461,44 @@ impl Backend {
             Backend::Sentinel(s) => s.force_unlock(lock_key).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.force_unlock(lock_key).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.force_unlock(lock_key).await,
+        }
+    }
+
+    /// Publishes this runtime's identity (`who.rs`): `value` under `key`,
+    /// for `ttl`. Nothing on the embedded backend (no operator can look
+    /// into it).
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Memory(_) => Ok(()),
+            // Not on etcd or ZooKeeper yet (the Redis family only, for now).
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Ok(()),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => Ok(()),
+            Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
+        }
+    }
+
+    /// The identity a runtime published under `key` (`None`: none, or gone).
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.read_identity(key).await,
+            Backend::Memory(_) => Ok(None),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Ok(None),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => Ok(None),
+            Backend::Redlock(r) => r.read_identity(key).await,
+            Backend::Sentinel(s) => s.read_identity(key).await,
         }
     }
 
@@ -435,6 +514,8 @@ impl Backend {
             Backend::Sentinel(s) => s.release_in_background(lock_key, holder, fair),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.release_in_background(lock_key, holder, fair),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.release_in_background(lock_key, holder, fair),
         }
     }
 
@@ -448,6 +529,8 @@ impl Backend {
             Backend::Sentinel(s) => s.release_pending(lock_key),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.pending().is_pending(lock_key),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.pending().is_pending(lock_key),
         }
     }
 
@@ -460,6 +543,8 @@ impl Backend {
             Backend::Sentinel(s) => s.releases_settled(lock_key).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.pending().settled(lock_key).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.pending().settled(lock_key).await,
             Backend::Memory(_) => {}
         }
     }
@@ -473,6 +558,8 @@ impl Backend {
             Backend::Sentinel(s) => s.all_releases_settled().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.pending().all_settled().await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.pending().all_settled().await,
             Backend::Memory(_) => {}
         }
     }
@@ -506,6 +593,8 @@ impl Backend {
             Backend::Sentinel(s) => s.refresh_places(batch).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.refresh_places(batch).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.refresh_places(batch).await,
             Backend::Memory(_) | Backend::Redlock(_) => Ok(vec![None; batch.len()]),
         }
     }
@@ -526,6 +615,8 @@ impl Backend {
             Backend::Sentinel(s) => s.renew_many(batch).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.renew_many(batch).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.renew_many(batch).await,
         }
     }
 }

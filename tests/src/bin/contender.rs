@@ -9,7 +9,8 @@
 //!   contender <redis-url> <prefix> hold <key> <lease-ms>
 //!       takes <key> with that lease, prints `held <fence>`, then `lost` if
 //!       the hold is lost, and waits forever (the test kills it). The URL
-//!       may be `etcd://host:port[,host:port…]` (the etcd backend).
+//!       may be `etcd://host:port[,host:port…]` (the etcd backend), or
+//!       `zookeeper://host:port[,host:port…]` (ZooKeeper; the prefix a path).
 //!   contender <redis-url> <prefix> herd <key> <n-waiters> <wait-ms> <hold-ms>
 //!       prints `ready` once n tasks are queued on <key>; each task acquires
 //!       <key> once (waiting up to <wait-ms>), checks `INCR <prefix>occ:<key>`
@@ -53,10 +54,14 @@ async fn main() -> Result<(), Error> {
     let [url, prefix, mode, rest @ ..] = args.as_slice() else {
         return Err(Error::Usage);
     };
-    // `etcd://host:port[,host:port…]`: the etcd backend (hold mode).
-    let builder = match url.strip_prefix("etcd://") {
-        Some(endpoints) => LockRuntime::builder().etcd(endpoints.split(',')),
-        None => LockRuntime::builder().redis(url.as_str()),
+    // `etcd://host:port[,host:port…]`: the etcd backend; `zookeeper://` and
+    // a connect string: ZooKeeper (hold mode).
+    let builder = if let Some(endpoints) = url.strip_prefix("etcd://") {
+        LockRuntime::builder().etcd(endpoints.split(','))
+    } else if let Some(connect) = url.strip_prefix("zookeeper://") {
+        LockRuntime::builder().zookeeper(connect)
+    } else {
+        LockRuntime::builder().redis(url.as_str())
     };
     let runtime = builder.key_prefix(prefix.as_str()).build().await?;
     match (mode.as_str(), rest) {

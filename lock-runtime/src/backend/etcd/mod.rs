@@ -517,11 +517,20 @@ impl EtcdBackend {
                     Some(false)
                 }
                 None => Some(false),
-                Some((_, lease)) => self
-                    .inner
-                    .leases
-                    .confirmed_until(lease, sent + lock.lease)
-                    .then_some(true),
+                Some((_, lease)) if self.inner.leases.confirmed_until(lease, sent + lock.lease) => {
+                    Some(true)
+                }
+                // On a lease too short for this hold (a place queued by a
+                // sibling with a shorter lease, handed to this one): moved
+                // onto the hold's own lease, then confirmed at the next
+                // renewal; unknown until then.
+                Some((revision, _)) => {
+                    if let Ok(own) = self.inner.leases.ahead(lock.lease).await {
+                        let key = node(&lock.lock_key, &lock.holder);
+                        let _ = self.reattach(&key, revision, own.id).await;
+                    }
+                    None
+                }
             });
         }
         Ok(outcome)

@@ -18,9 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use etcd_client::{
-    EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
+use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use tokio::task::AbortHandle;
 
 use super::{dir, node, Inner};
@@ -96,8 +94,9 @@ enum Found {
     Gone,
     /// No older key: the lock is ours.
     First,
-    /// This key is just before ours; the read was at this revision.
-    Behind(Vec<u8>, i64),
+    /// This key, created at this revision, is just before ours; the read
+    /// was at the second revision.
+    Behind(Vec<u8>, i64, i64),
 }
 
 /// Waits for the turn of `holder`'s key in `lock`, created at revision
@@ -117,7 +116,7 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
                 continue;
             }
         };
-        let (before, revision) = match found {
+        let ((before, created), read_at) = match found {
             Found::Gone => {
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
@@ -137,9 +136,10 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
                 }
                 return;
             }
-            Found::Behind(before, revision) => (before, revision),
+            Found::Behind(before, created, read_at) => ((before, created), read_at),
         };
-        match deleted(&backend, &before, &node(&lock, &holder), revision).await {
+        let ours = node(&lock, &holder);
+        match deleted(&backend, (&before, created), (&ours, mine), read_at).await {
             Ok(()) => backoff = BACKOFF_MIN,
             Err(()) => {
                 drop(backend);
@@ -163,7 +163,7 @@ async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Fo
         TxnOp::get(dir(lock), Some(before)),
     ]);
     let answer = backend.txn(txn).await.map_err(|_| ())?;
-    let revision = answer.header().map_or(0, |h| h.revision());
+    let read_at = answer.header().map_or(0, |h| h.revision());
     let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
         TxnOpResponse::Get(get) => Some(get),
         _ => None,
@@ -180,42 +180,94 @@ async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Fo
     }
     Ok(match older.kvs().first() {
         None => Found::First,
-        Some(kv) => Found::Behind(kv.key().to_vec(), revision),
+        Some(kv) => Found::Behind(kv.key().to_vec(), kv.create_revision(), read_at),
     })
 }
 
-/// Resolves when `before` or `ours` is deleted after `revision` (at once if
-/// that happened already), or with `Err` when the watch failed.
-async fn deleted(backend: &Inner, before: &[u8], ours: &str, revision: i64) -> Result<(), ()> {
-    let from = WatchOptions::new().with_start_revision(revision + 1);
+/// Resolves when the key `before` (created at the given revision) or our
+/// key (created at `mine`) is deleted, at once if either is gone or made
+/// again already, or with `Err` when the watch failed. Both stood in the
+/// read at revision `read_at`.
+///
+/// The watch starts "now", at the revision its creation reports; if the
+/// store moved on since `read_at`, the two keys are read again once the
+/// watch is in place: a delete before that read shows in the read, one
+/// after it in the watch.
+/// (A watch from a past revision would do with one round trip less, but
+/// etcd serves such a watch only from its next catch-up pass, up to 100 ms
+/// later, and under contention the revision has always moved on.)
+async fn deleted(
+    backend: &Inner,
+    before: (&[u8], i64),
+    ours: (&str, i64),
+    read_at: i64,
+) -> Result<(), ()> {
+    let ((before, theirs), (ours, mine)) = (before, ours);
     let mut client = backend.client.watch_client();
     let opened = tokio::time::timeout(backend.timeout, async {
-        let mut stream = client.watch(before.to_vec(), Some(from.clone())).await?;
-        stream.watch(ours.to_owned(), Some(from)).await?;
-        Ok::<_, etcd_client::Error>(stream)
+        let mut stream = client.watch(before.to_vec(), None).await?;
+        stream.watch(ours.to_owned(), None).await?;
+        let (mut created, mut from) = (0, 0);
+        while created < 2 {
+            let Some(answer) = stream.message().await? else {
+                return Ok(None);
+            };
+            if answer.canceled() || !answer.events().is_empty() {
+                return Ok(None);
+            }
+            created += usize::from(answer.created());
+            from = from.max(answer.header().map_or(i64::MAX, |h| h.revision()));
+        }
+        Ok::<_, etcd_client::Error>(Some((stream, from)))
     });
-    let mut stream = match opened.await {
-        Ok(Ok(stream)) => stream,
+    let (mut stream, from) = match opened.await {
+        Ok(Ok(Some(opened))) => opened,
+        // A change (or a refusal) while the watch was set up: read again.
+        Ok(Ok(None)) => return Ok(()),
         Ok(Err(error)) => {
             backend.failed(&error);
             return Err(());
         }
         Err(_) => return Err(()),
     };
+    if from > read_at && !still_stand(backend, (before, theirs), (ours, mine)).await? {
+        return Ok(());
+    }
     loop {
-        let Some(answer) = stream.message().await.map_err(|e| backend.failed(&e))? else {
+        let message = stream.message().await.map_err(|e| backend.failed(&e))?;
+        let Some(answer) = message else {
             return Err(());
         };
-        if answer.canceled() {
-            // Compacted past our revision, or refused: read again.
-            return Ok(());
-        }
-        if answer
-            .events()
-            .iter()
-            .any(|e| e.event_type() == EventType::Delete)
+        if answer.canceled()
+            || answer
+                .events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
         {
             return Ok(());
         }
     }
+}
+
+/// Whether both keys still stand with their create revisions (one read).
+async fn still_stand(
+    backend: &Inner,
+    (before, theirs): (&[u8], i64),
+    (ours, mine): (&str, i64),
+) -> Result<bool, ()> {
+    let txn = Txn::new().and_then([TxnOp::get(before.to_vec(), None), TxnOp::get(ours, None)]);
+    let answer = backend.txn(txn).await.map_err(drop)?;
+    let stands = |get: Option<&etcd_client::GetResponse>, created: i64| {
+        get.and_then(|g| g.kvs().first())
+            .is_some_and(|kv| kv.create_revision() == created)
+    };
+    let reads: Vec<etcd_client::GetResponse> = answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        })
+        .collect();
+    Ok(stands(reads.first(), theirs) && stands(reads.get(1), mine))
 }

@@ -281,6 +281,34 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// Writes the identity `key` (`who.rs`) with its TTL: one `SET … PX`.
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        let mut con = self.con.clone();
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ms(ttl))
+            .query_async::<()>(&mut con)
+            .await
+            .map_err(|e| self.failed("publishing this runtime's identity failed", e))
+    }
+
+    /// Reads an identity (`GET`).
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
+        let mut con = self.con.clone();
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| self.failed("reading a runtime's identity failed", e))
+    }
+
     /// `WAIT replicas timeout`: how many replicas acknowledged every write
     /// sent on this connection so far (Sentinel's `sync_replicas`). It
     /// blocks the connection until then: send it on one of its own.

@@ -558,6 +558,47 @@ impl Redlock {
         Ok(quorum::majority_record(&seen, quorum))
     }
 
+    /// Publishes the identity on every master (`who.rs`); fine when any
+    /// took it (it is for people to read, not part of any lock).
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        let answers = gather(self.calls(|m| m.publish_identity(key, value, ttl)), |_| {
+            false
+        })
+        .await;
+        if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
+            Ok(())
+        } else {
+            Err(self.no_quorum("publish identity", &answers))
+        }
+    }
+
+    /// An identity as the first master that has it records it.
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
+        let answers = gather(self.calls(|m| m.read_identity(key)), |answers| {
+            answers.iter().any(|a| matches!(a, Some(Ok(Some(_)))))
+        })
+        .await;
+        let mut answered = false;
+        for answer in answers.into_iter().flatten() {
+            match answer {
+                Ok(Some(value)) => return Ok(Some(value)),
+                Ok(None) => answered = true,
+                Err(_) => {}
+            }
+        }
+        match answered {
+            true => Ok(None),
+            false => Err(BackendError::msg(
+                "Redlock read identity: no master answered",
+            )),
+        }
+    }
+
     /// Deletes the lock on every master; `true` when any had it. Fails when
     /// fewer than a majority answered (the lock may then still be held).
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {

@@ -540,6 +540,21 @@ impl SentinelBackend {
             .await
     }
 
+    pub(crate) async fn publish_identity(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        self.on_primary(|p| async move { p.backend.publish_identity(key, value, ttl).await })
+            .await
+    }
+
+    pub(crate) async fn read_identity(&self, key: &str) -> Result<Option<String>, BackendError> {
+        self.on_primary(|p| async move { p.backend.read_identity(key).await })
+            .await
+    }
+
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
         self.on_primary(|p| async move { p.backend.force_unlock(lock_key).await })
             .await

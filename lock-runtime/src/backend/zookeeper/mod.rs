@@ -1,0 +1,907 @@
+//! The ZooKeeper backend: Apache Curator's lock recipe (`InterProcessMutex`),
+//! so that this runtime and Java services using Curator exclude each other
+//! on the same lock path.
+//!
+//! A lock is a path (`path.rs`); every contender creates an ephemeral
+//! sequential node under it, and the node with the lowest sequence holds
+//! the lock. So the queue is fair by construction (first created, first
+//! served), a holder that dies frees the lock when its session expires
+//! (`sessions.rs`), and the fencing token is the node's czxid: the zxid of
+//! the transaction that created it, which grows across the whole ensemble
+//! and across leader changes. (Not the sequence suffix: that is the
+//! parent's child version, a signed 32-bit counter that wraps, and starts
+//! again when the container parent is reaped.)
+//!
+//! - acquire: create our node (if this holder has none yet) and list the
+//!   children, pipelined in one round trip. Ours first: held. Otherwise the
+//!   node waits in the queue and `wait.rs` watches the node before it. A
+//!   try-once acquire deletes its node again when it is not first.
+//! - release: delete our node (the next node's watcher sees it).
+//! - renew: one multi-read on the node's session confirming every held
+//!   node still exists, with its czxid, owned by that session.
+//!
+//! No token block can be reserved, so holds are not passed between tasks
+//! of a process (lock cohorting is off on ZooKeeper).
+
+mod path;
+mod sessions;
+mod wait;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult};
+
+use super::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
+use super::{
+    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
+    Watches,
+};
+use crate::error::{BackendError, LockError};
+use crate::held::HeldLock;
+pub(crate) use path::lock_path;
+use sessions::{Session, Sessions};
+
+/// Most reads in one multi-read.
+const MULTI_OPS: usize = 128;
+
+/// How often a background release is tried before it stops counting as
+/// pending (it goes on trying, less often, while the session lives).
+const RELEASE_ATTEMPTS: u32 = 5;
+
+/// How often a background release is tried in all.
+const RELEASE_ATTEMPTS_MAX: u32 = 600;
+
+/// Where the ZooKeeper servers are, and who we are to them.
+#[derive(Clone, Debug)]
+pub(crate) struct ZookeeperConfig {
+    /// `host:port,host:port[/chroot]`.
+    pub(crate) connect: String,
+    /// User name and password for ZooKeeper's `digest` scheme, if any.
+    pub(crate) auth: Option<(String, String)>,
+    /// The runtime's key prefix (see `path::lock_path`).
+    pub(crate) prefix: String,
+    /// The runtime's default lease: its session opens at start.
+    pub(crate) default_lease: Duration,
+}
+
+/// One contender node of this process.
+#[derive(Clone)]
+pub(super) struct Place {
+    /// Its name under the lock path.
+    name: String,
+    /// The zxid that created it: the hold's fencing token.
+    czxid: i64,
+    /// The session that created it.
+    owner: i64,
+    /// That session.
+    session: Arc<Session>,
+    /// Whether the watchdog renews the hold (a fixed lease must end on the
+    /// server by itself: its node is deleted when the lease runs out).
+    renewed: bool,
+}
+
+/// The ZooKeeper backend of one runtime.
+#[derive(Clone, Debug)]
+pub(crate) struct ZookeeperBackend {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    sessions: Arc<Sessions>,
+    /// The default lease's session, for reads that belong to no hold.
+    reader: Arc<Session>,
+    /// This process's nodes, by (lock, holder id).
+    places: Mutex<HashMap<(String, String), Place>>,
+    waits: wait::Waits,
+    releases: ReleaseQueue,
+    wakeups: Weak<dyn Wakeups>,
+    timeout: Duration,
+    /// The runtime's tokio runtime (tasks are spawned there, whoever polls).
+    handle: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZookeeperBackend")
+            .field("servers", &self.sessions.shown())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.waits.stop_all();
+    }
+}
+
+impl Inner {
+    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Place>> {
+        self.places.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn place(&self, lock: &str, holder: &str) -> Option<Place> {
+        self.places()
+            .get(&(lock.to_owned(), holder.to_owned()))
+            .cloned()
+    }
+
+    fn remember(&self, lock: &str, holder: &str, place: Place) {
+        self.places()
+            .insert((lock.to_owned(), holder.to_owned()), place);
+    }
+
+    pub(super) fn forget(&self, lock: &str, holder: &str) {
+        self.places().remove(&(lock.to_owned(), holder.to_owned()));
+    }
+
+    /// `fut`, bounded by the response timeout (then [`Timeout`]).
+    ///
+    /// [`Timeout`]: zookeeper_client::Error::Timeout
+    pub(super) async fn within<T>(
+        &self,
+        fut: impl Future<Output = Result<T, zookeeper_client::Error>>,
+    ) -> Result<T, zookeeper_client::Error> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .unwrap_or(Err(zookeeper_client::Error::Timeout))
+    }
+
+    fn failed(&self, what: &str, error: zookeeper_client::Error) -> BackendError {
+        BackendError::new(
+            format!("{what} on ZooKeeper at {}", self.sessions.shown()),
+            error,
+        )
+    }
+
+    /// The children of `lock` (none when it does not exist).
+    pub(super) async fn list(
+        &self,
+        client: &Client,
+        lock: &str,
+    ) -> Result<Vec<String>, BackendError> {
+        match self.within(client.list_children(lock)).await {
+            Ok(children) => Ok(children),
+            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+            Err(error) => Err(self.failed("listing a lock's contenders failed", error)),
+        }
+    }
+
+    /// The children of `lock` as the leader has them: a `sync` first,
+    /// pipelined with the listing (one round trip). A follower's plain
+    /// read may not show a delete another session just made (ZooKeeper
+    /// orders reads per session, not across them); that never lets two in,
+    /// but an attempt right after a release would find the lock still busy.
+    async fn list_latest(&self, client: &Client, lock: &str) -> Result<Vec<String>, BackendError> {
+        let syncing = self.within(client.sync(lock));
+        let listing = self.list(client, lock);
+        let (synced, listed) = tokio::join!(syncing, listing);
+        match synced {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => listed,
+            Err(error) => Err(self.failed("sync before listing a lock's contenders failed", error)),
+        }
+    }
+
+    /// Creates `holder`'s node in `lock` on `session` (and the lock path,
+    /// as container nodes, when missing); the node and the children seen
+    /// right after.
+    async fn create(
+        &self,
+        session: &Arc<Session>,
+        lock: &str,
+        holder: &str,
+        renewed: bool,
+    ) -> Result<(Place, Vec<String>), BackendError> {
+        let client = session.client();
+        let prefix = path::node_prefix(holder);
+        let full = path::child(lock, &prefix);
+        let data = path::node_data(holder, session.timeout.as_millis());
+        let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let mut last = None;
+        for _attempt in 0..4 {
+            // One round trip: the server answers a session's requests in
+            // order, so the listing sees the node just created.
+            let creating = self.within(client.create(&full, &data, &ephemeral));
+            let listing = self.within(client.list_children(lock));
+            let (created, listed) = tokio::join!(creating, listing);
+            match created {
+                Ok((stat, sequence)) => {
+                    let place = Place {
+                        name: format!("{prefix}{sequence}"),
+                        czxid: stat.czxid,
+                        owner: client.session_id().0,
+                        session: session.clone(),
+                        renewed,
+                    };
+                    self.remember(lock, holder, place.clone());
+                    let children = match listed {
+                        Ok(children) => children,
+                        Err(_) => self.list(&client, lock).await?,
+                    };
+                    return Ok((place, children));
+                }
+                Err(zookeeper_client::Error::NoNode) => {
+                    let parents = CreateMode::Container.with_acls(Acls::anyone_all());
+                    if let Err(error) = self.within(client.mkdir(lock, &parents)).await {
+                        return Err(self.failed("creating the lock path failed", error));
+                    }
+                }
+                Err(
+                    error @ (zookeeper_client::Error::ConnectionLoss
+                    | zookeeper_client::Error::Timeout),
+                ) => {
+                    // Protected mode: the create may have gone through
+                    // without its answer; our uuid finds it.
+                    if let Some(found) = self.find(session, lock, holder, renewed).await? {
+                        return Ok(found);
+                    }
+                    last = Some(error);
+                }
+                Err(error) => return Err(self.failed("creating a lock node failed", error)),
+            }
+        }
+        Err(match last {
+            Some(error) => self.failed("creating a lock node failed", error),
+            None => BackendError::msg(format!(
+                "creating a lock node under {lock} failed on ZooKeeper at {}: \
+                 the lock path kept vanishing",
+                self.sessions.shown()
+            )),
+        })
+    }
+
+    /// `holder`'s node in `lock` made by `session`, if there is one (after
+    /// a create whose answer was lost).
+    async fn find(
+        &self,
+        session: &Arc<Session>,
+        lock: &str,
+        holder: &str,
+        renewed: bool,
+    ) -> Result<Option<(Place, Vec<String>)>, BackendError> {
+        let client = session.client();
+        let children = self.list(&client, lock).await?;
+        let Some(name) = children.iter().find(|c| path::is_holders(c, holder)) else {
+            return Ok(None);
+        };
+        let stat = match self.within(client.get_data(&path::child(lock, name))).await {
+            Ok((_, stat)) => stat,
+            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(error) => return Err(self.failed("reading a lock node failed", error)),
+        };
+        if stat.ephemeral_owner != client.session_id().0 {
+            return Ok(None);
+        }
+        let place = Place {
+            name: name.clone(),
+            czxid: stat.czxid,
+            owner: stat.ephemeral_owner,
+            session: session.clone(),
+            renewed,
+        };
+        self.remember(lock, holder, place.clone());
+        Ok(Some((place, children)))
+    }
+
+    /// Deletes `holder`'s node of `lock` (made at `czxid`) at `at`, if it is
+    /// still there then: a fixed lease (no watchdog) ends on the server
+    /// when it runs out, as a Redis key's TTL does, although our session
+    /// would keep the node. `at` is counted from when our acquire was sent,
+    /// so it is never before the end of the hold's validity, which counts
+    /// from before.
+    fn expire(self: &Arc<Self>, lock: &str, holder: &str, czxid: i64, at: tokio::time::Instant) {
+        let inner = Arc::downgrade(self);
+        let (lock, holder) = (lock.to_owned(), holder.to_owned());
+        self.handle.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            for attempt in 1..=RELEASE_ATTEMPTS {
+                let Some(backend) = inner.upgrade() else {
+                    return;
+                };
+                if backend
+                    .place(&lock, &holder)
+                    .is_none_or(|p| p.czxid != czxid)
+                {
+                    return; // released, or another node's now
+                }
+                if backend.delete(&lock, &holder).await.is_ok() {
+                    return;
+                }
+                drop(backend);
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+        });
+    }
+
+    /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
+    async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
+        let (client, name) = match self.place(lock, holder) {
+            Some(place) => (place.session.client(), place.name),
+            None => {
+                // Not known here (made by a create whose answer was lost):
+                // found by its uuid.
+                let client = self.reader.client();
+                let children = self.list(&client, lock).await?;
+                match children.into_iter().find(|c| path::is_holders(c, holder)) {
+                    Some(name) => (client, name),
+                    None => return Ok(Release::NotHeld),
+                }
+            }
+        };
+        let node = path::child(lock, &name);
+        // Versioned: nobody writes a lock node's data, so version 0 is
+        // the node we made (a node of the same path made later would
+        // have another sequence anyway).
+        let mut deleted = self.within(client.delete(&node, Some(0))).await;
+        if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
+            deleted = self.within(client.delete(&node, None)).await;
+        }
+        match deleted {
+            Ok(()) => {
+                self.forget(lock, holder);
+                Ok(Release::Freed)
+            }
+            Err(zookeeper_client::Error::NoNode) => {
+                self.forget(lock, holder);
+                Ok(Release::NotHeld)
+            }
+            Err(error) => Err(self.failed("release failed", error)),
+        }
+    }
+}
+
+/// Connects (learning the longest session timeout the servers grant, and
+/// opening the default lease's session), and starts the background
+/// releaser.
+pub(crate) async fn connect(
+    config: ZookeeperConfig,
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(ZookeeperBackend, Arc<dyn Watches>), LockError> {
+    if let Some(why) = path::invalid(&lock_path(&config.prefix, "k")) {
+        return Err(LockError::InvalidConfig(format!(
+            "the key prefix {:?} makes no ZooKeeper path ({why}): use a path such as `/locks/`",
+            config.prefix
+        )));
+    }
+    let auth = config
+        .auth
+        .as_ref()
+        .map(|(user, password)| format!("{user}:{password}").into_bytes());
+    let sessions = Sessions::start(
+        config.connect.clone(),
+        auth,
+        settings.connect_timeout,
+        wakeups.clone(),
+    )
+    .await?;
+    if let Some(refused) = refuse_lease(&sessions, config.default_lease) {
+        return Err(refused);
+    }
+    let reader = sessions.for_lease(config.default_lease).await?;
+    let (releases, jobs) = ReleaseQueue::new();
+    let inner = Arc::new(Inner {
+        sessions,
+        reader,
+        places: Mutex::default(),
+        waits: wait::Waits::default(),
+        releases,
+        wakeups,
+        timeout: settings.response_timeout,
+        handle: tokio::runtime::Handle::current(),
+    });
+    let backend = ZookeeperBackend { inner };
+    backend.ping().await?;
+    tokio::spawn(releaser(
+        Arc::downgrade(&backend.inner),
+        jobs,
+        backend.inner.releases.pending().clone(),
+    ));
+    let watches: Arc<dyn Watches> = Arc::new(ZookeeperWatches {
+        backend: Arc::downgrade(&backend.inner),
+    });
+    Ok((backend, watches))
+}
+
+/// The refusal of a lease longer than any session the servers grant.
+fn refuse_lease(sessions: &Sessions, lease: Duration) -> Option<LockError> {
+    (lease > sessions.longest).then(|| {
+        LockError::InvalidConfig(format!(
+            "a lease of {lease:?} is longer than the longest ZooKeeper session timeout the \
+             servers at {} grant ({:?}, their maxSessionTimeout): a holder's node could \
+             vanish while it still counts on its lease; use a lease of at most {:?}, or \
+             raise maxSessionTimeout",
+            sessions.shown(),
+            sessions.longest,
+            sessions.longest
+        ))
+    })
+}
+
+impl ZookeeperBackend {
+    /// For logs: `zookeeper at host:port,...`.
+    pub(crate) fn describe(&self) -> String {
+        format!("zookeeper at {}", self.inner.sessions.shown())
+    }
+
+    /// Why a lock of `key` (at `lock`) with `lease` cannot be taken here:
+    /// a key that makes no ZooKeeper path, or a lease longer than any
+    /// session the servers grant.
+    pub(crate) fn refuses(&self, key: &str, lock: &str, lease: Duration) -> Option<LockError> {
+        if let Err(refused) = path::check_key(key, lock) {
+            return Some(refused);
+        }
+        refuse_lease(&self.inner.sessions, lease)
+    }
+
+    /// One attempt for `holder` (see the module docs).
+    pub(crate) async fn acquire(
+        &self,
+        lock: &str,
+        holder: &str,
+        (lease, renewed): (Duration, bool),
+        queue: Queue,
+    ) -> Result<Acquire, BackendError> {
+        let sent = tokio::time::Instant::now();
+        let inner = &self.inner;
+        let session = inner.sessions.for_lease(lease).await?;
+        if session.timeout < lease {
+            return Err(BackendError::msg(format!(
+                "ZooKeeper at {} granted a session timeout of {:?}, shorter than the lease \
+                 {lease:?}: use a shorter lease or raise maxSessionTimeout",
+                inner.sessions.shown(),
+                session.timeout
+            )));
+        }
+        for _attempt in 0..3 {
+            let (place, children, created) = match inner.place(lock, holder) {
+                Some(place) if place.owner == place.session.id() => {
+                    let children = inner.list_latest(&place.session.client(), lock).await?;
+                    (place, children, false)
+                }
+                _ => {
+                    // New, or made by a session that expired since.
+                    inner.forget(lock, holder);
+                    let (place, children) = inner.create(&session, lock, holder, renewed).await?;
+                    (place, children, true)
+                }
+            };
+            let sorted = path::sorted(children);
+            let fence = u64::try_from(place.czxid).unwrap_or(0);
+            match sorted.iter().position(|c| *c == place.name) {
+                // Gone (a force unlock, an expiry): queue again.
+                None => inner.forget(lock, holder),
+                Some(0) => {
+                    inner.waits.stop(lock, holder);
+                    if !renewed {
+                        inner.expire(lock, holder, place.czxid, sent + lease);
+                    }
+                    return Ok(Acquire::Held {
+                        fence,
+                        upto: fence,
+                        handed: !created,
+                    });
+                }
+                Some(_) if matches!(queue, Queue::Join(_)) => {
+                    inner.waits.start(inner, lock, holder);
+                    return Ok(Acquire::Busy { ttl: None });
+                }
+                Some(_) => {
+                    // Trying once: leave no node behind.
+                    if inner.delete(lock, holder).await.is_err() {
+                        self.release_in_background(lock.to_owned(), holder.to_owned(), true);
+                    }
+                    return Ok(Acquire::Busy { ttl: None });
+                }
+            }
+        }
+        Err(BackendError::msg(format!(
+            "acquire of {lock} on ZooKeeper at {}: our node vanished three times in a row",
+            inner.sessions.shown()
+        )))
+    }
+
+    /// Deletes `holder`'s node of `lock`. A delete whose answer was lost is
+    /// sent again in the background (the node would otherwise stand as
+    /// long as our session), and reported as a failure.
+    pub(crate) async fn release(
+        &self,
+        lock: &str,
+        holder: &str,
+        _fair: bool,
+    ) -> Result<Release, BackendError> {
+        self.inner.waits.stop(lock, holder);
+        match self.inner.delete(lock, holder).await {
+            Ok(release) => Ok(release),
+            Err(error) => {
+                self.release_in_background(lock.to_owned(), holder.to_owned(), true);
+                Err(error)
+            }
+        }
+    }
+
+    /// One read (`exists /`).
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let client = self.inner.reader.client();
+        self.inner
+            .within(client.check_stat("/"))
+            .await
+            .map(drop)
+            .map_err(|e| self.inner.failed("ping failed", e))
+    }
+
+    /// The holder (the lowest node), the time its node outlives a holder
+    /// that dies now (its session timeout), and the queue.
+    pub(crate) async fn inspect(&self, lock: &str) -> Result<Option<Recorded>, BackendError> {
+        let client = self.inner.reader.client();
+        let sorted = path::sorted(self.inner.list(&client, lock).await?);
+        if sorted.is_empty() {
+            return Ok(None);
+        }
+        let mut reader = client.new_multi_reader();
+        for name in &sorted {
+            reader
+                .add_get_data(&path::child(lock, name))
+                .map_err(|e| self.inner.failed("inspect failed", e))?;
+        }
+        let read = self
+            .inner
+            .within(reader.commit())
+            .await
+            .map_err(|e| self.inner.failed("inspect failed", e))?;
+        let mut nodes = sorted.iter().zip(read).filter_map(|(name, result)| {
+            let MultiReadResult::Data { data, stat } = result else {
+                return None; // deleted meanwhile
+            };
+            // A node of another client (Curator's) shows by its name.
+            let (holder, session_ms) = path::parse_data(&data)
+                .map_or((name.clone(), None), |(holder, ms)| (holder, Some(ms)));
+            Some((holder, session_ms, stat.czxid))
+        });
+        let Some((holder, session_ms, czxid)) = nodes.next() else {
+            return Ok(None);
+        };
+        Ok(Some(Recorded {
+            holder,
+            holds: 1,
+            remaining: session_ms.map(Duration::from_millis),
+            fence: u64::try_from(czxid).ok(),
+            queue: nodes.map(|(holder, _, _)| holder).collect(),
+        }))
+    }
+
+    /// Deletes the holder's node (the lowest), whoever it is; `true` when
+    /// there was one.
+    pub(crate) async fn force_unlock(&self, lock: &str) -> Result<bool, BackendError> {
+        let client = self.inner.reader.client();
+        let sorted = path::sorted(self.inner.list(&client, lock).await?);
+        let Some(first) = sorted.first() else {
+            return Ok(false);
+        };
+        match self
+            .inner
+            .within(client.delete(&path::child(lock, first), None))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(error) => Err(self.inner.failed("force unlock failed", error)),
+        }
+    }
+
+    /// Queues the deletion of `holder`'s node of `lock`.
+    pub(crate) fn release_in_background(&self, lock: String, holder: String, fair: bool) {
+        self.inner.waits.stop(&lock, &holder);
+        if !self.inner.releases.send(lock, holder, fair) {
+            tracing::debug!("lock runtime stopped; a lock will be freed when its session closes");
+        }
+    }
+
+    /// The background releases not yet answered.
+    pub(crate) fn pending(&self) -> &Arc<PendingReleases> {
+        self.inner.releases.pending()
+    }
+
+    /// Confirms every held node of `batch`: one multi-read per session
+    /// (which also tells the server the session is alive).
+    pub(crate) async fn renew_many(
+        &self,
+        batch: &[Arc<HeldLock>],
+    ) -> Result<Vec<Option<bool>>, BackendError> {
+        let mut outcome = vec![None; batch.len()];
+        // The held nodes of each session, with their place in `batch`.
+        type Group = (Arc<Session>, Vec<(usize, Place)>);
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, lock) in batch.iter().enumerate() {
+            let Some(place) = self.inner.place(&lock.lock_key, &lock.holder) else {
+                outcome[i] = Some(false);
+                continue;
+            };
+            if u64::try_from(place.czxid).ok() != Some(lock.fence()) {
+                outcome[i] = Some(false);
+                continue;
+            }
+            match groups
+                .iter_mut()
+                .find(|(s, _)| Arc::ptr_eq(s, &place.session))
+            {
+                Some((_, items)) => items.push((i, place)),
+                None => groups.push((place.session.clone(), vec![(i, place)])),
+            }
+        }
+        let checks = groups.iter().flat_map(|(session, items)| {
+            items
+                .chunks(MULTI_OPS)
+                .map(move |chunk| self.confirm(session, chunk, batch))
+        });
+        for found in futures_util::future::join_all(checks).await {
+            for (i, held) in found {
+                outcome[i] = held;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Whether each node of `chunk` (all of `session`) still stands, made
+    /// by the session as it is now.
+    async fn confirm(
+        &self,
+        session: &Session,
+        chunk: &[(usize, Place)],
+        batch: &[Arc<HeldLock>],
+    ) -> Vec<(usize, Option<bool>)> {
+        let client = session.client();
+        let id = client.session_id().0;
+        let mut reader = client.new_multi_reader();
+        for (i, place) in chunk {
+            if reader
+                .add_get_data(&path::child(&batch[*i].lock_key, &place.name))
+                .is_err()
+            {
+                return chunk.iter().map(|(i, _)| (*i, None)).collect();
+            }
+        }
+        let Ok(read) = self.inner.within(reader.commit()).await else {
+            return chunk.iter().map(|(i, _)| (*i, None)).collect();
+        };
+        chunk
+            .iter()
+            .zip(read)
+            .map(|((i, place), result)| {
+                let held = match result {
+                    MultiReadResult::Data { stat, .. } => Some(
+                        stat.czxid == place.czxid
+                            && stat.ephemeral_owner == id
+                            && place.owner == id,
+                    ),
+                    MultiReadResult::Error {
+                        err: zookeeper_client::Error::NoNode,
+                    } => Some(false),
+                    _ => None,
+                };
+                (*i, held)
+            })
+            .collect()
+    }
+
+    /// Confirms fair places: each node still queued (standing, not first).
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        let gone = Refreshed {
+            queued: false,
+            lock_ttl: -2,
+        };
+        let client = self.inner.reader.client();
+        let mut outcome = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(MULTI_OPS) {
+            let places: Vec<Option<Place>> = chunk
+                .iter()
+                .map(|p| self.inner.place(&p.lock_key, &p.holder))
+                .collect();
+            let mut reader = client.new_multi_reader();
+            for p in chunk {
+                reader
+                    .add_get_children(&p.lock_key)
+                    .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
+            }
+            let read = self
+                .inner
+                .within(reader.commit())
+                .await
+                .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
+            for (place, result) in places.into_iter().zip(read) {
+                let Some(place) = place else {
+                    outcome.push(Some(gone));
+                    continue;
+                };
+                outcome.push(match result {
+                    MultiReadResult::Children { children } => {
+                        let sorted = path::sorted(children);
+                        Some(match sorted.iter().position(|c| *c == place.name) {
+                            None => gone,
+                            Some(0) => Refreshed {
+                                queued: false,
+                                lock_ttl: -1,
+                            },
+                            Some(_) => Refreshed {
+                                queued: true,
+                                lock_ttl: -1,
+                            },
+                        })
+                    }
+                    MultiReadResult::Error {
+                        err: zookeeper_client::Error::NoNode,
+                    } => Some(gone),
+                    _ => None,
+                });
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Deletes the nodes of dropped guards, cancelled acquires and unused
+/// places: those of a session in one transaction (one commit for many, as
+/// a dropped batch of guards needs), and any that fails in it one by one,
+/// retrying: a node left standing would block its lock for as long as our
+/// session lives.
+async fn releaser(
+    inner: Weak<Inner>,
+    mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+    pending: Arc<PendingReleases>,
+) {
+    let mut batch = Vec::with_capacity(MULTI_OPS);
+    while jobs.recv_many(&mut batch, MULTI_OPS).await > 0 {
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(MULTI_OPS));
+        let Some(backend) = inner.upgrade() else {
+            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
+            return;
+        };
+        let pending = pending.clone();
+        let inner = Arc::downgrade(&backend);
+        tokio::spawn(async move {
+            let left = backend.delete_together(&batch).await;
+            drop(backend);
+            let (alone, done): (Vec<_>, Vec<_>) = batch
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| left.contains(i));
+            pending.done(done.iter().map(|(_, (lock, _, _))| lock.as_str()));
+            for (_, (lock, holder, _)) in alone {
+                tokio::spawn(release_retrying(
+                    inner.clone(),
+                    lock,
+                    holder,
+                    pending.clone(),
+                ));
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Deletes the nodes of `batch` this process knows, one transaction
+    /// per session; the indices of the jobs still to do one by one.
+    async fn delete_together(&self, batch: &[ReleaseJob]) -> Vec<usize> {
+        let mut left = Vec::new();
+        let mut groups: Vec<(Arc<Session>, Vec<usize>)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (i, (lock, holder, _)) in batch.iter().enumerate() {
+            let place = self.place(lock, holder);
+            match place {
+                Some(place) if place.owner == place.session.id() && seen.insert((lock, holder)) => {
+                    match groups
+                        .iter_mut()
+                        .find(|(s, _)| Arc::ptr_eq(s, &place.session))
+                    {
+                        Some((_, jobs)) => jobs.push(i),
+                        None => groups.push((place.session.clone(), vec![i])),
+                    }
+                }
+                _ => left.push(i),
+            }
+        }
+        for (session, jobs) in groups {
+            let client = session.client();
+            let mut writer = client.new_multi_writer();
+            let mut paths = Vec::with_capacity(jobs.len());
+            for &i in &jobs {
+                let (lock, holder, _) = &batch[i];
+                if let Some(place) = self.place(lock, holder) {
+                    paths.push(path::child(lock, &place.name));
+                }
+            }
+            let added = paths.iter().all(|p| writer.add_delete(p, None).is_ok());
+            let committed = added
+                && paths.len() == jobs.len()
+                && tokio::time::timeout(self.timeout, writer.commit())
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+            if committed {
+                for &i in &jobs {
+                    let (lock, holder, _) = &batch[i];
+                    self.forget(lock, holder);
+                }
+            } else {
+                left.extend(jobs);
+            }
+        }
+        left
+    }
+}
+
+/// Deletes one node, retrying while the session lives; it stops counting as
+/// pending after a few attempts (this process's next acquire of the lock
+/// then goes ahead; the node goes on being deleted).
+async fn release_retrying(
+    inner: Weak<Inner>,
+    lock: String,
+    holder: String,
+    pending: Arc<PendingReleases>,
+) {
+    let mut counted = true;
+    for attempt in 1..=RELEASE_ATTEMPTS_MAX {
+        let Some(backend) = inner.upgrade() else {
+            break;
+        };
+        let still_ours = backend
+            .place(&lock, &holder)
+            .is_none_or(|p| p.owner == p.session.id());
+        if !still_ours {
+            // Its session expired: the node went with it.
+            backend.forget(&lock, &holder);
+            break;
+        }
+        match backend.delete(&lock, &holder).await {
+            Ok(_) => break,
+            Err(error) => {
+                drop(backend);
+                if attempt == RELEASE_ATTEMPTS {
+                    tracing::warn!(
+                        %error,
+                        lock,
+                        "background release failed; still trying while the session lives"
+                    );
+                    pending.done([lock.as_str()]);
+                    counted = false;
+                }
+                let pause = if attempt < RELEASE_ATTEMPTS {
+                    Duration::from_millis(50 * u64::from(attempt))
+                } else {
+                    Duration::from_secs(1)
+                };
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+    if counted {
+        pending.done([lock.as_str()]);
+    }
+}
+
+/// The waiters' side: the per-place watches start with the acquire that
+/// queued the place, so a lock's watch is ready at once; an unused place's
+/// node is deleted.
+#[derive(Debug)]
+struct ZookeeperWatches {
+    backend: Weak<Inner>,
+}
+
+impl Watches for ZookeeperWatches {
+    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
+        watched.set_ready();
+    }
+
+    fn unwatch(&self, _lock: &str) {}
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        if let Some(inner) = self.backend.upgrade() {
+            ZookeeperBackend { inner }.release_in_background(lock, holder, true);
+        }
+    }
+}

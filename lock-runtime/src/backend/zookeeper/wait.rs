@@ -1,0 +1,170 @@
+//! A queued place's turn: each node of this process waiting in a lock's
+//! queue watches the node just before it (a data watch, as Curator sets
+//! it), never the lock's children, so a release wakes one process, not
+//! every waiter.
+//!
+//! When that node goes (released, its session expired, or a force
+//! unlock), the place lists the children again: a new predecessor is
+//! watched in turn; none means the lock is the place's (the list is the
+//! server's word, read after the predecessor's delete), and the waiters
+//! are told it was handed over, with our node's czxid as the token (a
+//! fixed-lease place is only told to try: its attempt starts the lease). A
+//! place whose node is gone (its session expired, a force unlock) tells
+//! its waiters the lock was released: their next attempt queues again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+
+use super::{path, Inner};
+
+/// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The places being waited for, by (lock, holder id).
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    tasks: Mutex<HashMap<(String, String), AbortHandle>>,
+}
+
+impl Waits {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), AbortHandle>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts watching for the turn of `holder`'s node in `lock`, unless
+    /// that is watched already.
+    pub(super) fn start(&self, inner: &Arc<Inner>, lock: &str, holder: &str) {
+        let mut tasks = self.tasks();
+        let id = (lock.to_owned(), holder.to_owned());
+        if tasks.get(&id).is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let task = inner.handle.spawn(wait_turn(
+            Arc::downgrade(inner),
+            lock.to_owned(),
+            holder.to_owned(),
+        ));
+        tasks.insert(id, task.abort_handle());
+    }
+
+    /// Stops watching for `holder`'s turn in `lock` (it holds the lock, or
+    /// its node is being deleted).
+    pub(super) fn stop(&self, lock: &str, holder: &str) {
+        if let Some(task) = self.tasks().remove(&(lock.to_owned(), holder.to_owned())) {
+            task.abort();
+        }
+    }
+
+    /// Stops every watch (the backend is going away).
+    pub(super) fn stop_all(&self) {
+        for (_, task) in self.tasks().drain() {
+            task.abort();
+        }
+    }
+
+    /// The task of `holder` in `lock` ends by itself.
+    fn ended(&self, lock: &str, holder: &str) {
+        self.tasks().remove(&(lock.to_owned(), holder.to_owned()));
+    }
+}
+
+/// What a listing found of our node.
+enum Found {
+    /// Gone (or made by a session that has since expired).
+    Gone,
+    /// First: the lock is ours, with this token (and whether the hold is
+    /// renewed).
+    First(i64, bool),
+    /// This node is just before ours.
+    Behind(String),
+}
+
+/// Waits for the turn of `holder`'s node in `lock`; tells the waiters when
+/// it comes, or when the node is gone.
+async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let Some(backend) = inner.upgrade() else {
+            return;
+        };
+        let found = match read(&backend, &lock, &holder).await {
+            Ok(found) => found,
+            Err(()) => {
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        let before = match found {
+            Found::Gone => {
+                backend.waits.ended(&lock, &holder);
+                backend.forget(&lock, &holder);
+                if let Some(wakeups) = backend.wakeups.upgrade() {
+                    wakeups.released(&lock);
+                }
+                return;
+            }
+            Found::First(czxid, renewed) => {
+                backend.waits.ended(&lock, &holder);
+                if let Some(wakeups) = backend.wakeups.upgrade() {
+                    let fence = u64::try_from(czxid).unwrap_or(0);
+                    if renewed {
+                        wakeups.handed_over(&lock, &holder, fence, fence);
+                    } else {
+                        // A fixed lease counts from an attempt the waiter
+                        // sends (whose send time its node's expiry uses).
+                        wakeups.released(&lock);
+                    }
+                }
+                return;
+            }
+            Found::Behind(before) => before,
+        };
+        let Some(place) = backend.place(&lock, &holder) else {
+            return;
+        };
+        let client = place.session.client();
+        let watching = client.get_and_watch_data(&path::child(&lock, &before));
+        match backend.within(watching).await {
+            Ok((_, _, watcher)) => {
+                backoff = BACKOFF_MIN;
+                drop(backend);
+                // Deleted, changed, or the session broke: list again.
+                let _event = watcher.changed().await;
+            }
+            // Gone between the listing and the watch: list again.
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(_) => {
+                drop(backend);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Lists the lock's children and finds our node's place among them.
+async fn read(backend: &Inner, lock: &str, holder: &str) -> Result<Found, ()> {
+    let Some(place) = backend.place(lock, holder) else {
+        return Ok(Found::Gone);
+    };
+    if place.session.id() != place.owner {
+        // The session that made it expired: the node went with it.
+        return Ok(Found::Gone);
+    }
+    let children = backend
+        .list(&place.session.client(), lock)
+        .await
+        .map_err(drop)?;
+    let sorted = path::sorted(children);
+    Ok(match sorted.iter().position(|c| *c == place.name) {
+        None => Found::Gone,
+        Some(0) => Found::First(place.czxid, place.renewed),
+        Some(i) => Found::Behind(sorted[i - 1].clone()),
+    })
+}

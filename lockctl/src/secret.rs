@@ -1,0 +1,127 @@
+//! Secrets in what lockctl prints: every URL it shows has its password
+//! replaced by `***`, and every message it prints has each known secret
+//! replaced too, whatever shape the input had (a URL without a scheme, a
+//! password holding `/` or `@`, a list of URLs, a password given on its
+//! own in `REDIS_PASSWORD`).
+
+/// The user part of one URL and the rest: `[scheme://]userinfo@rest`. The
+/// user part runs to the *last* `@`: a host or path has no `@`, while a
+/// password may hold one (or a `/`, which would end a URL's authority), and
+/// cutting it short would print the rest of the password.
+fn parts(url: &str) -> Option<(Option<&str>, &str, &str)> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let at = rest.rfind('@')?;
+    Some((scheme, &rest[..at], &rest[at + 1..]))
+}
+
+/// The password of `[scheme://][user]:password@host…` (a lone user part is
+/// taken as a password too, to be safe); `None` without an `@`.
+fn password(url: &str) -> Option<&str> {
+    let (_, userinfo, _) = parts(url)?;
+    let secret = userinfo.split_once(':').map_or(userinfo, |(_, pass)| pass);
+    (!secret.is_empty()).then_some(secret)
+}
+
+/// `url` with its password replaced by `***`; in a comma-separated list,
+/// each URL's.
+pub(crate) fn mask(urls: &str) -> String {
+    urls.split(',').map(mask_one).collect::<Vec<_>>().join(",")
+}
+
+fn mask_one(url: &str) -> String {
+    match parts(url) {
+        Some((scheme, userinfo, rest)) if password(url).is_some() => {
+            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
+            let scheme = scheme.map_or(String::new(), |s| format!("{s}://"));
+            format!("{scheme}{user}:***@{rest}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The secrets of these URLs (each URL of a comma-separated list), as
+/// written and percent-decoded (a server's error may quote either).
+pub(crate) fn secrets_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut secrets = Vec::new();
+    for url in urls.into_iter().flat_map(|u| u.split(',')) {
+        if let Some(secret) = password(url) {
+            secrets.push(secret.to_owned());
+            secrets.push(percent_decoded(secret));
+        }
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
+}
+
+/// `text` with every one of `secrets` replaced by `***` (longest first, so
+/// a secret that contains another is masked whole).
+pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), "***")
+    })
+}
+
+/// `%xx` sequences decoded (others kept as they are).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mask, scrub, secrets_of};
+
+    #[test]
+    fn passwords_are_masked_and_nothing_else() {
+        assert_eq!(
+            mask("redis://app:s3cret@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(mask("redis://:s3cret@db"), "redis://:***@db");
+        assert_eq!(mask("redis://s3cret@db"), "redis://:***@db");
+        assert_eq!(mask("redis://db:6379"), "redis://db:6379");
+        assert_eq!(mask("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn a_password_is_masked_whatever_the_shape_of_the_url() {
+        assert_eq!(mask(":hunter2@localhost:6379"), ":***@localhost:6379");
+        assert_eq!(mask("app:hunter2@localhost"), "app:***@localhost");
+        assert_eq!(mask("redis://:pa/ss@db:1"), "redis://:***@db:1");
+        assert_eq!(mask("redis://:p@ss@db:1"), "redis://:***@db:1");
+        assert_eq!(
+            mask("redis://:a@n1:7000,redis://:b@n2:7000"),
+            "redis://:***@n1:7000,redis://:***@n2:7000"
+        );
+    }
+
+    #[test]
+    fn messages_lose_every_secret_as_written_and_decoded() {
+        let secrets = secrets_of(["redis://:p%40ss@db", "x:hunter2@h"]);
+        let text = scrub("auth p@ss failed; p%40ss; hunter2", &secrets);
+        assert_eq!(text, "auth *** failed; ***; ***");
+    }
+}

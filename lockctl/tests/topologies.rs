@@ -1,0 +1,327 @@
+//! `lockctl` on every topology the runtime supports, configured from the
+//! variables the runtime's `init_from_env` reads: a Redis Cluster (every
+//! master listed, `show` and `release` following `MOVED` from one seed
+//! node), Sentinel (the current primary) and Redlock (the quorum view and
+//! each master's), against the servers lock-testkit starts. A server that
+//! does not answer makes a partial answer, exit 3, never 0.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout};
+use common::{this_process, until_published};
+use common::{FOUND, PARTIAL};
+use lock_runtime::{layout, LockRuntime};
+use lock_testkit::{RedisCluster, RedisServer};
+use lock_tests::{cluster, redlock, sentinel, unique, Kind};
+use serde_json::Value;
+use std::process::Stdio;
+
+/// The keys `list --json` printed.
+fn listed(output: &std::process::Output) -> Vec<String> {
+    let value: Value = serde_json::from_str(&stdout(output)).unwrap();
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A key under `prefix` whose lock lives on each master of `cluster`, in
+/// master order.
+fn one_key_per_master(cluster: &RedisCluster, prefix: &str, masters: usize) -> Vec<String> {
+    let mut keys: Vec<Option<String>> = vec![None; masters];
+    for n in 0..1000 {
+        let key = format!("job:{n}");
+        let owner = cluster.owner_of(cluster.slot_of(&layout::lock_name(prefix, &key)));
+        keys[owner].get_or_insert(key);
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    keys.into_iter()
+        .map(|k| k.expect("a key per master"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_list_covers_every_master_and_show_and_release_follow_moved() {
+    let prefix = unique("ctl-cluster");
+    let holder = Kind::Cluster.runtime(&prefix).await;
+    let keys = one_key_per_master(cluster(), &prefix, 3);
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(holder.lock(key).acquire().await.unwrap());
+    }
+    // Only the first node is given: the others are learnt from it.
+    let seed = cluster().node(0).url();
+    let env = [
+        ("LOCK_REDIS_CLUSTER", seed.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+
+    let list = run_env(&["list", "--json"], &env, "").await;
+    assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(listed(&list), expected);
+
+    // Node 0 answers MOVED for a key of master 2; the runtime follows it.
+    let far = &keys[2];
+    let info = holder.inspect(far).await.unwrap().unwrap();
+    until_published(&holder, &info.holder).await;
+    let show = run_env(&["show", far], &env, "").await;
+    assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    let out = stdout(&show);
+    assert!(
+        out.contains(&format!("  holder      {}\n", info.holder)),
+        "{out}"
+    );
+    assert!(out.contains(&this_process()), "{out}");
+
+    let release = run_env(&["release", &keys[1], "--force", "--yes"], &env, "").await;
+    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
+    assert!(!holder.is_locked(&keys[1]).await.unwrap());
+    for (n, guard) in guards.into_iter().enumerate() {
+        if n != 1 {
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_with_a_master_not_answering_is_a_partial_answer_naming_it() {
+    let cluster = RedisCluster::start(3);
+    let prefix = unique("ctl-cluster-down");
+    let holder = LockRuntime::builder()
+        .redis_cluster(cluster.urls())
+        .key_prefix(prefix.clone())
+        .build()
+        .await
+        .unwrap();
+    let keys = one_key_per_master(&cluster, &prefix, 3);
+    let guard = holder.lock(&keys[0]).acquire().await.unwrap();
+    cluster.node(2).freeze();
+    let seed = cluster.node(0).url();
+    let env = [
+        ("LOCK_REDIS_CLUSTER", seed.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+    let list = run_env(&["list", "--json"], &env, "").await;
+    cluster.node(2).thaw();
+    assert_eq!(code(&list), PARTIAL, "{}", stderr(&list));
+    assert!(
+        stderr(&list).contains(&format!(":{}", cluster.node(2).port())),
+        "{}",
+        stderr(&list)
+    );
+    // Nothing invented. (What the healthy masters hold may be missing too:
+    // a Cluster runtime built while a master is frozen times out on every
+    // key, a limit of the runtime's Cluster connection, not of lockctl;
+    // each such key is named on stderr.)
+    let shown = listed(&list);
+    assert!(shown.iter().all(|k| k == &keys[0]), "{shown:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_watch_hears_the_release_on_the_node_that_owns_the_key() {
+    let prefix = unique("ctl-cluster-watch");
+    let holder = Kind::Cluster.runtime(&prefix).await;
+    let keys = one_key_per_master(cluster(), &prefix, 3);
+    let guard = holder.lock(&keys[2]).acquire().await.unwrap();
+    let seed = cluster().node(0).url();
+    let env = [
+        ("LOCK_REDIS_CLUSTER", seed.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+    // A long interval: the release is printed because it was heard.
+    let args = ["watch", &keys[2], "--count", "1", "--interval", "60s"];
+    let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = lines_of(child.stdout.take().unwrap());
+    let state = next_line(&mut lines).await;
+    assert!(state.contains(": held by "), "{state}");
+    guard.release().await.unwrap();
+    let released = next_line(&mut lines).await;
+    assert!(released.contains(": released by "), "{released}");
+    let status = tokio::time::timeout(common::RUN_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(FOUND));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_list_show_and_release_work_on_the_current_primary() {
+    let prefix = unique("ctl-sentinel");
+    let holder = Kind::Sentinel.runtime(&prefix).await;
+    let guard = holder.lock("order:1").acquire().await.unwrap();
+    let info = holder.inspect("order:1").await.unwrap().unwrap();
+    let sentinels = sentinel().sentinel_urls().join(",");
+    let env = [
+        ("REDIS_SENTINELS", sentinels.as_str()),
+        ("REDIS_SENTINEL_SERVICE", lock_testkit::sentinel::SERVICE),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+
+    let list = run_env(&["list", "--json"], &env, "").await;
+    assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+    assert_eq!(listed(&list), ["order:1"]);
+    until_published(&holder, &info.holder).await;
+    let show = run_env(&["show", "order:1"], &env, "").await;
+    assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    assert!(stdout(&show).contains(&info.holder), "{}", stdout(&show));
+    assert!(stdout(&show).contains(&this_process()), "{}", stdout(&show));
+    let release = run_env(&["release", "order:1", "--force", "--yes"], &env, "").await;
+    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
+    assert!(!holder.is_locked("order:1").await.unwrap());
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_show_gives_the_quorum_view_and_every_masters_record() {
+    let prefix = unique("ctl-redlock");
+    let holder = Kind::Redlock.runtime(&prefix).await;
+    let guard = holder
+        .lock("order:9")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let info = holder.inspect("order:9").await.unwrap().unwrap();
+    let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
+    let masters = masters.join(",");
+    let env = [
+        ("REDLOCK_URLS", masters.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+
+    until_published(&holder, &info.holder).await;
+    let show = run_env(&["show", "order:9"], &env, "").await;
+    assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+    let out = stdout(&show);
+    assert!(out.starts_with("order:9: held\n"), "{out}");
+    assert!(out.contains(&this_process()), "{out}");
+    assert!(
+        out.contains("  quorum      held on 3 of 3 masters (2 needed)"),
+        "{out}"
+    );
+    for master in redlock() {
+        assert!(
+            out.contains(&format!(
+                "127.0.0.1:{}  held by {}",
+                master.port(),
+                info.holder
+            )),
+            "{out}"
+        );
+    }
+    let json = run_env(&["show", "order:9", "--json"], &env, "").await;
+    let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(value["holder"], info.holder.as_str());
+    let each = value["masters"].as_array().unwrap();
+    assert_eq!(each.len(), 3);
+    assert!(each.iter().all(|m| m["held"] == true), "{value}");
+    assert_eq!(
+        (&value["masters_holding"], &value["quorum"]),
+        (&3.into(), &2.into())
+    );
+
+    let list = run_env(&["list", "--json"], &env, "").await;
+    assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+    let value: Value = serde_json::from_str(&stdout(&list)).unwrap();
+    assert_eq!(value[0]["key"], "order:9");
+    assert_eq!(value[0]["masters_holding"], 3);
+
+    let release = run_env(&["release", "order:9", "--force", "--yes"], &env, "").await;
+    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
+    assert!(!holder.is_locked("order:9").await.unwrap());
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_with_a_master_down_answers_with_the_quorum_and_exits_partial() {
+    let mut fleet: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = fleet.iter().map(RedisServer::url).collect();
+    let prefix = unique("ctl-redlock-down");
+    let holder = LockRuntime::builder()
+        .redlock(urls.clone())
+        .fair(false)
+        .key_prefix(prefix.clone())
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("order:5").acquire().await.unwrap();
+    let down = fleet[2].port();
+    fleet[2].kill();
+    let masters = urls.join(",");
+    let env = [
+        ("REDLOCK_URLS", masters.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+
+    let show = run_env(&["show", "order:5"], &env, "").await;
+    assert_eq!(code(&show), PARTIAL, "{}", stderr(&show));
+    let out = stdout(&show);
+    assert!(out.starts_with("order:5: held\n"), "{out}");
+    assert!(out.contains("held on 2 of 3 masters (2 needed)"), "{out}");
+    assert!(
+        out.contains(&format!("127.0.0.1:{down}  unreachable")),
+        "{out}"
+    );
+    assert!(
+        stderr(&show).contains(&format!("{down}")),
+        "{}",
+        stderr(&show)
+    );
+
+    let list = run_env(&["list", "--json"], &env, "").await;
+    assert_eq!(code(&list), PARTIAL, "{}", stderr(&list));
+    assert_eq!(listed(&list), ["order:5"]);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
+    let prefix = unique("ctl-redlock-watch");
+    let holder = Kind::Redlock.runtime(&prefix).await;
+    let first = holder.lock("k").acquire().await.unwrap();
+    let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+    let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
+    let masters = masters.join(",");
+    let env = [
+        ("REDLOCK_URLS", masters.as_str()),
+        ("LOCK_PREFIX", prefix.as_str()),
+    ];
+    let args = ["watch", "k", "--count", "2", "--for", "20s"];
+    let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = lines_of(child.stdout.take().unwrap());
+    let state = next_line(&mut lines).await;
+    assert!(
+        state.contains(&format!("k: held by {first_holder}")),
+        "{state}"
+    );
+    first.release().await.unwrap();
+    let released = next_line(&mut lines).await;
+    assert!(
+        released.contains(&format!("k: released by {first_holder}")),
+        "{released}"
+    );
+    // Three masters announced that release: the next line is the next
+    // holder, not a release "by a holder not seen".
+    let second = holder.lock("k").acquire().await.unwrap();
+    let acquired = next_line(&mut lines).await;
+    assert!(
+        acquired.contains("k: acquired by ") && acquired.contains(&second.fence().to_string()),
+        "{acquired}"
+    );
+    let status = tokio::time::timeout(common::RUN_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(FOUND));
+    second.release().await.unwrap();
+}
