@@ -503,12 +503,36 @@ pub(super) fn check_waiters(
         }
         // Around faults the system may legitimately be unavailable (stalled,
         // frozen, restarting, reconnecting, or a snapshot's locks living
-        // again), so a free key may not be reachable: no verdict there.
-        if faults
+        // again), so a free key may not be reachable: no verdict there,
+        // until the last of them settled. A key still unreachable
+        // [`FREE_BASE`] after that is stuck: something the faults left
+        // behind does not run out.
+        let settled = faults
             .iter()
-            .any(|f| f.start <= t && f.settled >= free_since)
-        {
-            coverage.timeouts_on_a_free_key_near_faults += 1;
+            .filter(|f| f.start <= t && f.settled >= free_since)
+            .map(|f| f.settled)
+            .max();
+        if let Some(settled) = settled {
+            if t <= settled + ns(FREE_BASE) {
+                coverage.timeouts_on_a_free_key_near_faults += 1;
+                continue;
+            }
+            violations.push(Violation {
+                class: "free key stuck after the faults settled",
+                detail: format!(
+                    "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
+                     was open since {:.3} s, and the last fault around settled at {:.3} s; {}",
+                    call.key,
+                    call.proc,
+                    call.id,
+                    wait.as_millis(),
+                    history.secs(t),
+                    history.secs(free_since),
+                    history.secs(settled),
+                    faults_around(history, faults, free_since, t)
+                ),
+                at: Some((call.key, t)),
+            });
             continue;
         }
         violations.push(Violation {

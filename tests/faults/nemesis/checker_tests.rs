@@ -244,6 +244,12 @@ fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
         ["timed out on a free key"]
     );
     assert!(verdict(vec![waiter(3000, 3000)], &[restart_at(1000)]).is_empty());
+    // The restart settled at 2001 ms: a key still unreachable a second
+    // after that is stuck.
+    assert_eq!(
+        verdict(vec![waiter(5000, 5000)], &[restart_at(1000)]),
+        ["free key stuck after the faults settled"]
+    );
     // Held all along by another process: a fair timeout.
     assert!(verdict(
         vec![waiter(3000, 3000), hold(1, 10, 0, 3100, "released")],
