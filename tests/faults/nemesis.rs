@@ -136,6 +136,10 @@ const LATE_SLACK: Duration = Duration::from_millis(750);
 /// (told lost, cancelled, panicked), its lease is added: its lock may still
 /// be in Redis until it expires.
 const FREE_BASE: Duration = Duration::from_secs(1);
+/// A free key that waiters time out on may stay out of reach this long in
+/// all outside the faults' windows (each from its start until it settled);
+/// longer, it is stuck.
+const STUCK: Duration = Duration::from_secs(5);
 /// After a fault ends, how long the system may still be catching up
 /// (reconnecting, re-subscribing): no free-key check in that time.
 const RECOVERY: Duration = Duration::from_secs(1);

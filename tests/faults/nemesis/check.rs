@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::faults::Fault;
 use super::history::{Call, History};
-use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, TIMEOUT};
+use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, STUCK, TIMEOUT};
 
 pub(super) struct Violation {
     pub(super) class: &'static str,
@@ -47,12 +47,17 @@ pub(super) fn act_by(faults: &[Fault], proc: usize, due: u64) -> u64 {
 /// How long `proc` was frozen within `from..to`, in ns (overlapping
 /// freezes counted once).
 fn frozen_within(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
-    let mut spans: Vec<(u64, u64)> = faults
+    let spans: Vec<(u64, u64)> = faults
         .iter()
         .filter(|f| f.frozen && f.proxy == Some(proc))
         .map(|f| (f.start.max(from), f.end.min(to)))
         .filter(|(a, b)| a < b)
         .collect();
+    union_length(spans)
+}
+
+/// The length of the union of `spans` (ns).
+fn union_length(mut spans: Vec<(u64, u64)>) -> u64 {
     spans.sort_unstable();
     let (mut total, mut reach) = (0, 0);
     for (a, b) in spans {
@@ -503,32 +508,33 @@ pub(super) fn check_waiters(
         }
         // Around faults the system may legitimately be unavailable (stalled,
         // frozen, restarting, reconnecting, or a snapshot's locks living
-        // again), so a free key may not be reachable: no verdict there,
-        // until the last of them settled. A key still unreachable
-        // [`FREE_BASE`] after that is stuck: something the faults left
-        // behind does not run out.
-        let settled = faults
+        // again), so a free key may not be reachable: no verdict there. But
+        // a key that stays free and out of reach for longer than [`STUCK`]
+        // outside the faults' windows (each until it settled) is stuck:
+        // something the faults left behind does not run out.
+        let windows: Vec<(u64, u64)> = faults
             .iter()
             .filter(|f| f.start <= t && f.settled >= free_since)
-            .map(|f| f.settled)
-            .max();
-        if let Some(settled) = settled {
-            if t <= settled + ns(FREE_BASE) {
+            .map(|f| (f.start.max(free_since), f.settled.min(t)))
+            .collect();
+        if !windows.is_empty() {
+            let healthy = (t - free_since).saturating_sub(union_length(windows));
+            if healthy <= ns(STUCK) {
                 coverage.timeouts_on_a_free_key_near_faults += 1;
                 continue;
             }
             violations.push(Violation {
-                class: "free key stuck after the faults settled",
+                class: "free key stuck",
                 detail: format!(
                     "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
-                     was open since {:.3} s, and the last fault around settled at {:.3} s; {}",
+                     was open since {:.3} s, {} ms of it away from any fault's window; {}",
                     call.key,
                     call.proc,
                     call.id,
                     wait.as_millis(),
                     history.secs(t),
                     history.secs(free_since),
-                    history.secs(settled),
+                    healthy / 1_000_000,
                     faults_around(history, faults, free_since, t)
                 ),
                 at: Some((call.key, t)),
