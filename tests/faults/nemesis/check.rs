@@ -512,13 +512,22 @@ pub(super) fn check_waiters(
         // a key that stays free and out of reach for longer than [`STUCK`]
         // outside the faults' windows (each until it settled) is stuck:
         // something the faults left behind does not run out.
-        let windows: Vec<(u64, u64)> = faults
+        if faults
             .iter()
-            .filter(|f| f.start <= t && f.settled >= free_since)
-            .map(|f| (f.start.max(free_since), f.settled.min(t)))
-            .collect();
-        if !windows.is_empty() {
-            let healthy = (t - free_since).saturating_sub(union_length(windows));
+            .any(|f| f.start <= t && f.settled >= free_since)
+        {
+            // Counted over the key's whole free stretch (since its last
+            // hold ended and its lock stopped lingering), not only this
+            // wait: waiters come and go while a key stays stuck.
+            let key_free = last.map_or(history.start, |&(_, e, linger)| e + ns(linger));
+            let windows: Vec<(u64, u64)> = faults
+                .iter()
+                .filter(|f| f.start <= t && f.settled >= key_free)
+                .map(|f| (f.start.max(key_free), f.settled.min(t)))
+                .collect();
+            let healthy = t
+                .saturating_sub(key_free)
+                .saturating_sub(union_length(windows));
             if healthy <= ns(STUCK) {
                 coverage.timeouts_on_a_free_key_near_faults += 1;
                 continue;
@@ -527,15 +536,16 @@ pub(super) fn check_waiters(
                 class: "free key stuck",
                 detail: format!(
                     "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
-                     was open since {:.3} s, {} ms of it away from any fault's window; {}",
+                     was open (nor its lock lingering) since {:.3} s, {} ms of it away from any \
+                     fault's window; {}",
                     call.key,
                     call.proc,
                     call.id,
                     wait.as_millis(),
                     history.secs(t),
-                    history.secs(free_since),
+                    history.secs(key_free),
                     healthy / 1_000_000,
-                    faults_around(history, faults, free_since, t)
+                    faults_around(history, faults, t.saturating_sub(ns(STUCK)), t)
                 ),
                 at: Some((call.key, t)),
             });

@@ -251,6 +251,32 @@ fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
         verdict(vec![waiter(6100, 6100)], &[restart_at(1000)]),
         ["free key stuck"]
     );
+    // Counted from the key's last hold, across waits: a key released at
+    // 100 ms that a wait from 4000 to 7000 ms times out on, with a fault's
+    // window from 5000 to 6001 ms, was out of reach for 5.9 s.
+    let late_waiter = vec![
+        ev(
+            4000,
+            0,
+            1,
+            0,
+            "begin",
+            "api=with wait=3000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(7000, 0, 1, 0, "timeout", "waited=3000"),
+    ];
+    assert_eq!(
+        verdict(
+            vec![late_waiter.clone(), hold(1, 10, 50, 100, "released")],
+            &[restart_at(5000)]
+        ),
+        ["free key stuck"]
+    );
+    assert!(verdict(
+        vec![late_waiter, hold(1, 10, 50, 2000, "released")],
+        &[restart_at(5000)]
+    )
+    .is_empty());
     // Held all along by another process: a fair timeout.
     assert!(verdict(
         vec![waiter(3000, 3000), hold(1, 10, 0, 3100, "released")],
