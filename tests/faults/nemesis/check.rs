@@ -501,37 +501,22 @@ pub(super) fn check_waiters(
             .iter()
             .filter(|&&(a, e, _)| a <= t && e <= t)
             .max_by_key(|&&(_, e, _)| e);
-        let free_since = last.map_or(call.begin, |&(_, e, _)| e.max(call.begin));
-        let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, linger)| linger);
-        if t - free_since <= ns(bound) {
-            continue;
-        }
-        // Around faults the system may legitimately be unavailable (stalled,
-        // frozen, restarting, reconnecting, or a snapshot's locks living
-        // again), so a free key may not be reachable: no verdict there. But
-        // a key that stays free and out of reach for longer than [`STUCK`]
+        // A key that stays free and out of reach for longer than [`STUCK`]
         // outside the faults' windows (each until it settled) is stuck:
-        // something the faults left behind does not run out.
-        if faults
+        // something the faults left behind does not run out. Counted over
+        // the key's whole free stretch (since its last hold ended and its
+        // lock stopped lingering), not only this wait: waiters come and go
+        // while a key stays stuck.
+        let key_free = last.map_or(history.start, |&(_, e, linger)| e + ns(linger));
+        let windows: Vec<(u64, u64)> = faults
             .iter()
-            .any(|f| f.start <= t && f.settled >= free_since)
-        {
-            // Counted over the key's whole free stretch (since its last
-            // hold ended and its lock stopped lingering), not only this
-            // wait: waiters come and go while a key stays stuck.
-            let key_free = last.map_or(history.start, |&(_, e, linger)| e + ns(linger));
-            let windows: Vec<(u64, u64)> = faults
-                .iter()
-                .filter(|f| f.start <= t && f.settled >= key_free)
-                .map(|f| (f.start.max(key_free), f.settled.min(t)))
-                .collect();
-            let healthy = t
-                .saturating_sub(key_free)
-                .saturating_sub(union_length(windows));
-            if healthy <= ns(STUCK) {
-                coverage.timeouts_on_a_free_key_near_faults += 1;
-                continue;
-            }
+            .filter(|f| f.start <= t && f.settled >= key_free)
+            .map(|f| (f.start.max(key_free), f.settled.min(t)))
+            .collect();
+        let healthy = t
+            .saturating_sub(key_free)
+            .saturating_sub(union_length(windows));
+        if healthy > ns(STUCK) {
             violations.push(Violation {
                 class: "free key stuck",
                 detail: format!(
@@ -549,6 +534,21 @@ pub(super) fn check_waiters(
                 ),
                 at: Some((call.key, t)),
             });
+            continue;
+        }
+        let free_since = last.map_or(call.begin, |&(_, e, _)| e.max(call.begin));
+        let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, linger)| linger);
+        if t - free_since <= ns(bound) {
+            continue;
+        }
+        // Around faults the system may legitimately be unavailable (stalled,
+        // frozen, restarting, reconnecting, or a snapshot's locks living
+        // again), so a free key may not be reachable: no verdict there.
+        if faults
+            .iter()
+            .any(|f| f.start <= t && f.settled >= free_since)
+        {
+            coverage.timeouts_on_a_free_key_near_faults += 1;
             continue;
         }
         violations.push(Violation {
