@@ -58,7 +58,10 @@
 //!   (+ the time its process was frozen), and none times out on a key that
 //!   was observably free for longer than [`FREE_BASE`] (+ how long its
 //!   last holder's lock may linger when that hold did not end in a release:
-//!   [`Backend::linger`]) before its deadline (not checked near faults);
+//!   [`Backend::linger`]) before its deadline (not checked near faults),
+//!   nor on a key that stayed free and out of reach for longer than
+//!   [`STUCK`] in all outside the faults' windows (checked whatever the
+//!   faults: something they left behind that never runs out);
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis (no key under the run's prefix in etcd) and every worker's
 //!   runtime reports nothing held, waiting or tracked.
