@@ -4,10 +4,16 @@
 //! library's promises against the merged history, Jepsen style.
 //!
 //! Each worker process (`nemesis_worker`) reaches Redis through its own
-//! [`FaultProxy`], so a fault can hit one process's view of the network
-//! (stall, slow, cut, refuse, cut at the next SUBSCRIBE or EVALSHA) or all of
-//! them (SIGSTOP of the server, restart empty, restart from an older
-//! snapshot). The processes themselves stall too, as services do:
+//! [`FaultProxy`](lock_tests::FaultProxy), so a fault can hit one process's
+//! view of the network (stall, slow, cut, refuse, cut at the next SUBSCRIBE
+//! or EVALSHA) or all of them (SIGSTOP of the server, restart empty, restart
+//! from an older snapshot). The same run goes on an etcd cluster of three
+//! ([`Backend::Etcd`]): each worker reaches every member through a proxy of
+//! its own, and the server faults are the cluster's (a member frozen, a
+//! member — the leader most often — killed and restarted from its data
+//! directory, the whole cluster restarted from disk, the leader or the
+//! cluster killed right after a key was handed to a blocked worker); none
+//! of them loses data. The processes themselves stall too, as services do:
 //! - some run their tasks on a `current_thread` executor (one blocked poll
 //!   stops every task), the others on two threads;
 //! - beside the other faults, every 0.3-2.5 s one worker's executor thread is
@@ -50,12 +56,21 @@
 //!   one's hold was reported lost before the later one got it;
 //! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`]
 //!   (+ the time its process was frozen), and none times out on a key that
-//!   was observably free for longer than [`FREE_BASE`] (+ the lease of its
-//!   last holder when that hold did not end in a release) before its
-//!   deadline (not checked near faults);
+//!   was observably free for longer than [`FREE_BASE`] (+ how long its
+//!   last holder's lock may linger when that hold did not end in a release:
+//!   [`Backend::linger`]) before its deadline (not checked near faults),
+//!   nor on a key that stayed free and out of reach for longer than
+//!   [`STUCK`] in all outside the faults' windows (checked whatever the
+//!   faults: something they left behind that never runs out);
 //! - leftovers: after the run no lock hash, queue or channel is left in
-//!   Redis and every worker's runtime reports nothing held, waiting or
-//!   tracked.
+//!   Redis (no key under the run's prefix in etcd) and every worker's
+//!   runtime reports nothing held, waiting or tracked.
+//!
+//! The promises are the same on both backends; only the time a lock may
+//! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
+//! seconds, and a renewed lock's etcd lease is 1.5 lock leases). On etcd
+//! every lock is fair (a process's plain requests queue too) and no hold
+//! is passed between tasks (lock cohorting is off there).
 //!
 //! A violation names the key, both holders (process, task, call, token,
 //! lease, when each asked, entered and stopped) and the faults around it;
@@ -65,7 +80,9 @@
 //! | module | what |
 //! |---|---|
 //! | `workers` | the worker processes, and their logs as they come in |
+//! | `store` | the servers (Redis, or etcd members), each worker's proxies, the leftovers |
 //! | `faults` | the faults, from the seed |
+//! | `members` | the etcd cluster's faults |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
 //! | `report` | a failing run's message, and the history dump |
@@ -76,27 +93,30 @@ mod check;
 mod checker_tests;
 mod faults;
 mod history;
+mod members;
 mod releases;
 mod report;
+mod store;
 mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
-use lock_tests::FaultProxy;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{channels, keys, serial, XorShift};
+use crate::{serial, XorShift};
 use check::{check, Violation};
 use faults::{drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts};
 use history::History;
 use report::{dump, report};
+use store::{Link, Store};
 use workers::{spawn_worker, Control, Executor};
 
-/// Worker processes, each behind its own proxy.
+/// Worker processes, each behind its own proxies.
 const PROCESSES: usize = 3;
+/// Members of the etcd cluster.
+const ETCD_MEMBERS: usize = 3;
 /// Tasks per worker.
 const TASKS: usize = 8;
 /// The workers' connect and response timeouts.
@@ -119,6 +139,10 @@ const LATE_SLACK: Duration = Duration::from_millis(750);
 /// (told lost, cancelled, panicked), its lease is added: its lock may still
 /// be in Redis until it expires.
 const FREE_BASE: Duration = Duration::from_secs(1);
+/// A free key that waiters time out on may stay out of reach this long in
+/// all outside the faults' windows (each from its start until it settled);
+/// longer, it is stuck.
+const STUCK: Duration = Duration::from_secs(5);
 /// After a fault ends, how long the system may still be catching up
 /// (reconnecting, re-subscribing): no free-key check in that time.
 const RECOVERY: Duration = Duration::from_secs(1);
@@ -134,6 +158,9 @@ const WORKER_GRACE: Duration = Duration::from_secs(20);
 /// How long leftover locks and queue places may take to run out after the
 /// workers are gone: a lease plus a queue place's life (3 s) and 2 s.
 const LEFTOVER_LIMIT: Duration = Duration::from_millis(MAX_LEASE_MS + 3000 + 2000);
+/// etcd revokes the leases that ran out in a sweep this often: a key may
+/// outlive its lease by as long.
+const ETCD_REVOKE_SWEEP: Duration = Duration::from_millis(500);
 /// Events shown around the first violation of each class.
 const WINDOW: Duration = Duration::from_secs(1);
 /// Violations listed per class.
@@ -166,13 +193,79 @@ fn seed() -> u64 {
         .unwrap_or_else(|| XorShift::from_clock().state())
 }
 
-/// `LOCK_NEMESIS_SECS`, else 30 s per test (about 33 s with start-up and
-/// the leftover check; the three tests take about 100 s).
-fn secs() -> u64 {
+/// `LOCK_NEMESIS_SECS`, else 30 s per test on Redis (about 33 s with
+/// start-up and the leftover check; the three tests take about 100 s) and
+/// 25 s on etcd (about 35 s with the cluster's start and the leftovers).
+fn secs(backend: Backend) -> u64 {
     std::env::var("LOCK_NEMESIS_SECS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(30)
+        .unwrap_or(match backend {
+            Backend::Redis => 30,
+            Backend::Etcd => 25,
+        })
+}
+
+/// The backend the workers lock on, and the bounds that differ by backend
+/// (the checker's promises are the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// One Redis server.
+    Redis,
+    /// An etcd cluster of [`ETCD_MEMBERS`] members.
+    Etcd,
+}
+
+impl Backend {
+    /// How long a lock nobody deletes may stay in the store after its
+    /// holder last kept it (its acquisition or renewal). Redis: its lease.
+    /// etcd: until its etcd lease runs out and the next sweep revokes it
+    /// ([`ETCD_REVOKE_SWEEP`]); a renewed hold's key is on its runtime's
+    /// lease for that lock lease, whose TTL is 1.5 lock leases rounded up
+    /// to whole seconds (`backend/etcd/lease.rs`), a fixed hold's on a
+    /// lease of its own of the lock lease rounded up.
+    fn linger(self, lease: Duration, renew: bool) -> Duration {
+        match self {
+            Backend::Redis => lease,
+            Backend::Etcd => {
+                let ttl = if renew { lease + lease / 2 } else { lease };
+                let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+                Duration::from_secs(secs.max(1)) + ETCD_REVOKE_SWEEP
+            }
+        }
+    }
+
+    /// After a fault that can leave a lock behind (a cut that lost a
+    /// release in flight, a stopped process, a restart), how long the
+    /// system may still be catching up: [`LINGER_RECOVERY`] on Redis; the
+    /// longest lock's etcd linger and a second on etcd.
+    fn linger_recovery(self) -> Duration {
+        match self {
+            Backend::Redis => LINGER_RECOVERY,
+            Backend::Etcd => {
+                self.linger(Duration::from_millis(MAX_LEASE_MS), true) + Duration::from_secs(1)
+            }
+        }
+    }
+
+    /// How long what is left of the run may take to run out after the
+    /// workers are gone: [`LEFTOVER_LIMIT`] on Redis; on etcd (where a
+    /// queue place is a key on a lease like a lock) the longest linger and
+    /// 2 s.
+    fn leftover_limit(self) -> Duration {
+        match self {
+            Backend::Redis => LEFTOVER_LIMIT,
+            Backend::Etcd => {
+                self.linger(Duration::from_millis(MAX_LEASE_MS), true) + Duration::from_secs(2)
+            }
+        }
+    }
+
+    /// Whether the workers' runtimes pass holds between their tasks (lock
+    /// cohorting): not on etcd, which can reserve no block of tokens.
+    fn passes_locally(self) -> bool {
+        self == Backend::Redis
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,14 +283,14 @@ enum Mode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nemesis_plain_mode_keeps_every_promise() {
     let _turn = serial().await;
-    run(Mode::Plain).await;
+    run(Backend::Redis, Mode::Plain).await;
 }
 
 /// Fair mode: the same, with the keys queued fairly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nemesis_fair_mode_keeps_every_promise() {
     let _turn = serial().await;
-    run(Mode::Fair).await;
+    run(Backend::Redis, Mode::Fair).await;
 }
 
 /// Both modes on one key, one plain process beside fair ones: exclusion,
@@ -205,7 +298,18 @@ async fn nemesis_fair_mode_keeps_every_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nemesis_plain_and_fair_processes_on_one_key_keep_every_promise() {
     let _turn = serial().await;
-    run(Mode::Mixed).await;
+    run(Backend::Redis, Mode::Mixed).await;
+}
+
+/// On an etcd cluster of three, whose members are frozen, killed (the
+/// leader most often) and restarted from disk beside the network and
+/// process faults: the same promises. Every lock is fair on etcd, so the
+/// processes' plain and fair requests (mixed, as in the test above) queue
+/// alike; holds are never passed between tasks there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_on_etcd_keeps_every_promise() {
+    let _turn = serial().await;
+    run(Backend::Etcd, Mode::Mixed).await;
 }
 
 /// Which keys each process takes in fair mode: `[process][key]`.
@@ -244,9 +348,9 @@ fn executors(rng: &mut XorShift) -> Vec<Executor> {
     executors
 }
 
-async fn run(mode: Mode) {
+async fn run(backend: Backend, mode: Mode) {
     let seed = seed();
-    let secs = secs();
+    let secs = secs(backend);
     let mut rng = XorShift::new(splitmix(seed));
     let key_count = 1 + rng.below(3) as usize;
     let modes = key_modes(mode, key_count, &mut rng);
@@ -255,22 +359,22 @@ async fn run(mode: Mode) {
     let prefix = lock_tests::unique("nemesis");
     let prefix = format!("{prefix}:");
 
-    let mut server = RedisServer::start_with_snapshots();
-    let mut proxies = Vec::new();
+    let mut store = Store::start(backend);
+    let mut links = Vec::new();
     for _ in 0..PROCESSES {
-        proxies.push(FaultProxy::start(server.port()).await);
+        links.push(Link::start(&store, backend).await);
     }
     let clock_base = (std::time::Instant::now(), now_ns());
 
     let changed = Arc::new(Notify::new());
     let mut workers = Vec::new();
-    for (i, proxy) in proxies.iter().enumerate() {
+    for (i, link) in links.iter().enumerate() {
         let keys: Vec<(String, bool)> = (0..key_count)
             .map(|k| (format!("nk{k}"), modes[i][k]))
             .collect();
         let worker = spawn_worker(
             i,
-            &proxy.url(),
+            &link.url(),
             &prefix,
             seed.wrapping_add(i as u64),
             secs,
@@ -289,8 +393,9 @@ async fn run(mode: Mode) {
 
     let stalls = tokio::spawn(stall_executors(controls.clone(), stall_rng, secs));
     let mut stage = Stage {
-        server: &mut server,
-        proxies: &proxies,
+        backend,
+        store: &mut store,
+        links: &links,
         workers: &controls,
         changed: &changed,
         prefix: &prefix,
@@ -301,10 +406,10 @@ async fn run(mode: Mode) {
     stalls.await.expect("the executor stalls");
 
     // Heal everything (each fault heals itself; this is belt and braces).
-    for proxy in &proxies {
-        proxy.resume();
-        proxy.slow(None);
-        proxy.refuse(false);
+    for link in &links {
+        link.resume();
+        link.slow(None);
+        link.refuse(false);
     }
     for control in &controls {
         control.stop(false).await;
@@ -351,43 +456,56 @@ async fn run(mode: Mode) {
         );
         outputs.push(lines);
     }
-    for (i, proxy) in proxies.iter().enumerate() {
-        let fired: Vec<u64> = proxy
+    for (i, link) in links.iter().enumerate() {
+        let fired: Vec<u64> = link
             .dropped_at_command_times()
             .into_iter()
             .map(|t| clock_base.1 + ns(t.saturating_duration_since(clock_base.0)))
             .collect();
         place_firings(&mut faults, i, &fired);
     }
-    drop(proxies);
+    drop(links);
 
-    leftovers(&server, &prefix, &mut violations).await;
+    store
+        .leftovers(&prefix, backend.leftover_limit(), &mut violations)
+        .await;
 
     let history = History::parse(&outputs, &ends, run_start, &mut violations);
-    let coverage = check(&history, &faults, &mut violations);
+    let coverage = check(&history, &faults, backend, &mut violations);
 
+    let label = match backend {
+        Backend::Redis => format!("{mode:?}"),
+        Backend::Etcd => "Etcd".to_owned(),
+    };
     if let Ok(path) = std::env::var("LOCK_NEMESIS_DUMP") {
-        dump(&history, &faults, &coverage, &format!("{path}.{mode:?}"));
+        dump(&history, &faults, &coverage, &format!("{path}.{label}"));
     }
     let ops = history.calls.len();
     // The promises must hold with lock cohorting at work, not beside it.
-    if history.passed_locally == 0 && !outputs.is_empty() {
+    if backend.passes_locally() && history.passed_locally == 0 && !outputs.is_empty() {
         violations.push(Violation::plain(
             "no local handoffs",
             "no worker passed a hold between its tasks: cohorting went untested".to_owned(),
         ));
     }
     println!(
-        "nemesis: seed {seed}, {ops} ops, {} faults, {} holds passed locally, {} violations",
+        "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, {} violations",
         faults.iter().filter(|f| f.counted).count(),
         history.passed_locally,
         violations.len()
     );
-    println!(
-        "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on the \
-         new server before the blocked worker ran again",
-        timed.restarts, timed.tries, timed.taken_meanwhile
-    );
+    match backend {
+        Backend::Redis => println!(
+            "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \
+             the new server before the blocked worker ran again",
+            timed.restarts, timed.tries, timed.taken_meanwhile
+        ),
+        Backend::Etcd => println!(
+            "nemesis: {} kills of the leader or the cluster timed at a handoff to a blocked \
+             worker (of {} tries)",
+            timed.restarts, timed.tries
+        ),
+    }
     if !violations.is_empty() {
         faults.sort_by_key(|f| f.start);
         let setup: Vec<String> = (0..PROCESSES)
@@ -399,7 +517,7 @@ async fn run(mode: Mode) {
             })
             .collect();
         let header = format!(
-            "nemesis ({mode:?} mode; {}) found {} violations; replay with \
+            "nemesis on {backend:?} ({mode:?} mode; {}) found {} violations; replay with \
              LOCK_NEMESIS_SEED={seed} LOCK_NEMESIS_SECS={secs} (times below: seconds since \
              the run began)",
             setup.join("; "),
@@ -407,44 +525,5 @@ async fn run(mode: Mode) {
         );
         let report = report(&history, &faults, &violations, &header);
         panic!("{report}");
-    }
-}
-
-/// Waits (bounded) until no lock hash, queue or subscribed channel of the
-/// run is left in Redis; what is still there at the limit is a violation.
-async fn leftovers(server: &RedisServer, prefix: &str, violations: &mut Vec<Violation>) {
-    let mut con = server.connection().await;
-    let limit = Instant::now() + LEFTOVER_LIMIT;
-    // Bounded by `limit` (and a count): leases and queue places run out on
-    // their own.
-    for _ in 0..1000 {
-        let left: Vec<String> = keys(&mut con, &format!("{prefix}*"))
-            .await
-            .into_iter()
-            .filter(|k| k.ends_with('}') || k.ends_with(":queue") || k.ends_with(":queued"))
-            .collect();
-        let subscribed = channels(&mut con, &format!("{prefix}*")).await;
-        if left.is_empty() && subscribed.is_empty() {
-            return;
-        }
-        if Instant::now() >= limit {
-            if !left.is_empty() {
-                violations.push(Violation::plain(
-                    "leftover keys",
-                    format!(
-                        "{left:?} still in Redis {} s after the workers exited",
-                        LEFTOVER_LIMIT.as_secs()
-                    ),
-                ));
-            }
-            if !subscribed.is_empty() {
-                violations.push(Violation::plain(
-                    "leftover channels",
-                    format!("{subscribed:?} still subscribed after the workers exited"),
-                ));
-            }
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::faults::Fault;
 use super::history::{Call, History};
-use super::{ns, FREE_BASE, LATE_SLACK, RESUME, SLACK, TIMEOUT};
+use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, STUCK, TIMEOUT};
 
 pub(super) struct Violation {
     pub(super) class: &'static str,
@@ -47,12 +47,17 @@ pub(super) fn act_by(faults: &[Fault], proc: usize, due: u64) -> u64 {
 /// How long `proc` was frozen within `from..to`, in ns (overlapping
 /// freezes counted once).
 fn frozen_within(faults: &[Fault], proc: usize, from: u64, to: u64) -> u64 {
-    let mut spans: Vec<(u64, u64)> = faults
+    let spans: Vec<(u64, u64)> = faults
         .iter()
         .filter(|f| f.frozen && f.proxy == Some(proc))
         .map(|f| (f.start.max(from), f.end.min(to)))
         .filter(|(a, b)| a < b)
         .collect();
+    union_length(spans)
+}
+
+/// The length of the union of `spans` (ns).
+fn union_length(mut spans: Vec<(u64, u64)>) -> u64 {
     spans.sort_unstable();
     let (mut total, mut reach) = (0, 0);
     for (a, b) in spans {
@@ -121,6 +126,7 @@ pub(super) struct Coverage {
 pub(super) fn check(
     history: &History,
     faults: &[Fault],
+    backend: Backend,
     violations: &mut Vec<Violation>,
 ) -> Coverage {
     let mut coverage = Coverage::default();
@@ -128,7 +134,7 @@ pub(super) fn check(
     check_fences(history, faults, &by_key, violations);
     check_exclusion(history, faults, &by_key, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
-    check_waiters(history, faults, violations, &mut coverage);
+    check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
 }
 
@@ -404,15 +410,40 @@ pub(super) fn check_nesting(
     }
 }
 
+/// How long after `end`, the end of a hold that did not end in a release,
+/// its lock may still be in the store. Redis: its lease (a lost hold's
+/// lock ran out, or runs out within a lease). etcd: a lost hold's key
+/// stays on its runtime's etcd lease, kept alive, until its guard goes (the
+/// delete goes out then: the call's last event), and from then on at most
+/// until that lease runs out ([`Backend::linger`]).
+fn linger(backend: Backend, call: &Call, end: u64) -> Duration {
+    match backend {
+        Backend::Redis => call.lease,
+        Backend::Etcd => {
+            let gone = [
+                call.released,
+                call.lost,
+                call.body_exit,
+                call.ended.as_ref().map(|e| e.0),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(end, u64::max);
+            Duration::from_nanos(gone - end) + backend.linger(call.lease, call.renew)
+        }
+    }
+}
+
 /// Bounded waits end in time, and do not time out on a key that was free.
 pub(super) fn check_waiters(
     history: &History,
     faults: &[Fault],
+    backend: Backend,
     violations: &mut Vec<Violation>,
     coverage: &mut Coverage,
 ) {
     // Per key: (acquired, end, what may linger after the end: nothing after
-    // a release, else the lease).
+    // a release, else see `linger`).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
     for call in &history.calls {
         if let (Some(acquired), true) = (call.acquired, call.outer) {
@@ -420,7 +451,7 @@ pub(super) fn check_waiters(
             let linger = if call.released == Some(end) {
                 Duration::ZERO
             } else {
-                call.lease
+                linger(backend, call, end)
             };
             holds
                 .entry(call.key)
@@ -470,6 +501,41 @@ pub(super) fn check_waiters(
             .iter()
             .filter(|&&(a, e, _)| a <= t && e <= t)
             .max_by_key(|&&(_, e, _)| e);
+        // A key that stays free and out of reach for longer than [`STUCK`]
+        // outside the faults' windows (each until it settled) is stuck:
+        // something the faults left behind does not run out. Counted over
+        // the key's whole free stretch (since its last hold ended and its
+        // lock stopped lingering), not only this wait: waiters come and go
+        // while a key stays stuck.
+        let key_free = last.map_or(history.start, |&(_, e, linger)| e + ns(linger));
+        let windows: Vec<(u64, u64)> = faults
+            .iter()
+            .filter(|f| f.start <= t && f.settled >= key_free)
+            .map(|f| (f.start.max(key_free), f.settled.min(t)))
+            .collect();
+        let healthy = t
+            .saturating_sub(key_free)
+            .saturating_sub(union_length(windows));
+        if healthy > ns(STUCK) {
+            violations.push(Violation {
+                class: "free key stuck",
+                detail: format!(
+                    "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
+                     was open (nor its lock lingering) since {:.3} s, {} ms of it away from any \
+                     fault's window; {}",
+                    call.key,
+                    call.proc,
+                    call.id,
+                    wait.as_millis(),
+                    history.secs(t),
+                    history.secs(key_free),
+                    healthy / 1_000_000,
+                    faults_around(history, faults, t.saturating_sub(ns(STUCK)), t)
+                ),
+                at: Some((call.key, t)),
+            });
+            continue;
+        }
         let free_since = last.map_or(call.begin, |&(_, e, _)| e.max(call.begin));
         let bound = FREE_BASE + last.map_or(Duration::ZERO, |&(_, _, linger)| linger);
         if t - free_since <= ns(bound) {

@@ -3,7 +3,7 @@
 use super::check::check;
 use super::faults::Fault;
 use super::history::History;
-use super::{ns, RECOVERY};
+use super::{ns, Backend, RECOVERY};
 
 /// An event line at `ms` milliseconds.
 fn ev(ms: u64, task: u32, call: u64, parent: u64, kind: &str, fields: &str) -> String {
@@ -44,6 +44,15 @@ fn polled_hold(call: u64, fence: u64, polled: u64, from: u64, to: u64, end: &str
 
 /// The violation classes the checker finds in these per-process logs.
 fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
+    verdict_on(Backend::Redis, processes, faults)
+}
+
+/// [`verdict`] with the bounds of `backend`.
+fn verdict_on(
+    backend: Backend,
+    processes: Vec<Vec<String>>,
+    faults: &[Fault],
+) -> Vec<&'static str> {
     let outputs: Vec<Vec<String>> = processes
         .into_iter()
         .map(|mut lines| {
@@ -54,7 +63,7 @@ fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
     let ends = vec![60_000_000_000; outputs.len()];
     let mut violations = Vec::new();
     let history = History::parse(&outputs, &ends, 0, &mut violations);
-    let _ = check(&history, faults, &mut violations);
+    let _ = check(&history, faults, backend, &mut violations);
     let mut classes: Vec<&str> = violations.iter().map(|v| v.class).collect();
     classes.sort_unstable();
     classes
@@ -235,6 +244,39 @@ fn checker_sees_late_waiters_and_timeouts_on_a_free_key_away_from_faults() {
         ["timed out on a free key"]
     );
     assert!(verdict(vec![waiter(3000, 3000)], &[restart_at(1000)]).is_empty());
+    // The restart's window is 1000-2001 ms: a key out of reach for 5 s
+    // besides is stuck.
+    assert!(verdict(vec![waiter(6000, 6000)], &[restart_at(1000)]).is_empty());
+    assert_eq!(
+        verdict(vec![waiter(6100, 6100)], &[restart_at(1000)]),
+        ["free key stuck"]
+    );
+    // Counted from the key's last hold, across waits: a key released at
+    // 100 ms that a wait from 4000 to 7000 ms times out on, with a fault's
+    // window from 5000 to 6001 ms, was out of reach for 5.9 s.
+    let late_waiter = vec![
+        ev(
+            4000,
+            0,
+            1,
+            0,
+            "begin",
+            "api=with wait=3000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+        ),
+        ev(7000, 0, 1, 0, "timeout", "waited=3000"),
+    ];
+    assert_eq!(
+        verdict(
+            vec![late_waiter.clone(), hold(1, 10, 50, 100, "released")],
+            &[restart_at(5000)]
+        ),
+        ["free key stuck"]
+    );
+    assert!(verdict(
+        vec![late_waiter, hold(1, 10, 50, 2000, "released")],
+        &[restart_at(5000)]
+    )
+    .is_empty());
     // Held all along by another process: a fair timeout.
     assert!(verdict(
         vec![waiter(3000, 3000), hold(1, 10, 0, 3100, "released")],
@@ -335,4 +377,32 @@ fn checker_lets_a_frozen_waiter_return_late_by_its_freeze() {
         ["timed out on a free key", "waiter overslept"]
     );
     assert!(verdict(vec![waiter], &[frozen(0, 100, 900)]).is_empty());
+}
+
+#[test]
+fn checker_lets_an_etcd_lock_linger_until_its_etcd_lease_ends_and_a_redis_lock_only_its_lease() {
+    // p1's renewed 3 s hold is told lost at 400 ms (no release); p0's wait
+    // times out at `at` ms. Redis: the lock is gone within the lease, so
+    // the key was free from 3400 ms, a second of slack: 4400 ms. etcd: the
+    // key lives until its etcd lease (TTL 5 s: 1.5 leases, whole seconds)
+    // runs out and the 500 ms sweep revokes it: 5900 ms, a second of
+    // slack: 6900 ms.
+    let run = |backend: Backend, at: u64| {
+        let waiter = vec![
+            ev(
+                0,
+                0,
+                1,
+                0,
+                "begin",
+                &format!("api=with wait={at} bound=0 lease=3000 renew=1 fair=0 lost=abort"),
+            ),
+            ev(at, 0, 1, 0, "timeout", &format!("waited={at}")),
+        ];
+        verdict_on(backend, vec![waiter, hold(1, 10, 100, 400, "lost")], &[])
+    };
+    assert!(run(Backend::Redis, 4400).is_empty());
+    assert_eq!(run(Backend::Redis, 4500), ["timed out on a free key"]);
+    assert!(run(Backend::Etcd, 6900).is_empty());
+    assert_eq!(run(Backend::Etcd, 7000), ["timed out on a free key"]);
 }

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use lock_runtime::layout;
 use lock_testkit::RedisServer;
-use lock_tests::FaultProxy;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::members;
 use super::releases::ReleaseWatch;
+use super::store::{Link, Store};
 use super::workers::{Control, Executor};
-use super::{now_ns, ns, LINGER_RECOVERY, PROCESSES, RECOVERY};
+use super::{now_ns, ns, Backend, ETCD_MEMBERS, PROCESSES, RECOVERY};
 use crate::XorShift;
 
 /// Longest executor stall, in ms.
@@ -26,6 +27,12 @@ const STOP_MS: (u64, u64) = (1000, 3500);
 /// stopped past the long lease too, in ms: the hold is surely gone by the
 /// time that holder runs.
 const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
+/// On etcd a stopped holder's lock outlives its lease: its key goes when
+/// its etcd lease runs out (`Backend::linger`: 2.5 s for the short lease,
+/// 5.5 s for the long one, from the last keep-alive). A worker there is
+/// stopped past the short one's mostly, and sometimes past the long one's,
+/// in ms, so that others take its locks while it cannot run.
+const ETCD_STOP_MS: (u64, u64) = (2000, 6000);
 /// How long a restart timed at a release waits for the release.
 const RELEASE_WAIT: Duration = Duration::from_millis(700);
 
@@ -140,8 +147,10 @@ pub(super) fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
 
 /// What the faults act on.
 pub(super) struct Stage<'a> {
-    pub(super) server: &'a mut RedisServer,
-    pub(super) proxies: &'a [FaultProxy],
+    pub(super) backend: Backend,
+    pub(super) store: &'a mut Store,
+    /// Each worker's network (its proxies).
+    pub(super) links: &'a [Link],
     pub(super) workers: &'a [Arc<Control>],
     /// Notified at every line of every worker.
     pub(super) changed: &'a Notify,
@@ -157,7 +166,8 @@ pub(super) struct Stage<'a> {
 pub(super) struct TimedRestarts {
     /// A worker waiting for a key another one held was blocked.
     pub(super) tries: u64,
-    /// The key was released to it meanwhile, and the server restarted.
+    /// The key was released to it meanwhile, and the server restarted
+    /// (etcd: the leader or the cluster killed, see [`kill_at_handoff`]).
     pub(super) restarts: u64,
     /// ... and another worker took the key on the new server before the
     /// blocked one ran again.
@@ -170,23 +180,39 @@ struct Snapshots {
     next: Instant,
 }
 
-/// Injects one fault at a time at random moments until 5 s before the end
-/// of the run, each healed before the next, a fault at one process mostly
-/// at a process that holds a lock at that moment; takes a snapshot every 2-4
-/// s for the restarts from a snapshot.
+/// Injects one fault at a time at random moments until 5 s (etcd: 7.5 s)
+/// before the end of the run, each healed before the next, a fault at one
+/// process mostly at a process that holds a lock at that moment; on Redis,
+/// takes a snapshot every 2-4 s for the restarts from a snapshot.
+///
+/// On etcd a network fault may also hit one process's way to one member
+/// only. The server faults are the cluster's (see `members`): a member
+/// frozen, a member (often the leader) killed and restarted from its data
+/// directory, the whole cluster restarted from disk. None loses data (etcd
+/// syncs its log before it answers), so none excuses an overlap. Redis's
+/// restart empty or from an older snapshot has no etcd counterpart here (a
+/// wiped cluster starts its revisions, the tokens, again), nor has the cut
+/// at a Redis command; the restart timed at a release becomes the leader
+/// (or the cluster) killed at a handoff ([`kill_at_handoff`]).
 pub(super) async fn drive_faults(
     stage: &mut Stage<'_>,
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
-    // The longest fault (a stop) lasts 3.5 s: all are over 1 s before the
-    // run ends.
-    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(5));
+    // The longest fault (a stop) lasts 3.5 s (6 s on etcd): all are over 1
+    // s before the run ends.
+    let longest = match stage.backend {
+        Backend::Redis => STOP_MS.1,
+        Backend::Etcd => ETCD_STOP_MS.1,
+    };
+    let stop_at = Instant::now()
+        + Duration::from_secs(secs).saturating_sub(Duration::from_millis(longest + 1500));
     let mut faults = Vec::new();
     let mut snapshots = Snapshots {
         taken: None,
         next: Instant::now() + millis(rng, 300, 1500),
     };
+    let linger_recovery = stage.backend.linger_recovery();
     // Bounded by time (`stop_at`) and by count.
     for _ in 0..10_000 {
         let gap = millis(rng, 200, 1500);
@@ -194,23 +220,25 @@ pub(super) async fn drive_faults(
         if Instant::now() >= stop_at {
             break;
         }
-        if Instant::now() >= snapshots.next {
-            // `SAVE` blocks the server while it writes (briefly: the data
-            // directory is in memory); it gets a window like a fault's, but
-            // is not counted as one.
-            let start = now_ns();
-            stage.server.snapshot().await;
-            let end = now_ns();
-            snapshots.taken = Some(start);
-            snapshots.next = Instant::now() + millis(rng, 2000, 4000);
-            faults.push(Fault {
-                start,
-                end,
-                what: "snapshot (SAVE)".to_owned(),
-                settled: end + ns(RECOVERY),
-                counted: false,
-                ..Fault::starting()
-            });
+        if let Store::Redis(server) = &mut *stage.store {
+            if Instant::now() >= snapshots.next {
+                // `SAVE` blocks the server while it writes (briefly: the
+                // data directory is in memory); it gets a window like a
+                // fault's, but is not counted as one.
+                let start = now_ns();
+                server.snapshot().await;
+                let end = now_ns();
+                snapshots.taken = Some(start);
+                snapshots.next = Instant::now() + millis(rng, 2000, 4000);
+                faults.push(Fault {
+                    start,
+                    end,
+                    what: "snapshot (SAVE)".to_owned(),
+                    settled: end + ns(RECOVERY),
+                    counted: false,
+                    ..Fault::starting()
+                });
+            }
         }
         // Mostly at a process that holds a lock now.
         let holders: Vec<usize> = (0..PROCESSES)
@@ -221,85 +249,110 @@ pub(super) async fn drive_faults(
         } else {
             rng.below(PROCESSES as u64) as usize
         };
-        let proxy = &stage.proxies[p];
+        let link = &stage.links[p];
         let mut fault = Fault::starting();
         let mut recovery = RECOVERY;
         let pick = rng.below(100);
-        if pick < 45 {
+        if pick < 45 && !(stage.backend == Backend::Etcd && (28..=36).contains(&pick)) {
             fault.proxy = Some(p);
         }
-        match pick {
-            0..=11 => {
+        match (pick, &mut *stage.store) {
+            (0..=11, Store::Etcd(_)) if rng.below(2) == 0 => {
+                // One process's way to one member only: its client's
+                // requests, keep-alives and watches on that member hang
+                // while the others answer.
+                let member = rng.below(ETCD_MEMBERS as u64) as usize;
                 let d = millis(rng, 200, 3000);
-                proxy.stall();
+                link.stall_member(member, true);
                 tokio::time::sleep(d).await;
-                proxy.resume();
+                link.stall_member(member, false);
+                fault.what = format!(
+                    "stall proxy {p} to etcd member m{member} only for {} ms",
+                    d.as_millis()
+                );
+            }
+            (0..=11, _) => {
+                let d = millis(rng, 200, 3000);
+                link.stall();
+                tokio::time::sleep(d).await;
+                link.resume();
                 fault.what = format!("stall proxy {p} for {} ms", d.as_millis());
             }
-            12..=19 => {
+            (12..=19, _) => {
                 let delay = millis(rng, 20, 250);
                 let d = millis(rng, 500, 3000);
-                proxy.slow(Some(delay));
+                link.slow(Some(delay));
                 tokio::time::sleep(d).await;
-                proxy.slow(None);
+                link.slow(None);
                 fault.what = format!(
                     "slow proxy {p} by {} ms for {} ms",
                     delay.as_millis(),
                     d.as_millis()
                 );
             }
-            20..=27 => {
-                proxy.drop_connections();
+            (20..=27, _) => {
+                link.drop_connections();
                 fault.what = format!("drop connections of proxy {p}");
-                recovery = LINGER_RECOVERY;
+                recovery = linger_recovery;
             }
-            28..=36 => {
+            (28..=36, Store::Etcd(cluster)) => {
+                fault.what = members::kill_and_restart(cluster, rng).await;
+                recovery = linger_recovery;
+            }
+            (28..=36, Store::Redis(_)) => {
                 let command = if rng.below(2) == 0 {
                     "SUBSCRIBE"
                 } else {
                     "EVALSHA"
                 };
-                proxy.drop_at_command(command);
+                link.drop_at_command(command);
                 fault.what = format!("drop proxy {p} at its next {command}");
                 fault.armed = true;
                 // No window until it fires (see `place_firings`).
                 faults.push(fault);
                 continue;
             }
-            37..=44 => {
+            (37..=44, _) => {
                 let d = millis(rng, 300, 3000);
-                proxy.refuse(true);
+                link.refuse(true);
                 let cut = rng.below(2) == 0;
                 if cut {
-                    proxy.drop_connections();
-                    recovery = LINGER_RECOVERY;
+                    link.drop_connections();
+                    recovery = linger_recovery;
                 }
                 tokio::time::sleep(d).await;
-                proxy.refuse(false);
+                link.refuse(false);
                 fault.what = format!(
                     "refuse proxy {p} for {} ms{}",
                     d.as_millis(),
                     if cut { ", connections dropped" } else { "" }
                 );
             }
-            45..=52 => {
+            (45..=52, Store::Etcd(cluster)) => {
+                fault.what = members::freeze(cluster, rng).await;
+            }
+            (45..=52, Store::Redis(server)) => {
                 let d = millis(rng, 200, 2000);
-                stage.server.freeze();
+                server.freeze();
                 tokio::time::sleep(d).await;
-                stage.server.thaw();
+                server.thaw();
                 fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
             }
-            53..=59 => {
+            (53..=59, Store::Etcd(cluster)) => {
+                fault.what = members::restart_all(cluster).await;
+                recovery = linger_recovery;
+            }
+            (53..=59, Store::Redis(server)) => {
                 let from_snapshot = rng.below(100) < 40;
-                let (what, linger) = restart(stage.server, &mut snapshots, from_snapshot).await;
+                let (what, linger) = restart(server, &mut snapshots, from_snapshot).await;
                 fault.what = what;
                 fault.loses_data = true;
                 if linger {
-                    recovery = LINGER_RECOVERY;
+                    recovery = linger_recovery;
                 }
                 snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
             }
-            60..=69 => {
+            (60..=69, _) => {
                 // A whole worker process stopped past its lease: its locks
                 // run out while it cannot renew them. Best while it is busy
                 // right after its release passed a hold to another of its
@@ -308,7 +361,18 @@ pub(super) async fn drive_faults(
                 let limit = Instant::now() + Duration::from_millis(1500);
                 let workers = stage.workers;
                 let busy = || workers.iter().position(|w| w.live.busy_after_a_pass());
-                let p = if until(stage.changed, limit, || busy().is_some()).await {
+                let p = if stage.backend == Backend::Etcd {
+                    // No holds are passed on etcd: a worker that holds a
+                    // lock right now, if one does, so that the others take
+                    // it while it cannot run.
+                    let holding: Vec<usize> = (0..PROCESSES)
+                        .filter(|&i| workers[i].live.holds())
+                        .collect();
+                    match holding.len() {
+                        0 => p,
+                        n => holding[rng.below(n as u64) as usize],
+                    }
+                } else if until(stage.changed, limit, || busy().is_some()).await {
                     busy().unwrap_or(p)
                 } else {
                     p
@@ -316,7 +380,11 @@ pub(super) async fn drive_faults(
                 fault.start = now_ns();
                 let worker = &stage.workers[p];
                 let aimed = worker.live.busy_after_a_pass();
-                let (lo, hi) = if aimed { AIMED_STOP_MS } else { STOP_MS };
+                let (lo, hi) = match stage.backend {
+                    Backend::Redis if aimed => AIMED_STOP_MS,
+                    Backend::Redis => STOP_MS,
+                    Backend::Etcd => ETCD_STOP_MS,
+                };
                 let d = millis(rng, lo, hi);
                 worker.stop(true).await;
                 tokio::time::sleep(d).await;
@@ -333,9 +401,16 @@ pub(super) async fn drive_faults(
                 );
                 fault.proxy = Some(p);
                 fault.frozen = true;
-                recovery = LINGER_RECOVERY;
+                recovery = linger_recovery;
             }
-            _ => {
+            (_, Store::Etcd(_)) => {
+                if let Some(killed) = kill_at_handoff(stage, rng).await {
+                    faults.push(killed);
+                }
+                // Otherwise only the stall happened (its worker reports it).
+                continue;
+            }
+            (_, Store::Redis(_)) => {
                 if let Some(restarted) = restart_at_release(stage, rng, &mut snapshots).await {
                     faults.push(restarted);
                     snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
@@ -351,6 +426,13 @@ pub(super) async fn drive_faults(
     faults
 }
 
+/// Blocks the executor of a worker picked by `choice` for 50 ms to a
+/// second, at random.
+async fn stall_at_random(workers: &[Arc<Control>], rng: &mut XorShift, choice: u64) {
+    let spin = rng.below(3) == 0;
+    let p = (choice % PROCESSES as u64) as usize;
+    workers[p].stall(millis(rng, 50, MAX_STALL_MS), spin).await;
+}
 /// Kills the server and starts it again, from the last snapshot when
 /// `from_snapshot` and one at least a second old exists, else empty: what
 /// was done, and whether locks of the snapshot may live again.
@@ -440,7 +522,7 @@ async fn restart_at_release(
     let worker = stage.workers[p].clone();
     let fair = worker.fair[key];
     let channel = layout::release_channel(&layout::lock_name(stage.prefix, &format!("nk{key}")));
-    let watch = ReleaseWatch::start(stage.server.port(), channel).await;
+    let watch = ReleaseWatch::start(stage.store.redis().port(), channel).await;
     let stall = worker
         .stall(Duration::from_millis(MAX_STALL_MS), spin)
         .await;
@@ -466,9 +548,13 @@ async fn restart_at_release(
         // (its own thread, not blocked), which records it.
         tokio::time::sleep(pause).await;
         let mut restarted = Fault::starting();
-        let (what, linger) = restart(stage.server, snapshots, from_snapshot).await;
+        let (what, linger) = restart(stage.store.redis(), snapshots, from_snapshot).await;
         restarted.end = now_ns();
-        let recovery = if linger { LINGER_RECOVERY } else { RECOVERY };
+        let recovery = if linger {
+            stage.backend.linger_recovery()
+        } else {
+            RECOVERY
+        };
         restarted.settled = restarted.end + ns(recovery);
         restarted.loses_data = true;
         // Another worker takes the key on the new server before the blocked
@@ -515,6 +601,131 @@ async fn restart_at_release(
     fault
 }
 
+/// etcd's twin of [`restart_at_release`]: a worker waiting for a key that
+/// another one holds has its executor blocked; once its place heads the
+/// key's directory (the holder released: the lock is handed to the place,
+/// which its lock runtime, on a thread of its own, hears of), the leader is
+/// killed (or the whole cluster), the blocked executor runs again while
+/// etcd is away or electing, with news from before, and then the
+/// member(s) start again from their data directories. The fault, if the
+/// handoff came to pass (the stall is reported by its worker).
+async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fault> {
+    let spin = rng.below(3) == 0;
+    let whole = rng.below(100) < 30;
+    let pause = millis(rng, 0, 10);
+    let away = millis(rng, 50, 600);
+    let choice = rng.next_u64();
+    let limit = Instant::now() + Duration::from_secs(1);
+    until(stage.changed, limit, || {
+        !candidates(stage.workers).is_empty()
+    })
+    .await;
+    let candidates = candidates(stage.workers);
+    if candidates.is_empty() {
+        stall_at_random(stage.workers, rng, choice).await;
+        return None;
+    }
+    // A `current_thread` executor if one waits (a blocked poll stops all
+    // its tasks, the waiter's too).
+    let current: Vec<(usize, usize)> = candidates
+        .iter()
+        .copied()
+        .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
+        .collect();
+    let pool = if current.is_empty() {
+        candidates
+    } else {
+        current
+    };
+    let (p, key) = pool[(choice % pool.len() as u64) as usize];
+    stage.timed.tries += 1;
+    let worker = stage.workers[p].clone();
+    let Store::Etcd(cluster) = &mut *stage.store else {
+        panic!("an etcd fault on Redis");
+    };
+    // Straight to the cluster, not through a worker's proxies.
+    let dir = format!("{}nk{key}/", stage.prefix);
+    let ours = format!("{dir}{}:", worker.id);
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .ok()?;
+    let mut watch = client
+        .watch(
+            dir.as_str(),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .ok()?;
+    // The watch is set up once its first answer came.
+    tokio::time::timeout(Duration::from_secs(1), watch.message())
+        .await
+        .ok()?
+        .ok()??;
+    let stall = worker
+        .stall(Duration::from_millis(MAX_STALL_MS), spin)
+        .await;
+    let stalled_at = Instant::now();
+    // Bounded by `RELEASE_WAIT`: each delete in the directory, then whether
+    // the blocked worker's place heads it now.
+    let handed = tokio::time::timeout_at(stalled_at + RELEASE_WAIT, async {
+        let first = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_sort(
+                etcd_client::SortTarget::Create,
+                etcd_client::SortOrder::Ascend,
+            )
+            .with_limit(1);
+        loop {
+            let answer = watch.message().await.ok()??;
+            let deleted = answer
+                .events()
+                .iter()
+                .any(|e| e.event_type() == etcd_client::EventType::Delete);
+            if !deleted {
+                continue;
+            }
+            let head = client.get(dir.as_str(), Some(first.clone())).await.ok()?;
+            if head
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.key().starts_with(ours.as_bytes()))
+            {
+                return Some(());
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+    .is_some();
+    drop(watch);
+    let mut fault = None;
+    if handed {
+        tokio::time::sleep(pause).await;
+        let mut killed = Fault::starting();
+        let what = members::kill_for(cluster, whole, away, || worker.unstall(stall)).await;
+        killed.end = now_ns();
+        killed.settled = killed.end + ns(stage.backend.linger_recovery());
+        stage.timed.restarts += 1;
+        killed.what = format!(
+            "{what}, {} ms after nk{key} was handed to p{p}'s place while p{p}'s executor was \
+             blocked (stall {stall}), which ran again {} ms into the outage",
+            pause.as_millis(),
+            away.as_millis()
+        );
+        fault = Some(killed);
+    }
+    worker.unstall(stall).await;
+    let live = worker.live.clone();
+    until(
+        stage.changed,
+        Instant::now() + Duration::from_secs(3),
+        || live.stalled(stall).is_some(),
+    )
+    .await;
+    fault
+}
+
 /// `(worker, key)`: the worker waits for the key, and another one holds it.
 fn candidates(workers: &[Arc<Control>]) -> Vec<(usize, usize)> {
     let mut found = Vec::new();
@@ -537,7 +748,10 @@ async fn queue_head(stage: &Stage<'_>, key: usize) -> Option<String> {
         "{}:queue",
         layout::lock_name(stage.prefix, &format!("nk{key}"))
     );
-    let mut con = stage.server.connection().await;
+    let Store::Redis(server) = &*stage.store else {
+        return None;
+    };
+    let mut con = server.connection().await;
     redis::cmd("LINDEX")
         .arg(queue)
         .arg(0)
@@ -604,7 +818,7 @@ pub(super) fn place_firings(faults: &mut [Fault], p: usize, fired: &[u64]) {
             fault.what.push_str(" (fired)");
             fault.start = t;
             fault.end = t;
-            fault.settled = t + ns(LINGER_RECOVERY);
+            fault.settled = t + ns(Backend::Redis.linger_recovery());
         }
     }
 }

@@ -6,11 +6,14 @@
 //!
 //! ```text
 //! Usage:
-//!   nemesis_worker <redis-url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
-//!       where each key is `<name>:fair` or `<name>:plain` (the mode this
-//!       process uses for it; processes may differ), and `<executor>` is
-//!       `current` (the tasks run on a `current_thread` tokio runtime: one
-//!       blocked poll stops them all) or `multi` (two worker threads).
+//!   nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
+//!       where `<url>` is a Redis URL or `etcd://host:port[,host:port...]`
+//!       (the etcd backend, one endpoint per member), each key is
+//!       `<name>:fair` or `<name>:plain` (the mode this process asks for it
+//!       with; processes may differ; on etcd every lock is fair whatever it
+//!       asks), and `<executor>` is `current` (the tasks run on a
+//!       `current_thread` tokio runtime: one blocked poll stops them all) or
+//!       `multi` (two worker threads).
 //!
 //! It builds a lock runtime (connect and response timeouts of
 //! `<timeout-ms>`), prints `ready <id>` (`<id>`: the process part of its
@@ -44,7 +47,7 @@
 //!   begin     the request goes out; `api=with|guard wait=<ms>|forever
 //!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue`
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
-//!             in Redis, not a re-entry of an enclosing call's hold; polled:
+//!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between)
@@ -885,8 +888,15 @@ async fn run(args: Vec<String>) {
             }
         })
         .collect();
-    let runtime = LockRuntime::builder()
-        .redis(url.as_str())
+    let builder = match url.strip_prefix("etcd://") {
+        // The default lease is the longest the calls ask for: the lease the
+        // id probe's key is on then runs out as soon as theirs.
+        Some(endpoints) => LockRuntime::builder()
+            .etcd(endpoints.split(','))
+            .default_lease(Duration::from_secs(3)),
+        None => LockRuntime::builder().redis(url.as_str()),
+    };
+    let runtime = builder
         .key_prefix(prefix.as_str())
         .connect_timeout(timeout)
         .response_timeout(timeout)

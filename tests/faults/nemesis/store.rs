@@ -1,0 +1,232 @@
+//! Where the workers' locks live: one Redis server, or an etcd cluster of
+//! three members; each worker's own way to it (a fault proxy per server);
+//! and, after the run, what is left of the run's locks in it.
+
+use std::time::Duration;
+
+use lock_testkit::{EtcdCluster, RedisServer};
+use lock_tests::FaultProxy;
+use tokio::time::Instant;
+
+use super::check::Violation;
+use super::Backend;
+use crate::{channels, keys};
+
+/// The servers of a run.
+pub(super) enum Store {
+    /// One `redis-server` that can snapshot (for the restarts from one).
+    Redis(RedisServer),
+    /// An etcd cluster (each member keeps its data directory across a kill
+    /// and a restart, as a machine that reboots does).
+    Etcd(EtcdCluster),
+}
+
+impl Store {
+    /// Starts the servers of `backend`.
+    pub(super) fn start(backend: Backend) -> Store {
+        match backend {
+            Backend::Redis => Store::Redis(RedisServer::start_with_snapshots()),
+            Backend::Etcd => Store::Etcd(EtcdCluster::start(super::ETCD_MEMBERS)),
+        }
+    }
+
+    /// The Redis server, for the faults only Redis has.
+    pub(super) fn redis(&mut self) -> &mut RedisServer {
+        match self {
+            Store::Redis(server) => server,
+            Store::Etcd(_) => panic!("a Redis-only fault on etcd"),
+        }
+    }
+
+    /// The loopback port of each server, in order.
+    fn ports(&self) -> Vec<u16> {
+        match self {
+            Store::Redis(server) => vec![server.port()],
+            Store::Etcd(cluster) => cluster.endpoints().iter().map(|e| port_of(e)).collect(),
+        }
+    }
+
+    /// Waits (bounded by `limit`) until nothing of the run (its keys under
+    /// `prefix`) is left on the servers; what is still there at the limit
+    /// is a violation. Redis: no lock hash, queue or subscribed channel.
+    /// etcd: no key under the prefix (a lock's holder and queue are keys).
+    pub(super) async fn leftovers(
+        &self,
+        prefix: &str,
+        limit: Duration,
+        violations: &mut Vec<Violation>,
+    ) {
+        let limit_at = Instant::now() + limit;
+        // Bounded by `limit_at` (and a count): leases and queue places run
+        // out on their own.
+        for _ in 0..1000 {
+            // A read may fail while etcd elects (a short election timeout
+            // on a loaded machine): read again, until the limit.
+            let (left, subscribed) = match self.left(prefix).await {
+                Ok(found) => found,
+                Err(error) if Instant::now() < limit_at => {
+                    tracing::debug!(%error, "leftover check: read again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(error) => {
+                    violations.push(Violation::plain(
+                        "leftover check failed",
+                        format!("no answer from the servers at the limit: {error}"),
+                    ));
+                    return;
+                }
+            };
+            if left.is_empty() && subscribed.is_empty() {
+                return;
+            }
+            if Instant::now() >= limit_at {
+                let place = match self {
+                    Store::Redis(_) => "Redis",
+                    Store::Etcd(_) => "etcd",
+                };
+                if !left.is_empty() {
+                    violations.push(Violation::plain(
+                        "leftover keys",
+                        format!(
+                            "{left:?} still in {place} {} s after the workers exited",
+                            limit.as_secs()
+                        ),
+                    ));
+                }
+                if !subscribed.is_empty() {
+                    violations.push(Violation::plain(
+                        "leftover channels",
+                        format!("{subscribed:?} still subscribed after the workers exited"),
+                    ));
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The run's keys and subscribed channels on the servers now (an etcd
+    /// read may fail).
+    async fn left(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), etcd_client::Error> {
+        match self {
+            Store::Redis(server) => {
+                let mut con = server.connection().await;
+                let left: Vec<String> = keys(&mut con, &format!("{prefix}*"))
+                    .await
+                    .into_iter()
+                    .filter(|k| k.ends_with('}') || k.ends_with(":queue") || k.ends_with(":queued"))
+                    .collect();
+                Ok((left, channels(&mut con, &format!("{prefix}*")).await))
+            }
+            Store::Etcd(cluster) => {
+                let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
+                let only_keys = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only();
+                let found = client.get(prefix, Some(only_keys)).await?;
+                let left = found
+                    .kvs()
+                    .iter()
+                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                    .collect();
+                Ok((left, Vec::new()))
+            }
+        }
+    }
+}
+
+/// The port of `host:port`.
+fn port_of(endpoint: &str) -> u16 {
+    endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("an endpoint host:port, not {endpoint:?}"))
+}
+
+/// One worker's network: a proxy in front of each server, so that a
+/// network fault hits this one process's view of all of them at once (an
+/// etcd client balances over the members: a fault at one proxy alone would
+/// only move its requests to another member).
+pub(super) struct Link {
+    proxies: Vec<FaultProxy>,
+    backend: Backend,
+}
+
+impl Link {
+    /// Proxies in front of every server of `store`.
+    pub(super) async fn start(store: &Store, backend: Backend) -> Link {
+        let mut proxies = Vec::new();
+        for port in store.ports() {
+            proxies.push(FaultProxy::start(port).await);
+        }
+        Link { proxies, backend }
+    }
+
+    /// The URL a worker is given: `redis://...` through the proxy, or
+    /// `etcd://host:port,...` (one endpoint per member, each through its
+    /// proxy).
+    pub(super) fn url(&self) -> String {
+        match self.backend {
+            Backend::Redis => self.proxies[0].url(),
+            Backend::Etcd => {
+                let endpoints: Vec<String> = self
+                    .proxies
+                    .iter()
+                    .map(|p| format!("127.0.0.1:{}", p.port()))
+                    .collect();
+                format!("etcd://{}", endpoints.join(","))
+            }
+        }
+    }
+
+    /// Stops forwarding (see [`FaultProxy::stall`]).
+    pub(super) fn stall(&self) {
+        self.proxies.iter().for_each(FaultProxy::stall);
+    }
+
+    /// Forwards again.
+    pub(super) fn resume(&self) {
+        self.proxies.iter().for_each(FaultProxy::resume);
+    }
+
+    /// Stalls (`true`) or resumes the way to server `n` only.
+    pub(super) fn stall_member(&self, n: usize, stall: bool) {
+        if stall {
+            self.proxies[n].stall();
+        } else {
+            self.proxies[n].resume();
+        }
+    }
+
+    /// Delays every chunk by `delay` (`None`: no delay).
+    pub(super) fn slow(&self, delay: Option<Duration>) {
+        self.proxies.iter().for_each(|p| p.slow(delay));
+    }
+
+    /// Closes every connection open now.
+    pub(super) fn drop_connections(&self) {
+        self.proxies.iter().for_each(FaultProxy::drop_connections);
+    }
+
+    /// Closes new connections right after accept while `true`.
+    pub(super) fn refuse(&self, refuse: bool) {
+        self.proxies.iter().for_each(|p| p.refuse(refuse));
+    }
+
+    /// One-shot: the connection that sends the Redis command `command`
+    /// next is cut (Redis only: it names a RESP command).
+    pub(super) fn drop_at_command(&self, command: &str) {
+        assert_eq!(self.backend, Backend::Redis, "a Redis command on etcd");
+        self.proxies[0].drop_at_command(command);
+    }
+
+    /// When each `drop_at_command` fired.
+    pub(super) fn dropped_at_command_times(&self) -> Vec<std::time::Instant> {
+        self.proxies
+            .iter()
+            .flat_map(FaultProxy::dropped_at_command_times)
+            .collect()
+    }
+}
