@@ -230,7 +230,11 @@ impl Leases {
 
     /// One keep-alive of `lease`, answered: its confirmation moves on.
     pub(super) async fn keep_alive(&self, lease: &Lease) -> Result<(), Kept> {
-        let mut stream = lease.stream.lock().await;
+        let mut held = lease.stream.lock().await;
+        // Taken out while a request is out, and put back only after its
+        // answer was read: a caller cancelled between the two drops the
+        // stream, so no later keep-alive reads this one's answer as its own.
+        let mut stream = held.take();
         let sent = Instant::now();
         *lease
             .last_sent
@@ -248,7 +252,7 @@ impl Leases {
                             Kept::Failed(BackendError::new("etcd lease keep-alive", e))
                         }
                     })?;
-                    *stream = Some((keeper, messages));
+                    stream = Some((keeper, messages));
                     Ok(())
                 }
                 Some((keeper, messages)) => {
@@ -271,20 +275,15 @@ impl Leases {
         match answered {
             Ok(Ok(())) => {
                 lease.confirmed(sent);
+                *held = stream;
                 Ok(())
             }
-            Ok(Err(kept)) => {
-                // A stream that failed is not read again: its next answer
-                // could be an old one.
-                *stream = None;
-                Err(kept)
-            }
-            Err(_) => {
-                *stream = None;
-                Err(Kept::Failed(BackendError::msg(
-                    "etcd lease keep-alive: no answer in time",
-                )))
-            }
+            // A stream that failed is not read again (dropped here): its
+            // next answer could be an old one.
+            Ok(Err(kept)) => Err(kept),
+            Err(_) => Err(Kept::Failed(BackendError::msg(
+                "etcd lease keep-alive: no answer in time",
+            ))),
         }
     }
 }

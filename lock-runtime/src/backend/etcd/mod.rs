@@ -156,11 +156,15 @@ impl Inner {
         }
     }
 
-    /// A request was answered at `revision`.
-    fn answered(&self, revision: i64) {
+    /// A request sent when the highest revision seen was `floor` was
+    /// answered at `revision`. Only an answer below what was seen before
+    /// the request went out means another history: concurrent answers may
+    /// arrive in any order (a read served before a concurrent write).
+    fn answered(&self, revision: i64, floor: i64) {
         self.healthy.store(true, Ordering::Release);
-        let before = self.revision.fetch_max(revision, Ordering::AcqRel);
-        if revision < before {
+        self.revision.fetch_max(revision, Ordering::AcqRel);
+        if revision < floor {
+            let before = floor;
             // Linearizable reads never go back: this is another history.
             tracing::warn!(
                 endpoints = %self.endpoints,
@@ -179,9 +183,10 @@ impl Inner {
     /// One transaction, bounded by the response timeout.
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
         let mut kv = self.client.kv_client();
+        let floor = self.revision.load(Ordering::Acquire);
         match tokio::time::timeout(self.timeout, kv.txn(txn)).await {
             Ok(Ok(answer)) => {
-                self.answered(answer.header().map_or(0, |h| h.revision()));
+                self.answered(answer.header().map_or(floor, |h| h.revision()), floor);
                 Ok(answer)
             }
             Ok(Err(error)) => {
@@ -389,7 +394,15 @@ impl EtcdBackend {
                 "",
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        self.inner.txn(txn).await.map(drop)
+        // A compare that fails means the key is gone (its lease expired, or
+        // it was deleted): the hold it was to carry does not exist.
+        if self.inner.txn(txn).await?.succeeded() {
+            Ok(())
+        } else {
+            Err(BackendError::msg(format!(
+                "etcd: the key {key} was gone when it was moved to its lease"
+            )))
+        }
     }
 
     /// Deletes `holder`'s key of `lock`.
