@@ -15,6 +15,8 @@ pub(crate) const EMBEDDED_DESCRIPTION: &str =
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod place_tasks;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod releases;

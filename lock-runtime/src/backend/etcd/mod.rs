@@ -377,9 +377,7 @@ impl EtcdBackend {
             });
         }
         if joins {
-            self.inner
-                .waits
-                .start(&self.inner, lock, holder, mine, renewed);
+            wait::start(&self.inner, lock, holder, mine, renewed);
         }
         Ok(Acquire::Busy { ttl: None })
     }

@@ -14,12 +14,10 @@
 //! lease lost, a force-unlock) tells its waiters the key was released: the
 //! next attempt queues it again.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
-use tokio::task::AbortHandle;
 
 use super::{dir, node, Inner};
 
@@ -28,64 +26,31 @@ const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The places being waited for, by (lock, holder id).
-#[derive(Debug, Default)]
-pub(super) struct Waits {
-    tasks: Mutex<HashMap<(String, String), AbortHandle>>,
-}
+pub(super) use crate::backend::place_tasks::PlaceTasks as Waits;
 
-impl Waits {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), AbortHandle>> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Starts watching for the turn of `holder`'s key in `lock` (created
-    /// at revision `mine`), unless that is watched already.
-    ///
-    /// A place of a fixed-lease hold (`renewed` false) is not handed the
-    /// lock from here: its waiter is woken to claim it with an attempt,
-    /// which moves the key onto a lease of its own.
-    pub(super) fn start(
-        &self,
-        inner: &std::sync::Arc<Inner>,
-        lock: &str,
-        holder: &str,
-        mine: i64,
-        renewed: bool,
-    ) {
-        let mut tasks = self.tasks();
-        let id = (lock.to_owned(), holder.to_owned());
-        if tasks.get(&id).is_some_and(|t| !t.is_finished()) {
-            return;
-        }
-        let task = inner.handle.spawn(wait_turn(
+/// Starts watching for the turn of `holder`'s key in `lock` (created at
+/// revision `mine`), unless that is watched already.
+///
+/// A place of a fixed-lease hold (`renewed` false) is not handed the lock
+/// from here: its waiter is woken to claim it with an attempt, which moves
+/// the key onto a lease of its own.
+pub(super) fn start(
+    inner: &std::sync::Arc<Inner>,
+    lock: &str,
+    holder: &str,
+    mine: i64,
+    renewed: bool,
+) {
+    inner.waits.start(&inner.handle, lock, holder, || {
+        let (lock, holder) = (lock.to_owned(), holder.to_owned());
+        wait_turn(
             std::sync::Arc::downgrade(inner),
-            lock.to_owned(),
-            holder.to_owned(),
+            lock,
+            holder,
             mine,
             renewed,
-        ));
-        tasks.insert(id, task.abort_handle());
-    }
-
-    /// Stops watching for `holder`'s turn in `lock` (it holds the lock, or
-    /// its key is being deleted).
-    pub(super) fn stop(&self, lock: &str, holder: &str) {
-        if let Some(task) = self.tasks().remove(&(lock.to_owned(), holder.to_owned())) {
-            task.abort();
-        }
-    }
-
-    /// Stops every watch (the backend is going away).
-    pub(super) fn stop_all(&self) {
-        for (_, task) in self.tasks().drain() {
-            task.abort();
-        }
-    }
-
-    /// The task of `holder` in `lock` ends by itself.
-    fn ended(&self, lock: &str, holder: &str) {
-        self.tasks().remove(&(lock.to_owned(), holder.to_owned()));
-    }
+        )
+    });
 }
 
 /// What the read after a change found.

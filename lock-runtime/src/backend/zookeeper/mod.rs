@@ -486,7 +486,7 @@ impl ZookeeperBackend {
                     });
                 }
                 Some(_) if matches!(queue, Queue::Join(_)) => {
-                    inner.waits.start(inner, lock, holder);
+                    wait::start(inner, lock, holder);
                     return Ok(Acquire::Busy { ttl: None });
                 }
                 Some(_) => {

@@ -12,11 +12,8 @@
 //! place whose node is gone (its session expired, a force unlock) tells
 //! its waiters the lock was released: their next attempt queues again.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-use tokio::task::AbortHandle;
 
 use super::{path, Inner};
 
@@ -25,51 +22,14 @@ const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The places being waited for, by (lock, holder id).
-#[derive(Debug, Default)]
-pub(super) struct Waits {
-    tasks: Mutex<HashMap<(String, String), AbortHandle>>,
-}
+pub(super) use crate::backend::place_tasks::PlaceTasks as Waits;
 
-impl Waits {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), AbortHandle>> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Starts watching for the turn of `holder`'s node in `lock`, unless
-    /// that is watched already.
-    pub(super) fn start(&self, inner: &Arc<Inner>, lock: &str, holder: &str) {
-        let mut tasks = self.tasks();
-        let id = (lock.to_owned(), holder.to_owned());
-        if tasks.get(&id).is_some_and(|t| !t.is_finished()) {
-            return;
-        }
-        let task = inner.handle.spawn(wait_turn(
-            Arc::downgrade(inner),
-            lock.to_owned(),
-            holder.to_owned(),
-        ));
-        tasks.insert(id, task.abort_handle());
-    }
-
-    /// Stops watching for `holder`'s turn in `lock` (it holds the lock, or
-    /// its node is being deleted).
-    pub(super) fn stop(&self, lock: &str, holder: &str) {
-        if let Some(task) = self.tasks().remove(&(lock.to_owned(), holder.to_owned())) {
-            task.abort();
-        }
-    }
-
-    /// Stops every watch (the backend is going away).
-    pub(super) fn stop_all(&self) {
-        for (_, task) in self.tasks().drain() {
-            task.abort();
-        }
-    }
-
-    /// The task of `holder` in `lock` ends by itself.
-    fn ended(&self, lock: &str, holder: &str) {
-        self.tasks().remove(&(lock.to_owned(), holder.to_owned()));
-    }
+/// Starts watching for the turn of `holder`'s node in `lock`, unless that
+/// is watched already.
+pub(super) fn start(inner: &Arc<Inner>, lock: &str, holder: &str) {
+    inner.waits.start(&inner.handle, lock, holder, || {
+        wait_turn(Arc::downgrade(inner), lock.to_owned(), holder.to_owned())
+    });
 }
 
 /// What a listing found of our node.
