@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::port::try_free_port;
-use crate::process::ServerProcess;
+use crate::process::{self, ServerProcess};
 use crate::signal::{self, Signal};
 
 /// How to get etcd onto this machine.
@@ -178,7 +178,7 @@ impl EtcdCluster {
         let started = Instant::now();
         let port = self.members[n].client_port;
         while started.elapsed() < READY_LIMIT {
-            if health(port) {
+            if health(port) && process::listens_on(self.members[n].pid, port) {
                 return Ok(());
             }
             if !self.members[n]

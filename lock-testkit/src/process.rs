@@ -182,3 +182,65 @@ pub(crate) fn is_running(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Whether process `pid` itself listens on loopback `port`: a listening
+/// socket on that port (from `/proc/net/tcp` and `tcp6`) among the
+/// process's open files. A readiness probe that only asks "does something
+/// answer on the port?" can be answered by another test's server that took
+/// the port between our probe for a free one and our server's bind (ours
+/// then exits, and the test would use a stranger's server).
+///
+/// ```
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+/// let port = listener.local_addr().unwrap().port();
+/// assert!(lock_testkit::process::listens_on(std::process::id(), port));
+/// // A process that does not hold the socket (the parent, here) does not.
+/// assert!(!lock_testkit::process::listens_on(std::os::unix::process::parent_id(), port));
+/// drop(listener);
+/// assert!(!lock_testkit::process::listens_on(std::process::id(), port));
+/// ```
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let inodes = listening_inodes(port);
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:["))
+                .and_then(|t| t.strip_suffix(']'))
+                .is_some_and(|inode| inodes.iter().any(|i| i == inode))
+        })
+    })
+}
+
+/// The socket inodes listening on `port`, IPv4 and IPv6.
+fn listening_inodes(port: u16) -> Vec<String> {
+    const LISTEN: &str = "0A";
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        // Columns: sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let local_port = local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if *state == LISTEN && local_port == Some(port) {
+                inodes.push((*inode).to_owned());
+            }
+        }
+    }
+    inodes
+}

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::binary;
 use crate::port::try_free_port;
-use crate::process::ServerProcess;
+use crate::process::{self, ServerProcess};
 use crate::server::{data_dir, RedisServer};
 
 /// The service name the sentinels monitor.
@@ -140,7 +140,8 @@ impl SentinelSet {
             let port = try_free_port()?;
             let process = ServerProcess::spawn_with_config(binary, config, port, &["--sentinel"])?;
             if poll(deadline, || {
-                Ok(query::<String>(port, &redis::cmd("PING")).is_ok())
+                Ok(query::<String>(port, &redis::cmd("PING")).is_ok()
+                    && process::listens_on(process.pid(), port))
             }) {
                 return Ok((port, process));
             }

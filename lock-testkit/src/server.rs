@@ -326,19 +326,25 @@ impl Drop for RedisServer {
 }
 
 /// Polls `PING` until the server answers (an error reply such as `NOAUTH`
-/// counts: it is up; `LOADING` does not: it is still reading its snapshot),
-/// its process `pid` dies, or `limit` passes.
+/// counts: it is up; `LOADING` does not: it is still reading its snapshot)
+/// and the port is its own (not another test's server that took the port
+/// first), its process `pid` dies, or `limit` passes.
 fn wait_ready(url: &str, pid: u32, limit: Duration) -> bool {
     let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Some(port) = url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()) else {
         return false;
     };
     let start = Instant::now();
     while start.elapsed() < limit {
         if let Ok(mut con) = client.get_connection() {
-            match redis::cmd("PING").query::<String>(&mut con) {
-                Ok(_) => return true,
-                Err(e) if e.code().is_some_and(|code| code != "LOADING") => return true,
-                Err(_) => {}
+            let up = match redis::cmd("PING").query::<String>(&mut con) {
+                Ok(_) => true,
+                Err(e) => e.code().is_some_and(|code| code != "LOADING"),
+            };
+            if up && process::listens_on(pid, port) {
+                return true;
             }
         }
         if !process::is_running(pid) {

@@ -184,7 +184,7 @@ impl Node {
     }
 
     fn serving(&self) -> bool {
-        mode(self.port).is_some()
+        mode(self.port).is_some() && process::listens_on(self.pid, self.port)
     }
 }
 
@@ -473,12 +473,13 @@ fn show_log_tail(log: &str) {
     }
 }
 
-/// Polls `srvr` until the server serves, its process `pid` dies, or
-/// `limit` passes.
+/// Polls `srvr` until the server serves on its own port (not another
+/// test's server that took it first), its process `pid` dies, or `limit`
+/// passes.
 fn wait_serving(port: u16, pid: u32, limit: Duration) -> bool {
     let begun = Instant::now();
     while begun.elapsed() < limit {
-        if mode(port).is_some() {
+        if mode(port).is_some() && process::listens_on(pid, port) {
             return true;
         }
         if !process::is_running(pid) {
