@@ -25,6 +25,7 @@
 //! of a process (lock cohorting is off on etcd).
 
 mod lease;
+mod tomb;
 mod wait;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -105,6 +106,26 @@ fn first_of(lock: &str) -> TxnOp {
     TxnOp::get(dir(lock), Some(first))
 }
 
+/// The transaction of one attempt of `holder` at `lock` (see the module
+/// docs): its key is put on `lease` if it is not there yet (`joins`: the
+/// attempt waits in the queue) or if the directory is empty (trying once),
+/// and never after the key's tombstone was written (`tomb.rs`); then the
+/// key (when not just put) and the directory's first key are read.
+fn acquire_txn(lock: &str, holder: &str, lease: i64, joins: bool) -> Txn {
+    let ours = node(lock, holder);
+    let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(lease)));
+    let when = if joins {
+        Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
+    } else {
+        Compare::create_revision(dir(lock), CompareOp::Equal, 0).with_prefix()
+    };
+    let alive = Compare::create_revision(tomb::key(lock, holder), CompareOp::Equal, 0);
+    Txn::new()
+        .when([when, alive])
+        .and_then([put, first_of(lock)])
+        .or_else([TxnOp::get(ours, None), first_of(lock)])
+}
+
 /// The etcd backend of one runtime.
 #[derive(Clone, Debug)]
 pub(crate) struct EtcdBackend {
@@ -128,6 +149,8 @@ pub(super) struct Inner {
     /// The highest revision an answer carried: a lower one means the
     /// cluster was wiped or restored.
     revision: AtomicI64,
+    /// Keys whose put went out unanswered (see `tomb.rs`).
+    unanswered: tomb::Unanswered,
 }
 
 impl std::fmt::Debug for Inner {
@@ -207,6 +230,67 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// The operations deleting `holder`'s key of `lock`: with its
+    /// tombstone, when a put of it went out unanswered (see `tomb.rs`) and
+    /// `tombstone` is set.
+    fn deletes(&self, lock: &str, holder: &str, tombstone: bool) -> Vec<TxnOp> {
+        let key = node(lock, holder);
+        let lease = tombstone.then(|| self.unanswered.lease_of(&key)).flatten();
+        let mut ops = vec![TxnOp::delete(key, None)];
+        if let Some(lease) = lease {
+            let on = PutOptions::new().with_lease(lease);
+            ops.push(TxnOp::put(tomb::key(lock, holder), "", Some(on)));
+        }
+        ops
+    }
+
+    /// Deletes these holders' keys, `(lock, holder)`, in one transaction,
+    /// with the tombstones they need; `true` if one was there.
+    async fn delete_keys(&self, keys: &[(String, String)]) -> Result<bool, BackendError> {
+        let ops = keys
+            .iter()
+            .flat_map(|(lock, holder)| self.deletes(lock, holder, true))
+            .collect::<Vec<_>>();
+        match self.txn(Txn::new().and_then(ops)).await {
+            Ok(answer) => {
+                for (lock, holder) in keys {
+                    self.unanswered.settled(&node(lock, holder));
+                }
+                Ok(deleted(&answer))
+            }
+            // A tombstone's lease ran out (or was revoked): the late put on
+            // it can write nothing now, so that key needs no tombstone. Which
+            // one: key by key.
+            Err(error) if tomb::lease_gone(&error) => {
+                let mut any = false;
+                for (lock, holder) in keys {
+                    let ops = self.deletes(lock, holder, true);
+                    let answer = match self.txn(Txn::new().and_then(ops)).await {
+                        Err(error) if tomb::lease_gone(&error) => {
+                            let ops = self.deletes(lock, holder, false);
+                            self.txn(Txn::new().and_then(ops)).await?
+                        }
+                        answer => answer?,
+                    };
+                    self.unanswered.settled(&node(lock, holder));
+                    any |= deleted(&answer);
+                }
+                Ok(any)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Whether a delete of the answer removed a key.
+fn deleted(answer: &TxnResponse) -> bool {
+    answer.op_responses().into_iter().any(|r| match r {
+        TxnOpResponse::Delete(d) => d.deleted() > 0,
+        _ => false,
+    })
+}
+
 /// The reads of a transaction's answer, in order.
 fn gets(answer: &TxnResponse) -> Vec<etcd_client::GetResponse> {
     answer
@@ -278,6 +362,7 @@ pub(crate) async fn connect(
         handle: tokio::runtime::Handle::current(),
         healthy: AtomicBool::new(true),
         revision: AtomicI64::new(0),
+        unanswered: tomb::Unanswered::default(),
     });
     let backend = EtcdBackend { inner };
     // One answer before the runtime is handed out: a wrong address fails
@@ -332,17 +417,10 @@ impl EtcdBackend {
             Some(self.inner.leases.fixed(lease).await?)
         };
         let put_on = fixed.unwrap_or(on.id);
-        let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(put_on)));
-        let when = if joins {
-            Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
-        } else {
-            Compare::create_revision(dir(lock), CompareOp::Equal, 0).with_prefix()
-        };
-        let txn = Txn::new()
-            .when([when])
-            .and_then([put, first_of(lock)])
-            .or_else([TxnOp::get(ours.clone(), None), first_of(lock)]);
+        let txn = acquire_txn(lock, holder, put_on, joins);
+        let out = self.inner.unanswered.put_out(&ours, put_on);
         let answer = self.inner.txn(txn).await?;
+        out.answered();
         let revision = answer.header().map_or(0, |h| h.revision());
         let created = answer.succeeded();
         let reads = gets(&answer);
@@ -350,6 +428,14 @@ impl EtcdBackend {
             (true, [first]) => ((revision, put_on), first.kvs().first()),
             (false, [own, first]) => match own.kvs().first() {
                 Some(kv) => ((kv.create_revision(), kv.lease()), first.kvs().first()),
+                // Waiting: neither made nor there, so the holder's
+                // tombstone stands; its id is not to be used again.
+                None if joins => {
+                    return Err(BackendError::msg(format!(
+                        "etcd: the holder id {holder} of {lock} was given up before; \
+                         a new attempt takes a new one"
+                    )))
+                }
                 // Not ours, and (trying once) the directory is not empty.
                 None => return Ok(Acquire::Busy { ttl: None }),
             },
@@ -411,9 +497,12 @@ impl EtcdBackend {
         fair: bool,
     ) -> Result<Release, BackendError> {
         self.inner.waits.stop(lock, holder);
-        let txn = Txn::new().and_then([TxnOp::delete(node(lock, holder), None)]);
-        let answer = match self.inner.txn(txn).await {
-            Ok(answer) => answer,
+        let deleted = match self
+            .inner
+            .delete_keys(&[(lock.to_owned(), holder.to_owned())])
+            .await
+        {
+            Ok(deleted) => deleted,
             Err(error) => {
                 // The key would outlive this failure: the runtime's lease is
                 // kept alive. The background releaser tries until etcd
@@ -422,10 +511,6 @@ impl EtcdBackend {
                 return Err(error);
             }
         };
-        let deleted = answer.op_responses().into_iter().any(|r| match r {
-            TxnOpResponse::Delete(d) => d.deleted() > 0,
-            _ => false,
-        });
         Ok(if deleted {
             Release::Freed
         } else {
@@ -649,12 +734,16 @@ async fn releaser(
     mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
     pending: Arc<PendingReleases>,
 ) {
-    let mut batch = Vec::with_capacity(TXN_OPS);
-    while jobs.recv_many(&mut batch, TXN_OPS).await > 0 {
-        let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS));
+    // (Half a transaction of keys: each may bring its tombstone.)
+    let mut batch = Vec::with_capacity(TXN_OPS / 2);
+    while jobs.recv_many(&mut batch, TXN_OPS / 2).await > 0 {
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS / 2));
         let (inner, pending) = (inner.clone(), pending.clone());
         tokio::spawn(async move {
-            let mut keys: Vec<String> = batch.iter().map(|(l, h, _)| node(l, h)).collect();
+            let mut keys: Vec<(String, String)> = batch
+                .iter()
+                .map(|(l, h, _)| (l.clone(), h.clone()))
+                .collect();
             keys.sort_unstable();
             keys.dedup();
             let mut backoff = Duration::from_millis(50);
@@ -663,11 +752,7 @@ async fn releaser(
                 let Some(backend) = inner.upgrade() else {
                     break; // the runtime is gone: so is its lease, soon
                 };
-                let deletes: Vec<TxnOp> = keys
-                    .iter()
-                    .map(|k| TxnOp::delete(k.clone(), None))
-                    .collect();
-                match backend.txn(Txn::new().and_then(deletes)).await {
+                match backend.delete_keys(&keys).await {
                     Ok(_) => break,
                     Err(error) => {
                         tries += 1;
@@ -714,8 +799,123 @@ impl Watches for EtcdWatches {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use super::lock_name;
+    use std::sync::Weak;
+    use std::time::Duration;
+
+    use super::{acquire_txn, connect, lock_name, node, tomb, ConnectSettings, EtcdBackend};
+    use super::{EtcdConfig, Wakeups};
+
+    /// Waiters nobody has: these tests call the backend directly.
+    struct Nobody;
+
+    impl Wakeups for Nobody {
+        fn released(&self, _: &str) {}
+        fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
+        fn connection_lost(&self) {}
+    }
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    async fn backend(cluster: &lock_testkit::etcd::EtcdCluster) -> EtcdBackend {
+        let settings = ConnectSettings {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
+            tls_root_ca: None,
+            tls_client: None,
+            fence_window: Duration::from_secs(60),
+            fence_reserve: 0,
+        };
+        let config = EtcdConfig {
+            endpoints: cluster.endpoints(),
+            user: None,
+            default_lease: LEASE,
+        };
+        let nobody: Weak<dyn Wakeups> = Weak::<Nobody>::new();
+        connect(config, &settings, nobody).await.unwrap().0
+    }
+
+    /// What etcd holds under `key` now.
+    async fn stands(backend: &EtcdBackend, key: &str) -> bool {
+        let mut kv = backend.inner.client.kv_client();
+        !kv.get(key, None).await.unwrap().kvs().is_empty()
+    }
+
+    /// A put that went out unanswered, given up (its key deleted), and then
+    /// applied by etcd after the delete (etcd applies one process's calls
+    /// in any order) writes nothing: the key stays gone, not left on a
+    /// lease this runtime keeps alive, where it would block the lock for
+    /// good. Both for a waiting attempt and for a try-once one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_applied_after_the_delete_of_its_key_writes_nothing() {
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let lease = backend.inner.leases.ahead(LEASE).await.unwrap().id;
+        for (holder, joins) in [("waiting", true), ("trying", false)] {
+            let lock = format!("late-put-{holder}");
+            let key = node(&lock, holder);
+            // The attempt's put goes out; its answer never comes.
+            drop(backend.inner.unanswered.put_out(&key, lease));
+            // Given up: its key is deleted (the put has not arrived yet) ...
+            backend.release(&lock, holder, true).await.unwrap();
+            // ... and then the put arrives.
+            let mut kv = backend.inner.client.kv_client();
+            let late = kv
+                .txn(acquire_txn(&lock, holder, lease, joins))
+                .await
+                .unwrap();
+            assert!(!late.succeeded(), "{holder}: the late put was applied");
+            assert!(!stands(&backend, &key).await, "{holder}: {key} stands");
+            assert!(backend.inspect(&lock).await.unwrap().is_none());
+            // The lock itself is free for everyone else.
+            let other = acquire_txn(&lock, "another", lease, joins);
+            assert!(kv.txn(other).await.unwrap().succeeded());
+            backend.release(&lock, "another", true).await.unwrap();
+        }
+    }
+
+    /// A put that was answered leaves no tombstone behind when its key is
+    /// deleted (tombstones are for unanswered puts only: one key per lock
+    /// call would pile up on the runtime's lease).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answered_put_leaves_no_tombstone() {
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let lock = "answered";
+        let acquired = backend
+            .acquire(lock, "h", (LEASE, true), super::Queue::Join(LEASE))
+            .await
+            .unwrap();
+        assert!(matches!(acquired, super::Acquire::Held { .. }));
+        backend.release(lock, "h", true).await.unwrap();
+        assert!(!stands(&backend, &node(lock, "h")).await);
+        assert!(!stands(&backend, &tomb::key(lock, "h")).await);
+    }
+
+    /// When the lease an unanswered put named is gone, the put can write
+    /// nothing any more (etcd refuses a put on a lease it does not know):
+    /// the delete goes through without a tombstone, and the key is no
+    /// longer counted as unanswered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_whose_tombstone_lease_is_gone_still_deletes() {
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let mut leases = backend.inner.client.lease_client();
+        let gone = leases.grant(5, None).await.unwrap().id();
+        leases.revoke(gone).await.unwrap();
+        let (lock, holder) = ("gone-lease", "h");
+        let key = node(lock, holder);
+        let mut kv = backend.inner.client.kv_client();
+        kv.put(key.as_str(), "", None).await.unwrap();
+        drop(backend.inner.unanswered.put_out(&key, gone));
+        backend.release(lock, holder, true).await.unwrap();
+        assert!(!stands(&backend, &key).await);
+        assert_eq!(backend.inner.unanswered.lease_of(&key), None);
+        let late = kv.txn(acquire_txn(lock, holder, gone, true)).await;
+        assert!(late.is_err(), "a put on a revoked lease was applied");
+        assert!(!stands(&backend, &key).await);
+    }
 
     #[test]
     fn no_lock_name_is_inside_another_locks_directory() {
