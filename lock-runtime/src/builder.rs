@@ -602,6 +602,7 @@ impl LockRuntimeBuilder {
                 crate::backend::etcd::EtcdConfig {
                     endpoints: endpoints.clone(),
                     user: self.etcd_user.clone(),
+                    prefix: self.prefix.clone(),
                     default_lease: self.default_lease,
                 },
                 settings,

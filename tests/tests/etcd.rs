@@ -331,7 +331,8 @@ async fn a_compaction_while_waiting_does_not_lose_the_release() {
 }
 
 /// etcd with auth on: a runtime given the user and password locks as
-/// usual; one without them is refused at build, naming the cause.
+/// usual, also as a user allowed only the key prefix; one without them is
+/// refused at build, naming the cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
     let cluster = EtcdCluster::start(1);
@@ -347,7 +348,39 @@ async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
         assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
     };
     ctl(&["user", "add", "root", "--new-user-password", "s3cret"]);
+    // A user allowed only the runtime's key prefix (as an operator grants
+    // it): every key the runtime reads or writes is in that range.
+    ctl(&["role", "add", "locks"]);
+    ctl(&[
+        "role",
+        "grant-permission",
+        "locks",
+        "--prefix=true",
+        "readwrite",
+        "lock:",
+    ]);
+    ctl(&["user", "add", "app", "--new-user-password", "app-pw"]);
+    ctl(&["user", "grant-role", "app", "locks"]);
     ctl(&["auth", "enable"]);
+    let confined = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .etcd_auth("app", "app-pw")
+        .build()
+        .await
+        .expect("a runtime whose user may use the lock prefix only");
+    let held = confined.lock("k").acquire().await.unwrap();
+    let waiter = {
+        let confined = confined.clone();
+        tokio::spawn(async move { confined.lock("k").acquire().await.map(|g| g.fence()) })
+    };
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+    assert!(second > first);
     let runtime = LockRuntime::builder()
         .etcd(cluster.endpoints())
         .etcd_auth("root", "s3cret")

@@ -63,6 +63,9 @@ pub(crate) struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     /// User name and password (etcd's own auth), if any.
     pub(crate) user: Option<(String, String)>,
+    /// The runtime's key prefix: every key it reads or writes starts with
+    /// it (etcd's role-based access may grant a user that range only).
+    pub(crate) prefix: String,
     /// The runtime's default lease: its etcd lease is granted at connect,
     /// so that first acquires go out in the order they were made.
     pub(crate) default_lease: Duration,
@@ -149,6 +152,9 @@ pub(super) struct Inner {
     /// The highest revision an answer carried: a lower one means the
     /// cluster was wiped or restored.
     revision: AtomicI64,
+    /// The key a ping reads: `<prefix>%ping`, inside the runtime's range and
+    /// no lock's name (`lock_name` never writes `%p`).
+    ping_key: String,
     /// Keys whose put went out unanswered (see `tomb.rs`).
     unanswered: tomb::Unanswered,
 }
@@ -362,6 +368,7 @@ pub(crate) async fn connect(
         handle: tokio::runtime::Handle::current(),
         healthy: AtomicBool::new(true),
         revision: AtomicI64::new(0),
+        ping_key: format!("{}%ping", config.prefix),
         unanswered: tomb::Unanswered::default(),
     });
     let backend = EtcdBackend { inner };
@@ -520,7 +527,7 @@ impl EtcdBackend {
 
     /// One read of a key.
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
-        let txn = Txn::new().and_then([TxnOp::get("lock-runtime/ping", None)]);
+        let txn = Txn::new().and_then([TxnOp::get(self.inner.ping_key.as_str(), None)]);
         self.inner.txn(txn).await.map(drop)
     }
 
@@ -830,6 +837,7 @@ mod tests {
         let config = EtcdConfig {
             endpoints: cluster.endpoints(),
             user: None,
+            prefix: "lock:".to_owned(),
             default_lease: LEASE,
         };
         let nobody: Weak<dyn Wakeups> = Weak::<Nobody>::new();
