@@ -97,6 +97,8 @@ pub struct RuntimeStats {
     pub held: usize,
     /// Keys with at least one local waiter (each is one subscription on Redis).
     pub waiting_keys: usize,
+    /// Acquires of this runtime waiting for a lock now (over every key).
+    pub waiting: usize,
     /// The watchdog's counters.
     pub watchdog: WatchdogStats,
     /// Holds passed from one task of this process to another without a
@@ -294,6 +296,7 @@ impl LockRuntime {
         RuntimeStats {
             held: self.inner.table.len(),
             waiting_keys: self.inner.waiters.waiting_keys(),
+            waiting: self.inner.waiters.waiting_tasks(),
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
             connections_lost: u64::from(self.inner.waiters.connection_epoch()),

@@ -86,6 +86,23 @@ impl EtcdCluster {
     /// install command when etcd is missing.
     pub fn try_start(size: usize) -> Result<EtcdCluster> {
         let binary = etcd_binary()?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::try_start_once(&binary, size) {
+                Ok(cluster) => return Ok(cluster),
+                // A port we picked was taken before the member bound it
+                // (another test's server): new ports.
+                Err(error) if tries < 3 => {
+                    eprintln!("etcd cluster start failed ({error:#}); again on new ports");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    fn try_start_once(binary: &str, size: usize) -> Result<EtcdCluster> {
+        let binary = binary.to_owned();
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token = format!("lock-testkit-{}-{n}", std::process::id());

@@ -20,6 +20,8 @@ on_every_backend!(
     deleted_lock_is_lost_and_abort_stops_the_body,
     deleted_lock_in_continue_mode_finishes_the_body,
     fixed_lease_without_watchdog_is_not_renewed,
+    a_fixed_lease_handed_over_through_a_renewed_waiters_place_still_runs_out
+        skip(redlock = "Redlock has no fair mode, so no handoff: a fair request is refused"),
     release_after_takeover_is_not_held,
 );
 
@@ -163,6 +165,65 @@ async fn deleted_lock_in_continue_mode_finishes_the_body(kind: Kind) {
         "the loss should have been detected while the body ran: before {before:?}, after {after:?}"
     );
     assert_eq!(runtime.stats().held, 0);
+}
+
+/// A fair release hands the lock to the process's place in the queue,
+/// which the first of its waiters made: here one with a renewed lease,
+/// which then leaves, so that the next, with a fixed lease, takes the
+/// handoff. Its lease is fixed all the same: nothing renews it, and a peer
+/// gets the lock once it runs out, although the guard still lives. (On
+/// etcd and ZooKeeper the place's key lives as long as the lease or
+/// session the renewed waiter asked for: taken from the message, the hold
+/// would never end.)
+async fn a_fixed_lease_handed_over_through_a_renewed_waiters_place_still_runs_out(kind: Kind) {
+    let (runtime, peer) = kind.two("handed-fixed").await;
+    let key = unique("handed-fixed-key");
+    let first = runtime.lock(&key).fair(true).acquire().await.unwrap();
+    let wait = Duration::from_secs(20);
+    let renewed = {
+        let (peer, key) = (peer.clone(), key.clone());
+        tokio::spawn(async move { peer.lock(&key).fair(true).wait(wait).acquire().await })
+    };
+    let waiting = |n: usize| {
+        let peer = peer.clone();
+        move || peer.stats().waiting == n
+    };
+    lock_tests::wait_until("the renewed waiter waits", waiting(1)).await;
+    let fixed = {
+        let (peer, key) = (peer.clone(), key.clone());
+        let request = peer.lock(&key).fair(true).lease(LEASE).watchdog(false);
+        tokio::spawn(async move { request.wait(wait).acquire().await })
+    };
+    lock_tests::wait_until("the fixed waiter waits too", waiting(2)).await;
+    renewed.abort();
+    lock_tests::wait_until("the renewed waiter left", waiting(1)).await;
+    // The fixed hold's lease counts from its claim, sent after this.
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let handed = fixed
+        .await
+        .unwrap()
+        .expect("the fixed waiter gets the lock");
+    let third = runtime
+        .lock(&key)
+        .fair(true)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the handed fixed lease runs out and frees the lock");
+    let after = released.elapsed();
+    assert!(
+        after >= LEASE - Duration::from_millis(5),
+        "the peer got in {after:?} after the release, before the fixed lease could end"
+    );
+    assert!(third.fence() > handed.fence());
+    let _ = tokio::time::timeout(Duration::from_secs(1), handed.lost()).await;
+    assert!(
+        handed.is_lost(),
+        "the handed fixed hold does not know it ran out"
+    );
+    drop(handed);
+    third.release().await.unwrap();
 }
 
 /// With the watchdog off the lease is fixed: a peer gets the lock once it

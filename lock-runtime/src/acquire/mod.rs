@@ -438,9 +438,16 @@ impl Acquisition {
 
     /// The shortest handoff claim this waiter may take without a round trip:
     /// the watchdog extends a renewed lock, but nothing extends a fixed one.
+    /// On etcd and ZooKeeper, a handoff is the place's key reaching the
+    /// queue's head, on whatever lease or session the waiter that queued it
+    /// asked for (kept alive when that was a renewed one): a fixed-lease
+    /// waiter never takes it from the message, its attempt claims it and
+    /// puts an end to it.
     fn minimum_claim(&self) -> Duration {
         if self.want.renew {
             Duration::ZERO
+        } else if self.runtime.backend().always_fair() {
+            Duration::MAX
         } else {
             self.want.lease
         }

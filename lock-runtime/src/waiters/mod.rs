@@ -361,6 +361,12 @@ impl Waiters {
         self.keys().len()
     }
 
+    /// Waiters queued now, over every key.
+    pub(crate) fn waiting_tasks(&self) -> usize {
+        let entries: Vec<Arc<KeyWaiters>> = self.keys().values().cloned().collect();
+        entries.iter().map(|entry| entry.queue().len()).sum()
+    }
+
     fn unregister(&self, ticket: &WaitTicket) {
         let mut keys = self.keys();
         let (was_head, now_empty) = {
