@@ -406,3 +406,43 @@ async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
         .expect_err("a runtime with a wrong password");
     assert!(!wrong.to_string().contains("wrong"), "{wrong}");
 }
+
+/// With every member of the cluster down, a try-once ends within its try
+/// timeout plus the response timeout, and a bounded wait soon after its
+/// deadline: an outage is not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_during_a_whole_cluster_outage_end_within_their_bounds() {
+    let mut cluster = EtcdCluster::start(3);
+    let timeout = Duration::from_millis(400);
+    let runtime = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .key_prefix(&unique("outage"))
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let held = runtime.lock("a").acquire().await.unwrap();
+    drop(held);
+    for n in 0..cluster.size() {
+        cluster.kill(n);
+    }
+    let mut worst = (Duration::ZERO, Duration::ZERO);
+    for i in 0..6 {
+        let begun = Instant::now();
+        let tried = runtime.lock(&format!("k{}", i % 2)).try_acquire().await;
+        assert!(tried.is_err(), "{tried:?}");
+        worst.0 = worst.0.max(begun.elapsed());
+        let begun = Instant::now();
+        let waited = runtime
+            .lock("a")
+            .wait(Duration::from_millis(250))
+            .acquire()
+            .await;
+        assert!(waited.is_err());
+        worst.1 = worst.1.max(begun.elapsed());
+    }
+    eprintln!("worst try-once {:?}, worst 250 ms wait {:?}", worst.0, worst.1);
+    assert!(worst.0 < Duration::from_millis(750), "{worst:?}");
+    assert!(worst.1 < Duration::from_millis(1000), "{worst:?}");
+}
