@@ -17,7 +17,6 @@ use crate::masters::{holding, Masters, View};
 use crate::nodes::{self, Node};
 use crate::output::out;
 use crate::report;
-use crate::topology::Topology;
 use crate::{Failure, Outcome};
 
 /// Keys asked of a server per `SCAN` step.
@@ -98,27 +97,27 @@ async fn candidates(
     runtime: &LockRuntime,
     limit: usize,
 ) -> Result<Vec<String>, Failure> {
-    // Used by the etcd and ZooKeeper arms only.
+    #[cfg(feature = "etcd")]
+    if let crate::topology::Topology::Etcd(etcd) = &target.topology {
+        return crate::etcd::keys(target, etcd, runtime, limit).await;
+    }
+    #[cfg(feature = "zookeeper")]
+    if let crate::topology::Topology::Zookeeper(zookeeper) = &target.topology {
+        return crate::zookeeper::keys(target, zookeeper, runtime).await;
+    }
+    // The Redis family: a SCAN of each server that stores locks.
     let _ = runtime;
-    match &target.topology {
-        #[cfg(feature = "etcd")]
-        Topology::Etcd(etcd) => crate::etcd::keys(target, etcd, runtime, limit).await,
-        #[cfg(feature = "zookeeper")]
-        Topology::Zookeeper(zookeeper) => crate::zookeeper::keys(target, zookeeper, runtime).await,
-        _ => {
-            let mut keys = Vec::new();
-            for node in nodes::storing(target).await? {
-                match scan_keys(target, &node, limit).await {
-                    Ok(found) => keys.extend(found),
-                    Err(error) => target.unreachable(&node.name, &error),
-                }
-            }
-            keys.sort();
-            keys.dedup();
-            keys.truncate(limit);
-            Ok(keys)
+    let mut keys = Vec::new();
+    for node in nodes::storing(target).await? {
+        match scan_keys(target, &node, limit).await {
+            Ok(found) => keys.extend(found),
+            Err(error) => target.unreachable(&node.name, &error),
         }
     }
+    keys.sort();
+    keys.dedup();
+    keys.truncate(limit);
+    Ok(keys)
 }
 
 fn print(target: &Target, rows: &[Row], json: bool) {
