@@ -105,7 +105,8 @@ async fn candidates(
     if let crate::topology::Topology::Zookeeper(zookeeper) = &target.topology {
         return crate::zookeeper::keys(target, zookeeper, runtime).await;
     }
-    // The Redis family: a SCAN of each server that stores locks.
+    // The Redis family: a SCAN of each server that stores locks. (The
+    // runtime names the keys of etcd and ZooKeeper only.)
     let _ = runtime;
     let mut keys = Vec::new();
     for node in nodes::storing(target).await? {
