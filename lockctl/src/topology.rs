@@ -261,14 +261,15 @@ impl Topology {
     /// ZooKeeper are cargo features of lockctl (off by default, as in the
     /// runtime), and saying so beats a connection error.
     pub(crate) fn unsupported(&self) -> Option<Failure> {
-        let missing = match self {
+        let feature = match self {
             Topology::Etcd(_) if cfg!(not(feature = "etcd")) => "etcd",
             Topology::Zookeeper(_) if cfg!(not(feature = "zookeeper")) => "zookeeper",
             _ => return None,
         };
         Some(Failure(format!(
-            "the locks are on {missing}, and this lockctl was built without its feature \
-             `{missing}`: install it with `cargo install --path lockctl --features {missing}`"
+            "the locks are on {}, and this lockctl was built without its feature \
+             `{feature}`: install it with `cargo install --path lockctl --features {feature}`",
+            self.server_kind()
         )))
     }
 
