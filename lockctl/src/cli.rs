@@ -7,14 +7,17 @@ use clap::{Args, Parser, Subcommand};
 use crate::duration::parse_duration;
 use crate::topology::Flags;
 
-/// Inspect and operate lock-runtime's locks in Redis: one server, a
-/// Cluster, Sentinel or Redlock.
+/// Inspect and operate lock-runtime's locks in Redis (one server, a
+/// Cluster, Sentinel or Redlock), etcd or ZooKeeper.
 ///
 /// The servers come from the flags, else from the variables the runtime's
 /// `init_from_env` reads: LOCK_REDIS_URL or REDIS_URL; LOCK_REDIS_CLUSTER;
 /// LOCK_REDLOCK_URLS or REDLOCK_URLS; REDIS_SENTINELS with
 /// REDIS_SENTINEL_SERVICE (and REDIS_USERNAME, REDIS_PASSWORD, REDIS_DB);
-/// LOCK_BACKEND to choose; LOCK_PREFIX.
+/// LOCK_ETCD_ENDPOINTS (and LOCK_ETCD_USER, LOCK_ETCD_PASSWORD);
+/// LOCK_ZOOKEEPER (and LOCK_ZOOKEEPER_USER, LOCK_ZOOKEEPER_PASSWORD);
+/// LOCK_BACKEND to choose; LOCK_PREFIX. etcd and ZooKeeper need the cargo
+/// features `etcd` and `zookeeper`.
 #[derive(Debug, Parser)]
 #[command(
     name = "lockctl",
@@ -38,7 +41,7 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-/// Where the locks are (at most one of the four; none: the environment).
+/// Where the locks are (at most one of these; none: the environment).
 #[derive(Debug, Args)]
 pub(crate) struct Servers {
     /// One Redis server (default: $LOCK_REDIS_URL, else $REDIS_URL).
@@ -60,6 +63,16 @@ pub(crate) struct Servers {
     /// The service the sentinels monitor (default: $REDIS_SENTINEL_SERVICE).
     #[arg(long, global = true, value_name = "NAME")]
     pub(crate) sentinel_service: Option<String>,
+    /// etcd: some of its members, comma-separated `host:port` (default:
+    /// $LOCK_ETCD_ENDPOINTS; user and password from $LOCK_ETCD_USER and
+    /// $LOCK_ETCD_PASSWORD).
+    #[arg(long, global = true, value_name = "ENDPOINTS")]
+    pub(crate) etcd: Option<String>,
+    /// ZooKeeper: its connect string, `host:port[,host:port…][/chroot]`
+    /// (default: $LOCK_ZOOKEEPER; user and password from
+    /// $LOCK_ZOOKEEPER_USER and $LOCK_ZOOKEEPER_PASSWORD).
+    #[arg(long, global = true, value_name = "SERVERS")]
+    pub(crate) zookeeper: Option<String>,
 }
 
 impl Servers {
@@ -71,6 +84,8 @@ impl Servers {
             redlock: self.redlock.as_deref(),
             sentinels: self.sentinels.as_deref(),
             sentinel_service: self.sentinel_service.as_deref(),
+            etcd: self.etcd.as_deref(),
+            zookeeper: self.zookeeper.as_deref(),
         }
     }
 }
@@ -99,7 +114,8 @@ pub(crate) enum Command {
         /// Stop after this many acquisitions and releases.
         #[arg(long)]
         count: Option<u64>,
-        /// How often to look for new holders (releases are seen at once).
+        /// How often to look for new holders (releases are seen at once;
+        /// on etcd and ZooKeeper every change is).
         #[arg(long, default_value = "100ms", value_parser = parse_duration)]
         interval: Duration,
     },

@@ -1,9 +1,10 @@
 //! What a command works on: the servers ([`Topology`]) and the key prefix
 //! from the flags or the environment, a lock runtime on them (for `inspect`
-//! and `force_unlock`), plain connections to single servers for what a
-//! runtime does not do (`SCAN`, a subscription of one's own), and the
-//! record of the servers that did not answer (a partial answer). Errors say
-//! which servers, with every password masked.
+//! and `force_unlock`), plain connections to single Redis servers for what a
+//! runtime does not do (`SCAN`, a subscription of one's own; etcd's and
+//! ZooKeeper's are in `etcd.rs` and `zookeeper.rs`), and the record of the
+//! servers that did not answer (a partial answer). Errors say which
+//! servers, with every password masked.
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -36,6 +37,9 @@ impl Target {
     pub(crate) fn from_args(flags: Flags<'_>, prefix: Option<&str>) -> Result<Target, Failure> {
         let env = |name: &str| std::env::var(name).ok();
         let topology = Topology::choose(flags, env)?;
+        if let Some(refused) = topology.unsupported() {
+            return Err(refused);
+        }
         let prefix = prefix
             .map(str::to_owned)
             .or_else(|| env("LOCK_PREFIX").filter(|p| !p.is_empty()))
@@ -50,7 +54,7 @@ impl Target {
 
     /// A lock runtime on the servers (it connects and loads its scripts).
     pub(crate) async fn runtime(&self) -> Result<LockRuntime, Failure> {
-        self.build(self.topology.builder()).await
+        self.build(self.topology.builder()?).await
     }
 
     /// A runtime on one Redlock master alone (its own view of a lock).
@@ -90,12 +94,13 @@ impl Target {
     /// The error of a command on these servers, told with the masked URLs.
     pub(crate) fn failure(&self, error: &dyn std::fmt::Display) -> Failure {
         let text = error.to_string();
+        let kind = self.topology.server_kind();
         let what = if text.contains("invalid Redis URL") || text.contains("expected redis://") {
-            "bad Redis URL"
-        } else if text.contains("connect") {
-            "cannot reach Redis at"
+            "bad Redis URL".to_owned()
+        } else if text.contains("connect") || text.contains("reach") {
+            format!("cannot reach {kind} at")
         } else {
-            "Redis at"
+            format!("{kind} at")
         };
         Failure(self.scrub(&format!("{what} {}: {text}", self.topology.describe())))
     }

@@ -1,14 +1,16 @@
 //! `lockctl list`: the locks held now under the prefix, on every server
 //! that stores locks (each master of a Cluster, every Redlock master). One
 //! `SCAN` per server over the names that may be lock hashes
-//! (`<prefix>{*}`), then the runtime's `inspect` of each key: what it
-//! prints is what the runtime records (on Redlock the quorum view, with how
-//! many masters hold it). A server that does not answer makes the answer
-//! partial: it is named on stderr and the exit code says so.
+//! (`<prefix>{*}`); on etcd one read of the keys under the prefix, on
+//! ZooKeeper of the paths below it (`etcd.rs`, `zookeeper.rs`); then the
+//! runtime's `inspect` of each key: what it prints is what the runtime
+//! records (on Redlock the quorum view, with how many masters hold it). A
+//! server that does not answer makes the answer partial: it is named on
+//! stderr and the exit code says so.
 
 use std::collections::HashMap;
 
-use lock_runtime::{layout, ClientInfo, LockInfo};
+use lock_runtime::{layout, ClientInfo, LockInfo, LockRuntime};
 
 use crate::connect::Target;
 use crate::masters::{holding, Masters, View};
@@ -35,20 +37,14 @@ struct Row {
 pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
     let masters = Masters::open(target).await;
-    let mut keys = Vec::new();
-    for node in nodes::storing(target).await? {
-        match scan_keys(target, &node, limit).await {
-            Ok(found) => keys.extend(found),
-            Err(error) => target.unreachable(&node.name, &error),
-        }
-    }
-    keys.sort();
-    keys.dedup();
-    keys.truncate(limit);
+    let keys = candidates(target, &runtime, limit).await?;
     let mut rows = Vec::new();
     // One question per process, however many locks it holds.
     let mut processes: HashMap<String, Option<ClientInfo>> = HashMap::new();
     for key in keys {
+        if rows.len() == limit {
+            break;
+        }
         let info = match target.inspect(&runtime, &key).await {
             Ok(info) => info,
             Err(failure) => {
@@ -91,6 +87,38 @@ pub(crate) async fn run(target: &Target, limit: usize, json: bool) -> Result<Out
     }
     print(target, &rows, json);
     Ok(target.outcome(!rows.is_empty()))
+}
+
+/// The keys that may be held now, sorted: at most `limit` on the Redis
+/// family and etcd (where each is a lock with a contender), every lock path
+/// with children on ZooKeeper.
+async fn candidates(
+    target: &Target,
+    runtime: &LockRuntime,
+    limit: usize,
+) -> Result<Vec<String>, Failure> {
+    #[cfg(feature = "etcd")]
+    if let crate::topology::Topology::Etcd(etcd) = &target.topology {
+        return crate::etcd::keys(target, etcd, runtime, limit).await;
+    }
+    #[cfg(feature = "zookeeper")]
+    if let crate::topology::Topology::Zookeeper(zookeeper) = &target.topology {
+        return crate::zookeeper::keys(target, zookeeper, runtime).await;
+    }
+    // The Redis family: a SCAN of each server that stores locks. (The
+    // runtime names the keys of etcd and ZooKeeper only.)
+    let _ = runtime;
+    let mut keys = Vec::new();
+    for node in nodes::storing(target).await? {
+        match scan_keys(target, &node, limit).await {
+            Ok(found) => keys.extend(found),
+            Err(error) => target.unreachable(&node.name, &error),
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys.truncate(limit);
+    Ok(keys)
 }
 
 fn print(target: &Target, rows: &[Row], json: bool) {

@@ -1,9 +1,11 @@
 //! `lockctl`: answers "who holds order:42, since when, with which token, how
-//! many wait?" and frees a stuck lock, without redis-cli and without knowing
-//! the data layout, on every topology the runtime supports (one server, a
-//! Cluster, Sentinel, Redlock). It reads and changes locks through
-//! lock-runtime itself (`inspect`, `force_unlock`, and `lock_runtime::layout`
-//! for the names), so what it shows is what the runtime records.
+//! many wait?" and frees a stuck lock, without redis-cli, etcdctl or zkCli
+//! and without knowing the data layout, on every backend the runtime
+//! supports across processes (one Redis server, a Cluster, Sentinel,
+//! Redlock; etcd and ZooKeeper with the features `etcd` and `zookeeper`).
+//! It reads and changes locks through lock-runtime itself (`inspect`,
+//! `force_unlock`, `backend_key` and `lock_runtime::layout` for the names),
+//! so what it shows is what the runtime records.
 //!
 //! Exit codes, for scripts (also in `--help` and the README): 0 found or
 //! done; 1 not found or refused; 2 a usage or connection error; 3 a partial
@@ -12,6 +14,9 @@
 mod cli;
 mod connect;
 mod duration;
+#[cfg(feature = "etcd")]
+mod etcd;
+mod keys;
 mod list;
 mod masters;
 mod nodes;
@@ -23,6 +28,8 @@ mod show;
 mod subscribe;
 mod topology;
 mod watch;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::process::ExitCode;
 

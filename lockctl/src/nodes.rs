@@ -30,6 +30,11 @@ pub(crate) async fn storing(target: &Target) -> Result<Vec<Node>, Failure> {
         Topology::Redlock(masters) => masters.iter().map(|url| node(target, url)).collect(),
         Topology::Cluster(seeds) => cluster_masters(target, seeds).await,
         Topology::Sentinel(sentinel) => Ok(vec![sentinel_primary(target, sentinel).await?]),
+        // Not Redis: `etcd.rs` and `zookeeper.rs` read those.
+        Topology::Etcd(_) | Topology::Zookeeper(_) => Err(Failure(format!(
+            "{} has no Redis server to ask",
+            target.topology.describe()
+        ))),
     }
 }
 

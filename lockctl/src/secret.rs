@@ -49,7 +49,7 @@ pub(crate) fn secrets_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<Str
     for url in urls.into_iter().flat_map(|u| u.split(',')) {
         if let Some(secret) = password(url) {
             secrets.push(secret.to_owned());
-            secrets.push(percent_decoded(secret));
+            secrets.push(crate::keys::percent_decoded(secret));
         }
     }
     secrets.retain(|s| !s.is_empty());
@@ -64,30 +64,6 @@ pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
     secrets.iter().fold(text.to_owned(), |text, secret| {
         text.replace(secret.as_str(), "***")
     })
-}
-
-/// `%xx` sequences decoded (others kept as they are).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -3,7 +3,10 @@
 //! sharded channel (`SSUBSCRIBE`, which redis-rs sends to the node that owns
 //! the lock's slot); on Redlock the channel on every master (each release
 //! is then announced once per master). All as RESP3 pushes into one queue.
+//! etcd and ZooKeeper send no release message: there a watch on the lock's
+//! contenders (`etcd.rs`, `zookeeper.rs`) says that something changed.
 
+use lock_runtime::{layout, LockRuntime};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value};
@@ -19,13 +22,37 @@ pub(crate) enum Heard {
     /// A release message, with its payload (`1`, `f` forced, `g …` handed
     /// over).
     Message(String),
+    /// etcd, ZooKeeper: the lock's contenders changed (who, and whether
+    /// it was a release, is for a new look to tell).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    Changed,
     /// A connection was lost: releases may be missed from now on.
     Lost,
 }
 
-/// Subscriptions to one lock's release channel; dropped, they end.
+/// A task that forwards a watch's news; dropped, it stops.
+pub(crate) struct Stop(tokio::task::JoinHandle<()>);
+
+impl Stop {
+    /// Stops `task` when dropped.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn new(task: tokio::task::JoinHandle<()>) -> Stop {
+        Stop(task)
+    }
+}
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Subscriptions to one lock's release channel, or a watch of its
+/// contenders; dropped, they end.
 pub(crate) struct Releases {
     pushes: mpsc::UnboundedReceiver<PushInfo>,
+    /// etcd, ZooKeeper: what the watch heard.
+    heard: Option<(mpsc::UnboundedReceiver<Heard>, Stop)>,
     _single: Vec<MultiplexedConnection>,
     _cluster: Option<ClusterConnection>,
 }
@@ -33,6 +60,9 @@ pub(crate) struct Releases {
 impl Releases {
     /// The next message or loss; `None` when every connection is gone.
     pub(crate) async fn next(&mut self) -> Option<Heard> {
+        if let Some((heard, _)) = &mut self.heard {
+            return heard.recv().await;
+        }
         // Bounded: each turn consumes one push; subscription confirmations
         // and other pushes are skipped.
         loop {
@@ -52,16 +82,43 @@ impl Releases {
     }
 }
 
-/// Subscribes to `channel` on every server that stores the target's locks.
-/// A Redlock master that does not answer is noted as a gap; on the other
-/// topologies a failure ends the command.
-pub(crate) async fn subscribe(target: &Target, channel: &str) -> Result<Releases, Failure> {
+/// Subscribes to the release channel of `key` on every server that stores
+/// the target's locks (etcd, ZooKeeper: watches its contenders). A Redlock
+/// master that does not answer is noted as a gap; on the other topologies a
+/// failure ends the command.
+pub(crate) async fn subscribe(
+    target: &Target,
+    runtime: &LockRuntime,
+    key: &str,
+) -> Result<Releases, Failure> {
     let (tx, pushes) = mpsc::unbounded_channel();
     let mut releases = Releases {
         pushes,
+        heard: None,
         _single: Vec::new(),
         _cluster: None,
     };
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    {
+        let (told, heard) = mpsc::unbounded_channel();
+        let stop = match &target.topology {
+            #[cfg(feature = "etcd")]
+            Topology::Etcd(etcd) => {
+                Some(crate::etcd::watch(target, etcd, runtime, key, told).await?)
+            }
+            #[cfg(feature = "zookeeper")]
+            Topology::Zookeeper(zk) => {
+                Some(crate::zookeeper::watch(target, zk, runtime, key, told).await?)
+            }
+            _ => None,
+        };
+        if let Some(stop) = stop {
+            releases.heard = Some((heard, stop));
+            return Ok(releases);
+        }
+    }
+    let channel = layout::release_channel(&runtime.backend_key(key));
+    let channel = channel.as_str();
     if let Topology::Cluster(seeds) = &target.topology {
         let subscribed = async {
             let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())

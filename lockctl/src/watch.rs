@@ -4,12 +4,14 @@
 //! message, so the holder is read again at each release and every
 //! `--interval`. A forced release (`lockctl release`, `force_unlock`)
 //! announces itself as such (`f`), and is printed as forced, not as the
-//! holder's. Bounded: it stops at ctrl-c, after `--for`, or after `--count`
-//! events.
+//! holder's. etcd and ZooKeeper announce no release: a watch on the lock's
+//! contenders says when they change, and the holder is read again then (a
+//! forced release shows there as a release). Bounded: it stops at ctrl-c,
+//! after `--for`, or after `--count` events.
 
 use std::time::Duration;
 
-use lock_runtime::{layout, LockInfo};
+use lock_runtime::LockInfo;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -42,9 +44,8 @@ pub(crate) async fn run(
     json: bool,
 ) -> Result<Outcome, Failure> {
     let runtime = target.runtime().await?;
-    let channel = layout::release_channel(&layout::lock_name(&target.prefix, key));
     // Subscribe before the first look, so no release after it is missed.
-    let mut releases = subscribe::subscribe(target, &channel).await?;
+    let mut releases = subscribe::subscribe(target, &runtime, key).await?;
     // On Redlock every master announces the release.
     let announced_by_each = matches!(target.topology, Topology::Redlock(_));
     let start = Instant::now();
@@ -65,8 +66,13 @@ pub(crate) async fn run(
         tokio::select! {
             heard = releases.next() => match heard {
                 Some(Heard::Message(payload)) => released = Some(payload),
+                // Looked at below, as at each interval.
+                Some(Heard::Changed) => {}
                 Some(Heard::Lost) | None => {
-                    return Err(Failure("the connection to Redis was closed".to_owned()))
+                    return Err(Failure(format!(
+                        "the connection to {} was closed",
+                        target.topology.server_kind()
+                    )))
                 }
             },
             () = tokio::time::sleep(limits.interval) => {}

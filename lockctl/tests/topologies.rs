@@ -3,7 +3,8 @@
 //! master listed, `show` and `release` following `MOVED` from one seed
 //! node), Sentinel (the current primary) and Redlock (the quorum view and
 //! each master's), against the servers lock-testkit starts. A server that
-//! does not answer makes a partial answer, exit 3, never 0.
+//! does not answer makes a partial answer, exit 3, never 0. With the
+//! features `etcd` and `zookeeper`, etcd and ZooKeeper too (`queued_stores`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -327,4 +328,299 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
         .unwrap();
     assert_eq!(status.code(), Some(FOUND));
     second.release().await.unwrap();
+}
+
+/// etcd and ZooKeeper (lockctl's features `etcd` and `zookeeper`): the same
+/// commands, read from `LOCK_ETCD_ENDPOINTS` and `LOCK_ZOOKEEPER`, on the
+/// servers lock-testkit starts. Each behaviour is written once and run on
+/// both stores.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod queued_stores {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use super::common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout};
+    use super::common::{ERROR, FOUND, RUN_LIMIT};
+    use super::listed;
+    use lock_runtime::LockRuntime;
+    use lock_tests::{unique, Kind};
+    use serde_json::Value;
+
+    /// A store whose recipe queues every contender under the lock's name.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) enum Store {
+        #[cfg(feature = "etcd")]
+        Etcd,
+        #[cfg(feature = "zookeeper")]
+        Zookeeper,
+    }
+
+    impl Store {
+        fn kind(self) -> Kind {
+            match self {
+                #[cfg(feature = "etcd")]
+                Store::Etcd => Kind::Etcd,
+                #[cfg(feature = "zookeeper")]
+                Store::Zookeeper => Kind::Zookeeper,
+            }
+        }
+
+        /// The variables of `init_from_env` that name the test's servers
+        /// and the prefix of its runtimes (on ZooKeeper a path:
+        /// `Kind::builder` makes `/<prefix>/` of it).
+        fn env(self, prefix: &str) -> Vec<(&'static str, String)> {
+            match self {
+                #[cfg(feature = "etcd")]
+                Store::Etcd => vec![
+                    (
+                        "LOCK_ETCD_ENDPOINTS",
+                        lock_tests::etcd().endpoints().join(","),
+                    ),
+                    ("LOCK_PREFIX", prefix.to_owned()),
+                ],
+                #[cfg(feature = "zookeeper")]
+                Store::Zookeeper => vec![
+                    ("LOCK_ZOOKEEPER", lock_tests::zookeeper().connect_string()),
+                    ("LOCK_PREFIX", format!("/{prefix}/")),
+                ],
+            }
+        }
+
+        /// The variables naming a server that is not there (a port just
+        /// freed), with credentials that must not be printed.
+        fn dead_env(self, port: u16) -> Vec<(&'static str, String)> {
+            let address = format!("127.0.0.1:{port}");
+            match self {
+                #[cfg(feature = "etcd")]
+                Store::Etcd => vec![
+                    ("LOCK_ETCD_ENDPOINTS", address),
+                    ("LOCK_ETCD_USER", "app".to_owned()),
+                    ("LOCK_ETCD_PASSWORD", "hunter2-etcd".to_owned()),
+                ],
+                #[cfg(feature = "zookeeper")]
+                Store::Zookeeper => vec![
+                    ("LOCK_ZOOKEEPER", address),
+                    ("LOCK_ZOOKEEPER_USER", "app".to_owned()),
+                    ("LOCK_ZOOKEEPER_PASSWORD", "hunter2-zk".to_owned()),
+                ],
+            }
+        }
+
+        /// How lockctl names these servers in an error.
+        fn named(self) -> &'static str {
+            match self {
+                #[cfg(feature = "etcd")]
+                Store::Etcd => "cannot reach etcd",
+                #[cfg(feature = "zookeeper")]
+                Store::Zookeeper => "cannot reach ZooKeeper",
+            }
+        }
+    }
+
+    fn pairs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+        env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    /// Waits until `runtime` sees `want` contenders queued behind the
+    /// holder of `key` (a waiter's place is put by a task of its own: no
+    /// event says when it landed; at most 200 looks in 10 s).
+    async fn until_queued(runtime: &LockRuntime, key: &str, want: usize) {
+        for _ in 0..200 {
+            let info = runtime.inspect(key).await.unwrap();
+            if info.is_some_and(|i| i.queue.len() == want) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{want} waiters were not queued for {key} within 10 s");
+    }
+
+    pub(super) async fn list_and_show_name_holder_and_waiter_and_release_hands_it_on(store: Store) {
+        let prefix = unique("ctl-queued");
+        let holder = store.kind().runtime(&prefix).await;
+        let waiter = store.kind().runtime(&prefix).await;
+        let guard = holder.lock("order:1").acquire().await.unwrap();
+        // A key with a `/`: etcd escapes it in the name, ZooKeeper nests it.
+        let nested = holder.lock("batch/7").acquire().await.unwrap();
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                waiter
+                    .lock("order:1")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+            }
+        });
+        until_queued(&holder, "order:1", 1).await;
+        let info = holder.inspect("order:1").await.unwrap().unwrap();
+        let queued = info.queue[0].clone();
+        let env = store.env(&prefix);
+        let env = pairs(&env);
+
+        let list = run_env(&["list", "--json"], &env, "").await;
+        assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+        assert_eq!(listed(&list), ["batch/7", "order:1"]);
+        let value: Value = serde_json::from_str(&stdout(&list)).unwrap();
+        assert_eq!(value[1]["holder"], info.holder.as_str());
+        assert_eq!(value[1]["queue"], serde_json::json!([queued]));
+        assert_eq!(value[1]["fence"], guard.fence());
+
+        let show = run_env(&["show", "order:1"], &env, "").await;
+        assert_eq!(code(&show), FOUND, "{}", stderr(&show));
+        let out = stdout(&show);
+        assert!(out.starts_with("order:1: held\n"), "{out}");
+        assert!(
+            out.contains(&format!("  holder      {}\n", info.holder)),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("  fence       {}\n", guard.fence())),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("  queue       1 waiting\n    1. {queued}")),
+            "{out}"
+        );
+
+        let release = run_env(&["release", "order:1", "--force", "--yes"], &env, "").await;
+        assert_eq!(code(&release), FOUND, "{}", stderr(&release));
+        let out = stdout(&release);
+        assert!(
+            out.contains(&format!("order:1: released (was held by {}", info.holder)),
+            "{out}"
+        );
+        // The waiter was next in the queue: it holds the lock now.
+        let handed = tokio::time::timeout(RUN_LIMIT, waiting)
+            .await
+            .expect("the waiter took the lock in time")
+            .unwrap()
+            .unwrap();
+        let now = holder.inspect("order:1").await.unwrap().unwrap();
+        assert_eq!(now.holder, queued);
+        assert!(handed.fence() > guard.fence());
+        let show = run_env(&["show", "order:1", "--json"], &env, "").await;
+        let value: Value = serde_json::from_str(&stdout(&show)).unwrap();
+        assert_eq!(value["holder"], queued.as_str());
+        handed.release().await.unwrap();
+        nested.release().await.unwrap();
+        drop(guard);
+    }
+
+    pub(super) async fn watch_hears_a_release_and_the_next_holder(store: Store) {
+        let prefix = unique("ctl-queued-watch");
+        let holder = store.kind().runtime(&prefix).await;
+        let first = holder.lock("k").acquire().await.unwrap();
+        let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+        let env = store.env(&prefix);
+        let env = pairs(&env);
+        // A long interval: what is printed was heard from the watch.
+        let args = ["watch", "k", "--count", "2", "--interval", "60s"];
+        let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = lines_of(child.stdout.take().unwrap());
+        let state = next_line(&mut lines).await;
+        assert!(
+            state.contains(&format!(
+                "k: held by {first_holder} (fence {}",
+                first.fence()
+            )),
+            "{state}"
+        );
+        first.release().await.unwrap();
+        let released = next_line(&mut lines).await;
+        assert!(
+            released.contains(&format!("k: released by {first_holder}")),
+            "{released}"
+        );
+        let second = holder.lock("k").acquire().await.unwrap();
+        let second_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+        let acquired = next_line(&mut lines).await;
+        assert!(
+            acquired.contains(&format!(
+                "k: acquired by {second_holder} (fence {})",
+                second.fence()
+            )),
+            "{acquired}"
+        );
+        let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(FOUND));
+        second.release().await.unwrap();
+    }
+
+    pub(super) async fn a_dead_server_is_an_error_naming_it_without_the_password(store: Store) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let env = store.dead_env(port);
+        let env = pairs(&env);
+        for args in [
+            &["show", "k"][..],
+            &["list"],
+            &["release", "k", "--force", "--yes"],
+        ] {
+            let output = run_env(args, &env, "").await;
+            let err = stderr(&output);
+            assert_eq!(code(&output), ERROR, "{args:?}: {err}");
+            assert!(err.contains(store.named()), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("127.0.0.1:{port}")),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("hunter2"), "{args:?}: {err}");
+            assert!(stdout(&output).is_empty(), "{args:?}: {}", stdout(&output));
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
+    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
+        queued_stores::Store::Etcd,
+    )
+    .await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
+    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
+        queued_stores::Store::Zookeeper,
+    )
+    .await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_watch_hears_a_release_and_the_next_holder() {
+    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Etcd).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_watch_hears_a_release_and_the_next_holder() {
+    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Zookeeper).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_not_answering_is_an_error_naming_it_without_the_password() {
+    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
+        queued_stores::Store::Etcd,
+    )
+    .await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_not_answering_is_an_error_naming_it_without_the_password() {
+    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
+        queued_stores::Store::Zookeeper,
+    )
+    .await;
 }
