@@ -305,17 +305,11 @@ async fn nemesis_plain_and_fair_processes_on_one_key_keep_every_promise() {
 /// leader most often) and restarted from disk beside the network and
 /// process faults: the same promises. Every lock is fair on etcd, so the
 /// processes' plain and fair requests (mixed, as in the test above) queue
-/// alike; holds are never passed between tasks there.
-///
-/// Ignored while a known defect of the etcd backend stands (issue 24's
-/// note): one holder id's acquire and delete are separate gRPC calls that
-/// etcd may apply in either order, and a call the client gave up on can be
-/// applied late; in 17 runs this let a second holder in once (a token went
-/// back), and in 20 of 51 a late put left a key on a kept-alive lease that
-/// blocked its lock for good. Run it with `--ignored`; it must pass before
-/// the ignore goes.
+/// alike; holds are never passed between tasks there. etcd applies one
+/// process's calls in any order, and a call the client gave up on may be
+/// applied late: the "free key stuck" rule catches a late put that stood
+/// again after its key's delete (`backend/etcd/tomb.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known etcd defect: an acquire and a delete of one holder id may apply out of order (issue 24)"]
 async fn nemesis_on_etcd_keeps_every_promise() {
     let _turn = serial().await;
     run(Backend::Etcd, Mode::Mixed).await;

@@ -416,7 +416,7 @@ async fn calls_during_a_whole_cluster_outage_end_within_their_bounds() {
     let timeout = Duration::from_millis(400);
     let runtime = LockRuntime::builder()
         .etcd(cluster.endpoints())
-        .key_prefix(&unique("outage"))
+        .key_prefix(unique("outage"))
         .response_timeout(timeout)
         .connect_timeout(timeout)
         .build()
@@ -430,7 +430,7 @@ async fn calls_during_a_whole_cluster_outage_end_within_their_bounds() {
     let mut worst = (Duration::ZERO, Duration::ZERO);
     for i in 0..6 {
         let begun = Instant::now();
-        let tried = runtime.lock(&format!("k{}", i % 2)).try_acquire().await;
+        let tried = runtime.lock(format!("k{}", i % 2)).try_acquire().await;
         assert!(tried.is_err(), "{tried:?}");
         worst.0 = worst.0.max(begun.elapsed());
         let begun = Instant::now();
@@ -442,7 +442,10 @@ async fn calls_during_a_whole_cluster_outage_end_within_their_bounds() {
         assert!(waited.is_err());
         worst.1 = worst.1.max(begun.elapsed());
     }
-    eprintln!("worst try-once {:?}, worst 250 ms wait {:?}", worst.0, worst.1);
+    eprintln!(
+        "worst try-once {:?}, worst 250 ms wait {:?}",
+        worst.0, worst.1
+    );
     assert!(worst.0 < Duration::from_millis(750), "{worst:?}");
     assert!(worst.1 < Duration::from_millis(1000), "{worst:?}");
 }

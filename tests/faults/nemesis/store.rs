@@ -80,6 +80,20 @@ impl Store {
             if left.is_empty() && subscribed.is_empty() {
                 return;
             }
+            // etcd renews every lease's TTL when a new leader takes over
+            // (elections are frequent with a 100 ms election timeout on a
+            // loaded machine), so a key may outlive the limit on a lease
+            // nobody keeps alive: wait for those leases (up to a cap). A key
+            // on no lease would never go: that is not waited for.
+            let leased = match self {
+                Store::Etcd(_) => self.all_leased(prefix).await.unwrap_or(false),
+                Store::Redis(_) => false,
+            };
+            let limit_at = if leased {
+                limit_at + ETCD_LEADER_EXTENSIONS
+            } else {
+                limit_at
+            };
             if Instant::now() >= limit_at {
                 let place = match self {
                     Store::Redis(_) => "Redis",
@@ -104,6 +118,18 @@ impl Store {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether every key under `prefix` in etcd is on a lease (so it goes
+    /// when that lease runs out: the workers that kept leases are gone).
+    async fn all_leased(&self, prefix: &str) -> Result<bool, etcd_client::Error> {
+        let Store::Etcd(cluster) = self else {
+            return Ok(false);
+        };
+        let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
+        let all = etcd_client::GetOptions::new().with_prefix();
+        let found = client.get(prefix, Some(all)).await?;
+        Ok(found.kvs().iter().all(|kv| kv.lease() != 0))
     }
 
     /// The run's keys and subscribed channels on the servers now (an etcd
@@ -135,6 +161,10 @@ impl Store {
         }
     }
 }
+
+/// How much longer than the limit leftover etcd keys on leases are waited
+/// for: a few leader changes' worth of renewed TTLs.
+const ETCD_LEADER_EXTENSIONS: Duration = Duration::from_secs(20);
 
 /// The port of `host:port`.
 fn port_of(endpoint: &str) -> u16 {
