@@ -505,8 +505,9 @@ impl LockRuntimeBuilder {
         self
     }
 
-    /// Trusts this CA (PEM) for `rediss://` instead of the system's roots:
-    /// for servers with certificates from a private CA. Needs the `tls` feature.
+    /// Trusts this CA (PEM) for `rediss://` URLs and `https://` etcd
+    /// endpoints instead of the system's roots: for servers with
+    /// certificates from a private CA. Needs the `tls` feature.
     #[cfg(feature = "tls")]
     pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_ca = Some(pem.into());
@@ -514,7 +515,8 @@ impl LockRuntimeBuilder {
     }
 
     /// Presents this client certificate chain and private key (both PEM) for
-    /// mutual TLS. Needs the `tls` feature.
+    /// mutual TLS (Redis, and etcd's `--client-cert-auth`). Needs the `tls`
+    /// feature.
     #[cfg(feature = "tls")]
     pub fn tls_client_cert(
         mut self,

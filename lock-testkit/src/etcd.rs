@@ -59,6 +59,8 @@ pub fn etcdctl_binary() -> Result<String> {
 struct Member {
     name: String,
     client_port: u16,
+    /// A second client listener that speaks TLS (see [`EtcdCluster::try_start_tls`]).
+    tls_port: u16,
     peer_port: u16,
     dir: PathBuf,
     running: Option<ServerProcess>,
@@ -70,6 +72,22 @@ pub struct EtcdCluster {
     binary: String,
     token: String,
     members: Vec<Member>,
+    /// Server certificate and key files (PEM), and the CA that client
+    /// certificates must chain to (mutual TLS), when members listen for TLS
+    /// clients too.
+    tls: Option<Tls>,
+}
+
+/// The TLS files of a cluster's client listeners.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    /// The server certificate (PEM file), for 127.0.0.1.
+    pub cert: String,
+    /// Its private key (PEM file).
+    pub key: String,
+    /// A CA (PEM file) that client certificates must chain to; `None`: no
+    /// client certificate is asked for.
+    pub client_ca: Option<String>,
 }
 
 impl std::fmt::Debug for EtcdCluster {
@@ -85,11 +103,22 @@ impl EtcdCluster {
     /// one answers healthy (a leader is elected); the error names the
     /// install command when etcd is missing.
     pub fn try_start(size: usize) -> Result<EtcdCluster> {
+        Self::try_start_with(size, None)
+    }
+
+    /// [`try_start`](Self::try_start) with members that also listen for TLS
+    /// clients, on the ports of [`tls_endpoints`](Self::tls_endpoints)
+    /// (plain clients, the health checks among them, keep theirs).
+    pub fn try_start_tls(size: usize, tls: Tls) -> Result<EtcdCluster> {
+        Self::try_start_with(size, Some(tls))
+    }
+
+    fn try_start_with(size: usize, tls: Option<Tls>) -> Result<EtcdCluster> {
         let binary = etcd_binary()?;
         let mut tries = 0;
         loop {
             tries += 1;
-            match Self::try_start_once(&binary, size) {
+            match Self::try_start_once(&binary, size, tls.clone()) {
                 Ok(cluster) => return Ok(cluster),
                 // A port we picked was taken before the member bound it
                 // (another test's server): new ports.
@@ -101,7 +130,7 @@ impl EtcdCluster {
         }
     }
 
-    fn try_start_once(binary: &str, size: usize) -> Result<EtcdCluster> {
+    fn try_start_once(binary: &str, size: usize, tls: Option<Tls>) -> Result<EtcdCluster> {
         let binary = binary.to_owned();
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -111,6 +140,7 @@ impl EtcdCluster {
             members.push(Member {
                 name: format!("m{n}"),
                 client_port: try_free_port()?,
+                tls_port: try_free_port()?,
                 peer_port: try_free_port()?,
                 dir: crate::server::data_dir()?,
                 running: None,
@@ -121,6 +151,7 @@ impl EtcdCluster {
             binary,
             token,
             members,
+            tls,
         };
         for n in 0..size {
             cluster.spawn(n, true)?;
@@ -148,12 +179,15 @@ impl EtcdCluster {
     fn spawn(&mut self, n: usize, new: bool) -> Result<()> {
         let initial = self.initial_cluster();
         let member = &self.members[n];
-        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let mut client = format!("http://127.0.0.1:{}", member.client_port);
+        if self.tls.is_some() {
+            client.push_str(&format!(",https://127.0.0.1:{}", member.tls_port));
+        }
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let dir = member.dir.join("data");
         let dir = dir.to_string_lossy().into_owned();
         let state = if new { "new" } else { "existing" };
-        let command = [
+        let mut command = vec![
             self.binary.as_str(),
             "--name",
             &member.name,
@@ -182,6 +216,12 @@ impl EtcdCluster {
             "--log-level",
             "error",
         ];
+        if let Some(tls) = &self.tls {
+            command.extend(["--cert-file", &tls.cert, "--key-file", &tls.key]);
+            if let Some(ca) = &tls.client_ca {
+                command.extend(["--client-cert-auth", "--trusted-ca-file", ca]);
+            }
+        }
         let process = ServerProcess::spawn_program(&command)
             .with_context(|| format!("start etcd member {}", member.name))?;
         let member = &mut self.members[n];
@@ -218,6 +258,15 @@ impl EtcdCluster {
         self.members
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// The members' TLS client endpoints, `https://127.0.0.1:port` (a
+    /// cluster started with [`try_start_tls`](Self::try_start_tls)).
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("https://127.0.0.1:{}", m.tls_port))
             .collect()
     }
 

@@ -21,7 +21,9 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 pub mod backends;
+pub mod pki;
 pub mod proxy;
+pub use pki::TestPki;
 pub use proxy::FaultProxy;
 
 /// The shared server of this test binary, started on first use.

@@ -5,8 +5,6 @@
 //! a panic or a hang.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
@@ -249,101 +247,11 @@ async fn the_default_wait_is_bounded_and_configurable() {
 // TLS and ACL users
 // ---------------------------------------------------------------------------
 
-/// A throw-away CA and a server certificate for 127.0.0.1/localhost, made
-/// with the `openssl` command line.
-struct TestPki {
-    dir: PathBuf,
-}
-
-impl TestPki {
-    fn new() -> TestPki {
-        let dir = std::env::temp_dir().join(unique("lock-tls"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("openssl not found: install it with `apt-get install -y openssl`");
-            assert!(out.status.success(), "openssl {args:?}: {out:?}");
-        };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["req", "-x509"];
-        ca.extend(ec);
-        ca.extend([
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=lock-test-ca",
-        ]);
-        run(&ca);
-        let mut csr = vec!["req"];
-        csr.extend(ec);
-        csr.extend([
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        run(&csr);
-        std::fs::write(
-            dir.join("ext.cnf"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
-        TestPki { dir }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_string_lossy().into_owned()
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(Path::new(&self.path(name))).unwrap()
-    }
-}
-
-impl Drop for TestPki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Locks work over `rediss://` against a TLS-only listener, trusting a
 /// private CA; without that CA the handshake is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_connection_locks_and_rejects_an_unknown_ca() {
-    let pki = TestPki::new();
+    let pki = lock_tests::TestPki::new();
     let tls_port = free_port().to_string();
     let (cert, key, ca) = (
         pki.path("server.crt"),

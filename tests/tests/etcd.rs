@@ -449,3 +449,58 @@ async fn calls_during_a_whole_cluster_outage_end_within_their_bounds() {
     assert!(worst.0 < Duration::from_millis(750), "{worst:?}");
     assert!(worst.1 < Duration::from_millis(1000), "{worst:?}");
 }
+
+/// etcd over TLS (`https://` endpoints): a runtime that trusts the private
+/// CA and presents a client certificate locks and waits as usual; without
+/// the CA the handshake is refused at build, and so is a mix of `https://`
+/// and plain endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_mutual_tls_locks_and_refuses_an_unknown_ca() {
+    let pki = lock_tests::TestPki::new();
+    let tls = lock_testkit::etcd::Tls {
+        cert: pki.path("server.crt"),
+        key: pki.path("server.key"),
+        client_ca: Some(pki.path("ca.crt")),
+    };
+    let cluster = EtcdCluster::try_start_tls(1, tls).unwrap_or_else(|e| panic!("{e:#}"));
+    let secure = || {
+        LockRuntime::builder()
+            .etcd(cluster.tls_endpoints())
+            .tls_root_ca(pki.read("ca.crt"))
+            .tls_client_cert(pki.read("client.crt"), pki.read("client.key"))
+            .key_prefix("tls:")
+    };
+    let runtime = secure().build().await.expect("a runtime over mutual TLS");
+    let peer = secure().build().await.unwrap();
+    let held = runtime.lock("k").acquire().await.unwrap();
+    assert!(peer.lock("k").try_acquire().await.unwrap().is_none());
+    let waiter = {
+        let peer = peer.clone();
+        tokio::spawn(async move { peer.lock("k").acquire().await.map(|g| g.fence()) })
+    };
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken over TLS")
+        .unwrap()
+        .unwrap();
+    assert!(second > first);
+    let unknown_ca = LockRuntime::builder()
+        .etcd(cluster.tls_endpoints())
+        .tls_client_cert(pki.read("client.crt"), pki.read("client.key"))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect_err("the system roots do not know the private CA");
+    assert!(unknown_ca.to_string().contains("etcd"), "{unknown_ca}");
+    let mut mixed = cluster.tls_endpoints();
+    mixed.extend(cluster.endpoints());
+    let refused = LockRuntime::builder()
+        .etcd(mixed)
+        .tls_root_ca(pki.read("ca.crt"))
+        .build()
+        .await
+        .expect_err("https:// and plain endpoints mixed");
+    assert!(refused.to_string().contains("https://"), "{refused}");
+}

@@ -309,6 +309,63 @@ fn gets(answer: &TxnResponse) -> Vec<etcd_client::GetResponse> {
         .collect()
 }
 
+/// TLS for `https://` endpoints: the private CA given to the builder
+/// (`tls_root_ca`), else the system's roots, and a client certificate for
+/// mutual TLS if one was given. All endpoints speak TLS or none does.
+#[cfg(feature = "tls")]
+fn with_tls(
+    options: ConnectOptions,
+    endpoints: &[String],
+    settings: &ConnectSettings,
+) -> Result<ConnectOptions, LockError> {
+    let secure = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
+    if secure == 0 {
+        if settings.tls_root_ca.is_some() || settings.tls_client.is_some() {
+            return Err(LockError::InvalidConfig(
+                "a TLS CA or client certificate is set, but no etcd endpoint is https://"
+                    .to_owned(),
+            ));
+        }
+        return Ok(options);
+    }
+    if secure < endpoints.len() {
+        return Err(LockError::InvalidConfig(
+            "etcd endpoints mix https:// and plain ones: give every member with https://"
+                .to_owned(),
+        ));
+    }
+    let mut tls = etcd_client::TlsOptions::new();
+    tls = match &settings.tls_root_ca {
+        Some(ca) => tls.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+        None => tls.with_native_roots(),
+    };
+    if let Some((cert, key)) = &settings.tls_client {
+        tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
+    }
+    Ok(options.with_tls(tls))
+}
+
+/// Without the `tls` feature, an `https://` endpoint is refused, naming
+/// the feature.
+#[cfg(not(feature = "tls"))]
+fn with_tls(
+    options: ConnectOptions,
+    endpoints: &[String],
+    _: &ConnectSettings,
+) -> Result<ConnectOptions, LockError> {
+    if endpoints.iter().any(|e| e.starts_with("https://")) {
+        return Err(LockError::InvalidConfig(
+            "an etcd endpoint is https://, but this build has no TLS: enable the feature `tls` \
+             of lock-runtime"
+                .to_owned(),
+        ));
+    }
+    Ok(options)
+}
+
 /// Connects to etcd (and checks that it answers within the connect
 /// timeout), and starts the backend's background releaser.
 pub(crate) async fn connect(
@@ -332,6 +389,7 @@ pub(crate) async fn connect(
     if let Some((user, password)) = &config.user {
         options = options.with_user(user.clone(), password.clone());
     }
+    options = with_tls(options, &config.endpoints, settings)?;
     let shown = endpoints.clone();
     let unreachable = |error: Option<etcd_client::Error>| {
         let context = format!(
