@@ -28,6 +28,25 @@ async fn runtime_on(endpoints: Vec<String>, prefix: &str, lease: Duration) -> Lo
         .expect("build the lock runtime on etcd")
 }
 
+/// The lock `k`: held by `runtime`, refused to a try of `peer`, and handed
+/// to a waiter of `peer` at its release, with a larger token.
+async fn excludes_and_hands_over(runtime: &LockRuntime, peer: &LockRuntime) {
+    let held = runtime.lock("k").acquire().await.unwrap();
+    assert!(peer.lock("k").try_acquire().await.unwrap().is_none());
+    let waiter = {
+        let peer = peer.clone();
+        tokio::spawn(async move { peer.lock("k").acquire().await.map(|g| g.fence()) })
+    };
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+    assert!(second > first);
+}
+
 /// `etcdctl lock <name>` against `endpoint`: it prints its key once it
 /// holds the lock, and gives it back on SIGTERM.
 fn etcdctl_lock(endpoint: &str, name: &str) -> LineChild {
@@ -368,19 +387,7 @@ async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
         .build()
         .await
         .expect("a runtime whose user may use the lock prefix only");
-    let held = confined.lock("k").acquire().await.unwrap();
-    let waiter = {
-        let confined = confined.clone();
-        tokio::spawn(async move { confined.lock("k").acquire().await.map(|g| g.fence()) })
-    };
-    let first = held.fence();
-    held.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter was woken")
-        .unwrap()
-        .unwrap();
-    assert!(second > first);
+    excludes_and_hands_over(&confined, &confined).await;
     let runtime = LockRuntime::builder()
         .etcd(cluster.endpoints())
         .etcd_auth("root", "s3cret")
@@ -472,20 +479,7 @@ async fn etcd_over_mutual_tls_locks_and_refuses_an_unknown_ca() {
     };
     let runtime = secure().build().await.expect("a runtime over mutual TLS");
     let peer = secure().build().await.unwrap();
-    let held = runtime.lock("k").acquire().await.unwrap();
-    assert!(peer.lock("k").try_acquire().await.unwrap().is_none());
-    let waiter = {
-        let peer = peer.clone();
-        tokio::spawn(async move { peer.lock("k").acquire().await.map(|g| g.fence()) })
-    };
-    let first = held.fence();
-    held.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter was woken over TLS")
-        .unwrap()
-        .unwrap();
-    assert!(second > first);
+    excludes_and_hands_over(&runtime, &peer).await;
     let unknown_ca = LockRuntime::builder()
         .etcd(cluster.tls_endpoints())
         .tls_client_cert(pki.read("client.crt"), pki.read("client.key"))
