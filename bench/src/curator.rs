@@ -80,8 +80,8 @@ fn start(out_dir: &Path, args: &[String]) -> Result<LineChild> {
 
 /// Curator's S1 on `path`: `warmup` unmeasured pairs, then `blocks`
 /// interleaved blocks of `per_block` acquire + release pairs and as many
-/// `checkExists` of `/` on the same client (its own round trip). The
-/// samples (µs) of both.
+/// pairs of `checkExists` of `/` on the same client (two of its own round
+/// trips). The samples (µs) of both.
 pub async fn uncontended(
     out_dir: &Path,
     connect: &str,
@@ -112,7 +112,7 @@ pub async fn uncontended(
             .with_context(|| format!("CuratorLoop said {line:?}"))?;
         match kind {
             "lock" => locks.push(us),
-            "exists" => exists.push(us),
+            "exists2" => exists.push(us),
             _ => bail!("CuratorLoop said {line:?}"),
         }
     }

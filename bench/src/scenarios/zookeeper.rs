@@ -88,6 +88,8 @@ struct Uncontended {
     curator_p50: f64,
     curator_p99: f64,
     curator_rtt2_p50: f64,
+    acquire_p50: f64,
+    release_p50: f64,
     s5_ours: f64,
     s5_raw: f64,
     s5_raw_busy: u64,
@@ -103,6 +105,7 @@ impl Uncontended {
             "exists_p50_us": self.rtt_p50, "create_delete_p50_us": self.writes_p50,
             "curator_s1_p50_us": self.curator_p50, "curator_s1_p99_us": self.curator_p99,
             "curator_two_exists_p50_us": self.curator_rtt2_p50,
+            "acquire_p50_us": self.acquire_p50, "release_p50_us": self.release_p50,
             "s5_ours_ops_per_s": self.s5_ours, "s5_raw_ops_per_s": self.s5_raw,
             "s5_raw_busy": self.s5_raw_busy, "s5_curator_ops_per_s": self.s5_curator,
             "s5_curator_errors": self.s5_curator_errors,
@@ -117,6 +120,21 @@ async fn lock_unlock(runtime: &LockRuntime, key: &str, n: usize) -> Result<Sampl
         anyhow::Ok(())
     })
     .await
+}
+
+/// `acquire()` and `release()` of `key` timed apart, `n` times each (where
+/// S1's time goes).
+async fn acquire_release(runtime: &LockRuntime, key: &str, n: usize) -> Result<(f64, f64)> {
+    let (mut acquires, mut releases) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let start = Instant::now();
+        let guard = runtime.lock(key).acquire().await?;
+        let acquired = Instant::now();
+        guard.release().await?;
+        acquires.push(super::us(acquired - start));
+        releases.push(super::us(acquired.elapsed()));
+    }
+    Ok((Samples::new(acquires).p50(), Samples::new(releases).p50()))
 }
 
 /// A create and a delete of the ephemeral node `path` (the two writes any
@@ -148,14 +166,12 @@ async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Res
         writes.extend_from_slice(create_delete(plain, &plain_path, BLOCK).await?.sorted());
     }
     let (locked, two) = (Samples::new(locked), Samples::new(two));
+    let (acquire_p50, release_p50) = acquire_release(runtime, &key, BLOCK).await?;
     let connect = ctx.zookeeper()?.connect_string();
     let path = format!("{PREFIX}s13-curator:{run}");
     let out = &ctx.config.out_dir;
-    let (curator, exists) =
+    let (curator, exists2) =
         curator::uncontended(out, &connect, &path, CURATOR_WARMUP, blocks, BLOCK).await?;
-    // Curator's round trips were timed one by one; two of them in a row
-    // cost twice one, as ours do (the p50 of two is about twice the p50 of
-    // one: the same request on an idle connection).
     Ok(Uncontended {
         lock_p50: locked.p50(),
         lock_p99: locked.p99(),
@@ -165,7 +181,9 @@ async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Res
         writes_p50: Samples::new(writes).p50(),
         curator_p50: curator.p50(),
         curator_p99: curator.p99(),
-        curator_rtt2_p50: 2.0 * exists.p50(),
+        curator_rtt2_p50: exists2.p50(),
+        acquire_p50,
+        release_p50,
         ..Uncontended::default()
     })
 }
