@@ -5,12 +5,14 @@
 //
 // Usage: java CuratorLoop <mode> <connect string> ...
 //
-//   uncontended <connect> <lock path> <warmup> <blocks> <per block>
+//   uncontended <connect> <lock path> <warmup> <per block>
 //       One thread: <warmup> unmeasured acquire + release pairs, then
-//       <blocks> interleaved blocks of <per block> acquire + release pairs
-//       (`lock <us>` each) and <per block> pairs of `checkExists` of `/` on
-//       the same client (`exists2 <us>` each: two of Curator's own round
-//       trips, as a pair takes two), then `done`.
+//       `ready`. Each `block` line from stdin runs <per block> acquire +
+//       release pairs (`lock <us>` each) and <per block> pairs of
+//       `checkExists` of `/` on the same client (`exists2 <us>` each: two of
+//       Curator's own round trips, as a lock pair takes two), then `done`;
+//       the parent interleaves these blocks with its own, so that drift in
+//       the machine's load hits both alike. Ends when stdin closes.
 //
 //   contend <connect> <lock path> <redis host:port> <counter key> <threads> <first id> <millis>
 //       The S3 worker: prints `ready` once connected and warm, waits for
@@ -124,20 +126,24 @@ public class CuratorLoop {
     }
 
     static void uncontended(CuratorFramework client, String[] args) throws Exception {
-        if (args.length != 6) {
+        if (args.length != 5) {
             usage();
         }
         InterProcessMutex mutex = new InterProcessMutex(client, args[2]);
         int warmup = Integer.parseInt(args[3]);
-        int blocks = Integer.parseInt(args[4]);
-        int perBlock = Integer.parseInt(args[5]);
+        int perBlock = Integer.parseInt(args[4]);
         for (int i = 0; i < warmup; i++) {
             mutex.acquire();
             mutex.release();
             client.checkExists().forPath("/");
         }
-        StringBuilder out = new StringBuilder();
-        for (int b = 0; b < blocks; b++) {
+        say("ready");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            if (!line.trim().equals("block")) {
+                throw new IOException("expected `block` from the parent, got " + line);
+            }
+            StringBuilder out = new StringBuilder();
             for (int i = 0; i < perBlock; i++) {
                 long start = System.nanoTime();
                 mutex.acquire();
@@ -150,9 +156,9 @@ public class CuratorLoop {
                 client.checkExists().forPath("/");
                 out.append("exists2 ").append((System.nanoTime() - start) / 1_000.0).append('\n');
             }
+            OUT.print(out);
+            say("done");
         }
-        OUT.print(out);
-        say("done");
     }
 
     static void contend(CuratorFramework client, String[] args) throws Exception {

@@ -17,7 +17,6 @@ use lock_testkit::LineChild;
 
 use crate::config::Shape;
 use crate::keys::KeyChoice;
-use crate::stats::Samples;
 
 /// The Curator jar (its manifest names the rest).
 const CURATOR_JAR: &str = "/usr/share/java/curator-recipes.jar";
@@ -29,12 +28,16 @@ const LOGGER_JAR: &str = "/usr/share/java/slf4j-nop.jar";
 const INSTALL_HINT: &str = "apt-get install -y libcurator-recipes-java libcurator-framework-java \
      libcurator-client-java libslf4j-java default-jdk-headless";
 
-/// Longest silence of the uncontended loop (it prints at the end): a JVM
-/// start, the warm-up and a thousand pairs of a few ms each.
-const UNCONTENDED_LIMIT: Duration = Duration::from_secs(180);
+/// Longest wait for `ready`: a JVM start, a connection and a warm-up of a
+/// few hundred pairs, on a busy machine.
+const STARTUP_LIMIT: Duration = Duration::from_secs(120);
 
-/// Most lines read from the uncontended loop.
-const MAX_LINES: usize = 1_000_000;
+/// Longest silence within one uncontended block (it prints at its end: a
+/// hundred pairs of a few ms each).
+const BLOCK_LIMIT: Duration = Duration::from_secs(60);
+
+/// Most lines read from one uncontended block.
+const MAX_LINES: usize = 100_000;
 
 /// `CuratorLoop.java` compiled into `<out_dir>/curator-classes` (once per
 /// bench process); the directory of its classes.
@@ -78,45 +81,56 @@ fn start(out_dir: &Path, args: &[String]) -> Result<LineChild> {
     LineChild::spawn(&mut command, &name)
 }
 
-/// Curator's S1 on `path`: `warmup` unmeasured pairs, then `blocks`
-/// interleaved blocks of `per_block` acquire + release pairs and as many
-/// pairs of `checkExists` of `/` on the same client (two of its own round
-/// trips). The samples (µs) of both.
-pub async fn uncontended(
-    out_dir: &Path,
-    connect: &str,
-    path: &str,
-    warmup: usize,
-    blocks: usize,
-    per_block: usize,
-) -> Result<(Samples, Samples)> {
-    let args = [
-        "uncontended".to_owned(),
-        connect.to_owned(),
-        path.to_owned(),
-        warmup.to_string(),
-        blocks.to_string(),
-        per_block.to_string(),
-    ];
-    let mut child = start(out_dir, &args)?;
-    let (mut locks, mut exists) = (Vec::new(), Vec::new());
-    for line in child
-        .collect_until_done(UNCONTENDED_LIMIT, MAX_LINES)
-        .await?
-    {
-        let (kind, us) = line
-            .split_once(' ')
-            .with_context(|| format!("CuratorLoop said {line:?}"))?;
-        let us: f64 = us
-            .parse()
-            .with_context(|| format!("CuratorLoop said {line:?}"))?;
-        match kind {
-            "lock" => locks.push(us),
-            "exists2" => exists.push(us),
-            _ => bail!("CuratorLoop said {line:?}"),
-        }
+/// Curator's S1 on one lock path, in blocks the caller interleaves with
+/// its own (the JVM is started and warmed up once, before the first).
+pub struct Uncontended {
+    child: LineChild,
+}
+
+impl Uncontended {
+    /// Starts the loop on `path`: `warmup` unmeasured pairs, then blocks of
+    /// `per_block` on demand ([`block`](Self::block)).
+    pub async fn start(
+        out_dir: &Path,
+        connect: &str,
+        path: &str,
+        warmup: usize,
+        per_block: usize,
+    ) -> Result<Uncontended> {
+        let args = [
+            "uncontended".to_owned(),
+            connect.to_owned(),
+            path.to_owned(),
+            warmup.to_string(),
+            per_block.to_string(),
+        ];
+        let mut child = start(out_dir, &args)?;
+        child.expect("ready", STARTUP_LIMIT).await?;
+        Ok(Uncontended { child })
     }
-    Ok((Samples::new(locks), Samples::new(exists)))
+
+    /// One block: the acquire + release pairs and the pairs of
+    /// `checkExists` of `/` on the same client (two of its own round
+    /// trips), µs each.
+    pub async fn block(&mut self) -> Result<(Vec<f64>, Vec<f64>)> {
+        self.child.send("block")?;
+        let (mut locks, mut exists) = (Vec::new(), Vec::new());
+        for line in self
+            .child
+            .collect_until_done(BLOCK_LIMIT, MAX_LINES)
+            .await?
+        {
+            let bad = || format!("CuratorLoop said {line:?}");
+            let (kind, us) = line.split_once(' ').with_context(bad)?;
+            let us: f64 = us.parse().with_context(bad)?;
+            match kind {
+                "lock" => locks.push(us),
+                "exists2" => exists.push(us),
+                _ => bail!("{}", bad()),
+            }
+        }
+        Ok((locks, exists))
+    }
 }
 
 /// One process of Curator's contention run (S3 on ZooKeeper): `shape.tasks`
@@ -173,7 +187,7 @@ pub async fn many(
         duration.as_millis().to_string(),
     ];
     let mut child = start(out_dir, &args)?;
-    child.expect("ready", Duration::from_secs(60)).await?;
+    child.expect("ready", STARTUP_LIMIT).await?;
     child.send("go")?;
     let limit = duration + Duration::from_secs(60);
     let (mut ops, mut seconds, mut errors) = (None, None, None);

@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use lock_testkit::{CommandStats, Delta};
+use lock_testkit::{CommandStats, Delta, ZooKeeperServer};
 use serde_json::{json, Value};
 
-use super::{commands, zookeeper, Ctx};
+use super::{commands, Ctx};
 use crate::config::Shape;
 use crate::curator;
 use crate::handoff::{Analysis, Record};
@@ -202,6 +202,21 @@ fn pings_during(
     }
 }
 
+/// The requests a ZooKeeper server has received so far (`mntr`'s
+/// `zk_packets_received`: every request of every client, connects and
+/// session pings included; four-letter commands are not counted).
+async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
+    let port = server.port();
+    let reply =
+        tokio::task::spawn_blocking(move || lock_testkit::zookeeper::four_letter(port, "mntr"))
+            .await??;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|n| n.trim().parse().ok())
+        .with_context(|| format!("no zk_packets_received in mntr: {reply:?}"))
+}
+
 /// One contention run of `library` in `shape`; `tag` and `run` name its
 /// keys apart from every other run's.
 pub async fn contend(
@@ -248,7 +263,7 @@ pub async fn contend(
     let mut info = ctx.plain.clone();
     let before = CommandStats::read(&mut info).await?;
     let zookeeper_before = if library.on_zookeeper() {
-        Some(zookeeper::requests_received(ctx.zookeeper()?).await?)
+        Some(requests_received(ctx.zookeeper()?).await?)
     } else {
         None
     };
@@ -264,7 +279,7 @@ pub async fn contend(
     let delta = CommandStats::read(&mut info).await?.since(&before);
     let zookeeper_requests = match zookeeper_before {
         Some(before) => Some(
-            zookeeper::requests_received(ctx.zookeeper()?)
+            requests_received(ctx.zookeeper()?)
                 .await?
                 .saturating_sub(before),
         ),

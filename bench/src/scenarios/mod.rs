@@ -12,8 +12,8 @@
 //! S7 `memory`, S8 and S9 `crowd` (many workers, contention runs of other
 //! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
 //! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
-//! S3/S4 and S5 on ZooKeeper, with Curator as the peer); `baseline`
-//! measures the round-trip limit.
+//! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
+//! `zookeeper_keys`); `baseline` measures the round-trip limit.
 
 pub mod baseline;
 pub mod cluster;
@@ -29,6 +29,7 @@ pub mod retention;
 pub mod uncontended;
 pub mod watchdog;
 pub mod zookeeper;
+pub mod zookeeper_keys;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockRuntime;

@@ -29,23 +29,17 @@
 //! memory (`/dev/shm`, so a write's fsync costs nothing). A production
 //! server writes its log to a disk and waits for its fsync on every write.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use lock_runtime::{with_lock, LockError, LockRuntime};
-use lock_testkit::ZooKeeperServer;
 use serde_json::json;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::baseline::{runtime_pings, timed};
 use super::contention::{self, median, worst, Run};
 use super::many_keys::{KEYS, TASKS};
-use super::{Ctx, Output};
+use super::{zookeeper_keys, Ctx, Output};
 use crate::curator;
-use crate::keys::Rng;
 use crate::report::{Row, Target};
 use crate::stats::{median_of, Samples};
 use crate::worker::Library;
@@ -56,25 +50,8 @@ const BLOCK: usize = 100;
 const WARMUP: usize = 50;
 /// Unmeasured Curator pairs before its S1 (the JIT compiles the hot paths).
 const CURATOR_WARMUP: usize = 200;
-/// Upper bound on S5 operations per task, whatever the duration.
-const MAX_PER_TASK: u64 = 10_000_000;
 /// The key prefix of this scenario's runtime (a ZooKeeper path).
-const PREFIX: &str = "/bench/";
-
-/// The requests the server has received so far (`mntr`'s
-/// `zk_packets_received`: every request of every client, connects and
-/// session pings included; four-letter commands are not counted).
-pub async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
-    let port = server.port();
-    let reply =
-        tokio::task::spawn_blocking(move || lock_testkit::zookeeper::four_letter(port, "mntr"))
-            .await??;
-    reply
-        .lines()
-        .find_map(|l| l.strip_prefix("zk_packets_received"))
-        .and_then(|n| n.trim().parse().ok())
-        .with_context(|| format!("no zk_packets_received in mntr: {reply:?}"))
-}
+pub(super) const PREFIX: &str = "/bench/";
 
 /// The figures of one run's S1 and S5 (µs, and operations per second).
 #[derive(Default)]
@@ -149,29 +126,35 @@ async fn create_delete(client: &Client, path: &str, n: usize) -> Result<Samples>
     .await
 }
 
-/// S1 of one run: ours, the round trips and the writes in interleaved
-/// blocks, then Curator's in its own process.
+/// S1 of one run: ours, the round trips, the writes and Curator's (in its
+/// own process, started and warmed up first) in interleaved blocks.
 async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Result<Uncontended> {
     let blocks = ctx.scale().s13_ops.div_ceil(BLOCK).max(1);
     let key = format!("s13:{run}");
     let plain_path = format!("/s13-plain:{run}");
+    let connect = ctx.zookeeper()?.connect_string();
+    let curator_path = format!("{PREFIX}s13-curator:{run}");
+    let out = &ctx.config.out_dir;
+    let mut curator =
+        curator::Uncontended::start(out, &connect, &curator_path, CURATOR_WARMUP, BLOCK).await?;
     lock_unlock(runtime, &key, WARMUP).await?;
     runtime_pings(runtime, WARMUP, 2).await?;
     create_delete(plain, &plain_path, WARMUP).await?;
     let (mut locked, mut two, mut one, mut writes) = (vec![], vec![], vec![], vec![]);
+    let (mut peer, mut peer_two) = (vec![], vec![]);
     for _ in 0..blocks {
         locked.extend_from_slice(lock_unlock(runtime, &key, BLOCK).await?.sorted());
         two.extend_from_slice(runtime_pings(runtime, BLOCK, 2).await?.sorted());
         one.extend_from_slice(runtime_pings(runtime, BLOCK, 1).await?.sorted());
         writes.extend_from_slice(create_delete(plain, &plain_path, BLOCK).await?.sorted());
+        let (pairs, exists2) = curator.block().await?;
+        peer.extend(pairs);
+        peer_two.extend(exists2);
     }
+    drop(curator);
     let (locked, two) = (Samples::new(locked), Samples::new(two));
     let (acquire_p50, release_p50) = acquire_release(runtime, &key, BLOCK).await?;
-    let connect = ctx.zookeeper()?.connect_string();
-    let path = format!("{PREFIX}s13-curator:{run}");
-    let out = &ctx.config.out_dir;
-    let (curator, exists2) =
-        curator::uncontended(out, &connect, &path, CURATOR_WARMUP, blocks, BLOCK).await?;
+    let peer = Samples::new(peer);
     Ok(Uncontended {
         lock_p50: locked.p50(),
         lock_p99: locked.p99(),
@@ -179,110 +162,13 @@ async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Res
         rtt2_p99: two.p99(),
         rtt_p50: Samples::new(one).p50(),
         writes_p50: Samples::new(writes).p50(),
-        curator_p50: curator.p50(),
-        curator_p99: curator.p99(),
-        curator_rtt2_p50: exists2.p50(),
+        curator_p50: peer.p50(),
+        curator_p99: peer.p99(),
+        curator_rtt2_p50: Samples::new(peer_two).p50(),
         acquire_p50,
         release_p50,
         ..Uncontended::default()
     })
-}
-
-/// Our S5 on ZooKeeper: lock operations per second.
-async fn s5_ours(runtime: &LockRuntime, duration: Duration, run: usize) -> Result<f64> {
-    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("s13-s5:{run}:{k}")).collect());
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = JoinSet::new();
-    for t in 0..TASKS {
-        let (runtime, keys) = (runtime.clone(), keys.clone());
-        tasks.spawn(async move {
-            let mut rng = Rng::new(t + 1);
-            let mut ops = 0u64;
-            while ops < MAX_PER_TASK && Instant::now() < end {
-                let key = &keys[(rng.next_u64() % KEYS) as usize];
-                with_lock(runtime.lock(key.as_str()), async { anyhow::Ok(()) }).await?;
-                ops += 1;
-            }
-            anyhow::Ok(ops)
-        });
-    }
-    let mut total = 0;
-    while let Some(ops) = tasks.join_next().await {
-        total += ops??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
-}
-
-/// One acquire + release of the lock path `lock` by the recipe's requests
-/// alone: our node `node` (a protected-mode name ending in `lock-`) created
-/// and the siblings listed in one round trip (the lock path made first when
-/// missing), then the node deleted. `false` when another node was first
-/// (the lock was busy: the baseline does not wait).
-async fn raw_pair(client: &Client, lock: &str, node: &str) -> Result<bool> {
-    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let full = format!("{lock}/{node}");
-    for _attempt in 0..3 {
-        let creating = client.create(&full, &[], &ephemeral);
-        let listing = client.list_children(lock);
-        let (created, listed) = tokio::join!(creating, listing);
-        match created {
-            Ok((_, sequence)) => {
-                let ours = format!("{node}{sequence}");
-                let sequence_of = |c: &String| c.rsplit("lock-").next().map(str::to_owned);
-                let first = listed?.iter().min_by_key(|c| sequence_of(c)).cloned();
-                client.delete(&format!("{lock}/{ours}"), Some(0)).await?;
-                return Ok(first.as_deref() == Some(ours.as_str()));
-            }
-            Err(zookeeper_client::Error::NoNode) => {
-                let parents = CreateMode::Container.with_acls(Acls::anyone_all());
-                client.mkdir(lock, &parents).await?;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
-    anyhow::bail!("the lock path {lock} kept vanishing")
-}
-
-/// The S5 baseline: the recipe's requests on one plain client, at S5's
-/// concurrency. Operations per second, and attempts that found a key busy.
-async fn s5_raw(client: &Client, duration: Duration, run: usize) -> Result<(f64, u64)> {
-    let locks: Arc<Vec<String>> = Arc::new(
-        (0..KEYS)
-            .map(|k| format!("{PREFIX}s13-raw:{run}:{k}"))
-            .collect(),
-    );
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = JoinSet::new();
-    for t in 0..TASKS {
-        let (client, locks) = (client.clone(), locks.clone());
-        // Curator's protected-mode name: `_c_<uuid>-lock-`.
-        let node = format!(
-            "_c_{:08x}-0000-4000-8000-{t:012x}-lock-",
-            std::process::id()
-        );
-        tasks.spawn(async move {
-            let mut rng = Rng::new(TASKS + t + 1);
-            let (mut ops, mut busy) = (0u64, 0u64);
-            while ops < MAX_PER_TASK && Instant::now() < end {
-                let lock = &locks[(rng.next_u64() % KEYS) as usize];
-                if raw_pair(&client, lock, &node).await? {
-                    ops += 1;
-                } else {
-                    busy += 1;
-                }
-            }
-            anyhow::Ok((ops, busy))
-        });
-    }
-    let (mut total, mut busy) = (0, 0);
-    while let Some(done) = tasks.join_next().await {
-        let (ops, b) = done??;
-        total += ops;
-        busy += b;
-    }
-    Ok((total as f64 / start.elapsed().as_secs_f64(), busy))
 }
 
 /// S5 of one run (ours, the raw requests, Curator), into `figures`.
@@ -293,8 +179,8 @@ async fn s5(
     figures: &mut Uncontended,
 ) -> Result<()> {
     let duration = ctx.scale().s5_duration;
-    let ours = s5_ours(runtime, duration, run).await?;
-    let (raw, raw_busy) = s5_raw(plain, duration, run).await?;
+    let ours = zookeeper_keys::ours(runtime, duration, run).await?;
+    let (raw, raw_busy) = zookeeper_keys::raw(plain, duration, run).await?;
     let connect = ctx.zookeeper()?.connect_string();
     let prefix = format!("{PREFIX}s13-curator-s5:{run}:");
     let out = &ctx.config.out_dir;
