@@ -205,7 +205,7 @@ fn pings_during(
 /// The requests a ZooKeeper server has received so far (`mntr`'s
 /// `zk_packets_received`: every request of every client, connects and
 /// session pings included; four-letter commands are not counted).
-async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
+pub(super) async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
     let port = server.port();
     let reply =
         tokio::task::spawn_blocking(move || lock_testkit::zookeeper::four_letter(port, "mntr"))

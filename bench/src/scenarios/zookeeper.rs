@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::baseline::{runtime_pings, timed};
-use super::contention::{self, median, worst, Run};
+use super::contention::{self, median, requests_received, worst, Run};
 use super::many_keys::{KEYS, TASKS};
 use super::{zookeeper_keys, Ctx, Output};
 use crate::curator;
@@ -67,6 +67,8 @@ struct Uncontended {
     curator_rtt2_p50: f64,
     acquire_p50: f64,
     release_p50: f64,
+    requests: f64,
+    curator_requests: f64,
     s5_ours: f64,
     s5_raw: f64,
     s5_raw_busy: u64,
@@ -83,6 +85,8 @@ impl Uncontended {
             "curator_s1_p50_us": self.curator_p50, "curator_s1_p99_us": self.curator_p99,
             "curator_two_exists_p50_us": self.curator_rtt2_p50,
             "acquire_p50_us": self.acquire_p50, "release_p50_us": self.release_p50,
+            "requests_per_lock_unlock": self.requests,
+            "curator_requests_per_acquire_release": self.curator_requests,
             "s5_ours_ops_per_s": self.s5_ours, "s5_raw_ops_per_s": self.s5_raw,
             "s5_raw_busy": self.s5_raw_busy, "s5_curator_ops_per_s": self.s5_curator,
             "s5_curator_errors": self.s5_curator_errors,
@@ -142,12 +146,22 @@ async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Res
     create_delete(plain, &plain_path, WARMUP).await?;
     let (mut locked, mut two, mut one, mut writes) = (vec![], vec![], vec![], vec![]);
     let (mut peer, mut peer_two) = (vec![], vec![]);
+    // Requests the server received during our blocks and Curator's (the
+    // idle clients' session pings included: a few per second).
+    let zookeeper = ctx.zookeeper()?;
+    let (mut requests, mut curator_requests) = (0, 0);
     for _ in 0..blocks {
+        let before = requests_received(zookeeper).await?;
         locked.extend_from_slice(lock_unlock(runtime, &key, BLOCK).await?.sorted());
+        requests += requests_received(zookeeper).await?.saturating_sub(before);
         two.extend_from_slice(runtime_pings(runtime, BLOCK, 2).await?.sorted());
         one.extend_from_slice(runtime_pings(runtime, BLOCK, 1).await?.sorted());
         writes.extend_from_slice(create_delete(plain, &plain_path, BLOCK).await?.sorted());
+        let before = requests_received(zookeeper).await?;
         let (pairs, exists2) = curator.block().await?;
+        // Less the block's `checkExists`, two per sample.
+        let received = requests_received(zookeeper).await?.saturating_sub(before);
+        curator_requests += received.saturating_sub(2 * exists2.len() as u64);
         peer.extend(pairs);
         peer_two.extend(exists2);
     }
@@ -167,6 +181,8 @@ async fn s1(ctx: &Ctx, runtime: &LockRuntime, plain: &Client, run: usize) -> Res
         curator_rtt2_p50: Samples::new(peer_two).p50(),
         acquire_p50,
         release_p50,
+        requests: requests as f64 / (blocks * BLOCK) as f64,
+        curator_requests: curator_requests as f64 / (blocks * BLOCK) as f64,
         ..Uncontended::default()
     })
 }
@@ -231,6 +247,8 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         Row::new("S13", "S1 on ZooKeeper (us), vs writes", f(|u| u.lock_p50))
             .vs("a create + a delete", f(|u| u.writes_p50)),
         Row::new("S13", "ZooKeeper round trip p50 (us)", f(|u| u.rtt_p50)),
+        Row::new("S13", "S1 requests per lock+unlock", f(|u| u.requests))
+            .vs("Curator", f(|u| u.curator_requests)),
         Row::new("S13", "S1 ours / Curator, p50", f(|u| u.lock_p50))
             .vs("Curator", f(|u| u.curator_p50))
             .target(Target::RatioAtMost(1.0)),
