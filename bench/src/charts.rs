@@ -72,13 +72,16 @@ fn label(name: &str, s: &Samples, what: &str) -> String {
 /// A curve's legend name and colour.
 fn style(library: Library) -> (&'static str, RGBColor) {
     match library {
-        Library::Ours | Library::OursDefault | Library::OursCluster | Library::OursEtcd => {
-            ("lock-runtime", OURS)
-        }
+        Library::Ours
+        | Library::OursDefault
+        | Library::OursCluster
+        | Library::OursEtcd
+        | Library::OursZooKeeper => ("lock-runtime", OURS),
         Library::OursFair => ("lock-runtime, fair", FAIR),
         Library::OursCohort => ("lock-runtime, cohort", COHORT),
         Library::OursFairCohort => ("lock-runtime, fair+cohort", FAIR_COHORT),
         Library::Rslock => ("rslock 0.10", PEER),
+        Library::Curator => ("Curator InterProcessMutex", PEER),
     }
 }
 

@@ -38,11 +38,14 @@ pub enum Scenario {
     S11,
     /// S1 and S3 on etcd, beside Redis, against etcd's own round trip.
     S12,
+    /// S1, S3/S4 and S5 on ZooKeeper, beside Redis, against ZooKeeper's
+    /// own round trip, with Apache Curator as the peer.
+    S13,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -55,6 +58,7 @@ impl Scenario {
         Scenario::S10,
         Scenario::S11,
         Scenario::S12,
+        Scenario::S13,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {
@@ -114,6 +118,13 @@ pub struct Scale {
     pub s10_keys: u64,
     /// S10: the fence window of its runtime (shortened, to see keys expire).
     pub s10_window: Duration,
+    /// S13: measured operations per kind per run (S1 on ZooKeeper, where
+    /// an operation takes a millisecond or more).
+    pub s13_ops: usize,
+    /// S13: S3's workers on ZooKeeper (and Curator's, and Redis's beside
+    /// them), for a shorter time than S3's: a ZooKeeper handoff takes
+    /// milliseconds, so 5 s give thousands of samples.
+    pub s13: Shape,
 }
 
 impl Scale {
@@ -146,6 +157,13 @@ impl Scale {
         s7_items: 10_000,
         s10_keys: 100_000,
         s10_window: Duration::from_secs(5),
+        s13_ops: 1000,
+        s13: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(5),
+        },
     };
 
     /// The quick variant (`--quick`, and the `cargo test` smoke test).
@@ -177,6 +195,13 @@ impl Scale {
         s7_items: 1000,
         s10_keys: 2000,
         s10_window: Duration::from_secs(1),
+        s13_ops: 100,
+        s13: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(1),
+        },
     };
 }
 
@@ -196,8 +221,7 @@ pub struct Config {
 }
 
 /// Usage text.
-pub const USAGE: &str =
-    "usage: lock-bench [s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 ...] [--quick] [--runs N] [--out DIR]\n\
+pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s13] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
@@ -286,8 +310,10 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s13".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 12);
+        assert!(Config::from_args(&["s14".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 13);
+        let s13 = Config::from_args(&["s13".to_owned()]).unwrap();
+        assert_eq!(s13.scenarios, [Scenario::S13]);
         let crowds = Config::from_args(&["s9".to_owned(), "s8".to_owned()]).unwrap();
         assert_eq!(crowds.scenarios, [Scenario::S8, Scenario::S9]);
         let s11 = Config::from_args(&["s11".to_owned()]).unwrap();

@@ -2,7 +2,7 @@
 //! limit (Redis round trips) and against a polling peer (rslock), measured
 //! side by side in one run on a private `redis-server`.
 //!
-//! `cargo run --release -p lock-bench -- [s1 .. s11] [--quick]` runs the
+//! `cargo run --release -p lock-bench -- [s1 .. s13] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
 //! `target/bench/results.json` and the charts `target/bench/handoff.svg` and
 //! `target/bench/waits.svg`. The test in
@@ -10,6 +10,7 @@
 
 pub mod charts;
 pub mod config;
+pub mod curator;
 pub mod handoff;
 pub mod keys;
 pub mod report;
@@ -72,6 +73,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S10 => scenarios::retention::run(&ctx).await,
             Scenario::S11 => scenarios::cluster::run(&ctx).await,
             Scenario::S12 => scenarios::etcd::run(&ctx).await,
+            Scenario::S13 => scenarios::zookeeper::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(

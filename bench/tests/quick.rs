@@ -77,6 +77,11 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S9", "acquisitions/s"),
         ("S9", "largest process share"),
         ("S10", "within the window"),
+        ("S13", "S1 lock+unlock p50 on ZooKeeper"),
+        ("S13", "S3 acquisitions/s on ZooKeeper"),
+        ("S13", "S4 requests per acquisition on ZooKeeper"),
+        ("S13", "S5 lock ops/s on ZooKeeper"),
+        ("S13 peer", "Curator S1 p50"),
     ] {
         let row = find(rows, scenario, metric);
         assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);

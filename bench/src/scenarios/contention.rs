@@ -9,15 +9,21 @@
 //! (`commands.rs`) are two readings of the same runs; S8 and S9
 //! (`crowd.rs`) read their own. The figures of a run, and their medians and
 //! worst cases over runs, are here so that every scenario reads them alike.
+//!
+//! On ZooKeeper (S13) the same runs are made by our worker or by Curator's
+//! Java loop (`crate::curator`), which speaks the worker's lines; what S4
+//! counts there is the requests the ZooKeeper server received (`mntr`),
+//! not Redis commands.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use lock_testkit::{CommandStats, Delta};
+use lock_testkit::{CommandStats, Delta, ZooKeeperServer};
 use serde_json::{json, Value};
 
 use super::{commands, Ctx};
 use crate::config::Shape;
+use crate::curator;
 use crate::handoff::{Analysis, Record};
 use crate::report::commands_json;
 use crate::stats::{median_of, Samples};
@@ -46,7 +52,8 @@ pub struct Run {
     pub passed_locally: u64,
     /// Lock server commands between `go` and `done`.
     pub delta: Delta,
-    /// Commands sent by clients, plus PUBLISHes, per acquisition.
+    /// Commands sent by clients, plus PUBLISHes, per acquisition (on
+    /// ZooKeeper: requests the server received, session pings included).
     pub commands_per_acquisition: f64,
     /// Acquire attempts that found the lock taken, per acquisition.
     pub failed_attempts: f64,
@@ -195,6 +202,21 @@ fn pings_during(
     }
 }
 
+/// The requests a ZooKeeper server has received so far (`mntr`'s
+/// `zk_packets_received`: every request of every client, connects and
+/// session pings included; four-letter commands are not counted).
+pub(super) async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
+    let port = server.port();
+    let reply =
+        tokio::task::spawn_blocking(move || lock_testkit::zookeeper::four_letter(port, "mntr"))
+            .await??;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|n| n.trim().parse().ok())
+        .with_context(|| format!("no zk_packets_received in mntr: {reply:?}"))
+}
+
 /// One contention run of `library` in `shape`; `tag` and `run` name its
 /// keys apart from every other run's.
 pub async fn contend(
@@ -209,10 +231,19 @@ pub async fn contend(
     let lock_url = match library {
         Library::OursCluster => ctx.cluster()?.urls().join(","),
         Library::OursEtcd => ctx.etcd()?.endpoints().join(","),
+        Library::OursZooKeeper | Library::Curator => ctx.zookeeper()?.connect_string(),
         _ => ctx.lock_server.url(),
     };
     let mut workers = Vec::new();
     for p in 0..shape.processes {
+        if library == Library::Curator {
+            let data = format!("127.0.0.1:{}", ctx.data_server.port());
+            let (out, first) = (&ctx.config.out_dir, p * shape.tasks);
+            workers.push(curator::contend(
+                out, &lock_url, &prefix, &data, shape, first,
+            )?);
+            continue;
+        }
         let args = [
             "contend".to_owned(),
             library.name().to_owned(),
@@ -231,6 +262,11 @@ pub async fn contend(
     }
     let mut info = ctx.plain.clone();
     let before = CommandStats::read(&mut info).await?;
+    let zookeeper_before = if library.on_zookeeper() {
+        Some(requests_received(ctx.zookeeper()?).await?)
+    } else {
+        None
+    };
     for w in &mut workers {
         w.send("go")?;
     }
@@ -241,6 +277,14 @@ pub async fn contend(
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
     let delta = CommandStats::read(&mut info).await?.since(&before);
+    let zookeeper_requests = match zookeeper_before {
+        Some(before) => Some(
+            requests_received(ctx.zookeeper()?)
+                .await?
+                .saturating_sub(before),
+        ),
+        None => None,
+    };
     drop(workers);
     let loaded_pings = pinger.await??;
 
@@ -272,7 +316,8 @@ pub async fn contend(
             c.abs_diff(taken)
         })
         .sum();
-    let commands = commands::sent(library, &delta, loaded_pings.len() as u64);
+    let commands = zookeeper_requests
+        .unwrap_or_else(|| commands::sent(library, &delta, loaded_pings.len() as u64));
     Ok(Run {
         shape,
         loaded_ping: loaded_pings.p50(),

@@ -23,9 +23,9 @@ use crate::report::{Row, Target};
 use crate::stats::median_of;
 
 /// Concurrent tasks.
-const TASKS: u64 = 64;
+pub const TASKS: u64 = 64;
 /// Distinct keys.
-const KEYS: u64 = 10_000;
+pub const KEYS: u64 = 10_000;
 /// Upper bound on operations per task, whatever the duration.
 const MAX_PER_TASK: u64 = 10_000_000;
 /// The runtime's acquire script.

@@ -11,8 +11,9 @@
 //! (both from the runs of `contention`), S5 `many_keys`, S6 `watchdog`,
 //! S7 `memory`, S8 and S9 `crowd` (many workers, contention runs of other
 //! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
-//! Redis Cluster), S12 `etcd` (S1 and S3 on etcd); `baseline` measures the
-//! round-trip limit.
+//! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
+//! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
+//! `zookeeper_keys`); `baseline` measures the round-trip limit.
 
 pub mod baseline;
 pub mod cluster;
@@ -27,10 +28,12 @@ pub mod reentry;
 pub mod retention;
 pub mod uncontended;
 pub mod watchdog;
+pub mod zookeeper;
+pub mod zookeeper_keys;
 
 use anyhow::{Context, Result};
 use lock_runtime::LockRuntime;
-use lock_testkit::{EtcdCluster, RedisCluster, RedisServer};
+use lock_testkit::{EtcdCluster, RedisCluster, RedisServer, ZooKeeperServer};
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
 
@@ -60,6 +63,8 @@ pub struct Ctx {
     cluster: std::sync::OnceLock<RedisCluster>,
     /// One etcd member, started when a scenario first asks.
     etcd: std::sync::OnceLock<EtcdCluster>,
+    /// One standalone ZooKeeper server, started when a scenario first asks.
+    zookeeper: std::sync::OnceLock<ZooKeeperServer>,
 }
 
 impl Ctx {
@@ -85,6 +90,7 @@ impl Ctx {
             peer,
             cluster: std::sync::OnceLock::new(),
             etcd: std::sync::OnceLock::new(),
+            zookeeper: std::sync::OnceLock::new(),
         })
     }
 
@@ -104,6 +110,15 @@ impl Ctx {
             let _ = self.etcd.set(started);
         }
         self.etcd.get().context("etcd")
+    }
+
+    /// The standalone ZooKeeper server, started on first use.
+    pub fn zookeeper(&self) -> Result<&ZooKeeperServer> {
+        if self.zookeeper.get().is_none() {
+            let started = ZooKeeperServer::try_start().context("start ZooKeeper")?;
+            let _ = self.zookeeper.set(started);
+        }
+        self.zookeeper.get().context("ZooKeeper")
     }
 
     /// Counts of this variant.

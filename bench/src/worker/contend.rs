@@ -53,11 +53,17 @@ pub enum Library {
     /// lock-runtime on etcd (the lock URL lists its endpoints, separated
     /// by commas), as the builder configures it (always fair there).
     OursEtcd,
+    /// lock-runtime on ZooKeeper (the lock URL is the connect string), as
+    /// the builder configures it (always fair there: the recipe's queue).
+    OursZooKeeper,
+    /// Apache Curator's `InterProcessMutex` on ZooKeeper: the Java loop of
+    /// `bench/java/CuratorLoop.java`, never this binary's worker.
+    Curator,
 }
 
 impl Library {
     /// Every variant, for parsing.
-    const ALL: [Library; 8] = [
+    const ALL: [Library; 10] = [
         Library::Ours,
         Library::OursFair,
         Library::OursCohort,
@@ -66,6 +72,8 @@ impl Library {
         Library::Rslock,
         Library::OursCluster,
         Library::OursEtcd,
+        Library::OursZooKeeper,
+        Library::Curator,
     ];
 
     /// Name on the command line and in the report.
@@ -79,12 +87,26 @@ impl Library {
             Library::Rslock => "rslock",
             Library::OursCluster => "ours-cluster",
             Library::OursEtcd => "ours-etcd",
+            Library::OursZooKeeper => "ours-zookeeper",
+            Library::Curator => "curator",
         }
     }
 
-    /// Whether this is lock-runtime (in any mode) rather than the peer.
+    /// Whether this is lock-runtime (in any mode) rather than a peer.
     pub fn is_ours(self) -> bool {
-        self != Library::Rslock
+        !matches!(self, Library::Rslock | Library::Curator)
+    }
+
+    /// Whether its locks live on ZooKeeper.
+    pub fn on_zookeeper(self) -> bool {
+        matches!(self, Library::OursZooKeeper | Library::Curator)
+    }
+
+    /// The key prefix of a lock-runtime on ZooKeeper whose keys are named
+    /// under `prefix` (a ZooKeeper lock path starts with `/`); Curator is
+    /// given the same paths.
+    pub fn zookeeper_prefix(prefix: &str) -> String {
+        format!("/bench/{prefix}")
     }
 
     /// The explicit mode that `LockRuntime::builder()` gives by default on
@@ -113,7 +135,11 @@ impl Library {
             Library::OursFair => (true, Cohort::OFF),
             Library::OursCohort => (false, DEFAULT_COHORT),
             Library::OursFairCohort => (true, DEFAULT_COHORT),
-            Library::OursDefault | Library::Rslock | Library::OursEtcd => return builder,
+            Library::OursDefault
+            | Library::Rslock
+            | Library::OursEtcd
+            | Library::OursZooKeeper
+            | Library::Curator => return builder,
         };
         builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
     }
@@ -191,6 +217,16 @@ pub(super) async fn run(args: Args) -> Result<()> {
                 .build()
                 .await?,
         ),
+        Library::OursZooKeeper => Client::Ours(
+            LockRuntime::builder()
+                .zookeeper(args.lock_url.as_str())
+                .key_prefix(Library::zookeeper_prefix(&args.prefix))
+                .build()
+                .await?,
+        ),
+        Library::Curator => {
+            bail!("Curator runs as bench/java/CuratorLoop.java, not as this worker")
+        }
         library => Client::Ours(
             library
                 .configure(LockRuntime::builder().redis(args.lock_url.as_str()))

@@ -6,8 +6,10 @@
 //!     `go`, each on one key (<keys> = `one`) or a Zipf draw (`zipf:<n>:<s>`);
 //!     body: GET + SET of the key's counter on the data server. <library> is
 //!     ours, ours-fair, ours-cohort, ours-fair-cohort, ours-default,
-//!     ours-cluster or rslock. Prints `rec` lines, then `timeouts`, `errors`
-//!     and `passed` (holds passed locally, lock cohorting).
+//!     ours-cluster, ours-etcd, ours-zookeeper or rslock (Curator's
+//!     worker is `bench/java/CuratorLoop.java`, speaking the same lines).
+//!     Prints `rec` lines, then `timeouts`, `errors` and `passed` (holds
+//!     passed locally, lock cohorting).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
