@@ -289,3 +289,24 @@ async fn shutdown_drains_at_once(runtime: &LockRuntime) {
     runtime.shutdown().await.unwrap();
     assert!(start.elapsed() < Duration::from_secs(2));
 }
+
+/// A try right after a dropped guard waits for that guard's release (so
+/// the key is free for it at once); when the server does not answer that
+/// release within the try timeout, the try's error says so, instead of
+/// reading as a server that did not answer the try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_behind_an_unanswered_release_of_its_key_says_so() {
+    let proxy = lock_tests::FaultProxy::start(redis().port()).await;
+    let runtime = lock_tests::runtime_at(&proxy.url(), &unique("behind-release")).await;
+    let guard = runtime.lock("k").acquire().await.unwrap();
+    proxy.stall();
+    drop(guard);
+    let error = runtime
+        .lock("k")
+        .try_acquire()
+        .await
+        .expect_err("the server answers nothing");
+    proxy.resume();
+    let message = error.to_string();
+    assert!(message.contains("own earlier release"), "{message}");
+}

@@ -140,11 +140,12 @@ impl Acquisition {
         // goes out first, so that the key is free for this process's next
         // acquire at once, as on the embedded backend. Briefly: a release
         // stuck on a dead connection must not hold up the attempt.
+        let mut release_unanswered = false;
         if runtime.backend().release_pending(&self.want.lock_key) {
             let settle_by = Instant::now() + runtime.try_timeout();
             let settled = runtime.backend().releases_settled(&self.want.lock_key);
             let by = bound.map_or(settle_by, |b| b.min(settle_by));
-            let _ = tokio::time::timeout_at(by, settled).await;
+            release_unanswered = tokio::time::timeout_at(by, settled).await.is_err();
         }
         // Nothing goes out after shutdown (it may be waiting for the
         // releases to drain).
@@ -199,8 +200,13 @@ impl Acquisition {
             // (the attempt's in-flight entry gives back whatever the script
             // may yet take)
             Err(_) if self.try_once => Err(BackendError::msg(format!(
-                "no answer from the lock backend within the try timeout ({:?})",
-                runtime.try_timeout()
+                "no answer from the lock backend within the try timeout ({:?}){}",
+                runtime.try_timeout(),
+                if release_unanswered {
+                    " (this process's own earlier release of the key was still unanswered)"
+                } else {
+                    ""
+                }
             ))
             .into()),
             Err(_) => Err(self.gave_up()),
