@@ -7,11 +7,13 @@
 //! ```text
 //! Usage:
 //!   nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
-//!       where `<url>` is a Redis URL or `etcd://host:port[,host:port...]`
-//!       (the etcd backend, one endpoint per member), each key is
+//!       where `<url>` is a Redis URL, `etcd://host:port[,host:port...]`
+//!       (the etcd backend, one endpoint per member) or
+//!       `zookeeper://host:port[,host:port...]` (the ZooKeeper backend, its
+//!       connect string; `<prefix>` is a path then), each key is
 //!       `<name>:fair` or `<name>:plain` (the mode this process asks for it
-//!       with; processes may differ; on etcd every lock is fair whatever it
-//!       asks), and `<executor>` is `current` (the tasks run on a
+//!       with; processes may differ; on etcd and ZooKeeper every lock is
+//!       fair whatever it asks), and `<executor>` is `current` (the tasks run on a
 //!       `current_thread` tokio runtime: one blocked poll stops them all) or
 //!       `multi` (two worker threads).
 //!
@@ -894,7 +896,14 @@ async fn run(args: Vec<String>) {
         Some(endpoints) => LockRuntime::builder()
             .etcd(endpoints.split(','))
             .default_lease(Duration::from_secs(3)),
-        None => LockRuntime::builder().redis(url.as_str()),
+        None => match url.strip_prefix("zookeeper://") {
+            // The same default lease, so that the session the runtime opens
+            // at start is the long locks' own.
+            Some(connect) => LockRuntime::builder()
+                .zookeeper(connect)
+                .default_lease(Duration::from_secs(3)),
+            None => LockRuntime::builder().redis(url.as_str()),
+        },
     };
     let runtime = builder
         .key_prefix(prefix.as_str())
