@@ -128,7 +128,11 @@ pub(super) async fn freeze(cluster: &Cluster, rng: &mut XorShift) -> String {
     cluster.freeze(n);
     tokio::time::sleep(d).await;
     cluster.thaw(n);
-    format!("SIGSTOP {} for {} ms", cluster.named(n, leader), d.as_millis())
+    format!(
+        "SIGSTOP {} for {} ms",
+        cluster.named(n, leader),
+        d.as_millis()
+    )
 }
 
 /// Kills a member (the leader two times in three) with SIGKILL, waits 200
