@@ -814,11 +814,14 @@ async fn handed_on_zookeeper<F: std::future::Future<Output = bool>>(
     limit: Instant,
     released: impl Fn() -> F,
 ) -> bool {
-    // A contender node is `_c_<uuid>-lock-<sequence>`, its uuid the
-    // process uuid of the holder id with the holder's number in its low
-    // bits (`backend/zookeeper/path.rs`): its first four groups are the
-    // process's.
-    let ours = format!("{lock}/_c_{}", id.get(..24).unwrap_or(id));
+    // A contender node is `_c_<uuid>-lock-<sequence>`, its uuid (hyphenated)
+    // the process uuid of the holder id (`id`, simple) with the holder's
+    // number in its low bits (`backend/zookeeper/path.rs`): its first four
+    // groups are the process's.
+    let hex: Vec<char> = id.chars().filter(char::is_ascii_hexdigit).collect();
+    let group = |from: usize, to: usize| hex.get(from..to).unwrap_or_default().iter().collect();
+    let groups: [String; 4] = [group(0, 8), group(8, 12), group(12, 16), group(16, 20)];
+    let ours = format!("{lock}/_c_{}-", groups.join("-"));
     let sequence = |node: &String| node.rsplit("lock-").next().map(str::to_owned);
     // Bounded by `limit` and by count.
     for _ in 0..200 {
