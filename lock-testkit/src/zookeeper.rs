@@ -593,4 +593,18 @@ mod tests {
         ensemble.restart(leader).await;
         assert_eq!(mode(ensemble.port(leader)).as_deref(), Some("follower"));
     }
+
+    #[tokio::test]
+    async fn a_whole_ensemble_restarted_from_its_data_serves_again_on_its_ports() {
+        let mut ensemble = ZooKeeperEnsemble::start();
+        let ports: Vec<u16> = (0..ensemble.size()).map(|i| ensemble.port(i)).collect();
+        ensemble.restart_all().await;
+        ensemble.wait_for_leader();
+        for (i, port) in ports.into_iter().enumerate() {
+            assert_eq!(ensemble.port(i), port);
+            assert!(mode(port).is_some_and(|m| m == "leader" || m == "follower"));
+        }
+        // Nobody made a node: the leader lists no ephemeral one.
+        assert_eq!(ensemble.ephemerals("/").unwrap(), Vec::<String>::new());
+    }
 }

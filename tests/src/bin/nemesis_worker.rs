@@ -825,6 +825,50 @@ fn watch_starvation() {
     }
 }
 
+/// The lock runtime on `url`, built and pinged. A busy machine may keep a
+/// server from answering within the short timeouts at start (a JVM
+/// ZooKeeper opens its first sessions slowly): the start is tried again,
+/// a few times (the test's faults begin once every worker is ready).
+async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> LockRuntime {
+    let mut last = None;
+    for _attempt in 0..10 {
+        let builder = match url.strip_prefix("etcd://") {
+            // The default lease is the longest the calls ask for: the lease
+            // the id probe's key is on then runs out as soon as theirs.
+            Some(endpoints) => LockRuntime::builder()
+                .etcd(endpoints.split(','))
+                .default_lease(Duration::from_secs(3)),
+            None => match url.strip_prefix("zookeeper://") {
+                // The same default lease, so that the session the runtime
+                // opens at start is the long locks' own.
+                Some(connect) => LockRuntime::builder()
+                    .zookeeper(connect)
+                    .default_lease(Duration::from_secs(3)),
+                None => LockRuntime::builder().redis(url),
+            },
+        };
+        let built = builder
+            .key_prefix(prefix)
+            .connect_timeout(timeout)
+            .response_timeout(timeout)
+            // Lock cohorting with a budget longer than the bodies, so that
+            // holds are passed between tasks often while the faults strike.
+            .cohort(8, Duration::from_secs(2))
+            .build()
+            .await;
+        let error = match built {
+            Ok(runtime) => match runtime.ping().await {
+                Ok(_) => return runtime,
+                Err(error) => error,
+            },
+            Err(error) => error,
+        };
+        last = Some(error);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("build the lock runtime and ping through the proxy: {last:?}");
+}
+
 /// The process part of this runtime's holder ids (`<process-uuid>:<n>`),
 /// read back from a lock it takes for the purpose.
 async fn holder_prefix(runtime: &LockRuntime) -> String {
@@ -890,32 +934,7 @@ async fn run(args: Vec<String>) {
             }
         })
         .collect();
-    let builder = match url.strip_prefix("etcd://") {
-        // The default lease is the longest the calls ask for: the lease the
-        // id probe's key is on then runs out as soon as theirs.
-        Some(endpoints) => LockRuntime::builder()
-            .etcd(endpoints.split(','))
-            .default_lease(Duration::from_secs(3)),
-        None => match url.strip_prefix("zookeeper://") {
-            // The same default lease, so that the session the runtime opens
-            // at start is the long locks' own.
-            Some(connect) => LockRuntime::builder()
-                .zookeeper(connect)
-                .default_lease(Duration::from_secs(3)),
-            None => LockRuntime::builder().redis(url.as_str()),
-        },
-    };
-    let runtime = builder
-        .key_prefix(prefix.as_str())
-        .connect_timeout(timeout)
-        .response_timeout(timeout)
-        // Lock cohorting with a budget longer than the bodies, so that
-        // holds are passed between tasks often while the faults strike.
-        .cohort(8, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("build the lock runtime");
-    runtime.ping().await.expect("ping through the proxy");
+    let runtime = start_runtime(url, prefix, timeout).await;
     println!("ready {}", holder_prefix(&runtime).await);
 
     // Wait for `go`; afterwards, take the test's orders, and exit as soon as
