@@ -79,9 +79,6 @@ pub(super) struct Place {
     owner: i64,
     /// That session.
     session: Arc<Session>,
-    /// Whether the watchdog renews the hold (a fixed lease must end on the
-    /// server by itself: its node is deleted when the lease runs out).
-    renewed: bool,
 }
 
 /// The ZooKeeper backend of one runtime.
@@ -96,6 +93,10 @@ pub(super) struct Inner {
     reader: Arc<Session>,
     /// This process's nodes, by (lock, holder id).
     places: Mutex<HashMap<(String, String), Place>>,
+    /// Creates whose outcome is not known (no answer, and no listing
+    /// after it answered either), by (lock, holder id): the session each
+    /// went out on. See [`Inner::delete`].
+    unsettled: Mutex<HashMap<(String, String), Arc<Session>>>,
     waits: wait::Waits,
     releases: ReleaseQueue,
     wakeups: Weak<dyn Wakeups>,
@@ -129,13 +130,22 @@ impl Inner {
             .cloned()
     }
 
+    fn unsettled(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Session>>> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn remember(&self, lock: &str, holder: &str, place: Place) {
-        self.places()
-            .insert((lock.to_owned(), holder.to_owned()), place);
+        let key = (lock.to_owned(), holder.to_owned());
+        self.unsettled().remove(&key);
+        self.places().insert(key, place);
     }
 
     pub(super) fn forget(&self, lock: &str, holder: &str) {
-        self.places().remove(&(lock.to_owned(), holder.to_owned()));
+        let key = (lock.to_owned(), holder.to_owned());
+        self.unsettled().remove(&key);
+        self.places().remove(&key);
     }
 
     /// `fut`, bounded by the response timeout (then [`Timeout`]).
@@ -188,12 +198,33 @@ impl Inner {
     /// Creates `holder`'s node in `lock` on `session` (and the lock path,
     /// as container nodes, when missing); the node and the children seen
     /// right after.
+    ///
+    /// A create that fails without an answer may still be applied later
+    /// (a follower holds it for a leader that does not answer now): the
+    /// session it went out on is kept for `holder`'s release, which must
+    /// find that node (see [`Inner::delete`]).
     async fn create(
         &self,
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
-        renewed: bool,
+    ) -> Result<(Place, Vec<String>), BackendError> {
+        let key = (lock.to_owned(), holder.to_owned());
+        self.unsettled().insert(key.clone(), session.clone());
+        let created = self.create_on(session, lock, holder).await;
+        if created.is_err() {
+            // (A release that ran meanwhile may have settled it: unsettled
+            // again, for the release the caller's failure brings.)
+            self.unsettled().insert(key, session.clone());
+        }
+        created
+    }
+
+    async fn create_on(
+        &self,
+        session: &Arc<Session>,
+        lock: &str,
+        holder: &str,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let client = session.client();
         let prefix = path::node_prefix(holder);
@@ -214,7 +245,6 @@ impl Inner {
                         czxid: stat.czxid,
                         owner: client.session_id().0,
                         session: session.clone(),
-                        renewed,
                     };
                     self.remember(lock, holder, place.clone());
                     let children = match listed {
@@ -235,7 +265,7 @@ impl Inner {
                 ) => {
                     // Protected mode: the create may have gone through
                     // without its answer; our uuid finds it.
-                    if let Some(found) = self.find(session, lock, holder, renewed).await? {
+                    if let Some(found) = self.find(session, lock, holder).await? {
                         return Ok(found);
                     }
                     last = Some(error);
@@ -260,7 +290,6 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
-        renewed: bool,
     ) -> Result<Option<(Place, Vec<String>)>, BackendError> {
         let client = session.client();
         let children = self.list(&client, lock).await?;
@@ -280,7 +309,6 @@ impl Inner {
             czxid: stat.czxid,
             owner: stat.ephemeral_owner,
             session: session.clone(),
-            renewed,
         };
         self.remember(lock, holder, place.clone());
         Ok(Some((place, children)))
@@ -317,39 +345,57 @@ impl Inner {
     }
 
     /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
+    ///
+    /// A node this process does not know (made by a create whose answer was
+    /// lost) is found by its uuid, listed on the session that create went
+    /// out on: ZooKeeper answers one session's requests in order, so the
+    /// listing comes after the create however late the create is applied.
+    /// A listing on another session (the reader's) may come first, find
+    /// nothing, and leave the node to appear later, unknown to anyone, and
+    /// standing for as long as our session lives: the lock blocked.
     async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
-        let (client, name) = match self.place(lock, holder) {
-            Some(place) => (place.session.client(), place.name),
+        let (client, names) = match self.place(lock, holder) {
+            Some(place) => (place.session.client(), vec![place.name]),
             None => {
-                // Not known here (made by a create whose answer was lost):
-                // found by its uuid.
-                let client = self.reader.client();
+                let key = (lock.to_owned(), holder.to_owned());
+                let session = self.unsettled().get(&key).cloned();
+                let client = session.unwrap_or_else(|| self.reader.clone()).client();
                 let children = self.list(&client, lock).await?;
-                match children.into_iter().find(|c| path::is_holders(c, holder)) {
-                    Some(name) => (client, name),
-                    None => return Ok(Release::NotHeld),
+                // (One create at a time for a holder, but each retried
+                // create may have been applied: every node of it goes.)
+                let names: Vec<String> = children
+                    .into_iter()
+                    .filter(|c| path::is_holders(c, holder))
+                    .collect();
+                if names.is_empty() {
+                    self.forget(lock, holder);
+                    return Ok(Release::NotHeld);
                 }
+                (client, names)
             }
         };
-        let node = path::child(lock, &name);
-        // Versioned: nobody writes a lock node's data, so version 0 is
-        // the node we made (a node of the same path made later would
-        // have another sequence anyway).
-        let mut deleted = self.within(client.delete(&node, Some(0))).await;
-        if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
-            deleted = self.within(client.delete(&node, None)).await;
-        }
-        match deleted {
-            Ok(()) => {
-                self.forget(lock, holder);
-                Ok(Release::Freed)
+        let mut freed = false;
+        for name in names {
+            let node = path::child(lock, &name);
+            // Versioned: nobody writes a lock node's data, so version 0 is
+            // the node we made (a node of the same path made later would
+            // have another sequence anyway).
+            let mut deleted = self.within(client.delete(&node, Some(0))).await;
+            if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
+                deleted = self.within(client.delete(&node, None)).await;
             }
-            Err(zookeeper_client::Error::NoNode) => {
-                self.forget(lock, holder);
-                Ok(Release::NotHeld)
+            match deleted {
+                Ok(()) => freed = true,
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => return Err(self.failed("release failed", error)),
             }
-            Err(error) => Err(self.failed("release failed", error)),
         }
+        self.forget(lock, holder);
+        Ok(if freed {
+            Release::Freed
+        } else {
+            Release::NotHeld
+        })
     }
 }
 
@@ -387,6 +433,7 @@ pub(crate) async fn connect(
         sessions,
         reader,
         places: Mutex::default(),
+        unsettled: Mutex::default(),
         waits: wait::Waits::default(),
         releases,
         wakeups,
@@ -458,14 +505,28 @@ impl ZookeeperBackend {
         }
         for _attempt in 0..3 {
             let (place, children, created) = match inner.place(lock, holder) {
-                Some(place) if place.owner == place.session.id() => {
+                Some(place)
+                    if place.owner == place.session.id() && place.session.timeout >= lease =>
+                {
                     let children = inner.list_latest(&place.session.client(), lock).await?;
                     (place, children, false)
+                }
+                Some(place) if place.owner == place.session.id() => {
+                    // This process's place, queued by a waiter of a shorter
+                    // lease: its node is on that lease's session, which a
+                    // stall longer than that lease ends (the node with it)
+                    // while a hold of this lease would still count on it.
+                    // ZooKeeper moves no node to another session: the place
+                    // queues again on this lease's (its turn is lost).
+                    inner.waits.stop(lock, holder);
+                    inner.delete(lock, holder).await?;
+                    let (place, children) = inner.create(&session, lock, holder).await?;
+                    (place, children, true)
                 }
                 _ => {
                     // New, or made by a session that expired since.
                     inner.forget(lock, holder);
-                    let (place, children) = inner.create(&session, lock, holder, renewed).await?;
+                    let (place, children) = inner.create(&session, lock, holder).await?;
                     (place, children, true)
                 }
             };
