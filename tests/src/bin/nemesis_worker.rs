@@ -825,11 +825,12 @@ fn watch_starvation() {
     }
 }
 
-/// The lock runtime on `url`, built and pinged. A busy machine may keep a
-/// server from answering within the short timeouts at start (a JVM
-/// ZooKeeper opens its first sessions slowly): the start is tried again,
-/// a few times (the test's faults begin once every worker is ready).
-async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> LockRuntime {
+/// The lock runtime on `url`, built and pinged, and the process part of its
+/// holder ids. A busy machine may keep a server from answering within the
+/// short timeouts at start (a JVM ZooKeeper opens its first sessions
+/// slowly): the start is tried again, a few times (the test's faults begin
+/// once every worker is ready).
+async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> (LockRuntime, String) {
     let mut last = None;
     for _attempt in 0..10 {
         let builder = match url.strip_prefix("etcd://") {
@@ -857,37 +858,42 @@ async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> LockRuntim
             .build()
             .await;
         let error = match built {
-            Ok(runtime) => match runtime.ping().await {
-                Ok(_) => return runtime,
+            Ok(runtime) => match holder_prefix(&runtime).await {
+                Ok(id) => return (runtime, id),
                 Err(error) => error,
             },
-            Err(error) => error,
+            Err(error) => error.to_string(),
         };
         last = Some(error);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    panic!("build the lock runtime and ping through the proxy: {last:?}");
+    panic!("build the lock runtime and learn its holder ids through the proxy: {last:?}");
 }
 
 /// The process part of this runtime's holder ids (`<process-uuid>:<n>`),
-/// read back from a lock it takes for the purpose.
-async fn holder_prefix(runtime: &LockRuntime) -> String {
+/// read back from a lock it takes for the purpose (after a ping through
+/// the proxy).
+async fn holder_prefix(runtime: &LockRuntime) -> Result<String, String> {
     const PROBE: &str = "nemesis-worker-id";
+    runtime.ping().await.map_err(|e| format!("ping: {e}"))?;
     let guard = runtime
         .lock(PROBE)
         .fair(false)
         .wait(Duration::from_secs(5))
         .acquire()
         .await
-        .expect("take the id probe lock");
+        .map_err(|e| format!("take the id probe lock: {e}"))?;
     let info = runtime
         .inspect(PROBE)
         .await
-        .expect("inspect the id probe lock")
-        .expect("the id probe lock is held");
-    guard.release().await.expect("release the id probe lock");
+        .map_err(|e| format!("inspect the id probe lock: {e}"))?
+        .ok_or("the id probe lock is not held")?;
+    guard
+        .release()
+        .await
+        .map_err(|e| format!("release the id probe lock: {e}"))?;
     let (id, _) = info.holder.rsplit_once(':').expect("holder id <uuid>:<n>");
-    id.to_owned()
+    Ok(id.to_owned())
 }
 
 fn main() {
@@ -934,8 +940,8 @@ async fn run(args: Vec<String>) {
             }
         })
         .collect();
-    let runtime = start_runtime(url, prefix, timeout).await;
-    println!("ready {}", holder_prefix(&runtime).await);
+    let (runtime, id) = start_runtime(url, prefix, timeout).await;
+    println!("ready {id}");
 
     // Wait for `go`; afterwards, take the test's orders, and exit as soon as
     // stdin closes (the test died).
