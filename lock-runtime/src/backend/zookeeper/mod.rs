@@ -93,9 +93,10 @@ pub(super) struct Inner {
     reader: Arc<Session>,
     /// This process's nodes, by (lock, holder id).
     places: Mutex<HashMap<(String, String), Place>>,
-    /// Creates whose outcome is not known (no answer, and no listing
-    /// after it answered either), by (lock, holder id): the session each
-    /// went out on. See [`Inner::delete`].
+    /// Holders of which a create lost its answer, by (lock, holder id):
+    /// that create may yet be applied (besides the node the holder knows,
+    /// if any). The session the creates went out on. See
+    /// [`Inner::delete`].
     unsettled: Mutex<HashMap<(String, String), Arc<Session>>>,
     waits: wait::Waits,
     releases: ReleaseQueue,
@@ -137,9 +138,8 @@ impl Inner {
     }
 
     fn remember(&self, lock: &str, holder: &str, place: Place) {
-        let key = (lock.to_owned(), holder.to_owned());
-        self.unsettled().remove(&key);
-        self.places().insert(key, place);
+        self.places()
+            .insert((lock.to_owned(), holder.to_owned()), place);
     }
 
     pub(super) fn forget(&self, lock: &str, holder: &str) {
@@ -200,9 +200,11 @@ impl Inner {
     /// right after.
     ///
     /// A create that fails without an answer may still be applied later
-    /// (a follower holds it for a leader that does not answer now): the
-    /// session it went out on is kept for `holder`'s release, which must
-    /// find that node (see [`Inner::delete`]).
+    /// (a follower holds it for a leader that does not answer now; a leader
+    /// killed after it logged the create applies it once it is back), also
+    /// after the holder found no node and created another: the session it
+    /// went out on is kept for `holder`'s release, which must find every
+    /// such node (see [`Inner::delete`]).
     async fn create(
         &self,
         session: &Arc<Session>,
@@ -210,21 +212,28 @@ impl Inner {
         holder: &str,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let key = (lock.to_owned(), holder.to_owned());
+        // Before the create goes out: a release that runs meanwhile (the
+        // caller gone) lists on its session, after it.
         self.unsettled().insert(key.clone(), session.clone());
-        let created = self.create_on(session, lock, holder).await;
-        if created.is_err() {
-            // (A release that ran meanwhile may have settled it: unsettled
-            // again, for the release the caller's failure brings.)
+        let mut lost = false;
+        let created = self.create_on(session, lock, holder, &mut lost).await;
+        if created.is_err() || lost {
+            // (Again: a release that ran meanwhile may have settled it.)
             self.unsettled().insert(key, session.clone());
+        } else {
+            self.unsettled().remove(&key);
         }
         created
     }
 
+    /// [`create`](Self::create)'s round trips; `lost` is set when a
+    /// create's answer was lost.
     async fn create_on(
         &self,
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
+        lost: &mut bool,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let client = session.client();
         let prefix = path::node_prefix(holder);
@@ -265,6 +274,7 @@ impl Inner {
                 ) => {
                     // Protected mode: the create may have gone through
                     // without its answer; our uuid finds it.
+                    *lost = true;
                     if let Some(found) = self.find(session, lock, holder).await? {
                         return Ok(found);
                     }
@@ -344,6 +354,37 @@ impl Inner {
         });
     }
 
+    /// Deletes the nodes of `holder` among `children` of `lock` other than
+    /// `keep` (the one it knows): twins from a create whose answer was lost
+    /// and that was applied after the holder made another, which would
+    /// otherwise stand before or behind it for as long as our session.
+    /// Whether there were any.
+    pub(super) async fn drop_twins(
+        &self,
+        client: &Client,
+        lock: &str,
+        holder: &str,
+        keep: &str,
+        children: &[String],
+    ) -> Result<bool, BackendError> {
+        let twins: Vec<&String> = children
+            .iter()
+            .filter(|c| c.as_str() != keep && path::is_holders(c, holder))
+            .collect();
+        for twin in &twins {
+            match self
+                .within(client.delete(&path::child(lock, twin), None))
+                .await
+            {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => {
+                    return Err(self.failed("deleting a lost create's node failed", error))
+                }
+            }
+        }
+        Ok(!twins.is_empty())
+    }
+
     /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
     ///
     /// A node this process does not know (made by a create whose answer was
@@ -354,19 +395,25 @@ impl Inner {
     /// nothing, and leave the node to appear later, unknown to anyone, and
     /// standing for as long as our session lives: the lock blocked.
     async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
-        let (client, names) = match self.place(lock, holder) {
-            Some(place) => (place.session.client(), vec![place.name]),
-            None => {
-                let key = (lock.to_owned(), holder.to_owned());
-                let session = self.unsettled().get(&key).cloned();
-                let client = session.unwrap_or_else(|| self.reader.clone()).client();
+        let key = (lock.to_owned(), holder.to_owned());
+        let unsettled = self.unsettled().get(&key).cloned();
+        let (client, names) = match (self.place(lock, holder), unsettled) {
+            (Some(place), None) => (place.session.client(), vec![place.name]),
+            (place, unsettled) => {
+                // Every node of the holder (a create whose answer was lost
+                // may have been applied besides the one known, if any).
+                let session = unsettled
+                    .or_else(|| place.as_ref().map(|p| p.session.clone()))
+                    .unwrap_or_else(|| self.reader.clone());
+                let client = session.client();
                 let children = self.list(&client, lock).await?;
-                // (One create at a time for a holder, but each retried
-                // create may have been applied: every node of it goes.)
-                let names: Vec<String> = children
+                let mut names: Vec<String> = children
                     .into_iter()
                     .filter(|c| path::is_holders(c, holder))
                     .collect();
+                if let Some(place) = place.filter(|p| !names.contains(&p.name)) {
+                    names.push(place.name);
+                }
                 if names.is_empty() {
                     self.forget(lock, holder);
                     return Ok(Release::NotHeld);
@@ -530,6 +577,13 @@ impl ZookeeperBackend {
                     (place, children, true)
                 }
             };
+            let client = place.session.client();
+            if inner
+                .drop_twins(&client, lock, holder, &place.name, &children)
+                .await?
+            {
+                continue; // and list again
+            }
             let sorted = path::sorted(children);
             let fence = u64::try_from(place.czxid).unwrap_or(0);
             match sorted.iter().position(|c| *c == place.name) {

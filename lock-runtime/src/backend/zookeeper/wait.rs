@@ -114,10 +114,15 @@ async fn read(backend: &Inner, lock: &str, holder: &str) -> Result<Found, ()> {
         // The session that made it expired: the node went with it.
         return Ok(Found::Gone);
     }
-    let children = backend
-        .list(&place.session.client(), lock)
+    let client = place.session.client();
+    let mut children = backend.list(&client, lock).await.map_err(drop)?;
+    if backend
+        .drop_twins(&client, lock, holder, &place.name, &children)
         .await
-        .map_err(drop)?;
+        .map_err(drop)?
+    {
+        children = backend.list(&client, lock).await.map_err(drop)?;
+    }
     let sorted = path::sorted(children);
     Ok(match sorted.iter().position(|c| *c == place.name) {
         None => Found::Gone,
