@@ -387,12 +387,13 @@ impl Inner {
 
     /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
     ///
-    /// A node this process does not know (made by a create whose answer was
-    /// lost) is found by its uuid, listed on the session that create went
-    /// out on: ZooKeeper answers one session's requests in order, so the
-    /// listing comes after the create however late the create is applied.
-    /// A listing on another session (the reader's) may come first, find
-    /// nothing, and leave the node to appear later, unknown to anyone, and
+    /// A holder of which a create lost its answer may have nodes this
+    /// process does not know (instead of, or besides, the one it knows):
+    /// every node of it is found by its uuid, listed on the session those
+    /// creates went out on. ZooKeeper answers one session's requests in
+    /// order, so the listing comes after the creates however late they are
+    /// applied; a listing on another session (the reader's) may come first,
+    /// find nothing, and leave a node to appear later, unknown to anyone,
     /// standing for as long as our session lives: the lock blocked.
     async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
         let key = (lock.to_owned(), holder.to_owned());
