@@ -211,27 +211,37 @@ async fn an_ensemble_that_loses_its_leader_keeps_one_holder_and_serves_the_waite
 async fn a_create_applied_after_its_attempt_failed_leaves_no_node_behind() {
     let _turn = lock_tests::timing_turn().await;
     let ensemble = ZooKeeperEnsemble::start();
-    let leader = ensemble.wait_for_leader();
-    let follower = (0..ensemble.size()).find(|&i| i != leader).unwrap();
     let prefix = unique("late-create");
-    // Through the follower only, with a short response timeout. The lock's
-    // lease (its session's timeout) outlasts the freeze, so the session
-    // survives it, and differs from the default lease (the session the
-    // runtime reads on).
-    let a = LockRuntime::builder()
-        .zookeeper(format!("127.0.0.1:{}", ensemble.port(follower)))
-        .key_prefix(format!("/{prefix}/"))
-        .default_lease(Duration::from_secs(10))
-        .response_timeout(Duration::from_millis(100))
-        .build()
-        .await
-        .unwrap();
-    // The lease's session opens with its first lock, and the lock's path
-    // is made then (both are writes of the leader's: they must be done
-    // before the freeze).
     let lease = Duration::from_secs(5);
-    let warm = a.lock("k").lease(lease).acquire().await.unwrap();
-    warm.release().await.unwrap();
+    // Bounded: a leader that changed during the set-up (a JVM paused past
+    // the followers' patience on a busy machine) means set up again.
+    let mut set_up = None;
+    for _ in 0..3 {
+        let leader = ensemble.wait_for_leader();
+        let follower = (0..ensemble.size()).find(|&i| i != leader).unwrap();
+        // Through the follower only, with a short response timeout. The
+        // lock's lease (its session's timeout) outlasts the freeze, so the
+        // session survives it, and differs from the default lease (the
+        // session the runtime reads on).
+        let a = LockRuntime::builder()
+            .zookeeper(format!("127.0.0.1:{}", ensemble.port(follower)))
+            .key_prefix(format!("/{prefix}/"))
+            .default_lease(Duration::from_secs(10))
+            .response_timeout(Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap();
+        // The lease's session opens with its first lock, and the lock's
+        // path is made then (both are writes of the leader's: they must be
+        // done before the freeze).
+        let warm = a.lock("k").lease(lease).acquire().await.unwrap();
+        warm.release().await.unwrap();
+        if ensemble.wait_for_leader() == leader {
+            set_up = Some((a, leader));
+            break;
+        }
+    }
+    let (a, leader) = set_up.expect("the ensemble kept changing its leader");
     ensemble.freeze(leader);
     let attempt = a.lock("k").lease(lease).try_acquire().await;
     // The fault lasts a second more (shorter than the followers' patience
