@@ -173,9 +173,12 @@ const ETCD_REVOKE_SWEEP: Duration = Duration::from_millis(500);
 /// session's close is a write the ensemble agrees on: its nodes may outlive
 /// the timeout by this much (two ticks and the write).
 const ZOOKEEPER_EXPIRY: Duration = Duration::from_millis(2 * 200 + 100);
-/// The runtime asks ZooKeeper for a session timeout of the lease, but not
-/// below this (`backend/zookeeper/sessions.rs`: `FLOOR`).
-const ZOOKEEPER_SESSION_FLOOR: Duration = Duration::from_millis(500);
+/// The session timeout the runtime asks ZooKeeper for, for locks of
+/// `lease`: the lease and a quarter more, at least 500 ms
+/// (`backend/zookeeper/sessions.rs`: `asked`).
+fn zookeeper_session(lease: Duration) -> Duration {
+    (lease + lease / 4).max(Duration::from_millis(500))
+}
 /// Events shown around the first violation of each class.
 const WINDOW: Duration = Duration::from_secs(1);
 /// Violations listed per class.
@@ -242,9 +245,9 @@ impl Backend {
     /// lease for that lock lease, whose TTL is 1.5 lock leases rounded up
     /// to whole seconds (`backend/etcd/lease.rs`), a fixed hold's on a
     /// lease of its own of the lock lease rounded up. ZooKeeper: until the
-    /// session the node is on expires, its timeout (the lease, at least
-    /// [`ZOOKEEPER_SESSION_FLOOR`]) after it last heard from the holder's
-    /// process, and [`ZOOKEEPER_EXPIRY`].
+    /// session the node is on expires, its timeout ([`zookeeper_session`])
+    /// after it last heard from the holder's process, and
+    /// [`ZOOKEEPER_EXPIRY`].
     fn linger(self, lease: Duration, renew: bool) -> Duration {
         match self {
             Backend::Redis => lease,
@@ -253,7 +256,7 @@ impl Backend {
                 let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
                 Duration::from_secs(secs.max(1)) + ETCD_REVOKE_SWEEP
             }
-            Backend::ZooKeeper => lease.max(ZOOKEEPER_SESSION_FLOOR) + ZOOKEEPER_EXPIRY,
+            Backend::ZooKeeper => zookeeper_session(lease) + ZOOKEEPER_EXPIRY,
         }
     }
 

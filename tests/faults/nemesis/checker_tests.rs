@@ -386,8 +386,9 @@ fn checker_lets_a_lock_linger_as_long_as_its_backend_may_keep_it() {
     // the key was free from 3400 ms, a second of slack: 4400 ms. etcd: the
     // key lives until its etcd lease (TTL 5 s: 1.5 leases, whole seconds)
     // runs out and the 500 ms sweep revokes it: 5900 ms, a second of
-    // slack: 6900 ms. ZooKeeper: the node lives until its 3 s session
-    // expires, up to 500 ms late: 3900 ms, a second of slack: 4900 ms.
+    // slack: 6900 ms. ZooKeeper: the node lives until its session (3.75 s:
+    // the lease and a quarter) expires, up to 500 ms late: 4650 ms, a
+    // second of slack: 5650 ms.
     let run = |backend: Backend, at: u64| {
         let waiter = vec![
             ev(
@@ -406,6 +407,6 @@ fn checker_lets_a_lock_linger_as_long_as_its_backend_may_keep_it() {
     assert_eq!(run(Backend::Redis, 4500), ["timed out on a free key"]);
     assert!(run(Backend::Etcd, 6900).is_empty());
     assert_eq!(run(Backend::Etcd, 7000), ["timed out on a free key"]);
-    assert!(run(Backend::ZooKeeper, 4900).is_empty());
-    assert_eq!(run(Backend::ZooKeeper, 5000), ["timed out on a free key"]);
+    assert!(run(Backend::ZooKeeper, 5650).is_empty());
+    assert_eq!(run(Backend::ZooKeeper, 5750), ["timed out on a free key"]);
 }

@@ -34,17 +34,17 @@ const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
 /// in ms, so that others take its locks while it cannot run.
 const ETCD_STOP_MS: (u64, u64) = (2000, 6000);
 /// On ZooKeeper a stopped holder's nodes go when its session expires: a
-/// little after its timeout, the lock's lease (`Backend::linger`: 1.3 s for
-/// the short lease, 3.5 s for the long one, from the last ping). A worker
-/// there is stopped past the short one's mostly, and sometimes past the
-/// long one's, in ms.
-const ZOOKEEPER_STOP_MS: (u64, u64) = (1000, 4500);
+/// little after its timeout, the lock's lease and a quarter
+/// (`Backend::linger`: 1.5 s for the short lease, 4.25 s for the long one,
+/// from the last ping). A worker there is stopped past the short one's
+/// mostly, and sometimes past the long one's, in ms.
+const ZOOKEEPER_STOP_MS: (u64, u64) = (1000, 5000);
 /// A worker's network is stalled this long at least and at most, in ms: on
 /// ZooKeeper up to past the long lease's session timeout, so that its
 /// client finds its sessions expired when it reaches the servers again
 /// (the short lease's expire within the shorter stalls everywhere).
 const STALL_MS: (u64, u64) = (200, 3000);
-const ZOOKEEPER_STALL_MS: (u64, u64) = (200, 4500);
+const ZOOKEEPER_STALL_MS: (u64, u64) = (200, 5000);
 /// How long a restart timed at a release waits for the release.
 const RELEASE_WAIT: Duration = Duration::from_millis(700);
 
@@ -211,7 +211,7 @@ pub(super) async fn drive_faults(
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
-    // The longest fault (a stop) lasts 3.5 s (6 s on etcd, 4.5 s on
+    // The longest fault (a stop) lasts 3.5 s (6 s on etcd, 5 s on
     // ZooKeeper): all are over 1 s before the run ends.
     let longest = stop_ms(stage.backend, true).1;
     let stop_at = Instant::now()
