@@ -1,7 +1,7 @@
 //! Private ZooKeeper servers on loopback ports: one standalone server
 //! ([`ZooKeeperServer`]) and an ensemble of three ([`ZooKeeperEnsemble`]),
-//! for the fault tests killed, restarted from their data directory and
-//! frozen.
+//! for the fault tests killed, restarted from their data directory (one
+//! server, or the whole ensemble) and frozen.
 //!
 //! Each server is the Debian `zookeeper` package's JVM
 //! (`ZooKeeperServerMain` standalone, `QuorumPeerMain` in an ensemble) with
@@ -393,6 +393,11 @@ impl ZooKeeperEnsemble {
         self.nodes[i].port
     }
 
+    /// How many servers ([`SIZE`](Self::SIZE)).
+    pub fn size(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Which server leads now, if one does (as `srvr` reports it).
     pub fn leader(&self) -> Option<usize> {
         self.nodes
@@ -428,6 +433,42 @@ impl ZooKeeperEnsemble {
         start_again(&mut self.nodes[i]).await;
     }
 
+    /// Kills every server and starts them all again from their data
+    /// directories (a power cut of the whole ensemble): the nodes and the
+    /// sessions come back, each session's timeout counted anew. Waits (at
+    /// most 40 s) until every server serves again, relaunching one whose
+    /// process died meanwhile (its port was still being freed); panics
+    /// when they do not serve by then.
+    pub async fn restart_all(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let begun = Instant::now();
+        // Bounded by `READY_LIMIT`. All are launched before any is waited
+        // for: a member serves only once a quorum of them is up.
+        while begun.elapsed() < READY_LIMIT {
+            for node in &mut self.nodes {
+                if node.running.is_none() || !process::is_running(node.pid) {
+                    node.kill();
+                    node.launch().unwrap_or_else(|e| panic!("{e:#}"));
+                }
+            }
+            let probes: Vec<(u16, u32)> = self.nodes.iter().map(|n| (n.port, n.pid)).collect();
+            let serving = tokio::task::spawn_blocking(move || {
+                probes
+                    .iter()
+                    .all(|&(port, pid)| mode(port).is_some() && process::listens_on(pid, port))
+            })
+            .await
+            .unwrap_or(false);
+            if serving {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the ZooKeeper ensemble did not serve again within {READY_LIMIT:?} of a restart");
+    }
+
     /// Freezes server `i` (SIGSTOP).
     pub fn freeze(&self, i: usize) {
         self.nodes[i].signal(Signal::Stop);
@@ -436,6 +477,21 @@ impl ZooKeeperEnsemble {
     /// Thaws server `i` (SIGCONT).
     pub fn thaw(&self, i: usize) {
         self.nodes[i].signal(Signal::Cont);
+    }
+
+    /// The ephemeral nodes whose path starts with `prefix` (the contenders
+    /// of the locks under it), as the leader's `dump` lists them; an error
+    /// when no server leads or the leader does not answer.
+    pub fn ephemerals(&self, prefix: &str) -> Result<Vec<String>> {
+        let leader = self.leader().context("no ZooKeeper server leads")?;
+        let dump = four_letter(self.nodes[leader].port, "dump")?;
+        // A session's nodes are listed one a line, indented, under it.
+        Ok(dump
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_owned)
+            .collect())
     }
 }
 
@@ -536,5 +592,19 @@ mod tests {
         assert_ne!(next, leader);
         ensemble.restart(leader).await;
         assert_eq!(mode(ensemble.port(leader)).as_deref(), Some("follower"));
+    }
+
+    #[tokio::test]
+    async fn a_whole_ensemble_restarted_from_its_data_serves_again_on_its_ports() {
+        let mut ensemble = ZooKeeperEnsemble::start();
+        let ports: Vec<u16> = (0..ensemble.size()).map(|i| ensemble.port(i)).collect();
+        ensemble.restart_all().await;
+        ensemble.wait_for_leader();
+        for (i, port) in ports.into_iter().enumerate() {
+            assert_eq!(ensemble.port(i), port);
+            assert!(mode(port).is_some_and(|m| m == "leader" || m == "follower"));
+        }
+        // Nobody made a node: the leader lists no ephemeral one.
+        assert_eq!(ensemble.ephemerals("/").ok(), Some(Vec::new()));
     }
 }

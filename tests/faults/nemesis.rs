@@ -13,7 +13,12 @@
 //! member — the leader most often — killed and restarted from its data
 //! directory, the whole cluster restarted from disk, the leader or the
 //! cluster killed right after a key was handed to a blocked worker); none
-//! of them loses data. The processes themselves stall too, as services do:
+//! of them loses data. And it goes on a ZooKeeper ensemble of three
+//! ([`Backend::ZooKeeper`]) with the same faults, which there also expire
+//! sessions: a stall or a stop longer than a session's timeout (a lock's
+//! lease) ends the session and every node of it, a frozen leader's
+//! followers may elect another, a killed one's always do. The processes
+//! themselves stall too, as services do:
 //! - some run their tasks on a `current_thread` executor (one blocked poll
 //!   stops every task), the others on two threads;
 //! - beside the other faults, every 0.3-2.5 s one worker's executor thread is
@@ -63,14 +68,16 @@
 //!   [`STUCK`] in all outside the faults' windows (checked whatever the
 //!   faults: something they left behind that never runs out);
 //! - leftovers: after the run no lock hash, queue or channel is left in
-//!   Redis (no key under the run's prefix in etcd) and every worker's
-//!   runtime reports nothing held, waiting or tracked.
+//!   Redis (no key under the run's prefix in etcd, no contender node under
+//!   it in ZooKeeper) and every worker's runtime reports nothing held,
+//!   waiting or tracked.
 //!
-//! The promises are the same on both backends; only the time a lock may
+//! The promises are the same on every backend; only the time a lock may
 //! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
-//! seconds, and a renewed lock's etcd lease is 1.5 lock leases). On etcd
-//! every lock is fair (a process's plain requests queue too) and no hold
-//! is passed between tasks (lock cohorting is off there).
+//! seconds, and a renewed lock's etcd lease is 1.5 lock leases; ZooKeeper
+//! ends a session a little after its timeout). On etcd and ZooKeeper every
+//! lock is fair (a process's plain requests queue too) and no hold is
+//! passed between tasks (lock cohorting is off there).
 //!
 //! A violation names the key, both holders (process, task, call, token,
 //! lease, when each asked, entered and stopped) and the faults around it;
@@ -80,9 +87,9 @@
 //! | module | what |
 //! |---|---|
 //! | `workers` | the worker processes, and their logs as they come in |
-//! | `store` | the servers (Redis, or etcd members), each worker's proxies, the leftovers |
+//! | `store` | the servers (Redis, etcd members or ZooKeeper servers), each worker's proxies, the leftovers |
 //! | `faults` | the faults, from the seed |
-//! | `members` | the etcd cluster's faults |
+//! | `members` | the faults of an etcd cluster or a ZooKeeper ensemble |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
 //! | `report` | a failing run's message, and the history dump |
@@ -115,8 +122,8 @@ use workers::{spawn_worker, Control, Executor};
 
 /// Worker processes, each behind its own proxies.
 const PROCESSES: usize = 3;
-/// Members of the etcd cluster.
-const ETCD_MEMBERS: usize = 3;
+/// Members of the etcd cluster (the ZooKeeper ensemble has as many).
+const MEMBERS: usize = 3;
 /// Tasks per worker.
 const TASKS: usize = 8;
 /// The workers' connect and response timeouts.
@@ -161,6 +168,17 @@ const LEFTOVER_LIMIT: Duration = Duration::from_millis(MAX_LEASE_MS + 3000 + 200
 /// etcd revokes the leases that ran out in a sweep this often: a key may
 /// outlive its lease by as long.
 const ETCD_REVOKE_SWEEP: Duration = Duration::from_millis(500);
+/// ZooKeeper's leader expires a session in the first sweep (every tick)
+/// after its deadline, which it rounds up to a whole tick, and the
+/// session's close is a write the ensemble agrees on: its nodes may outlive
+/// the timeout by this much (two ticks and the write).
+const ZOOKEEPER_EXPIRY: Duration = Duration::from_millis(2 * 200 + 100);
+/// The session timeout the runtime asks ZooKeeper for, for locks of
+/// `lease`: the lease and a quarter more, at least 500 ms
+/// (`backend/zookeeper/sessions.rs`: `asked`).
+fn zookeeper_session(lease: Duration) -> Duration {
+    (lease + lease / 4).max(Duration::from_millis(500))
+}
 /// Events shown around the first violation of each class.
 const WINDOW: Duration = Duration::from_secs(1);
 /// Violations listed per class.
@@ -195,14 +213,15 @@ fn seed() -> u64 {
 
 /// `LOCK_NEMESIS_SECS`, else 30 s per test on Redis (about 33 s with
 /// start-up and the leftover check; the three tests take about 100 s) and
-/// 25 s on etcd (about 35 s with the cluster's start and the leftovers).
+/// 25 s on etcd and ZooKeeper (about 35 s with the cluster's start and the
+/// leftovers; up to 50 s with three JVMs starting on a busy machine).
 fn secs(backend: Backend) -> u64 {
     std::env::var("LOCK_NEMESIS_SECS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(match backend {
             Backend::Redis => 30,
-            Backend::Etcd => 25,
+            Backend::Etcd | Backend::ZooKeeper => 25,
         })
 }
 
@@ -212,8 +231,10 @@ fn secs(backend: Backend) -> u64 {
 enum Backend {
     /// One Redis server.
     Redis,
-    /// An etcd cluster of [`ETCD_MEMBERS`] members.
+    /// An etcd cluster of [`MEMBERS`] members.
     Etcd,
+    /// A ZooKeeper ensemble of [`MEMBERS`] servers.
+    ZooKeeper,
 }
 
 impl Backend {
@@ -223,7 +244,10 @@ impl Backend {
     /// ([`ETCD_REVOKE_SWEEP`]); a renewed hold's key is on its runtime's
     /// lease for that lock lease, whose TTL is 1.5 lock leases rounded up
     /// to whole seconds (`backend/etcd/lease.rs`), a fixed hold's on a
-    /// lease of its own of the lock lease rounded up.
+    /// lease of its own of the lock lease rounded up. ZooKeeper: until the
+    /// session the node is on expires, its timeout ([`zookeeper_session`])
+    /// after it last heard from the holder's process, and
+    /// [`ZOOKEEPER_EXPIRY`].
     fn linger(self, lease: Duration, renew: bool) -> Duration {
         match self {
             Backend::Redis => lease,
@@ -232,37 +256,40 @@ impl Backend {
                 let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
                 Duration::from_secs(secs.max(1)) + ETCD_REVOKE_SWEEP
             }
+            Backend::ZooKeeper => zookeeper_session(lease) + ZOOKEEPER_EXPIRY,
         }
     }
 
     /// After a fault that can leave a lock behind (a cut that lost a
     /// release in flight, a stopped process, a restart), how long the
-    /// system may still be catching up: [`LINGER_RECOVERY`] on Redis; the
-    /// longest lock's etcd linger and a second on etcd.
+    /// system may still be catching up: [`LINGER_RECOVERY`] on Redis; on a
+    /// cluster the longest lock's linger and a second (a new ZooKeeper
+    /// leader counts every session's timeout anew from its election).
     fn linger_recovery(self) -> Duration {
         match self {
             Backend::Redis => LINGER_RECOVERY,
-            Backend::Etcd => {
+            Backend::Etcd | Backend::ZooKeeper => {
                 self.linger(Duration::from_millis(MAX_LEASE_MS), true) + Duration::from_secs(1)
             }
         }
     }
 
     /// How long what is left of the run may take to run out after the
-    /// workers are gone: [`LEFTOVER_LIMIT`] on Redis; on etcd (where a
-    /// queue place is a key on a lease like a lock) the longest linger and
-    /// 2 s.
+    /// workers are gone: [`LEFTOVER_LIMIT`] on Redis; on a cluster (where a
+    /// queue place is a key on a lease, or a node on a session, like a
+    /// lock) the longest linger and 2 s.
     fn leftover_limit(self) -> Duration {
         match self {
             Backend::Redis => LEFTOVER_LIMIT,
-            Backend::Etcd => {
+            Backend::Etcd | Backend::ZooKeeper => {
                 self.linger(Duration::from_millis(MAX_LEASE_MS), true) + Duration::from_secs(2)
             }
         }
     }
 
     /// Whether the workers' runtimes pass holds between their tasks (lock
-    /// cohorting): not on etcd, which can reserve no block of tokens.
+    /// cohorting): not on etcd nor on ZooKeeper, which can reserve no block
+    /// of tokens.
     fn passes_locally(self) -> bool {
         self == Backend::Redis
     }
@@ -315,6 +342,17 @@ async fn nemesis_on_etcd_keeps_every_promise() {
     run(Backend::Etcd, Mode::Mixed).await;
 }
 
+/// On a ZooKeeper ensemble of three, whose servers are frozen, killed (the
+/// leader most often) and restarted from disk, and whose sessions expire
+/// (a worker's network stalled or the worker stopped past a lease, which
+/// is its session's timeout): the same promises. Every lock is fair there
+/// too, and holds are not passed between tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_on_zookeeper_keeps_every_promise() {
+    let _turn = serial().await;
+    run(Backend::ZooKeeper, Mode::Mixed).await;
+}
+
 /// Which keys each process takes in fair mode: `[process][key]`.
 fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>> {
     let plain_process: Vec<u64> = (0..key_count)
@@ -360,7 +398,11 @@ async fn run(backend: Backend, mode: Mode) {
     let executors = executors(&mut rng);
     let stall_rng = XorShift::new(splitmix(seed ^ 0x5354_414c_4c53));
     let prefix = lock_tests::unique("nemesis");
-    let prefix = format!("{prefix}:");
+    // ZooKeeper's keys are paths: the locks are nodes under this one.
+    let prefix = match backend {
+        Backend::ZooKeeper => format!("/{prefix}/"),
+        Backend::Redis | Backend::Etcd => format!("{prefix}:"),
+    };
 
     let mut store = Store::start(backend);
     let mut links = Vec::new();
@@ -478,7 +520,7 @@ async fn run(backend: Backend, mode: Mode) {
 
     let label = match backend {
         Backend::Redis => format!("{mode:?}"),
-        Backend::Etcd => "Etcd".to_owned(),
+        Backend::Etcd | Backend::ZooKeeper => format!("{backend:?}"),
     };
     if let Ok(path) = std::env::var("LOCK_NEMESIS_DUMP") {
         dump(&history, &faults, &coverage, &format!("{path}.{label}"));
@@ -503,7 +545,7 @@ async fn run(backend: Backend, mode: Mode) {
              the new server before the blocked worker ran again",
             timed.restarts, timed.tries, timed.taken_meanwhile
         ),
-        Backend::Etcd => println!(
+        Backend::Etcd | Backend::ZooKeeper => println!(
             "nemesis: {} kills of the leader or the cluster timed at a handoff to a blocked \
              worker (of {} tries)",
             timed.restarts, timed.tries

@@ -224,10 +224,13 @@ async fn inspect_reports_holder_lease_and_token_and_nothing_once_free(kind: Kind
     // for the lease plus the clock-drift allowance (lease / 100 + 2 ms,
     // README "Redlock"), and that is what other processes wait for.
     // On etcd, the key lives as long as the runtime's etcd lease, whose TTL
-    // is one and a half lock leases (README "etcd").
+    // is one and a half lock leases (README "etcd"); on ZooKeeper, the node
+    // as long as its session, whose timeout is the lease and a quarter
+    // (docs/deploying.md "Sessions and leases").
     let most = match kind {
         Kind::Redlock => lease + lease / 100 + Duration::from_millis(2),
         Kind::Etcd | Kind::Etcd3 => lease + lease / 2,
+        Kind::Zookeeper | Kind::Zookeeper3 => lease + lease / 4,
         _ => lease,
     };
     assert!(

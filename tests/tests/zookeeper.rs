@@ -2,15 +2,17 @@
 //! What only the ZooKeeper backend has (every shared behaviour runs on a
 //! standalone server from the backend list): Apache Curator's
 //! `InterProcessMutex` on the same path, an ensemble of three that loses
-//! its leader, a server restarted from its data directory, a client process
-//! stopped past its session timeout, a network stalled, and what a
-//! ZooKeeper path refuses.
+//! its leader, a create applied after its attempt failed (a frozen leader),
+//! a server restarted from its data directory, a client process stopped
+//! past its session timeout, a network stalled (also under a hold taken
+//! through a place queued for a shorter lease), and what a ZooKeeper path
+//! refuses.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use lock_runtime::{LockError, LockRuntime};
+use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{LineChild, ZooKeeperEnsemble, ZooKeeperServer};
 use lock_tests::{unique, zookeeper, FaultProxy};
@@ -199,6 +201,68 @@ async fn an_ensemble_that_loses_its_leader_keeps_one_holder_and_serves_the_waite
     ensemble.restart(leader).await;
 }
 
+/// An attempt whose create a follower holds for a frozen leader fails
+/// without an answer; the create is applied once the leader runs again, on
+/// the attempt's session, which lives on. The runtime gives that attempt's
+/// node back all the same (it looks for it on the session the create went
+/// out on, whose requests ZooKeeper answers in order), so the next process
+/// takes the lock at once, not once the first process's session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_applied_after_its_attempt_failed_leaves_no_node_behind() {
+    let _turn = lock_tests::timing_turn().await;
+    let ensemble = ZooKeeperEnsemble::start();
+    let prefix = unique("late-create");
+    let lease = Duration::from_secs(5);
+    // Bounded: a leader that changed during the set-up (a JVM paused past
+    // the followers' patience on a busy machine) means set up again.
+    let mut set_up = None;
+    for _ in 0..3 {
+        let leader = ensemble.wait_for_leader();
+        let follower = (0..ensemble.size()).find(|&i| i != leader).unwrap();
+        // Through the follower only, with a short response timeout. The
+        // lock's lease (its session's timeout) outlasts the freeze, so the
+        // session survives it, and differs from the default lease (the
+        // session the runtime reads on).
+        let a = LockRuntime::builder()
+            .zookeeper(format!("127.0.0.1:{}", ensemble.port(follower)))
+            .key_prefix(format!("/{prefix}/"))
+            .default_lease(Duration::from_secs(10))
+            .response_timeout(Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap();
+        // The lease's session opens with its first lock, and the lock's
+        // path is made then (both are writes of the leader's: they must be
+        // done before the freeze).
+        let warm = a.lock("k").lease(lease).acquire().await.unwrap();
+        warm.release().await.unwrap();
+        if ensemble.wait_for_leader() == leader {
+            set_up = Some((a, leader));
+            break;
+        }
+    }
+    let (a, leader) = set_up.expect("the ensemble kept changing its leader");
+    ensemble.freeze(leader);
+    let attempt = a.lock("k").lease(lease).try_acquire().await;
+    // The fault lasts a second more (shorter than the followers' patience
+    // with a silent leader, 2 s: no election): the attempt's give-back
+    // runs meanwhile, while its create still waits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensemble.thaw(leader);
+    assert!(
+        !matches!(attempt, Ok(Some(_))),
+        "acquired while the leader was frozen"
+    );
+    let b = runtime_on(&ensemble.connect_string(), &prefix, Duration::from_secs(5)).await;
+    let taken = b.lock("k").wait(Duration::from_secs(5)).acquire().await;
+    assert!(
+        taken.is_ok(),
+        "the lock stayed blocked by the node of an attempt that failed: {:?}",
+        a.inspect("k").await
+    );
+    taken.unwrap().release().await.unwrap();
+}
+
 /// A standalone server killed and started again from its data directory
 /// within the session timeout: the holder's session and node come back, the
 /// hold is not lost, and tokens keep growing (zxids are on disk).
@@ -354,6 +418,18 @@ async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
     let stalled = runtime_on(&through, &prefix, lease).await;
     let other = runtime_on(&zookeeper().connect_string(), &prefix, lease).await;
     let guard = stalled.lock("k").acquire().await.unwrap();
+    let next = told_lost_before_the_other_enters(&proxy, &guard, other).await;
+    next.release().await.unwrap();
+}
+
+/// Stalls `proxy` (the way of `guard`'s holder to ZooKeeper) while `other`
+/// waits for the lock `k`: the holder must be told its hold is lost before
+/// `other` enters, with a larger token. Resumes the proxy; `other`'s guard.
+async fn told_lost_before_the_other_enters(
+    proxy: &FaultProxy,
+    guard: &LockGuard,
+    other: LockRuntime,
+) -> LockGuard {
     proxy.stall();
     let waiter = tokio::spawn(async move {
         let guard = other
@@ -376,6 +452,50 @@ async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
     );
     assert!(next.fence() > guard.fence());
     proxy.resume();
+    next
+}
+
+/// A process's queued place is shared by its waiters on the key, whatever
+/// their leases, and its node lives on the session of the lease that
+/// queued it. A waiter of a long lease that takes the lock through a place
+/// a short lease's waiter queued does not hold it on the short lease's
+/// session (which a stall longer than the short lease would end, and the
+/// node with it, while the holder counts on the long one): stalled, the
+/// holder is told its hold is lost before anyone else enters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_queued_for_a_short_lease_holds_no_longer_lease_past_its_session() {
+    let _turn = lock_tests::timing_turn().await;
+    let proxy = FaultProxy::start(zookeeper().port()).await;
+    let prefix = unique("place-lease");
+    let (short, long) = (Duration::from_millis(800), Duration::from_secs(3));
+    let through = format!("127.0.0.1:{}", proxy.port());
+    let waiting = runtime_on(&through, &prefix, long).await;
+    let other = runtime_on(&zookeeper().connect_string(), &prefix, long).await;
+    let held = other.lock("k").acquire().await.unwrap();
+    // The short lease's waiter queues the process's place, and gives up;
+    // the long lease's waiter, queued meanwhile, goes on with that place.
+    let short_waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let request = waiting.lock("k").lease(short);
+            request.wait(Duration::from_secs(1)).acquire().await
+        })
+    };
+    until_contenders(&other, "k", 2).await;
+    let long_waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let request = waiting.lock("k").lease(long);
+            request.wait(Duration::from_secs(10)).acquire().await
+        })
+    };
+    assert!(
+        short_waiter.await.unwrap().is_err(),
+        "the short waiter entered"
+    );
+    held.release().await.unwrap();
+    let guard = long_waiter.await.unwrap().unwrap();
+    let next = told_lost_before_the_other_enters(&proxy, &guard, other).await;
     next.release().await.unwrap();
 }
 

@@ -415,11 +415,13 @@ pub(super) fn check_nesting(
 /// lock ran out, or runs out within a lease). etcd: a lost hold's key
 /// stays on its runtime's etcd lease, kept alive, until its guard goes (the
 /// delete goes out then: the call's last event), and from then on at most
-/// until that lease runs out ([`Backend::linger`]).
+/// until that lease runs out ([`Backend::linger`]). ZooKeeper alike: a
+/// lost hold's node stays on its session, kept alive, until the delete,
+/// and at most until the session expires.
 fn linger(backend: Backend, call: &Call, end: u64) -> Duration {
     match backend {
         Backend::Redis => call.lease,
-        Backend::Etcd => {
+        Backend::Etcd | Backend::ZooKeeper => {
             let gone = [
                 call.released,
                 call.lost,

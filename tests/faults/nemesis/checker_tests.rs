@@ -380,13 +380,15 @@ fn checker_lets_a_frozen_waiter_return_late_by_its_freeze() {
 }
 
 #[test]
-fn checker_lets_an_etcd_lock_linger_until_its_etcd_lease_ends_and_a_redis_lock_only_its_lease() {
+fn checker_lets_a_lock_linger_as_long_as_its_backend_may_keep_it() {
     // p1's renewed 3 s hold is told lost at 400 ms (no release); p0's wait
     // times out at `at` ms. Redis: the lock is gone within the lease, so
     // the key was free from 3400 ms, a second of slack: 4400 ms. etcd: the
     // key lives until its etcd lease (TTL 5 s: 1.5 leases, whole seconds)
     // runs out and the 500 ms sweep revokes it: 5900 ms, a second of
-    // slack: 6900 ms.
+    // slack: 6900 ms. ZooKeeper: the node lives until its session (3.75 s:
+    // the lease and a quarter) expires, up to 500 ms late: 4650 ms, a
+    // second of slack: 5650 ms.
     let run = |backend: Backend, at: u64| {
         let waiter = vec![
             ev(
@@ -405,4 +407,6 @@ fn checker_lets_an_etcd_lock_linger_until_its_etcd_lease_ends_and_a_redis_lock_o
     assert_eq!(run(Backend::Redis, 4500), ["timed out on a free key"]);
     assert!(run(Backend::Etcd, 6900).is_empty());
     assert_eq!(run(Backend::Etcd, 7000), ["timed out on a free key"]);
+    assert!(run(Backend::ZooKeeper, 5650).is_empty());
+    assert_eq!(run(Backend::ZooKeeper, 5750), ["timed out on a free key"]);
 }

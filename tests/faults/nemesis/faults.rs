@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_runtime::layout;
-use lock_testkit::RedisServer;
+use lock_testkit::{EtcdCluster, RedisServer, ZooKeeperEnsemble};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::members;
+use super::members::{self, Cluster};
 use super::releases::ReleaseWatch;
 use super::store::{Link, Store};
 use super::workers::{Control, Executor};
-use super::{now_ns, ns, Backend, ETCD_MEMBERS, PROCESSES, RECOVERY};
+use super::{now_ns, ns, Backend, MEMBERS, PROCESSES, RECOVERY};
 use crate::XorShift;
 
 /// Longest executor stall, in ms.
@@ -33,6 +33,18 @@ const AIMED_STOP_MS: (u64, u64) = (3100, 3500);
 /// stopped past the short one's mostly, and sometimes past the long one's,
 /// in ms, so that others take its locks while it cannot run.
 const ETCD_STOP_MS: (u64, u64) = (2000, 6000);
+/// On ZooKeeper a stopped holder's nodes go when its session expires: a
+/// little after its timeout, the lock's lease and a quarter
+/// (`Backend::linger`: 1.5 s for the short lease, 4.25 s for the long one,
+/// from the last ping). A worker there is stopped past the short one's
+/// mostly, and sometimes past the long one's, in ms.
+const ZOOKEEPER_STOP_MS: (u64, u64) = (1000, 5000);
+/// A worker's network is stalled this long at least and at most, in ms: on
+/// ZooKeeper up to past the long lease's session timeout, so that its
+/// client finds its sessions expired when it reaches the servers again
+/// (the short lease's expire within the shorter stalls everywhere).
+const STALL_MS: (u64, u64) = (200, 3000);
+const ZOOKEEPER_STALL_MS: (u64, u64) = (200, 5000);
 /// How long a restart timed at a release waits for the release.
 const RELEASE_WAIT: Duration = Duration::from_millis(700);
 
@@ -185,26 +197,23 @@ struct Snapshots {
 /// process mostly at a process that holds a lock at that moment; on Redis,
 /// takes a snapshot every 2-4 s for the restarts from a snapshot.
 ///
-/// On etcd a network fault may also hit one process's way to one member
-/// only. The server faults are the cluster's (see `members`): a member
-/// frozen, a member (often the leader) killed and restarted from its data
-/// directory, the whole cluster restarted from disk. None loses data (etcd
-/// syncs its log before it answers), so none excuses an overlap. Redis's
-/// restart empty or from an older snapshot has no etcd counterpart here (a
-/// wiped cluster starts its revisions, the tokens, again), nor has the cut
-/// at a Redis command; the restart timed at a release becomes the leader
-/// (or the cluster) killed at a handoff ([`kill_at_handoff`]).
+/// On etcd and ZooKeeper a network fault may also hit one process's way to
+/// one member only. The server faults are the cluster's (see `members`): a
+/// member frozen, a member (often the leader) killed and restarted from its
+/// data directory, the whole cluster restarted from disk. None loses data
+/// (both sync their log before they answer), so none excuses an overlap.
+/// Redis's restart empty or from an older snapshot has no counterpart there
+/// (a wiped cluster starts its revisions or zxids, the tokens, again), nor
+/// has the cut at a Redis command; the restart timed at a release becomes
+/// the leader (or the cluster) killed at a handoff ([`kill_at_handoff`]).
 pub(super) async fn drive_faults(
     stage: &mut Stage<'_>,
     rng: &mut XorShift,
     secs: u64,
 ) -> Vec<Fault> {
-    // The longest fault (a stop) lasts 3.5 s (6 s on etcd): all are over 1
-    // s before the run ends.
-    let longest = match stage.backend {
-        Backend::Redis => STOP_MS.1,
-        Backend::Etcd => ETCD_STOP_MS.1,
-    };
+    // The longest fault (a stop) lasts 3.5 s (6 s on etcd, 5 s on
+    // ZooKeeper): all are over 1 s before the run ends.
+    let longest = stop_ms(stage.backend, true).1;
     let stop_at = Instant::now()
         + Duration::from_secs(secs).saturating_sub(Duration::from_millis(longest + 1500));
     let mut faults = Vec::new();
@@ -253,26 +262,32 @@ pub(super) async fn drive_faults(
         let mut fault = Fault::starting();
         let mut recovery = RECOVERY;
         let pick = rng.below(100);
-        if pick < 45 && !(stage.backend == Backend::Etcd && (28..=36).contains(&pick)) {
+        let cluster = matches!(stage.store, Store::Cluster(_));
+        if pick < 45 && !(cluster && (28..=36).contains(&pick)) {
             fault.proxy = Some(p);
         }
+        let (stall_lo, stall_hi) = match stage.backend {
+            Backend::ZooKeeper => ZOOKEEPER_STALL_MS,
+            Backend::Redis | Backend::Etcd => STALL_MS,
+        };
         match (pick, &mut *stage.store) {
-            (0..=11, Store::Etcd(_)) if rng.below(2) == 0 => {
+            (0..=11, Store::Cluster(cluster)) if rng.below(2) == 0 => {
                 // One process's way to one member only: its client's
                 // requests, keep-alives and watches on that member hang
                 // while the others answer.
-                let member = rng.below(ETCD_MEMBERS as u64) as usize;
-                let d = millis(rng, 200, 3000);
+                let member = rng.below(MEMBERS as u64) as usize;
+                let d = millis(rng, stall_lo, stall_hi);
                 link.stall_member(member, true);
                 tokio::time::sleep(d).await;
                 link.stall_member(member, false);
                 fault.what = format!(
-                    "stall proxy {p} to etcd member m{member} only for {} ms",
+                    "stall proxy {p} to {} only for {} ms",
+                    cluster.named(member, None),
                     d.as_millis()
                 );
             }
             (0..=11, _) => {
-                let d = millis(rng, 200, 3000);
+                let d = millis(rng, stall_lo, stall_hi);
                 link.stall();
                 tokio::time::sleep(d).await;
                 link.resume();
@@ -295,7 +310,7 @@ pub(super) async fn drive_faults(
                 fault.what = format!("drop connections of proxy {p}");
                 recovery = linger_recovery;
             }
-            (28..=36, Store::Etcd(cluster)) => {
+            (28..=36, Store::Cluster(cluster)) => {
                 fault.what = members::kill_and_restart(cluster, rng).await;
                 recovery = linger_recovery;
             }
@@ -328,7 +343,7 @@ pub(super) async fn drive_faults(
                     if cut { ", connections dropped" } else { "" }
                 );
             }
-            (45..=52, Store::Etcd(cluster)) => {
+            (45..=52, Store::Cluster(cluster)) => {
                 fault.what = members::freeze(cluster, rng).await;
             }
             (45..=52, Store::Redis(server)) => {
@@ -338,7 +353,7 @@ pub(super) async fn drive_faults(
                 server.thaw();
                 fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
             }
-            (53..=59, Store::Etcd(cluster)) => {
+            (53..=59, Store::Cluster(cluster)) => {
                 fault.what = members::restart_all(cluster).await;
                 recovery = linger_recovery;
             }
@@ -361,10 +376,10 @@ pub(super) async fn drive_faults(
                 let limit = Instant::now() + Duration::from_millis(1500);
                 let workers = stage.workers;
                 let busy = || workers.iter().position(|w| w.live.busy_after_a_pass());
-                let p = if stage.backend == Backend::Etcd {
-                    // No holds are passed on etcd: a worker that holds a
-                    // lock right now, if one does, so that the others take
-                    // it while it cannot run.
+                let p = if !stage.backend.passes_locally() {
+                    // No holds are passed on a cluster: a worker that holds
+                    // a lock right now, if one does, so that the others
+                    // take it while it cannot run.
                     let holding: Vec<usize> = (0..PROCESSES)
                         .filter(|&i| workers[i].live.holds())
                         .collect();
@@ -380,11 +395,7 @@ pub(super) async fn drive_faults(
                 fault.start = now_ns();
                 let worker = &stage.workers[p];
                 let aimed = worker.live.busy_after_a_pass();
-                let (lo, hi) = match stage.backend {
-                    Backend::Redis if aimed => AIMED_STOP_MS,
-                    Backend::Redis => STOP_MS,
-                    Backend::Etcd => ETCD_STOP_MS,
-                };
+                let (lo, hi) = stop_ms(stage.backend, aimed);
                 let d = millis(rng, lo, hi);
                 worker.stop(true).await;
                 tokio::time::sleep(d).await;
@@ -403,7 +414,7 @@ pub(super) async fn drive_faults(
                 fault.frozen = true;
                 recovery = linger_recovery;
             }
-            (_, Store::Etcd(_)) => {
+            (_, Store::Cluster(_)) => {
                 if let Some(killed) = kill_at_handoff(stage, rng).await {
                     faults.push(killed);
                 }
@@ -424,6 +435,17 @@ pub(super) async fn drive_faults(
         faults.push(fault);
     }
     faults
+}
+
+/// How long a worker is stopped on `backend`, in ms (`aimed`: it is busy
+/// right after a local handoff).
+fn stop_ms(backend: Backend, aimed: bool) -> (u64, u64) {
+    match backend {
+        Backend::Redis if aimed => AIMED_STOP_MS,
+        Backend::Redis => STOP_MS,
+        Backend::Etcd => ETCD_STOP_MS,
+        Backend::ZooKeeper => ZOOKEEPER_STOP_MS,
+    }
 }
 
 /// Blocks the executor of a worker picked by `choice` for 50 ms to a
@@ -601,12 +623,12 @@ async fn restart_at_release(
     fault
 }
 
-/// etcd's twin of [`restart_at_release`]: a worker waiting for a key that
-/// another one holds has its executor blocked; once its place heads the
-/// key's directory (the holder released: the lock is handed to the place,
-/// which its lock runtime, on a thread of its own, hears of), the leader is
-/// killed (or the whole cluster), the blocked executor runs again while
-/// etcd is away or electing, with news from before, and then the
+/// The cluster's twin of [`restart_at_release`]: a worker waiting for a
+/// key that another one holds has its executor blocked; once its place
+/// heads the key's queue (the holder released: the lock is handed to the
+/// place, which its lock runtime, on a thread of its own, hears of), the
+/// leader is killed (or the whole cluster), the blocked executor runs again
+/// while the store is away or electing, with news from before, and then the
 /// member(s) start again from their data directories. The fault, if the
 /// handoff came to pass (the stall is reported by its worker).
 async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fault> {
@@ -640,65 +662,37 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
     let (p, key) = pool[(choice % pool.len() as u64) as usize];
     stage.timed.tries += 1;
     let worker = stage.workers[p].clone();
-    let Store::Etcd(cluster) = &mut *stage.store else {
-        panic!("an etcd fault on Redis");
+    let Store::Cluster(cluster) = &mut *stage.store else {
+        panic!("a cluster fault on Redis");
     };
-    // Straight to the cluster, not through a worker's proxies.
-    let dir = format!("{}nk{key}/", stage.prefix);
-    let ours = format!("{dir}{}:", worker.id);
-    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
-        .await
-        .ok()?;
-    let mut watch = client
-        .watch(
-            dir.as_str(),
-            Some(etcd_client::WatchOptions::new().with_prefix()),
-        )
-        .await
-        .ok()?;
-    // The watch is set up once its first answer came.
-    tokio::time::timeout(Duration::from_secs(1), watch.message())
-        .await
-        .ok()?
-        .ok()??;
+    let lock = format!("{}nk{key}", stage.prefix);
+    // On etcd the watch is set up before the stall (it must see the
+    // release's delete).
+    let mut etcd_watch = match cluster {
+        Cluster::Etcd(etcd) => Some(EtcdHandoff::start(etcd, &lock, &worker.id).await?),
+        Cluster::ZooKeeper(_) => None,
+    };
     let stall = worker
         .stall(Duration::from_millis(MAX_STALL_MS), spin)
         .await;
-    let stalled_at = Instant::now();
-    // Bounded by `RELEASE_WAIT`: each delete in the directory, then whether
-    // the blocked worker's place heads it now.
-    let handed = tokio::time::timeout_at(stalled_at + RELEASE_WAIT, async {
-        let first = etcd_client::GetOptions::new()
-            .with_prefix()
-            .with_sort(
-                etcd_client::SortTarget::Create,
-                etcd_client::SortOrder::Ascend,
-            )
-            .with_limit(1);
-        loop {
-            let answer = watch.message().await.ok()??;
-            let deleted = answer
-                .events()
-                .iter()
-                .any(|e| e.event_type() == etcd_client::EventType::Delete);
-            if !deleted {
-                continue;
-            }
-            let head = client.get(dir.as_str(), Some(first.clone())).await.ok()?;
-            if head
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.key().starts_with(ours.as_bytes()))
-            {
-                return Some(());
-            }
+    let handed_by = Instant::now() + RELEASE_WAIT;
+    let handed = match (&mut etcd_watch, &*cluster) {
+        (Some(watch), _) => watch.handed(handed_by).await,
+        (None, Cluster::ZooKeeper(ensemble)) => {
+            let released = || {
+                !stage
+                    .workers
+                    .iter()
+                    .any(|w| w.index != p && w.live.holds_key(key))
+            };
+            handed_on_zookeeper(ensemble, &lock, &worker.id, handed_by, || {
+                until(stage.changed, handed_by, released)
+            })
+            .await
         }
-    })
-    .await
-    .ok()
-    .flatten()
-    .is_some();
-    drop(watch);
+        (None, Cluster::Etcd(_)) => false,
+    };
+    drop(etcd_watch);
     let mut fault = None;
     if handed {
         tokio::time::sleep(pause).await;
@@ -724,6 +718,127 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
     )
     .await;
     fault
+}
+
+/// A watch on a lock's directory in etcd, straight to the cluster (not
+/// through a worker's proxies), for [`kill_at_handoff`].
+struct EtcdHandoff {
+    client: etcd_client::Client,
+    watch: etcd_client::WatchStream,
+    dir: String,
+    /// The start of the waiting worker's keys in the directory.
+    ours: String,
+}
+
+impl EtcdHandoff {
+    /// Watches `lock`'s directory, once the watch is set up (its first
+    /// answer came); `None` when etcd does not answer.
+    async fn start(cluster: &EtcdCluster, lock: &str, id: &str) -> Option<EtcdHandoff> {
+        let dir = format!("{lock}/");
+        let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .ok()?;
+        let mut watch = client
+            .watch(
+                dir.as_str(),
+                Some(etcd_client::WatchOptions::new().with_prefix()),
+            )
+            .await
+            .ok()?;
+        tokio::time::timeout(Duration::from_secs(1), watch.message())
+            .await
+            .ok()?
+            .ok()??;
+        let ours = format!("{dir}{id}:");
+        Some(EtcdHandoff {
+            client,
+            watch,
+            dir,
+            ours,
+        })
+    }
+
+    /// Whether the waiting worker's place headed the directory after a
+    /// delete in it, by `limit`.
+    async fn handed(&mut self, limit: Instant) -> bool {
+        // Bounded by `limit`: each delete in the directory, then whether
+        // the blocked worker's place heads it now.
+        tokio::time::timeout_at(limit, async {
+            let first = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_sort(
+                    etcd_client::SortTarget::Create,
+                    etcd_client::SortOrder::Ascend,
+                )
+                .with_limit(1);
+            loop {
+                let answer = self.watch.message().await.ok()??;
+                let deleted = answer
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == etcd_client::EventType::Delete);
+                if !deleted {
+                    continue;
+                }
+                let head = self
+                    .client
+                    .get(self.dir.as_str(), Some(first.clone()))
+                    .await
+                    .ok()?;
+                if head
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| kv.key().starts_with(self.ours.as_bytes()))
+                {
+                    return Some(());
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    }
+}
+
+/// Whether `lock` was handed to the node of the worker whose holder ids
+/// start with `id` by `limit`: after each release (`released` resolves
+/// true when no other worker holds the key, false at the limit), whether
+/// its node heads the lock's contenders in the leader's view. The test
+/// process has no ZooKeeper client to watch with: the leader's `dump` is
+/// read again, 5 ms apart, while the release's delete is on its way.
+async fn handed_on_zookeeper<F: std::future::Future<Output = bool>>(
+    ensemble: &ZooKeeperEnsemble,
+    lock: &str,
+    id: &str,
+    limit: Instant,
+    released: impl Fn() -> F,
+) -> bool {
+    // A contender node is `_c_<uuid>-lock-<sequence>`, its uuid (hyphenated)
+    // the process uuid of the holder id (`id`, simple) with the holder's
+    // number in its low bits (`backend/zookeeper/path.rs`): its first four
+    // groups are the process's.
+    let hex: Vec<char> = id.chars().filter(char::is_ascii_hexdigit).collect();
+    let group = |from: usize, to: usize| hex.get(from..to).unwrap_or_default().iter().collect();
+    let groups: [String; 4] = [group(0, 8), group(8, 12), group(12, 16), group(16, 20)];
+    let ours = format!("{lock}/_c_{}-", groups.join("-"));
+    let sequence = |node: &String| node.rsplit("lock-").next().map(str::to_owned);
+    // Bounded by `limit` and by count.
+    for _ in 0..200 {
+        if !released().await {
+            return false;
+        }
+        let nodes = tokio::task::block_in_place(|| ensemble.ephemerals(&format!("{lock}/")));
+        let head = nodes.ok().and_then(|n| n.into_iter().min_by_key(sequence));
+        if head.is_some_and(|h| h.starts_with(&ours)) {
+            return true;
+        }
+        if Instant::now() >= limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
 }
 
 /// `(worker, key)`: the worker waits for the key, and another one holds it.

@@ -1,14 +1,16 @@
-//! Where the workers' locks live: one Redis server, or an etcd cluster of
-//! three members; each worker's own way to it (a fault proxy per server);
-//! and, after the run, what is left of the run's locks in it.
+//! Where the workers' locks live: one Redis server, an etcd cluster of
+//! three members or a ZooKeeper ensemble of three; each worker's own way to
+//! it (a fault proxy per server); and, after the run, what is left of the
+//! run's locks in it.
 
 use std::time::Duration;
 
-use lock_testkit::{EtcdCluster, RedisServer};
+use lock_testkit::{EtcdCluster, RedisServer, ZooKeeperEnsemble};
 use lock_tests::FaultProxy;
 use tokio::time::Instant;
 
 use super::check::Violation;
+use super::members::Cluster;
 use super::Backend;
 use crate::{channels, keys};
 
@@ -16,9 +18,10 @@ use crate::{channels, keys};
 pub(super) enum Store {
     /// One `redis-server` that can snapshot (for the restarts from one).
     Redis(RedisServer),
-    /// An etcd cluster (each member keeps its data directory across a kill
-    /// and a restart, as a machine that reboots does).
-    Etcd(EtcdCluster),
+    /// An etcd cluster or a ZooKeeper ensemble (each member keeps its data
+    /// directory across a kill and a restart, as a machine that reboots
+    /// does).
+    Cluster(Cluster),
 }
 
 impl Store {
@@ -26,7 +29,8 @@ impl Store {
     pub(super) fn start(backend: Backend) -> Store {
         match backend {
             Backend::Redis => Store::Redis(RedisServer::start_with_snapshots()),
-            Backend::Etcd => Store::Etcd(EtcdCluster::start(super::ETCD_MEMBERS)),
+            Backend::Etcd => Store::Cluster(Cluster::Etcd(EtcdCluster::start(super::MEMBERS))),
+            Backend::ZooKeeper => Store::Cluster(Cluster::ZooKeeper(ZooKeeperEnsemble::start())),
         }
     }
 
@@ -34,7 +38,7 @@ impl Store {
     pub(super) fn redis(&mut self) -> &mut RedisServer {
         match self {
             Store::Redis(server) => server,
-            Store::Etcd(_) => panic!("a Redis-only fault on etcd"),
+            Store::Cluster(_) => panic!("a Redis-only fault on a cluster"),
         }
     }
 
@@ -42,7 +46,7 @@ impl Store {
     fn ports(&self) -> Vec<u16> {
         match self {
             Store::Redis(server) => vec![server.port()],
-            Store::Etcd(cluster) => cluster.endpoints().iter().map(|e| port_of(e)).collect(),
+            Store::Cluster(cluster) => cluster.ports(),
         }
     }
 
@@ -50,6 +54,9 @@ impl Store {
     /// `prefix`) is left on the servers; what is still there at the limit
     /// is a violation. Redis: no lock hash, queue or subscribed channel.
     /// etcd: no key under the prefix (a lock's holder and queue are keys).
+    /// ZooKeeper: no ephemeral node under the prefix (a lock's holder and
+    /// queue are its contenders' nodes; the lock paths are containers, which
+    /// the server reaps in its own time).
     pub(super) async fn leftovers(
         &self,
         prefix: &str,
@@ -60,8 +67,9 @@ impl Store {
         // Bounded by `limit_at` (and a count): leases and queue places run
         // out on their own.
         for _ in 0..1000 {
-            // A read may fail while etcd elects (a short election timeout
-            // on a loaded machine): read again, until the limit.
+            // A read may fail while etcd or ZooKeeper elects (a short
+            // election timeout on a loaded machine): read again, until the
+            // limit.
             let (left, subscribed) = match self.left(prefix).await {
                 Ok(found) => found,
                 Err(error) if Instant::now() < limit_at => {
@@ -97,7 +105,8 @@ impl Store {
             if Instant::now() >= limit_at {
                 let place = match self {
                     Store::Redis(_) => "Redis",
-                    Store::Etcd(_) => "etcd",
+                    Store::Cluster(Cluster::Etcd(_)) => "etcd",
+                    Store::Cluster(Cluster::ZooKeeper(_)) => "ZooKeeper",
                 };
                 if !left.is_empty() {
                     violations.push(Violation::plain(
@@ -133,8 +142,8 @@ impl Store {
     }
 
     /// The run's keys and subscribed channels on the servers now (an etcd
-    /// read may fail).
-    async fn left(&self, prefix: &str) -> Result<(Vec<String>, Vec<String>), etcd_client::Error> {
+    /// or ZooKeeper read may fail).
+    async fn left(&self, prefix: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
         match self {
             Store::Redis(server) => {
                 let mut con = server.connection().await;
@@ -145,7 +154,11 @@ impl Store {
                     .collect();
                 Ok((left, channels(&mut con, &format!("{prefix}*")).await))
             }
-            Store::Etcd(cluster) => {
+            Store::Cluster(Cluster::ZooKeeper(ensemble)) => Ok((
+                tokio::task::block_in_place(|| ensemble.ephemerals(prefix))?,
+                Vec::new(),
+            )),
+            Store::Cluster(Cluster::Etcd(cluster)) => {
                 let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
                 let only_keys = etcd_client::GetOptions::new()
                     .with_prefix()
@@ -167,7 +180,7 @@ impl Store {
 const ETCD_LEADER_EXTENSIONS: Duration = Duration::from_secs(20);
 
 /// The port of `host:port`.
-fn port_of(endpoint: &str) -> u16 {
+pub(super) fn port_of(endpoint: &str) -> u16 {
     endpoint
         .rsplit(':')
         .next()
@@ -177,8 +190,8 @@ fn port_of(endpoint: &str) -> u16 {
 
 /// One worker's network: a proxy in front of each server, so that a
 /// network fault hits this one process's view of all of them at once (an
-/// etcd client balances over the members: a fault at one proxy alone would
-/// only move its requests to another member).
+/// etcd or ZooKeeper client moves to another member: a fault at one proxy
+/// alone would only move its requests there).
 pub(super) struct Link {
     proxies: Vec<FaultProxy>,
     backend: Backend,
@@ -196,18 +209,20 @@ impl Link {
 
     /// The URL a worker is given: `redis://...` through the proxy, or
     /// `etcd://host:port,...` (one endpoint per member, each through its
-    /// proxy).
+    /// proxy), or `zookeeper://host:port,...` (likewise).
     pub(super) fn url(&self) -> String {
+        let endpoints = || {
+            let endpoints: Vec<String> = self
+                .proxies
+                .iter()
+                .map(|p| format!("127.0.0.1:{}", p.port()))
+                .collect();
+            endpoints.join(",")
+        };
         match self.backend {
             Backend::Redis => self.proxies[0].url(),
-            Backend::Etcd => {
-                let endpoints: Vec<String> = self
-                    .proxies
-                    .iter()
-                    .map(|p| format!("127.0.0.1:{}", p.port()))
-                    .collect();
-                format!("etcd://{}", endpoints.join(","))
-            }
+            Backend::Etcd => format!("etcd://{}", endpoints()),
+            Backend::ZooKeeper => format!("zookeeper://{}", endpoints()),
         }
     }
 
@@ -248,7 +263,7 @@ impl Link {
     /// One-shot: the connection that sends the Redis command `command`
     /// next is cut (Redis only: it names a RESP command).
     pub(super) fn drop_at_command(&self, command: &str) {
-        assert_eq!(self.backend, Backend::Redis, "a Redis command on etcd");
+        assert_eq!(self.backend, Backend::Redis, "a Redis command on a cluster");
         self.proxies[0].drop_at_command(command);
     }
 

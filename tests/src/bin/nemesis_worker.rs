@@ -7,11 +7,13 @@
 //! ```text
 //! Usage:
 //!   nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
-//!       where `<url>` is a Redis URL or `etcd://host:port[,host:port...]`
-//!       (the etcd backend, one endpoint per member), each key is
+//!       where `<url>` is a Redis URL, `etcd://host:port[,host:port...]`
+//!       (the etcd backend, one endpoint per member) or
+//!       `zookeeper://host:port[,host:port...]` (the ZooKeeper backend, its
+//!       connect string; `<prefix>` is a path then), each key is
 //!       `<name>:fair` or `<name>:plain` (the mode this process asks for it
-//!       with; processes may differ; on etcd every lock is fair whatever it
-//!       asks), and `<executor>` is `current` (the tasks run on a
+//!       with; processes may differ; on etcd and ZooKeeper every lock is
+//!       fair whatever it asks), and `<executor>` is `current` (the tasks run on a
 //!       `current_thread` tokio runtime: one blocked poll stops them all) or
 //!       `multi` (two worker threads).
 //!
@@ -823,25 +825,75 @@ fn watch_starvation() {
     }
 }
 
+/// The lock runtime on `url`, built and pinged, and the process part of its
+/// holder ids. A busy machine may keep a server from answering within the
+/// short timeouts at start (a JVM ZooKeeper opens its first sessions
+/// slowly): the start is tried again, a few times (the test's faults begin
+/// once every worker is ready).
+async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> (LockRuntime, String) {
+    let mut last = None;
+    for _attempt in 0..10 {
+        let builder = match url.strip_prefix("etcd://") {
+            // The default lease is the longest the calls ask for: the lease
+            // the id probe's key is on then runs out as soon as theirs.
+            Some(endpoints) => LockRuntime::builder()
+                .etcd(endpoints.split(','))
+                .default_lease(Duration::from_secs(3)),
+            None => match url.strip_prefix("zookeeper://") {
+                // The same default lease, so that the session the runtime
+                // opens at start is the long locks' own.
+                Some(connect) => LockRuntime::builder()
+                    .zookeeper(connect)
+                    .default_lease(Duration::from_secs(3)),
+                None => LockRuntime::builder().redis(url),
+            },
+        };
+        let built = builder
+            .key_prefix(prefix)
+            .connect_timeout(timeout)
+            .response_timeout(timeout)
+            // Lock cohorting with a budget longer than the bodies, so that
+            // holds are passed between tasks often while the faults strike.
+            .cohort(8, Duration::from_secs(2))
+            .build()
+            .await;
+        let error = match built {
+            Ok(runtime) => match holder_prefix(&runtime).await {
+                Ok(id) => return (runtime, id),
+                Err(error) => error,
+            },
+            Err(error) => error.to_string(),
+        };
+        last = Some(error);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("build the lock runtime and learn its holder ids through the proxy: {last:?}");
+}
+
 /// The process part of this runtime's holder ids (`<process-uuid>:<n>`),
-/// read back from a lock it takes for the purpose.
-async fn holder_prefix(runtime: &LockRuntime) -> String {
+/// read back from a lock it takes for the purpose (after a ping through
+/// the proxy).
+async fn holder_prefix(runtime: &LockRuntime) -> Result<String, String> {
     const PROBE: &str = "nemesis-worker-id";
+    runtime.ping().await.map_err(|e| format!("ping: {e}"))?;
     let guard = runtime
         .lock(PROBE)
         .fair(false)
         .wait(Duration::from_secs(5))
         .acquire()
         .await
-        .expect("take the id probe lock");
+        .map_err(|e| format!("take the id probe lock: {e}"))?;
     let info = runtime
         .inspect(PROBE)
         .await
-        .expect("inspect the id probe lock")
-        .expect("the id probe lock is held");
-    guard.release().await.expect("release the id probe lock");
+        .map_err(|e| format!("inspect the id probe lock: {e}"))?
+        .ok_or("the id probe lock is not held")?;
+    guard
+        .release()
+        .await
+        .map_err(|e| format!("release the id probe lock: {e}"))?;
     let (id, _) = info.holder.rsplit_once(':').expect("holder id <uuid>:<n>");
-    id.to_owned()
+    Ok(id.to_owned())
 }
 
 fn main() {
@@ -888,26 +940,8 @@ async fn run(args: Vec<String>) {
             }
         })
         .collect();
-    let builder = match url.strip_prefix("etcd://") {
-        // The default lease is the longest the calls ask for: the lease the
-        // id probe's key is on then runs out as soon as theirs.
-        Some(endpoints) => LockRuntime::builder()
-            .etcd(endpoints.split(','))
-            .default_lease(Duration::from_secs(3)),
-        None => LockRuntime::builder().redis(url.as_str()),
-    };
-    let runtime = builder
-        .key_prefix(prefix.as_str())
-        .connect_timeout(timeout)
-        .response_timeout(timeout)
-        // Lock cohorting with a budget longer than the bodies, so that
-        // holds are passed between tasks often while the faults strike.
-        .cohort(8, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("build the lock runtime");
-    runtime.ping().await.expect("ping through the proxy");
-    println!("ready {}", holder_prefix(&runtime).await);
+    let (runtime, id) = start_runtime(url, prefix, timeout).await;
+    println!("ready {id}");
 
     // Wait for `go`; afterwards, take the test's orders, and exit as soon as
     // stdin closes (the test died).

@@ -79,9 +79,6 @@ pub(super) struct Place {
     owner: i64,
     /// That session.
     session: Arc<Session>,
-    /// Whether the watchdog renews the hold (a fixed lease must end on the
-    /// server by itself: its node is deleted when the lease runs out).
-    renewed: bool,
 }
 
 /// The ZooKeeper backend of one runtime.
@@ -96,6 +93,11 @@ pub(super) struct Inner {
     reader: Arc<Session>,
     /// This process's nodes, by (lock, holder id).
     places: Mutex<HashMap<(String, String), Place>>,
+    /// Holders of which a create lost its answer, by (lock, holder id):
+    /// that create may yet be applied (besides the node the holder knows,
+    /// if any). The session the creates went out on. See
+    /// [`Inner::delete`].
+    unsettled: Mutex<HashMap<(String, String), Arc<Session>>>,
     waits: wait::Waits,
     releases: ReleaseQueue,
     wakeups: Weak<dyn Wakeups>,
@@ -129,13 +131,21 @@ impl Inner {
             .cloned()
     }
 
+    fn unsettled(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Session>>> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn remember(&self, lock: &str, holder: &str, place: Place) {
         self.places()
             .insert((lock.to_owned(), holder.to_owned()), place);
     }
 
     pub(super) fn forget(&self, lock: &str, holder: &str) {
-        self.places().remove(&(lock.to_owned(), holder.to_owned()));
+        let key = (lock.to_owned(), holder.to_owned());
+        self.unsettled().remove(&key);
+        self.places().remove(&key);
     }
 
     /// `fut`, bounded by the response timeout (then [`Timeout`]).
@@ -188,12 +198,42 @@ impl Inner {
     /// Creates `holder`'s node in `lock` on `session` (and the lock path,
     /// as container nodes, when missing); the node and the children seen
     /// right after.
+    ///
+    /// A create that fails without an answer may still be applied later
+    /// (a follower holds it for a leader that does not answer now; a leader
+    /// killed after it logged the create applies it once it is back), also
+    /// after the holder found no node and created another: the session it
+    /// went out on is kept for `holder`'s release, which must find every
+    /// such node (see [`Inner::delete`]).
     async fn create(
         &self,
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
-        renewed: bool,
+    ) -> Result<(Place, Vec<String>), BackendError> {
+        let key = (lock.to_owned(), holder.to_owned());
+        // Before the create goes out: a release that runs meanwhile (the
+        // caller gone) lists on its session, after it.
+        self.unsettled().insert(key.clone(), session.clone());
+        let mut lost = false;
+        let created = self.create_on(session, lock, holder, &mut lost).await;
+        if created.is_err() || lost {
+            // (Again: a release that ran meanwhile may have settled it.)
+            self.unsettled().insert(key, session.clone());
+        } else {
+            self.unsettled().remove(&key);
+        }
+        created
+    }
+
+    /// [`create`](Self::create)'s round trips; `lost` is set when a
+    /// create's answer was lost.
+    async fn create_on(
+        &self,
+        session: &Arc<Session>,
+        lock: &str,
+        holder: &str,
+        lost: &mut bool,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let client = session.client();
         let prefix = path::node_prefix(holder);
@@ -214,7 +254,6 @@ impl Inner {
                         czxid: stat.czxid,
                         owner: client.session_id().0,
                         session: session.clone(),
-                        renewed,
                     };
                     self.remember(lock, holder, place.clone());
                     let children = match listed {
@@ -235,7 +274,8 @@ impl Inner {
                 ) => {
                     // Protected mode: the create may have gone through
                     // without its answer; our uuid finds it.
-                    if let Some(found) = self.find(session, lock, holder, renewed).await? {
+                    *lost = true;
+                    if let Some(found) = self.find(session, lock, holder).await? {
                         return Ok(found);
                     }
                     last = Some(error);
@@ -260,7 +300,6 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
-        renewed: bool,
     ) -> Result<Option<(Place, Vec<String>)>, BackendError> {
         let client = session.client();
         let children = self.list(&client, lock).await?;
@@ -280,7 +319,6 @@ impl Inner {
             czxid: stat.czxid,
             owner: stat.ephemeral_owner,
             session: session.clone(),
-            renewed,
         };
         self.remember(lock, holder, place.clone());
         Ok(Some((place, children)))
@@ -316,40 +354,96 @@ impl Inner {
         });
     }
 
-    /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
-    async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
-        let (client, name) = match self.place(lock, holder) {
-            Some(place) => (place.session.client(), place.name),
-            None => {
-                // Not known here (made by a create whose answer was lost):
-                // found by its uuid.
-                let client = self.reader.client();
-                let children = self.list(&client, lock).await?;
-                match children.into_iter().find(|c| path::is_holders(c, holder)) {
-                    Some(name) => (client, name),
-                    None => return Ok(Release::NotHeld),
+    /// Deletes the nodes of `holder` among `children` of `lock` other than
+    /// `keep` (the one it knows): twins from a create whose answer was lost
+    /// and that was applied after the holder made another, which would
+    /// otherwise stand before or behind it for as long as our session.
+    /// Whether there were any.
+    pub(super) async fn drop_twins(
+        &self,
+        client: &Client,
+        lock: &str,
+        holder: &str,
+        keep: &str,
+        children: &[String],
+    ) -> Result<bool, BackendError> {
+        let twins: Vec<&String> = children
+            .iter()
+            .filter(|c| c.as_str() != keep && path::is_holders(c, holder))
+            .collect();
+        for twin in &twins {
+            match self
+                .within(client.delete(&path::child(lock, twin), None))
+                .await
+            {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => {
+                    return Err(self.failed("deleting a lost create's node failed", error))
                 }
             }
+        }
+        Ok(!twins.is_empty())
+    }
+
+    /// Deletes `holder`'s node of `lock`: freed (it was there) or not held.
+    ///
+    /// A holder of which a create lost its answer may have nodes this
+    /// process does not know (instead of, or besides, the one it knows):
+    /// every node of it is found by its uuid, listed on the session those
+    /// creates went out on. ZooKeeper answers one session's requests in
+    /// order, so the listing comes after the creates however late they are
+    /// applied; a listing on another session (the reader's) may come first,
+    /// find nothing, and leave a node to appear later, unknown to anyone,
+    /// standing for as long as our session lives: the lock blocked.
+    async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
+        let key = (lock.to_owned(), holder.to_owned());
+        let unsettled = self.unsettled().get(&key).cloned();
+        let (client, names) = match (self.place(lock, holder), unsettled) {
+            (Some(place), None) => (place.session.client(), vec![place.name]),
+            (place, unsettled) => {
+                // Every node of the holder (a create whose answer was lost
+                // may have been applied besides the one known, if any).
+                let session = unsettled
+                    .or_else(|| place.as_ref().map(|p| p.session.clone()))
+                    .unwrap_or_else(|| self.reader.clone());
+                let client = session.client();
+                let children = self.list(&client, lock).await?;
+                let mut names: Vec<String> = children
+                    .into_iter()
+                    .filter(|c| path::is_holders(c, holder))
+                    .collect();
+                if let Some(place) = place.filter(|p| !names.contains(&p.name)) {
+                    names.push(place.name);
+                }
+                if names.is_empty() {
+                    self.forget(lock, holder);
+                    return Ok(Release::NotHeld);
+                }
+                (client, names)
+            }
         };
-        let node = path::child(lock, &name);
-        // Versioned: nobody writes a lock node's data, so version 0 is
-        // the node we made (a node of the same path made later would
-        // have another sequence anyway).
-        let mut deleted = self.within(client.delete(&node, Some(0))).await;
-        if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
-            deleted = self.within(client.delete(&node, None)).await;
-        }
-        match deleted {
-            Ok(()) => {
-                self.forget(lock, holder);
-                Ok(Release::Freed)
+        let mut freed = false;
+        for name in names {
+            let node = path::child(lock, &name);
+            // Versioned: nobody writes a lock node's data, so version 0 is
+            // the node we made (a node of the same path made later would
+            // have another sequence anyway).
+            let mut deleted = self.within(client.delete(&node, Some(0))).await;
+            if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
+                deleted = self.within(client.delete(&node, None)).await;
             }
-            Err(zookeeper_client::Error::NoNode) => {
-                self.forget(lock, holder);
-                Ok(Release::NotHeld)
+            match deleted {
+                Ok(()) => freed = true,
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => return Err(self.failed("release failed", error)),
             }
-            Err(error) => Err(self.failed("release failed", error)),
         }
+        self.forget(lock, holder);
+        Ok(if freed {
+            Release::Freed
+        } else {
+            Release::NotHeld
+        })
     }
 }
 
@@ -387,6 +481,7 @@ pub(crate) async fn connect(
         sessions,
         reader,
         places: Mutex::default(),
+        unsettled: Mutex::default(),
         waits: wait::Waits::default(),
         releases,
         wakeups,
@@ -458,17 +553,38 @@ impl ZookeeperBackend {
         }
         for _attempt in 0..3 {
             let (place, children, created) = match inner.place(lock, holder) {
-                Some(place) if place.owner == place.session.id() => {
+                Some(place)
+                    if place.owner == place.session.id() && place.session.timeout >= lease =>
+                {
                     let children = inner.list_latest(&place.session.client(), lock).await?;
                     (place, children, false)
+                }
+                Some(place) if place.owner == place.session.id() => {
+                    // This process's place, queued by a waiter of a shorter
+                    // lease: its node is on that lease's session, which a
+                    // stall longer than that lease ends (the node with it)
+                    // while a hold of this lease would still count on it.
+                    // ZooKeeper moves no node to another session: the place
+                    // queues again on this lease's (its turn is lost).
+                    inner.waits.stop(lock, holder);
+                    inner.delete(lock, holder).await?;
+                    let (place, children) = inner.create(&session, lock, holder).await?;
+                    (place, children, true)
                 }
                 _ => {
                     // New, or made by a session that expired since.
                     inner.forget(lock, holder);
-                    let (place, children) = inner.create(&session, lock, holder, renewed).await?;
+                    let (place, children) = inner.create(&session, lock, holder).await?;
                     (place, children, true)
                 }
             };
+            let client = place.session.client();
+            if inner
+                .drop_twins(&client, lock, holder, &place.name, &children)
+                .await?
+            {
+                continue; // and list again
+            }
             let sorted = path::sorted(children);
             let fence = u64::try_from(place.czxid).unwrap_or(0);
             match sorted.iter().position(|c| *c == place.name) {

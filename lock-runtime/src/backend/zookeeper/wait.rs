@@ -7,10 +7,15 @@
 //! unlock), the place lists the children again: a new predecessor is
 //! watched in turn; none means the lock is the place's (the list is the
 //! server's word, read after the predecessor's delete), and the waiters
-//! are told it was handed over, with our node's czxid as the token (a
-//! fixed-lease place is only told to try: its attempt starts the lease). A
-//! place whose node is gone (its session expired, a force unlock) tells
-//! its waiters the lock was released: their next attempt queues again.
+//! are told to try: their attempt with the place takes the lock, with our
+//! node's czxid as the token. Not handed over from here: a place is shared
+//! by the process's waiters of every lease, and its node lives on the
+//! session of the lease that queued it; only the attempt knows the lease
+//! it takes the lock for (a fixed lease counts from its send time, and a
+//! lease longer than the node's session queues the place again on its own:
+//! see `ZookeeperBackend::acquire`). A place whose node is gone (its
+//! session expired, a force unlock) tells its waiters the lock was
+//! released: their next attempt queues again.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -36,9 +41,8 @@ pub(super) fn start(inner: &Arc<Inner>, lock: &str, holder: &str) {
 enum Found {
     /// Gone (or made by a session that has since expired).
     Gone,
-    /// First: the lock is ours, with this token (and whether the hold is
-    /// renewed).
-    First(i64, bool),
+    /// First: the lock is the place's.
+    First,
     /// This node is just before ours.
     Behind(String),
 }
@@ -69,17 +73,10 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
                 }
                 return;
             }
-            Found::First(czxid, renewed) => {
+            Found::First => {
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
-                    let fence = u64::try_from(czxid).unwrap_or(0);
-                    if renewed {
-                        wakeups.handed_over(&lock, &holder, fence, fence);
-                    } else {
-                        // A fixed lease counts from an attempt the waiter
-                        // sends (whose send time its node's expiry uses).
-                        wakeups.released(&lock);
-                    }
+                    wakeups.released(&lock);
                 }
                 return;
             }
@@ -117,14 +114,19 @@ async fn read(backend: &Inner, lock: &str, holder: &str) -> Result<Found, ()> {
         // The session that made it expired: the node went with it.
         return Ok(Found::Gone);
     }
-    let children = backend
-        .list(&place.session.client(), lock)
+    let client = place.session.client();
+    let mut children = backend.list(&client, lock).await.map_err(drop)?;
+    if backend
+        .drop_twins(&client, lock, holder, &place.name, &children)
         .await
-        .map_err(drop)?;
+        .map_err(drop)?
+    {
+        children = backend.list(&client, lock).await.map_err(drop)?;
+    }
     let sorted = path::sorted(children);
     Ok(match sorted.iter().position(|c| *c == place.name) {
         None => Found::Gone,
-        Some(0) => Found::First(place.czxid, place.renewed),
+        Some(0) => Found::First,
         Some(i) => Found::Behind(sorted[i - 1].clone()),
     })
 }
