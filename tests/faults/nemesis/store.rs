@@ -94,8 +94,8 @@ impl Store {
             // nobody keeps alive: wait for those leases (up to a cap). A key
             // on no lease would never go: that is not waited for.
             let leased = match self {
-                Store::Etcd(_) => self.all_leased(prefix).await.unwrap_or(false),
-                Store::Redis(_) => false,
+                Store::Cluster(Cluster::Etcd(_)) => self.all_leased(prefix).await.unwrap_or(false),
+                Store::Cluster(Cluster::ZooKeeper(_)) | Store::Redis(_) => false,
             };
             let limit_at = if leased {
                 limit_at + ETCD_LEADER_EXTENSIONS
@@ -132,7 +132,7 @@ impl Store {
     /// Whether every key under `prefix` in etcd is on a lease (so it goes
     /// when that lease runs out: the workers that kept leases are gone).
     async fn all_leased(&self, prefix: &str) -> Result<bool, etcd_client::Error> {
-        let Store::Etcd(cluster) = self else {
+        let Store::Cluster(Cluster::Etcd(cluster)) = self else {
             return Ok(false);
         };
         let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
