@@ -46,74 +46,50 @@ impl TestPki {
             "/CN=lock-test-ca",
         ]);
         run(&ca);
-        let mut csr = vec!["req"];
-        csr.extend(ec);
-        csr.extend([
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
+        // A key and a certificate `<name>.key`, `<name>.crt` for `subject`,
+        // signed by the CA, with these X.509 extensions.
+        let issue = |name: &str, subject: &str, extensions: &str| {
+            let (key, csr, crt, cnf) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.cnf"),
+            );
+            let mut request = vec!["req"];
+            request.extend(ec);
+            request.extend(["-keyout", &key, "-out", &csr, "-subj", subject]);
+            run(&request);
+            std::fs::write(dir.join(&cnf), extensions).unwrap();
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                &cnf,
+            ]);
+        };
+        issue(
+            "server",
             "/CN=localhost",
-        ]);
-        run(&csr);
-        std::fs::write(
-            dir.join("ext.cnf"),
             "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
              keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
-        let mut csr = vec!["req"];
-        csr.extend(ec);
-        csr.extend([
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
+        );
+        issue(
+            "client",
             "/CN=lock-test-client",
-        ]);
-        run(&csr);
-        std::fs::write(
-            dir.join("client.cnf"),
             "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n\
              extendedKeyUsage=clientAuth\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "client.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "client.cnf",
-        ]);
+        );
         TestPki { dir }
     }
 
