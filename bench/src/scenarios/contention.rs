@@ -10,6 +10,13 @@
 //! (`crowd.rs`) read their own. The figures of a run, and their medians and
 //! worst cases over runs, are here so that every scenario reads them alike.
 //!
+//! Each run puts the bodies' counters on the data server (the two-server
+//! rows), or on the lock server itself ([`Placement::Shared`]: one Redis
+//! for both, as most deployments run). The limit ([`Library::Serial`]) is a
+//! run of the same body with no lock: one process with the shape's worker
+//! tasks, on as many data connections as the shape has processes, each
+//! key's bodies one at a time by an in-process token.
+//!
 //! On ZooKeeper (S13) the same runs are made by our worker or by Curator's
 //! Java loop (`crate::curator`), which speaks the worker's lines; what S4
 //! counts there is the requests the ZooKeeper server received (`mntr`),
@@ -18,7 +25,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use lock_testkit::{CommandStats, Delta, ZooKeeperServer};
+use lock_testkit::{CommandStats, Delta, RedisServer, ZooKeeperServer};
 use serde_json::{json, Value};
 
 use super::{commands, Ctx};
@@ -31,6 +38,16 @@ use crate::worker::{self, Library};
 
 /// Most lines a worker may print (bounds the parent's reading).
 const MAX_LINES: usize = 5_000_000;
+
+/// Where the bodies' data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On the data server, apart from the locks (the lock server's
+    /// commands are lock traffic only).
+    TwoServers,
+    /// On the lock server: one Redis for the locks and the data.
+    Shared,
+}
 
 /// Figures of one run of one library.
 pub struct Run {
@@ -57,6 +74,79 @@ pub struct Run {
     pub commands_per_acquisition: f64,
     /// Acquire attempts that found the lock taken, per acquisition.
     pub failed_attempts: f64,
+    /// Where the time between the first and the last body went, from the
+    /// records (meaningful for one key).
+    pub breakdown: Breakdown,
+}
+
+/// Where a one-key run's time went, µs per acquisition, from the records:
+/// every hold is a body, and between two consecutive holds of the key the
+/// gap is a handoff within a process or across processes (the next holder
+/// was already waiting when the previous body ended) or idle time (nobody
+/// was waiting). Over one key, body + handoffs + idle is the run's span
+/// divided by its acquisitions (the first wait aside).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Breakdown {
+    /// Mean body time (GET + SET under the lock).
+    pub body: f64,
+    /// Gaps handed to a waiter of the same process, per acquisition.
+    pub local: f64,
+    /// Gaps handed to a waiter of another process, per acquisition.
+    pub cross: f64,
+    /// Gaps with nobody waiting, per acquisition.
+    pub idle: f64,
+    /// Handoffs within a process, share of the acquisitions.
+    pub local_share: f64,
+    /// Handoffs across processes, share of the acquisitions.
+    pub cross_share: f64,
+    /// Mean gap of a handoff within a process, µs.
+    pub local_mean: f64,
+    /// Mean gap of a handoff across processes, µs.
+    pub cross_mean: f64,
+}
+
+impl Breakdown {
+    /// The breakdown of `records`, workers numbered `process * tasks + task`.
+    pub fn of(records: &[Record], tasks: u32) -> Breakdown {
+        let mut by_key: std::collections::BTreeMap<u32, Vec<&Record>> = Default::default();
+        for r in records {
+            by_key.entry(r.key).or_default().push(r);
+        }
+        let (mut body, mut local, mut cross, mut idle) = (0u64, 0u64, 0u64, 0u64);
+        let (mut n_local, mut n_cross) = (0u64, 0u64);
+        for holds in by_key.values_mut() {
+            holds.sort_by_key(|r| (r.acquired, r.released));
+            body += holds
+                .iter()
+                .map(|r| r.released.saturating_sub(r.acquired))
+                .sum::<u64>();
+            for pair in holds.windows(2) {
+                let (prev, next) = (pair[0], pair[1]);
+                let gap = next.acquired.saturating_sub(prev.released);
+                if next.requested > prev.released {
+                    idle += gap;
+                } else if prev.worker / tasks.max(1) == next.worker / tasks.max(1) {
+                    local += gap;
+                    n_local += 1;
+                } else {
+                    cross += gap;
+                    n_cross += 1;
+                }
+            }
+        }
+        let n = records.len().max(1) as f64;
+        let mean = |sum: u64, count: u64| sum as f64 / count.max(1) as f64;
+        Breakdown {
+            body: body as f64 / n,
+            local: local as f64 / n,
+            cross: cross as f64 / n,
+            idle: idle as f64 / n,
+            local_share: n_local as f64 / n,
+            cross_share: n_cross as f64 / n,
+            local_mean: mean(local, n_local),
+            cross_mean: mean(cross, n_cross),
+        }
+    }
 }
 
 impl Run {
@@ -135,9 +225,15 @@ impl Run {
         self.process_shares().into_iter().fold(f64::NAN, f64::max)
     }
 
+    /// Time per acquisition, µs (the inverse of the rate).
+    pub fn per_acquisition_us(&self) -> f64 {
+        1e6 / self.rate()
+    }
+
     /// As JSON, for the results file.
     pub fn to_json(&self) -> Value {
         let a = &self.analysis;
+        let b = &self.breakdown;
         json!({
             "acquisitions": a.total,
             "ping_p50_us_during_run": self.loaded_ping,
@@ -162,6 +258,16 @@ impl Run {
             "failed_attempts_per_acquisition": self.failed_attempts,
             "executed_per_acquisition": self.delta.executed() as f64 / a.total as f64,
             "commands": commands_json(&self.delta),
+            "us_per_acquisition": {
+                "body": b.body,
+                "handoff_within_process": b.local,
+                "handoff_across_processes": b.cross,
+                "idle": b.idle,
+            },
+            "handoffs_within_process_share": b.local_share,
+            "handoffs_across_processes_share": b.cross_share,
+            "handoff_within_process_mean_us": b.local_mean,
+            "handoff_across_processes_mean_us": b.cross_mean,
         })
     }
 }
@@ -217,8 +323,8 @@ pub(super) async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
         .with_context(|| format!("no zk_packets_received in mntr: {reply:?}"))
 }
 
-/// One contention run of `library` in `shape`; `tag` and `run` name its
-/// keys apart from every other run's.
+/// One contention run of `library` in `shape`, the data on the data
+/// server; `tag` and `run` name its keys apart from every other run's.
 pub async fn contend(
     ctx: &Ctx,
     library: Library,
@@ -226,18 +332,44 @@ pub async fn contend(
     tag: &str,
     run: usize,
 ) -> Result<Run> {
+    contend_on(ctx, library, shape, Placement::TwoServers, tag, run).await
+}
+
+/// One contention run of `library` in `shape`, the data placed as
+/// `placement` says; `tag` and `run` name its keys apart from every other
+/// run's. [`Library::Serial`] runs the limit: one process with all the
+/// shape's workers (see the module docs).
+pub async fn contend_on(
+    ctx: &Ctx,
+    library: Library,
+    shape: Shape,
+    placement: Placement,
+    tag: &str,
+    run: usize,
+) -> Result<Run> {
     let duration = shape.duration;
     let prefix = format!("{tag}:{run}:{}:", library.name());
+    let data_server = match placement {
+        Placement::TwoServers => &ctx.data_server,
+        Placement::Shared => &ctx.lock_server,
+    };
     let lock_url = match library {
         Library::OursCluster => ctx.cluster()?.urls().join(","),
         Library::OursEtcd => ctx.etcd()?.endpoints().join(","),
         Library::OursZooKeeper | Library::Curator => ctx.zookeeper()?.connect_string(),
         _ => ctx.lock_server.url(),
     };
+    // The limit runs every worker task in one process (its tokens are
+    // in-process), with one data connection per process of the shape.
+    let (processes, tasks, connections) = if library == Library::Serial {
+        (1, shape.workers(), shape.processes)
+    } else {
+        (shape.processes, shape.tasks, 1)
+    };
     let mut workers = Vec::new();
-    for p in 0..shape.processes {
+    for p in 0..processes {
         if library == Library::Curator {
-            let data = format!("127.0.0.1:{}", ctx.data_server.port());
+            let data = format!("127.0.0.1:{}", data_server.port());
             let (out, first) = (&ctx.config.out_dir, p * shape.tasks);
             workers.push(curator::contend(
                 out, &lock_url, &prefix, &data, shape, first,
@@ -248,12 +380,13 @@ pub async fn contend(
             "contend".to_owned(),
             library.name().to_owned(),
             lock_url.clone(),
-            ctx.data_server.url(),
+            data_server.url(),
             prefix.clone(),
-            shape.tasks.to_string(),
-            (p * shape.tasks).to_string(),
+            tasks.to_string(),
+            (p * tasks).to_string(),
             duration.as_millis().to_string(),
             shape.keys.to_arg(),
+            connections.to_string(),
         ];
         workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
@@ -276,7 +409,7 @@ pub async fn contend(
         let limit = duration + crate::worker::WAIT_LIMIT + Duration::from_secs(30);
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
-    let delta = CommandStats::read(&mut info).await?.since(&before);
+    let mut delta = CommandStats::read(&mut info).await?.since(&before);
     let zookeeper_requests = match zookeeper_before {
         Some(before) => Some(
             requests_received(ctx.zookeeper()?)
@@ -303,8 +436,20 @@ pub async fn contend(
             bail!("unexpected worker line {line:?}");
         }
     }
+    let breakdown = Breakdown::of(&records, shape.tasks);
     let analysis = Analysis::of(records, 0..shape.workers());
-    let counters = read_counters(ctx, shape, &prefix).await?;
+    if placement == Placement::Shared {
+        // The bodies' GET and SET went to the lock server too: one of each
+        // per recorded body, taken out so the rest is lock traffic (a body
+        // that failed is not recorded; the exactness rows count it).
+        let bodies = analysis.total as u64;
+        for name in ["get", "set"] {
+            if let Some(c) = delta.0.get_mut(name) {
+                c.calls = c.calls.saturating_sub(bodies);
+            }
+        }
+    }
+    let counters = read_counters(data_server, shape, &prefix).await?;
     let counter_error = counters
         .iter()
         .enumerate()
@@ -331,13 +476,13 @@ pub async fn contend(
         errors,
         passed_locally: passed,
         delta,
+        breakdown,
     })
 }
 
-/// Every key's counter on the data server (0 for a key never taken), in
-/// key order.
-async fn read_counters(ctx: &Ctx, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
-    let mut data = redis::Client::open(ctx.data_server.url())?
+/// Every key's counter on `server` (0 for a key never taken), in key order.
+async fn read_counters(server: &RedisServer, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
+    let mut data = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;
     let names: Vec<String> = (0..shape.keys.keys())
