@@ -80,8 +80,8 @@ fn label(name: &str, s: &Samples, what: &str) -> String {
 /// A curve's legend name and colour.
 fn style(library: Library) -> (&'static str, RGBColor) {
     match library {
-        Library::Ours
-        | Library::OursDefault
+        Library::Ours => ("lock-runtime, plain", OURS),
+        Library::OursDefault
         | Library::OursCluster
         | Library::OursEtcd
         | Library::OursZooKeeper => ("lock-runtime", OURS),
@@ -197,8 +197,11 @@ fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
             ))?;
             chart.draw_series(std::iter::once(Text::new(
                 text,
-                (0.02, y + top * 0.012),
-                ("sans-serif", 11).into_font().color(&MARKER),
+                (0.02, y + top * 0.005),
+                ("sans-serif", 11)
+                    .into_font()
+                    .color(&MARKER)
+                    .pos(Pos::new(HPos::Left, VPos::Bottom)),
             )))?;
         }
         let mut legend: Vec<Library> = Vec::new();

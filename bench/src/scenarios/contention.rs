@@ -67,6 +67,13 @@ pub struct Run {
     pub errors: u64,
     /// Holds passed between tasks of a process without a round trip.
     pub passed_locally: u64,
+    /// CPU time of the worker processes during the run, µs (0 when the
+    /// worker does not report it: Curator's).
+    pub worker_cpu_us: u64,
+    /// Context switches of the worker processes' threads during the run.
+    pub switches: u64,
+    /// CPU time of the Redis servers (lock and data) during the run, µs.
+    pub redis_cpu_us: f64,
     /// Lock server commands between `go` and `done`.
     pub delta: Delta,
     /// Commands sent by clients, plus PUBLISHes, per acquisition (on
@@ -230,6 +237,21 @@ impl Run {
         1e6 / self.rate()
     }
 
+    /// Worker CPU per acquisition, µs.
+    pub fn worker_cpu_per_acquisition(&self) -> f64 {
+        self.worker_cpu_us as f64 / self.analysis.total.max(1) as f64
+    }
+
+    /// Worker context switches per acquisition.
+    pub fn switches_per_acquisition(&self) -> f64 {
+        self.switches as f64 / self.analysis.total.max(1) as f64
+    }
+
+    /// Redis CPU (both servers) per acquisition, µs.
+    pub fn redis_cpu_per_acquisition(&self) -> f64 {
+        self.redis_cpu_us / self.analysis.total.max(1) as f64
+    }
+
     /// As JSON, for the results file.
     pub fn to_json(&self) -> Value {
         let a = &self.analysis;
@@ -246,6 +268,9 @@ impl Run {
             "wait_max_us": a.waits.max(),
             "barged": a.barged,
             "passed_locally": self.passed_locally,
+            "worker_cpu_us": self.worker_cpu_us,
+            "worker_context_switches": self.switches,
+            "redis_cpu_us": self.redis_cpu_us,
             "per_worker": a.per_worker.values().collect::<Vec<_>>(),
             "per_process_pct": self.process_shares(),
             "keys_taken": a.per_key.len(),
@@ -394,7 +419,11 @@ pub async fn contend_on(
         w.expect("ready", Duration::from_secs(60)).await?;
     }
     let mut info = ctx.plain.clone();
+    let mut data_info = redis::Client::open(ctx.data_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
     let before = CommandStats::read(&mut info).await?;
+    let redis_cpu_before = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_before = if library.on_zookeeper() {
         Some(requests_received(ctx.zookeeper()?).await?)
     } else {
@@ -410,6 +439,7 @@ pub async fn contend_on(
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
     let mut delta = CommandStats::read(&mut info).await?.since(&before);
+    let redis_cpu_after = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_requests = match zookeeper_before {
         Some(before) => Some(
             requests_received(ctx.zookeeper()?)
@@ -422,6 +452,7 @@ pub async fn contend_on(
     let loaded_pings = pinger.await??;
 
     let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
+    let (mut worker_cpu_us, mut switches) = (0, 0);
     for line in &lines {
         let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
         if let Some(record) = Record::parse(line) {
@@ -432,6 +463,10 @@ pub async fn contend_on(
             errors += count(n)?;
         } else if let Some(n) = line.strip_prefix("passed ") {
             passed += count(n)?;
+        } else if let Some(n) = line.strip_prefix("cpu_us ") {
+            worker_cpu_us += count(n)?;
+        } else if let Some(n) = line.strip_prefix("switches ") {
+            switches += count(n)?;
         } else {
             bail!("unexpected worker line {line:?}");
         }
@@ -475,9 +510,25 @@ pub async fn contend_on(
         timeouts,
         errors,
         passed_locally: passed,
+        worker_cpu_us,
+        switches,
+        redis_cpu_us: (redis_cpu_after - redis_cpu_before).max(0.0) * 1e6,
         delta,
         breakdown,
     })
+}
+
+/// CPU seconds a Redis server has used so far (`INFO cpu`: its
+/// `used_cpu_sys` + `used_cpu_user`, all its threads).
+async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .with_context(|| format!("no {name} in INFO cpu: {info:?}"))
+    };
+    Ok(field("used_cpu_sys:")? + field("used_cpu_user:")?)
 }
 
 /// Every key's counter on `server` (0 for a key never taken), in key order.

@@ -34,10 +34,11 @@ pub enum Crowd {
 }
 
 impl Crowd {
-    fn shape(self, ctx: &Ctx) -> Shape {
-        match self {
-            Crowd::S8 => ctx.scale().s8,
-            Crowd::S9 => ctx.scale().s9,
+    fn shape(self, ctx: &Ctx, placement: Placement) -> Shape {
+        match (self, placement) {
+            (Crowd::S8, Placement::TwoServers) => ctx.scale().s8,
+            (Crowd::S8, Placement::Shared) => ctx.scale().s8_shared,
+            (Crowd::S9, _) => ctx.scale().s9,
         }
     }
 
@@ -178,12 +179,12 @@ fn side_limits(names: &Names, side: &Side) -> LimitGroup {
 
 /// Runs S8 or S9.
 pub async fn run(ctx: &Ctx, crowd: Crowd) -> Result<Output> {
-    let shape = crowd.shape(ctx);
+    let shape = crowd.shape(ctx, Placement::TwoServers);
     let placements = crowd.placements();
     let mut sides: Vec<Side> = placements.iter().map(|_| Side::default()).collect();
     for run in 0..ctx.runs() {
         for (&placement, side) in placements.iter().zip(&mut sides) {
-            let tag = crowd.names(placement).tag;
+            let (tag, shape) = (crowd.names(placement).tag, crowd.shape(ctx, placement));
             let contend =
                 |library| contention::contend_on(ctx, library, shape, placement, tag, run);
             side.limit.push(contend(Library::Serial).await?);
@@ -197,6 +198,7 @@ pub async fn run(ctx: &Ctx, crowd: Crowd) -> Result<Output> {
         "tasks_per_process": shape.tasks,
         "keys": shape.keys.to_arg(),
         "seconds_per_run": shape.duration.as_secs_f64(),
+        "shared_seconds_per_run": crowd.shape(ctx, Placement::Shared).duration.as_secs_f64(),
         "ours": Library::OursDefault.name(),
         "ours_mode": Library::default_mode().name(),
     });

@@ -245,10 +245,9 @@ impl Side {
         run: usize,
         between: impl std::future::Future<Output = Result<()>>,
     ) -> Result<()> {
-        let shape = ctx.scale().s3;
-        let tag = match placement {
-            Placement::TwoServers => "s3",
-            Placement::Shared => "s3shared",
+        let (shape, tag) = match placement {
+            Placement::TwoServers => (ctx.scale().s3, "s3"),
+            Placement::Shared => (ctx.scale().s3_shared, "s3shared"),
         };
         let contend = |library| contention::contend_on(ctx, library, shape, placement, tag, run);
         self.limit.push(contend(Library::Serial).await?);
@@ -514,6 +513,10 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         (
             "seconds_per_run".to_owned(),
             json!(shape.duration.as_secs_f64()),
+        ),
+        (
+            "shared_seconds_per_run".to_owned(),
+            json!(ctx.scale().s3_shared.duration.as_secs_f64()),
         ),
         (
             "default_mode".to_owned(),

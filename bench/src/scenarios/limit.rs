@@ -80,7 +80,9 @@ pub fn goal_row(
 }
 
 /// Where `runs`' time per acquisition went (one key: body, handoffs within
-/// and across processes), the first two against the limit's.
+/// and across processes, idle), and what it cost the machine (the worker
+/// processes' CPU and context switches, the Redis servers' CPU), against
+/// the limit's where the limit has the same figure.
 pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<Row> {
     let b = |f: fn(&Breakdown) -> f64| move |r: &Run| f(&r.breakdown);
     vec![
@@ -121,6 +123,24 @@ pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<R
             "handoff across processes, mean (us)",
             stats::median_of(runs, b(|b| b.cross_mean)),
         ),
+        Row::new(
+            group,
+            "worker CPU (us per acq.)",
+            median(runs, Run::worker_cpu_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::worker_cpu_per_acquisition)),
+        Row::new(
+            group,
+            "worker context switches per acq.",
+            median(runs, Run::switches_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::switches_per_acquisition)),
+        Row::new(
+            group,
+            "Redis CPU, both servers (us per acq.)",
+            median(runs, Run::redis_cpu_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::redis_cpu_per_acquisition)),
     ]
 }
 

@@ -292,6 +292,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&client);
+    let (cpu_before, switches_before) = (cpu_seconds(), context_switches());
     let end = Instant::now() + args.duration;
     let mut tasks = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
@@ -328,8 +329,40 @@ pub(super) async fn run(args: Args) -> Result<()> {
         "passed {}",
         passed_locally(&client).saturating_sub(passed_before)
     ));
+    let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
+    lines.push(format!("cpu_us {cpu_us:.0}"));
+    lines.push(format!(
+        "switches {}",
+        context_switches().saturating_sub(switches_before)
+    ));
     lines.push("done".to_owned());
     super::emit(lines)
+}
+
+/// CPU time of this process so far (all threads, user + system), seconds;
+/// 0 where `/proc` cannot be read (the figure is a report, not a check).
+fn cpu_seconds() -> f64 {
+    lock_testkit::usage::cpu_seconds().unwrap_or(0.0)
+}
+
+/// Context switches of all this process's threads so far, voluntary (a
+/// thread blocked: parked, waiting for a socket) and not (preempted), from
+/// `/proc/self/task/*/status`; a thread that ended meanwhile is not counted.
+fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// Holds passed between tasks of this process without a round trip so far

@@ -10,8 +10,9 @@
 //!     ours-default, ours-cluster, ours-etcd, ours-zookeeper, rslock, or
 //!     serial (no lock: the limit; Curator's worker is
 //!     `bench/java/CuratorLoop.java`, speaking the same lines).
-//!     Prints `rec` lines, then `timeouts`, `errors` and `passed` (holds
-//!     passed locally, lock cohorting).
+//!     Prints `rec` lines, then `timeouts`, `errors`, `passed` (holds
+//!     passed locally, lock cohorting), `cpu_us` (the process's CPU time
+//!     during the run) and `switches` (its threads' context switches).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
