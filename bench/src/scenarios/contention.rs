@@ -113,6 +113,27 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
+    /// The breakdown of runs made one after the other, as one (each
+    /// weighted by its acquisitions).
+    pub fn pool(parts: &[(Breakdown, usize)]) -> Breakdown {
+        let n = parts.iter().map(|(_, n)| *n).sum::<usize>().max(1) as f64;
+        let per_acq =
+            |f: fn(&Breakdown) -> f64| parts.iter().map(|(b, k)| f(b) * *k as f64).sum::<f64>() / n;
+        let (local, cross) = (per_acq(|b| b.local), per_acq(|b| b.cross));
+        let (local_share, cross_share) = (per_acq(|b| b.local_share), per_acq(|b| b.cross_share));
+        let mean = |sum: f64, share: f64| if share > 0.0 { sum / share } else { 0.0 };
+        Breakdown {
+            body: per_acq(|b| b.body),
+            local,
+            cross,
+            idle: per_acq(|b| b.idle),
+            local_share,
+            cross_share,
+            local_mean: mean(local, local_share),
+            cross_mean: mean(cross, cross_share),
+        }
+    }
+
     /// The breakdown of `records`, workers numbered `process * tasks + task`.
     pub fn of(records: &[Record], tasks: u32) -> Breakdown {
         let mut by_key: std::collections::BTreeMap<u32, Vec<&Record>> = Default::default();
@@ -293,6 +314,61 @@ impl Run {
             "handoffs_across_processes_share": b.cross_share,
             "handoff_within_process_mean_us": b.local_mean,
             "handoff_across_processes_mean_us": b.cross_mean,
+        })
+    }
+}
+
+impl Run {
+    /// Runs of one library made one after the other (the limit's slices,
+    /// one before each contender of a repetition), as one run over their
+    /// summed time: counts and CPU summed, acquisitions/s over the sum of
+    /// their spans, per-acquisition figures weighted by acquisitions.
+    pub fn pool(parts: Vec<Run>) -> Result<Run> {
+        let Some(first) = parts.first() else {
+            bail!("no run to pool");
+        };
+        let mut shape = first.shape;
+        shape.duration = parts.iter().map(|r| r.shape.duration).sum();
+        let analysis =
+            Analysis::pool(&parts.iter().map(|r| r.analysis.clone()).collect::<Vec<_>>());
+        let total = analysis.total.max(1) as f64;
+        let weighted = |f: fn(&Run) -> f64| {
+            parts
+                .iter()
+                .map(|r| f(r) * r.analysis.total as f64)
+                .sum::<f64>()
+                / total
+        };
+        let mut delta = Delta::default();
+        for r in &parts {
+            for (name, c) in &r.delta.0 {
+                let sum = delta.0.entry(name.clone()).or_default();
+                sum.calls += c.calls;
+                sum.usec += c.usec;
+            }
+        }
+        let sum = |f: fn(&Run) -> u64| parts.iter().map(f).sum::<u64>();
+        Ok(Run {
+            shape,
+            loaded_ping: crate::stats::median(parts.iter().map(|r| r.loaded_ping)),
+            counter: sum(|r| r.counter),
+            counter_error: sum(|r| r.counter_error),
+            timeouts: sum(|r| r.timeouts),
+            errors: sum(|r| r.errors),
+            passed_locally: sum(|r| r.passed_locally),
+            worker_cpu_us: sum(|r| r.worker_cpu_us),
+            switches: sum(|r| r.switches),
+            redis_cpu_us: parts.iter().map(|r| r.redis_cpu_us).sum(),
+            commands_per_acquisition: weighted(|r| r.commands_per_acquisition),
+            failed_attempts: weighted(|r| r.failed_attempts),
+            breakdown: Breakdown::pool(
+                &parts
+                    .iter()
+                    .map(|r| (r.breakdown, r.analysis.total))
+                    .collect::<Vec<_>>(),
+            ),
+            delta,
+            analysis,
         })
     }
 }
@@ -531,6 +607,27 @@ async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> 
     Ok(field("used_cpu_sys:")? + field("used_cpu_user:")?)
 }
 
+/// Slice `slice` of `slices` of a repetition's limit: [`Library::Serial`]
+/// for `1/slices` of `shape`'s time, its keys named apart from the other
+/// slices'. A repetition runs one slice before each contender and pools
+/// them ([`Run::pool`]), so that the limit is measured over the same
+/// stretch of time as the contenders, for as long as one of them, and a
+/// change in the machine's load during the repetition weighs on both.
+pub async fn limit_slice(
+    ctx: &Ctx,
+    (shape, placement): (Shape, Placement),
+    tag: &str,
+    run: usize,
+    (slice, slices): (usize, u32),
+) -> Result<Run> {
+    let shape = Shape {
+        duration: shape.duration / slices.max(1),
+        ..shape
+    };
+    let tag = format!("{tag}-limit{slice}");
+    contend_on(ctx, Library::Serial, shape, placement, &tag, run).await
+}
+
 /// Every key's counter on `server` (0 for a key never taken), in key order.
 async fn read_counters(server: &RedisServer, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
     let mut data = redis::Client::open(server.url())?
@@ -544,4 +641,40 @@ async fn read_counters(server: &RedisServer, shape: Shape, prefix: &str) -> Resu
         .query_async(&mut data)
         .await?;
     Ok(values.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(worker: u32, requested: u64, acquired: u64, released: u64) -> Record {
+        Record {
+            worker,
+            key: 0,
+            requested,
+            acquired,
+            released,
+        }
+    }
+
+    #[test]
+    fn breakdown_splits_gaps_into_local_cross_and_idle() {
+        // Two processes of two tasks: workers 0, 1 | 2, 3.
+        let records = [
+            rec(0, 0, 0, 10),
+            rec(1, 5, 12, 22),  // waiting: within process 0, gap 2
+            rec(2, 5, 30, 40),  // waiting: across processes, gap 8
+            rec(3, 50, 50, 60), // asked after the release: idle, gap 10
+        ];
+        let b = Breakdown::of(&records, 2);
+        assert_eq!(b.body, 10.0);
+        assert_eq!((b.local, b.cross, b.idle), (0.5, 2.0, 2.5));
+        assert_eq!((b.local_share, b.cross_share), (0.25, 0.25));
+        assert_eq!((b.local_mean, b.cross_mean), (2.0, 8.0));
+        // Over one key the parts add up to the span per acquisition.
+        let span = 60.0 / 4.0;
+        assert_eq!(b.body + b.local + b.cross + b.idle, span);
+        let pooled = Breakdown::pool(&[(b, 4), (Breakdown::default(), 4)]);
+        assert_eq!((pooled.body, pooled.cross_mean), (5.0, 8.0));
+    }
 }

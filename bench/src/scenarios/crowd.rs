@@ -6,8 +6,9 @@
 //! than the machine has cores, so a release's message has many processes to
 //! wake and the holder is often descheduled; S9 puts 64 tasks in 4
 //! processes on 1,000 keys chosen by Zipf(1.1), a service with a few hot
-//! keys and a long tail. Each repetition runs the limit (the body alone,
-//! no lock: [`super::limit`]), ours, then rslock; S8 then does the same
+//! keys and a long tail. Each repetition runs ours, then rslock, each after
+//! a half of the limit (the body alone, no lock: [`super::limit`]); S8
+//! then does the same
 //! once more with the data on the lock server ("S8 shared"). The figures
 //! are S3's: throughput, waits, worker and process shares, exactness, and
 //! each contender as a fraction of the limit (ours, the default mode, is
@@ -187,9 +188,12 @@ pub async fn run(ctx: &Ctx, crowd: Crowd) -> Result<Output> {
             let (tag, shape) = (crowd.names(placement).tag, crowd.shape(ctx, placement));
             let contend =
                 |library| contention::contend_on(ctx, library, shape, placement, tag, run);
-            side.limit.push(contend(Library::Serial).await?);
+            let slice = |i| contention::limit_slice(ctx, (shape, placement), tag, run, (i, 2));
+            let mut limit = vec![slice(0).await?];
             side.ours.push(contend(Library::OursDefault).await?);
+            limit.push(slice(1).await?);
             side.peer.push(contend(Library::Rslock).await?);
+            side.limit.push(Run::pool(limit)?);
         }
     }
     let (mut all, mut limits) = (Vec::new(), Vec::new());

@@ -12,7 +12,8 @@
 //! `LockRuntime::builder()` gives by default meets.
 //!
 //! Every repetition also runs the limit (the body alone, no lock:
-//! [`super::limit`]) before the contenders, and then all of it once more
+//! [`super::limit`]) in slices, one before each contender, and then all of
+//! it once more
 //! with the data on the lock server ("S3 shared": one Redis for both, as
 //! most deployments run). Each contender is reported as a fraction of the
 //! limit of its placement, with the breakdown of its time per acquisition;
@@ -235,9 +236,9 @@ impl Side {
         }
     }
 
-    /// The limit, then our modes, then rslock, for repetition `run`
-    /// (`between` runs before rslock: the two-server side measures the
-    /// plain connection's idle PING there).
+    /// Our modes, then rslock, each after a slice of the limit, for
+    /// repetition `run` (`between` runs before rslock: the two-server side
+    /// measures the plain connection's idle PING there).
     async fn repeat(
         &mut self,
         ctx: &Ctx,
@@ -250,12 +251,17 @@ impl Side {
             Placement::Shared => (ctx.scale().s3_shared, "s3shared"),
         };
         let contend = |library| contention::contend_on(ctx, library, shape, placement, tag, run);
-        self.limit.push(contend(Library::Serial).await?);
-        for (mode, runs) in MODES.iter().zip(&mut self.ours) {
+        let slices = MODES.len() as u32 + 1;
+        let slice = |i| contention::limit_slice(ctx, (shape, placement), tag, run, (i, slices));
+        let mut limit = Vec::new();
+        for (i, (mode, runs)) in MODES.iter().zip(&mut self.ours).enumerate() {
+            limit.push(slice(i).await?);
             runs.push(contend(mode.library).await?);
         }
         between.await?;
+        limit.push(slice(MODES.len()).await?);
         self.peer.push(contend(Library::Rslock).await?);
+        self.limit.push(Run::pool(limit)?);
         Ok(())
     }
 

@@ -3,9 +3,11 @@
 //! A lock can do no better than run its key's bodies back to back. The
 //! limit run ([`Library::Serial`]) measures exactly that: the scenario's
 //! worker tasks, its body (GET + SET on the data server), its key choice
-//! and its data connections (one per process of the shape), for the same
-//! time, in the same repetition, with no lock: each key's bodies take turns
-//! on an in-process FIFO token, whose handoff is a task wake-up. Its
+//! and its data connections (one per process of the shape), for as long as
+//! one contender runs, in the same repetition (in slices, one before each
+//! contender: [`super::contention::limit_slice`]), with no lock: each key's
+//! bodies take turns on an in-process FIFO token, whose handoff is a task
+//! wake-up. Its
 //! acquisitions/s are the most any lock could give there; each contender's
 //! are reported as a fraction of it, and where a contender falls short the
 //! breakdown rows say where its time per acquisition went (from the
