@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use lock_testkit::{CommandStats, Delta, RedisServer, ZooKeeperServer};
+use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 
 use super::{commands, Ctx};
@@ -498,7 +499,7 @@ pub async fn contend_on(
     let mut data_info = redis::Client::open(ctx.data_server.url())?
         .get_multiplexed_async_connection()
         .await?;
-    let before = CommandStats::read(&mut info).await?;
+    let before = command_stats(&mut info).await?;
     let redis_cpu_before = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_before = if library.on_zookeeper() {
         Some(requests_received(ctx.zookeeper()?).await?)
@@ -514,7 +515,7 @@ pub async fn contend_on(
         let limit = duration + crate::worker::WAIT_LIMIT + Duration::from_secs(30);
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
-    let mut delta = CommandStats::read(&mut info).await?.since(&before);
+    let mut delta = command_stats(&mut info).await?.since(&before);
     let redis_cpu_after = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_requests = match zookeeper_before {
         Some(before) => Some(
@@ -594,10 +595,42 @@ pub async fn contend_on(
     })
 }
 
+/// Reads of a server's `INFO` around a run are tried this many times: on
+/// this shared 2-core machine a reply sometimes misses the client's
+/// response timeout (a full run once failed so), and the reads are taken
+/// outside the measured window, so a later read is as good.
+const INFO_TRIES: usize = 3;
+
+/// The lock server's `INFO commandstats` (see [`INFO_TRIES`]).
+async fn command_stats(conn: &mut MultiplexedConnection) -> Result<CommandStats> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match CommandStats::read(conn).await {
+            Err(e) if tries < INFO_TRIES => {
+                eprintln!("lock-bench: INFO commandstats: {e:#}, again")
+            }
+            read => return read,
+        }
+    }
+}
+
+/// `INFO cpu` of a server (see [`INFO_TRIES`]).
+async fn info_cpu(conn: &mut MultiplexedConnection) -> Result<String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match redis::cmd("INFO").arg("cpu").query_async(conn).await {
+            Err(e) if tries < INFO_TRIES => eprintln!("lock-bench: INFO cpu: {e}, again"),
+            read => return Ok(read?),
+        }
+    }
+}
+
 /// CPU seconds a Redis server has used so far (`INFO cpu`: its
 /// `used_cpu_sys` + `used_cpu_user`, all its threads).
-async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
+    let info = info_cpu(conn).await?;
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.strip_prefix(name))
