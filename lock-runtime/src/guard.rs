@@ -230,6 +230,26 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Gives the hold back without waiting for the backend's answer (a
+    /// locked call whose hold is known valid: see
+    /// [`LockRuntime::release_behind`]). A local waiter of the key may get
+    /// the hold instead, as on every release.
+    pub(crate) fn release_behind(mut self) {
+        self.released = true;
+        if !self.runtime.table().release(&self.held, self.frame) {
+            // An enclosing hold of the same scope keeps the lock, or
+            // shutdown gave it back already.
+            return;
+        }
+        if pass_locally(&self.runtime, &self.held) {
+            return;
+        }
+        self.runtime.watchdog().remove(self.held.id);
+        self.runtime.release_behind(&self.held);
+    }
+}
+
 /// Lock cohorting (`cohort.rs`): passes a hold whose last frame just went to
 /// the first local waiter of its key, if the runtime's limits and the hold
 /// allow it and that waiter asks for the same terms. The waiter finds a
