@@ -180,7 +180,19 @@ impl LockGuard {
     /// [`LockError::NotHeld`] when the backend no longer records it as ours
     /// (a fixed lease ran out), [`LockError::Backend`] when the backend
     /// cannot be reached (the lease then frees the lock).
-    pub async fn release(mut self) -> Result<(), LockError> {
+    pub async fn release(self) -> Result<(), LockError> {
+        self.release_to(true).await
+    }
+
+    /// [`release`](Self::release), without offering the hold to a local
+    /// waiter: the backend always answers, so a hold it lost is found
+    /// (`on_lost = "confirm"`).
+    pub(crate) async fn release_confirmed(self) -> Result<(), LockError> {
+        self.release_to(false).await
+    }
+
+    /// `pass`: the hold may go to a local waiter instead of the backend.
+    async fn release_to(mut self, pass: bool) -> Result<(), LockError> {
         self.released = true;
         let held = self.held.clone();
         if !self.runtime.table().release(&held, self.frame) {
@@ -196,7 +208,7 @@ impl LockGuard {
                 Ok(())
             };
         }
-        if pass_locally(&self.runtime, &held) {
+        if pass && pass_locally(&self.runtime, &held) {
             return Ok(());
         }
         self.runtime.watchdog().remove(held.id);

@@ -112,7 +112,14 @@ where
         return result;
     }
     let aborts = on_lost != OnLost::Continue;
-    match guard.release().await {
+    let released = if on_lost == OnLost::Confirm {
+        // Straight to the backend, whose answer is the point (a hold passed
+        // to a local waiter would never be answered for).
+        guard.release_confirmed().await
+    } else {
+        guard.release().await
+    };
+    match released {
         Ok(()) => result,
         Err(LockError::Lost { key } | LockError::NotHeld { key }) if aborts && result.is_ok() => {
             Err(LockError::Lost { key }.into())

@@ -342,11 +342,15 @@ impl LockRuntime {
     /// thread finish it if it is not done. Callable without a tokio context
     /// and from `Drop`.
     fn start_on_worker(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut fut = Box::pin(fut);
+        // Out of tokio's cooperative budget: a caller whose task used its
+        // budget up would otherwise see the first poll stop at the
+        // connection's channel, unwritten, and the write would lose its
+        // place ahead of what the caller sends next.
+        let mut fut = Box::pin(tokio::task::unconstrained(fut));
         let first = {
             let _entered = self.inner.handle.enter();
-            fut.as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            std::future::Future::poll(fut.as_mut(), &mut cx)
         };
         if first.is_pending() {
             // (The worker polls it at once, with its own waker.)

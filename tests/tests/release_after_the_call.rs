@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
-use lock_tests::{on_every_backend, redis, unique, wait_until, FaultProxy, Kind};
+use lock_tests::{on_every_backend, redis, unique, until_queued, wait_until, FaultProxy, Kind};
 
 on_every_backend!(
     a_returned_call_leaves_its_key_free_for_this_process_and_its_peers,
@@ -193,4 +193,139 @@ async fn a_call_returns_while_its_release_is_unanswered() {
         .await
         .expect("the release went through once the connection did");
     theirs.release().await.unwrap();
+}
+
+/// `on_lost = "confirm"` "returns only once the backend answered its
+/// release: a loss that only the release finds also ends in
+/// `Err(LockError::Lost)`" (`OnLost::Confirm`). With lock cohorting (on by
+/// default) and a task of this process waiting for the key, the release
+/// passes the hold to that task instead of asking the server: a hold the
+/// server lost during the body (evicted, deleted: no release message, no
+/// renewal yet) is not found, and the confirmed call returns `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_call_whose_lock_the_server_lost_ends_lost_also_when_a_local_task_waits() {
+    let prefix = unique("confirm-pass");
+    // (A cohort budget that outlasts the test's steps; the default 5 ms
+    // passes the same way when the body is that short.)
+    let runtime = Kind::Redis
+        .builder(&prefix)
+        .cohort(8, Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let key = unique("confirm-pass-key");
+    let name = runtime.backend_key(&key);
+    let mut con = redis().connection().await;
+    let outcome = with_lock(runtime.lock(&key).on_lost(OnLost::Confirm), async {
+        let waiter = tokio::spawn({
+            let (runtime, key) = (runtime.clone(), key.clone());
+            async move {
+                runtime
+                    .lock(&key)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        wait_until("a local task waits for the key", || {
+            runtime.stats().waiting == 1
+        })
+        .await;
+        until_queued(&mut con, &name, 1).await;
+        // The server loses the lock (an eviction; a `DEL`): no release
+        // message, so the waiting task is not woken by it.
+        let deleted: u64 = redis::cmd("DEL")
+            .arg(&name)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1, "the lock was not where the test looked");
+        Ok::<_, LockError>(waiter)
+    })
+    .await;
+    let passed = runtime.stats().passed_locally;
+    match outcome {
+        Err(LockError::Lost { key: lost }) => assert_eq!(lost, key),
+        Ok(waiter) => {
+            waiter.abort();
+            panic!(
+                "on_lost = \"confirm\" returned Ok although the server had lost the lock during \
+                 the body (passed locally: {passed}; no release was sent, so none was answered)"
+            );
+        }
+        Err(other) => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+/// Uses up the running task's tokio budget (as a body that drains 128
+/// ready messages of a channel in one poll does), so that every tokio
+/// resource polled next in this poll answers `Pending`.
+async fn use_up_the_task_budget() {
+    for _ in 0..10_000 {
+        if !tokio::task::coop::has_budget_remaining() {
+            return;
+        }
+        tokio::task::consume_budget().await;
+    }
+    panic!("the task budget was never used up");
+}
+
+/// On one Redis server a locked call's release is "written to the
+/// connection before the call returns", so "this process's next acquire or
+/// `inspect` of the key comes after that release ... so it waits for
+/// nothing" (docs/guarantees.md). When the body ends with its task's tokio
+/// budget used up, the release's one poll in the caller's thread stops at
+/// redis-rs's bounded channel (its semaphore counts against the budget)
+/// and the worker writes it later; a try sent from the caller's thread
+/// after the task's next yield overtakes it and finds this process's own
+/// old hold: busy, right after the call returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_after_a_call_finds_the_key_free_also_when_the_body_used_up_its_task_budget() {
+    let runtime = Kind::Redis.runtime(&unique("budget")).await;
+    let key = unique("budget-key");
+    const CALLS: usize = 40;
+    let mut busy = 0;
+    for _ in 0..CALLS {
+        with_lock(runtime.lock(&key), async {
+            use_up_the_task_budget().await;
+            Ok::<_, LockError>(())
+        })
+        .await
+        .unwrap();
+        tokio::task::yield_now().await;
+        match runtime.lock(&key).try_acquire().await.unwrap() {
+            Some(guard) => guard.release().await.unwrap(),
+            None => busy += 1,
+        }
+    }
+    assert_eq!(
+        busy, 0,
+        "{busy} of {CALLS} tries right after this process's own call returned found the key busy"
+    );
+}
+
+/// The same, read with `inspect`: "this process reads the key free once
+/// its call returned" (`release_after_the_call.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_after_a_call_reads_the_key_free_also_when_the_body_used_up_its_task_budget() {
+    let runtime = Kind::Redis.runtime(&unique("budget-inspect")).await;
+    let key = unique("budget-inspect-key");
+    const CALLS: usize = 40;
+    let mut held = 0;
+    for _ in 0..CALLS {
+        with_lock(runtime.lock(&key), async {
+            use_up_the_task_budget().await;
+            Ok::<_, LockError>(())
+        })
+        .await
+        .unwrap();
+        tokio::task::yield_now().await;
+        if runtime.inspect(&key).await.unwrap().is_some() {
+            held += 1;
+        }
+    }
+    assert_eq!(
+        held, 0,
+        "{held} of {CALLS} inspects right after this process's own call returned read the key held"
+    );
 }
