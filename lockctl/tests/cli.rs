@@ -407,7 +407,8 @@ async fn help_documents_every_exit_code() {
 }
 
 /// `show` and `list` say which process holds a lock: the name its runtime
-/// was given, its host and its pid, not only a holder id.
+/// was given, its host, its pid and how long it has been up, not only a
+/// holder id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_and_list_say_which_process_holds_the_lock() {
     let prefix = unique("ctl-who");
@@ -440,11 +441,15 @@ async fn show_and_list_say_which_process_holds_the_lock() {
         out.contains("  process     billing-worker on ") && out.contains(&pid),
         "{out}"
     );
+    assert!(out.contains(&format!("{pid}, up ")), "{out}");
     let json = run(&prefix, &["show", "order:1", "--json"], "").await;
     let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
     assert_eq!(value["client"]["name"], "billing-worker");
     assert_eq!(value["client"]["pid"], std::process::id());
     assert_eq!(value["client"]["host"], published.host.as_str());
+    let started = published.started.duration_since(std::time::UNIX_EPOCH);
+    let started = started.unwrap().as_millis() as u64;
+    assert_eq!(value["client"]["started_ms"], started);
 
     let list = run(&prefix, &["list"], "").await;
     assert_eq!(code(&list), FOUND, "{}", stderr(&list));
