@@ -125,6 +125,8 @@ where
             Err(LockError::Lost { key }.into())
         }
         Err(LockError::ShutDown) if aborts && result.is_ok() => Err(LockError::ShutDown.into()),
+        // Nothing confirmed the hold: `confirm` does not say `Ok` then.
+        Err(error) if on_lost == OnLost::Confirm && result.is_ok() => Err(error.into()),
         Err(error) => {
             tracing::warn!(%error, "lock trouble after the body finished; returning its result");
             result

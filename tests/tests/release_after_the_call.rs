@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
+use lock_testkit::RedisServer;
 use lock_tests::{on_every_backend, redis, unique, until_queued, wait_until, FaultProxy, Kind};
 
 on_every_backend!(
@@ -195,13 +196,10 @@ async fn a_call_returns_while_its_release_is_unanswered() {
     theirs.release().await.unwrap();
 }
 
-/// `on_lost = "confirm"` "returns only once the backend answered its
-/// release: a loss that only the release finds also ends in
-/// `Err(LockError::Lost)`" (`OnLost::Confirm`). With lock cohorting (on by
-/// default) and a task of this process waiting for the key, the release
-/// passes the hold to that task instead of asking the server: a hold the
-/// server lost during the body (evicted, deleted: no release message, no
-/// renewal yet) is not found, and the confirmed call returns `Ok`.
+/// `on_lost = "confirm"` finds a hold the server lost during the body
+/// (evicted, deleted: no release message, no renewal yet) also when a task
+/// of this process waits for the key: its release goes to the server, not
+/// to that task (lock cohorting would pass the hold on unasked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmed_call_whose_lock_the_server_lost_ends_lost_also_when_a_local_task_waits() {
     let prefix = unique("confirm-pass");
@@ -270,15 +268,11 @@ async fn use_up_the_task_budget() {
     panic!("the task budget was never used up");
 }
 
-/// On one Redis server a locked call's release is "written to the
-/// connection before the call returns", so "this process's next acquire or
-/// `inspect` of the key comes after that release ... so it waits for
-/// nothing" (docs/guarantees.md). When the body ends with its task's tokio
-/// budget used up, the release's one poll in the caller's thread stops at
-/// redis-rs's bounded channel (its semaphore counts against the budget)
-/// and the worker writes it later; a try sent from the caller's thread
-/// after the task's next yield overtakes it and finds this process's own
-/// old hold: busy, right after the call returned.
+/// On one Redis server a locked call's release is written to the
+/// connection before the call returns, so this process's next try comes
+/// after it and finds the key free: also when the body ends with its task's
+/// tokio budget used up (redis-rs's channel counts against that budget, and
+/// a poll within it would stop before writing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_after_a_call_finds_the_key_free_also_when_the_body_used_up_its_task_budget() {
     let runtime = Kind::Redis.runtime(&unique("budget")).await;
@@ -327,5 +321,32 @@ async fn inspect_after_a_call_reads_the_key_free_also_when_the_body_used_up_its_
     assert_eq!(
         held, 0,
         "{held} of {CALLS} inspects right after this process's own call returned read the key held"
+    );
+}
+
+/// `on_lost = "confirm"` returns `Ok` only for a hold the backend confirmed
+/// at its release: a release that gets no answer (the connection stalls as
+/// the body ends, the response timeout passes) ends the call in an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_call_whose_release_is_never_answered_does_not_return_ok() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let runtime = LockRuntime::builder()
+        .redis(proxy.url())
+        .key_prefix(unique("confirm-stall"))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let key = unique("confirm-stall-key");
+    let outcome = with_lock(runtime.lock(&key).on_lost(OnLost::Confirm), async {
+        proxy.stall();
+        Ok::<_, LockError>(7)
+    })
+    .await;
+    proxy.resume();
+    assert!(
+        outcome.is_err(),
+        "on_lost = \"confirm\" returned {outcome:?} for a release nobody answered"
     );
 }
