@@ -317,7 +317,9 @@ impl LockRuntime {
         );
         self.start_on_worker(async move {
             match backend.release(&lock_key, &holder, fair).await {
-                Ok(Release::Freed | Release::StillHeld) => {}
+                Ok(outcome @ (Release::Freed | Release::StillHeld)) => {
+                    tracing::debug!(%key, ?outcome, behind = true, "lock released");
+                }
                 Ok(Release::NotHeld) => {
                     lost_at_release.fetch_add(1, Ordering::Relaxed);
                     crate::meter::lost(&key);
