@@ -14,7 +14,7 @@ use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::{CommandStats, RedisServer};
 use lock_tests::{
     fair_runtime, on_every_backend, queue_len, redis, unique, until_nothing_left, until_queued,
-    Kind, Occupancy,
+    FaultProxy, Kind, Occupancy,
 };
 use redis::AsyncCommands;
 
@@ -626,4 +626,93 @@ async fn a_plain_process_on_a_key_fair_processes_use_gets_its_turns() {
         counts[2] * 4 >= fair_mean,
         "the plain process hardly got the key: {counts:?} (fair, fair, plain)"
     );
+}
+
+/// Waits (bounded: 5 s) until the proxy has dropped a connection at an
+/// armed command `count` times.
+async fn until_dropped(proxy: &FaultProxy, count: u64) {
+    for _ in 0..5000 {
+        if proxy.dropped_at_command() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!(
+        "the proxy dropped {} connections, expected {count}",
+        proxy.dropped_at_command()
+    );
+}
+
+/// Was a defect (issue 27). A fair waiter whose attempt fails (its
+/// connection dropped) gives its queue place up and sends a release for it;
+/// if that release is lost too (here each of the releaser's three tries
+/// meets a dropped connection), the place stays queued in Redis for its
+/// entry's life, and the next release hands it the lock. Nobody took it:
+/// the process had forgotten the id, and the lock sat idle for the whole
+/// claim (3 s), for every process. Now the process keeps the ids it gave
+/// up for that long and gives them back again when Redis answers it, or
+/// when a handoff names one: the lock goes on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_a_place_given_up_after_a_failed_attempt_is_passed_on_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-retired");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let got = waiter
+            .lock("k")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got, Instant::now(), waiter)
+    });
+    // Its place was queued and confirmed just now (the retry after it
+    // subscribed): the entry lives 3 s from here.
+    until_waiter_settled(&mut con).await;
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    let [place] = &queued[..] else {
+        panic!("expected one queued place: {queued:?}")
+    };
+
+    // Every chunk takes 50 ms through the proxy: a reconnection (HELLO, then
+    // the subscriptions) takes at least 200 ms, time enough to arm the next
+    // drop before the next release goes out.
+    proxy.slow(Some(Duration::from_millis(50)));
+    // The waiter's next attempt (woken by the lost connection) fails: its
+    // connection drops as the script goes out. It gives the place up.
+    proxy.drop_at_command("acquire");
+    proxy.drop_connections();
+    until_dropped(&proxy, 1).await;
+    // The give-back of the place, and the releaser's two retries, each meet
+    // a dropped connection: the releaser gives the release up.
+    for drops in 2..=4 {
+        proxy.drop_at_command(place);
+        until_dropped(&proxy, drops).await;
+    }
+    proxy.drop_at_command("no-such-command-is-ever-sent");
+    proxy.slow(None);
+    let still_queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+
+    let first_fence = guard.fence();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let handed_to: Option<String> = con.hget(&hash, place).await.unwrap();
+    let (got, acquired, _waiter) = task.await.unwrap();
+    let next = got.unwrap();
+    let waited = acquired - released;
+    println!(
+        "queue before the release {still_queued:?} (given up: {place}); handed to it: {}; \
+         the waiter took the lock {waited:?} after the release",
+        handed_to.is_some()
+    );
+    assert!(
+        waited < Duration::from_secs(1),
+        "the lock sat {waited:?} on a place its process had given up"
+    );
+    assert!(next.fence() > first_fence, "tokens went back");
+    next.release().await.unwrap();
 }
