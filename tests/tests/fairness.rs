@@ -716,3 +716,72 @@ async fn a_handoff_to_a_place_given_up_after_a_failed_attempt_is_passed_on_at_on
     assert!(next.fence() > first_fence, "tokens went back");
     next.release().await.unwrap();
 }
+
+/// Was a defect (issue 27). A fair waiter's attempt takes the free lock for
+/// its process's place (no handoff, so no message), and the waiter is
+/// cancelled before the reply comes. The lock is held under the place,
+/// which the process's next waiter shares, but nobody knew: that waiter
+/// found the place busy with the attempt and slept until its next refresh
+/// or alarm (up to a second). Now an attempt whose waiter went away wakes
+/// the head when it is answered, and the head's attempt claims the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_for_a_waiter_that_went_away_goes_to_the_next_waiter_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-gone");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let admin = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let acquire = |w: &LockRuntime| {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let got = w.lock("k").wait(Duration::from_secs(20)).acquire().await;
+            (got, Instant::now())
+        })
+    };
+    let first = acquire(&waiter);
+    // Its place was just confirmed (the retry after it subscribed): the next
+    // refresh is at least 750 ms away.
+    until_waiter_settled(&mut con).await;
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    let [place] = &queued[..] else {
+        panic!("expected one queued place: {queued:?}")
+    };
+    let second = acquire(&waiter);
+    lock_tests::wait_until("the second waiter queues behind the first", || {
+        waiter.stats().waiting == 2
+    })
+    .await;
+    // Every chunk takes 100 ms through the proxy: the first waiter's
+    // attempt is answered 100 ms after its script ran.
+    proxy.slow(Some(Duration::from_millis(100)));
+    // The lock is freed without a handoff: the first waiter (woken by the
+    // message) takes it for the place.
+    assert!(admin.force_unlock("k").await.unwrap());
+    drop(guard);
+    let mut taken = false;
+    for _ in 0..1000 {
+        let field: Option<String> = con.hget(&hash, place).await.unwrap();
+        if field.is_some() {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(taken, "the first waiter's attempt never took the lock");
+    first.abort();
+    let cancelled = Instant::now();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let (got, acquired) = second.await.unwrap();
+    let next = got.unwrap();
+    let waited = acquired - cancelled;
+    println!("the second waiter took the lock {waited:?} after the first was cancelled");
+    assert!(
+        waited < Duration::from_millis(600),
+        "the lock sat {waited:?} on the place of a cancelled waiter"
+    );
+    next.release().await.unwrap();
+}

@@ -37,6 +37,9 @@ pub(super) struct FairPlace {
     /// with it was out: sent when that attempt ends (its watches, channel
     /// and holder id).
     pub(super) give_back_after: Option<(Arc<dyn Watches>, String, String)>,
+    /// The waiter of the attempt out handled its reply (see
+    /// [`Attempt`]'s drop).
+    answered: bool,
     /// Places given up after a failed attempt, while they may still hold a
     /// queue entry or the lock in the backend (kept across `reset`).
     retired: Vec<Retired>,
@@ -173,7 +176,12 @@ impl FairPlace {
 
 /// An attempt with a key's fair place; ends it when dropped (reply handled,
 /// or the attempt cancelled), and then hands a handoff that arrived
-/// meanwhile to the head.
+/// meanwhile to the head. An attempt whose waiter went away before handling
+/// its reply (cancelled, or its wait ran out with the script in flight)
+/// wakes the head too: the script may have taken the lock for the place
+/// (a free lock takes no handoff message) or queued it, and only an attempt
+/// with the place finds out which; otherwise the lock would sit unused
+/// until the head's next refresh or alarm (up to a second).
 #[derive(Debug)]
 pub(crate) struct Attempt {
     entry: Arc<KeyWaiters>,
@@ -187,13 +195,13 @@ impl Drop for Attempt {
             return; // that place is gone; its attempt ended with it
         }
         place.attempting = false;
-        let handed = place.handed.is_some();
+        let wake = place.handed.is_some() || !place.answered;
         let give_back = place.give_back_after.take();
         drop(place);
         if let Some((watches, channel, id)) = give_back {
             watches.give_back_place(channel, id);
         }
-        if handed {
+        if wake {
             self.entry.wake_head();
         }
     }
@@ -243,6 +251,7 @@ impl WaitTicket {
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
         let id = place.id.clone()?;
         place.attempting = true;
+        place.answered = false;
         let attempt = Attempt {
             entry: self.entry.clone(),
             generation: place.generation,
@@ -307,6 +316,7 @@ impl WaitTicket {
         let mut place = self.entry.place();
         if place.id.as_deref() == Some(holder) {
             place.confirm(sent_at);
+            place.answered = true;
         }
         self.backend_answered(place);
     }

@@ -614,6 +614,23 @@ mod tests {
         assert_eq!((handoff.fence, handoff.epoch), (8, now));
     }
 
+    #[tokio::test]
+    async fn an_attempt_whose_waiter_went_away_before_its_reply_wakes_the_head() {
+        let (_waiters, a, b) = key();
+        let woken = || tokio::time::timeout(Duration::from_millis(50), a.slot().wake.notified());
+        // Answered: its waiter handled the reply (busy), nobody else tries.
+        let (id, attempt) = b.begin_attempt(LEASE).unwrap();
+        b.confirm_place(&id, Instant::now());
+        drop(attempt);
+        assert!(woken().await.is_err(), "woken for an answered attempt");
+        // Its waiter went away with the script out: what the script did
+        // (perhaps take the free lock for the place) is for the head to
+        // find out.
+        let (_, attempt) = b.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        assert!(woken().await.is_ok(), "the head was not woken");
+    }
+
     /// Watches that record the places given back.
     #[derive(Debug, Default)]
     struct GivenBack(Mutex<Vec<String>>);
