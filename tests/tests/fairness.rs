@@ -779,8 +779,10 @@ async fn a_lock_taken_for_a_waiter_that_went_away_goes_to_the_next_waiter_at_onc
     let next = got.unwrap();
     let waited = acquired - cancelled;
     println!("the second waiter took the lock {waited:?} after the first was cancelled");
+    // (Before: 1.2 s, the waiter's place alarm; a refresh could not have
+    // found the place taken before about 0.9 s.)
     assert!(
-        waited < Duration::from_millis(600),
+        waited < Duration::from_millis(700),
         "the lock sat {waited:?} on the place of a cancelled waiter"
     );
     next.release().await.unwrap();
