@@ -787,3 +787,149 @@ async fn a_lock_taken_for_a_waiter_that_went_away_goes_to_the_next_waiter_at_onc
     );
     next.release().await.unwrap();
 }
+
+/// The place a waiter's first attempt queues is handed the lock before the
+/// waiter has registered or subscribed (so its message reaches nobody): the
+/// retry it makes once subscribed claims the lock, no claim runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_before_the_waiter_subscribed_is_taken_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-early");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    // The waiter hears of its first attempt's reply 100 ms after the script
+    // queued its place.
+    proxy.slow(Some(Duration::from_millis(100)));
+    let w = waiter.clone();
+    let task = tokio::spawn(async move {
+        let got = w.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now())
+    });
+    until_queued(&mut con, &hash, 1).await;
+    assert_eq!(waiter.stats().waiting_keys, 0, "registered already");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, acquired) = task.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+}
+
+/// A handoff whose message is lost with the waiter's connection (held in a
+/// stalled proxy, then cut): the lost connection wakes the waiter, whose
+/// attempt with its place claims the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_whose_message_was_lost_with_the_connection_is_taken_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-lost-msg");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let got = waiter
+            .lock("k")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got, Instant::now(), waiter)
+    });
+    until_waiter_settled(&mut con).await;
+    proxy.stall();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    // The handoff message is held in the proxy, then dropped with it.
+    proxy.drop_connections();
+    proxy.resume();
+    let (got, acquired, _waiter) = task.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+}
+
+/// The only waiter of a process is cancelled while a handoff to its place
+/// is on its way (held in a stalled proxy): the place is given back when it
+/// leaves, and the lock goes on to a waiter of another process as soon as
+/// that give-back reaches Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_the_place_of_a_cancelled_waiter_goes_on_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-cancel-handed");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let leaving = fair_runtime(&proxy.url(), &prefix).await;
+    let other = fair_runtime(&server.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let w = leaving.clone();
+    let cancelled =
+        tokio::spawn(async move { w.lock("k").wait(Duration::from_secs(20)).acquire().await });
+    until_waiter_settled(&mut con).await;
+    let o = other.clone();
+    let next = tokio::spawn(async move {
+        let got = o.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now())
+    });
+    until_queued(&mut con, &hash, 2).await;
+    proxy.stall();
+    guard.release().await.unwrap();
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert_eq!(leaving.stats().waiting_keys, 0);
+    let resumed = Instant::now();
+    proxy.resume();
+    let (got, acquired) = next.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - resumed;
+    println!("the other process took the lock {waited:?} after the proxy resumed");
+    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+}
+
+/// A process passes the lock to its only waiter (lock cohorting) while that
+/// waiter's place is queued in Redis ahead of another process's: the unused
+/// place is given back as the waiter leaves, so the process's next release
+/// goes to the other process at once, not to a place nobody waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_left_unused_by_a_local_pass_does_not_keep_the_next_release() {
+    let prefix = unique("fair-passed");
+    // (A cohort budget longer than the test's steps.)
+    let patient = || {
+        Kind::Redis
+            .builder(&prefix)
+            .fair(true)
+            .cohort(8, Duration::from_secs(30))
+            .build()
+    };
+    let (a, b) = (patient().await.unwrap(), patient().await.unwrap());
+    let hash = a.backend_key("k");
+    let mut con = redis().connection().await;
+    let first = a.lock("k").acquire().await.unwrap();
+    let local = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock("k").wait(Duration::from_secs(20)).acquire().await })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let other = tokio::spawn(async move {
+        let got = b.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now(), b)
+    });
+    until_queued(&mut con, &hash, 2).await;
+    first.release().await.unwrap();
+    let passed = local.await.unwrap().unwrap();
+    assert_eq!(a.stats().passed_locally, 1, "not passed locally");
+    let released = Instant::now();
+    passed.release().await.unwrap();
+    let (got, acquired, _b) = other.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("the other process took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(500), "waited {waited:?}");
+}
