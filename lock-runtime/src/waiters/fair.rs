@@ -519,3 +519,31 @@ impl Waiters {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retired_place_is_given_back_again_at_most_every_half_second_while_it_may_hold_something() {
+        let mut place = FairPlace::default();
+        let t0 = Instant::now();
+        place.retire("r".to_owned(), t0);
+        // Its first give-back went out just now (it may still be in the
+        // releaser's retries).
+        assert!(place.retired_due(t0).is_empty());
+        let later = t0 + RETIRED_RESEND;
+        assert_eq!(place.retired_due(later), ["r"]);
+        assert!(place.retired_due(later + RETIRED_RESEND / 2).is_empty());
+        // A handoff names it: again at once.
+        assert!(place.retired_handed("r", later + RETIRED_RESEND / 2));
+        assert!(!place.retired_handed("other", later));
+        // Kept across a reset of the place.
+        place.reset();
+        assert_eq!(place.retired_due(later + RETIRED_RESEND * 2), ["r"]);
+        // Once its entry and any claim handed to it have run out: dropped.
+        assert!(place.retired_due(t0 + RETIRED_FOR).is_empty());
+        assert!(place.take_retired(t0 + RETIRED_FOR).is_empty());
+    }
+}
