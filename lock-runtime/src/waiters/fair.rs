@@ -79,7 +79,7 @@ const RETIRED_MAX: usize = 64;
 
 /// A retired place is given back again at most this often when the
 /// backend answers (its earlier give-back may still be in the releaser's
-/// retries, which take about this long).
+/// retries: each answered attempt sending another would only add load).
 const RETIRED_RESEND: Duration = Duration::from_millis(500);
 
 /// A handoff message to this process's place, as it arrived.
