@@ -433,8 +433,23 @@ async fn fair_places_of_many_waiting_keys_cost_a_few_scripts_per_second() {
         .await;
     }
     let mut con = server.connection().await;
-    // Settled: every waiter has made its two attempts (queued, subscribed).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled: the holder's acquisitions and every waiter's two attempts
+    // (queued, then again once subscribed: the subscriptions go out one by
+    // one, so on a busy machine the last retries come seconds later) have
+    // run. (Polled: a server's counters send no event.)
+    let settled = (3 * KEYS) as u64;
+    for _ in 0..400 {
+        let (scripts, _) = scripts_run(&mut con).await;
+        if scripts >= settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (scripts, _) = scripts_run(&mut con).await;
+    assert!(
+        scripts >= settled,
+        "only {scripts} scripts ran: not settled"
+    );
     let before = CommandStats::read(&mut con).await.unwrap();
     // Longer than a queue entry lives (3 s): places must have been refreshed.
     let span = Duration::from_millis(3500);
