@@ -8,14 +8,22 @@
 //! libraries are orders of magnitude apart, so a log-x CDF shows both whole,
 //! the body of each curve and its tail, with the reference lines (round-trip
 //! limit, targets) drawn in. Drawn with `plotters`' SVG backend.
+//!
+//! A third chart, `limits.svg`, puts every contender of S3, S8 and S9 (and
+//! their shared-server variants) against its scenario's limit: one bar per
+//! contender, its acquisitions/s over the limit's (medians), a dot per
+//! repetition, with the limit (1.0) and the default mode's goal drawn in.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
 use crate::report::trim;
-use crate::scenarios::Curves;
+use crate::scenarios::limit::GOAL;
+use crate::scenarios::{Curves, LimitGroup};
 use crate::stats::Samples;
 use crate::worker::Library;
 
@@ -72,8 +80,8 @@ fn label(name: &str, s: &Samples, what: &str) -> String {
 /// A curve's legend name and colour.
 fn style(library: Library) -> (&'static str, RGBColor) {
     match library {
-        Library::Ours
-        | Library::OursDefault
+        Library::Ours => ("lock-runtime, plain", OURS),
+        Library::OursDefault
         | Library::OursCluster
         | Library::OursEtcd
         | Library::OursZooKeeper => ("lock-runtime", OURS),
@@ -82,6 +90,7 @@ fn style(library: Library) -> (&'static str, RGBColor) {
         Library::OursFairCohort => ("lock-runtime, fair+cohort", FAIR_COHORT),
         Library::Rslock => ("rslock 0.10", PEER),
         Library::Curator => ("Curator InterProcessMutex", PEER),
+        Library::Serial => ("no lock (the limit)", MARKER),
     }
 }
 
@@ -129,6 +138,140 @@ pub fn write(dir: &Path, charts: &S3Charts, quick: bool) -> Result<Vec<PathBuf>>
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// Writes `limits.svg` (every contender against its scenario's limit)
+/// into `dir`; returns its path.
+pub fn write_limits(dir: &Path, groups: &[LimitGroup], quick: bool) -> Result<PathBuf> {
+    let suffix = if quick { " (quick run)" } else { "" };
+    let svg = limits_chart(
+        &format!("Acquisitions/s as a fraction of the limit (the body alone, no lock){suffix}"),
+        groups,
+    )?;
+    let path = dir.join("limits.svg");
+    std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Share of a group's width its bars take (the rest separates groups).
+const BARS_WIDTH: f64 = 0.8;
+
+/// An SVG bar chart: per scenario, one bar per contender at its fraction
+/// of the limit, the repetitions as dots, the limit and the goal as lines.
+fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
+    let highest = groups
+        .iter()
+        .flat_map(|g| &g.bars)
+        .flat_map(|b| b.runs.iter().chain([&b.fraction]))
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(1.0_f64, f64::max);
+    let top = (highest * 1.15).max(1.2);
+    let width = groups.len().max(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..width, 0.0..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("acquisitions/s ÷ the limit's (same repetitions)")
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .draw()?;
+        for (y, text) in [
+            (1.0, "the limit: bodies back to back, no lock".to_owned()),
+            (GOAL, format!("goal for the default mode: {GOAL}x")),
+        ] {
+            chart.draw_series(DashedLineSeries::new(
+                [(0.0, y), (width, y)],
+                4,
+                3,
+                MARKER.stroke_width(1),
+            ))?;
+            chart.draw_series(std::iter::once(Text::new(
+                text,
+                (0.02, y + top * 0.005),
+                ("sans-serif", 11)
+                    .into_font()
+                    .color(&MARKER)
+                    .pos(Pos::new(HPos::Left, VPos::Bottom)),
+            )))?;
+        }
+        let mut legend: Vec<Library> = Vec::new();
+        let label_style = ("sans-serif", 12)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        let value_style = ("sans-serif", 10)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Bottom));
+        for (g, group) in groups.iter().enumerate() {
+            let n = group.bars.len().max(1) as f64;
+            let bar = BARS_WIDTH / n;
+            let left = g as f64 + (1.0 - BARS_WIDTH) / 2.0;
+            for (i, b) in group.bars.iter().enumerate() {
+                let (_, colour) = style(b.library);
+                if !legend.contains(&b.library) {
+                    legend.push(b.library);
+                }
+                let x0 = left + i as f64 * bar;
+                let (x1, mid) = (x0 + bar * 0.9, x0 + bar * 0.45);
+                let v = if b.fraction.is_finite() {
+                    b.fraction
+                } else {
+                    0.0
+                };
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x1, v)],
+                    colour.filled(),
+                )))?;
+                chart.draw_series(
+                    b.runs
+                        .iter()
+                        .filter(|r| r.is_finite())
+                        .map(|&r| Circle::new((mid, r), 2, BLACK.filled())),
+                )?;
+                let above = b.runs.iter().copied().fold(v, f64::max);
+                chart.draw_series(std::iter::once(Text::new(
+                    format!("{v:.2}"),
+                    (mid, above + top * 0.01),
+                    value_style.clone(),
+                )))?;
+            }
+            let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+            root.draw(&Text::new(
+                group.scenario.to_owned(),
+                (px, py + 8),
+                label_style.clone(),
+            ))?;
+        }
+        for library in legend {
+            let (name, colour) = style(library);
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+                .label(name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(MARKER)
+            .label_font(("sans-serif", 12))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
 }
 
 /// Whole decades (as powers of ten) from the fastest sample's, 1 µs at the
@@ -260,5 +403,33 @@ mod tests {
         assert!(svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("peer &lt;x&gt;"));
         assert!(svg.contains("PING p50"));
+    }
+
+    #[test]
+    fn limit_chart_has_a_bar_per_contender_and_names_each_scenario() {
+        use crate::scenarios::LimitBar;
+        let bar = |library, fraction| LimitBar {
+            library,
+            fraction,
+            runs: vec![fraction * 0.9, fraction, fraction * 1.1],
+        };
+        let groups = [
+            LimitGroup {
+                scenario: "S3",
+                bars: vec![bar(Library::OursFairCohort, 0.8), bar(Library::Rslock, 0.7)],
+            },
+            LimitGroup {
+                scenario: "S8 shared",
+                bars: vec![
+                    bar(Library::OursFairCohort, 1.4),
+                    bar(Library::Rslock, f64::NAN),
+                ],
+            },
+        ];
+        let svg = limits_chart("t", &groups).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("S8 shared") && svg.contains("rslock 0.10"));
+        assert!(svg.contains("0.80") && svg.contains("1.40"));
+        assert!(svg.matches("<rect").count() >= 4, "{svg}");
     }
 }

@@ -102,8 +102,13 @@ pub struct Scale {
     pub pings: usize,
     /// S3 (and S4, S11): 8 workers in 2 processes on one key.
     pub s3: Shape,
+    /// S3 with the data on the lock server (the same as `s3` in the full
+    /// benchmark; shorter in the quick one, which only keeps it working).
+    pub s3_shared: Shape,
     /// S8: more processes than cores, one key.
     pub s8: Shape,
+    /// S8 with the data on the lock server (as `s3_shared`).
+    pub s8_shared: Shape,
     /// S9: many tasks on Zipf-distributed keys.
     pub s9: Shape,
     /// S5: how long each side runs per run.
@@ -139,7 +144,19 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_secs(10),
         },
+        s3_shared: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(10),
+        },
         s8: Shape {
+            processes: 8,
+            tasks: 8,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(5),
+        },
+        s8_shared: Shape {
             processes: 8,
             tasks: 8,
             keys: KeyChoice::One,
@@ -177,11 +194,23 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_secs(1),
         },
+        s3_shared: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_millis(300),
+        },
         s8: Shape {
             processes: 4,
             tasks: 2,
             keys: KeyChoice::One,
             duration: Duration::from_millis(500),
+        },
+        s8_shared: Shape {
+            processes: 4,
+            tasks: 2,
+            keys: KeyChoice::One,
+            duration: Duration::from_millis(300),
         },
         s9: Shape {
             processes: 2,

@@ -143,6 +143,32 @@ impl Analysis {
         }
     }
 
+    /// The analyses of runs made one after the other, as one: counts and
+    /// samples together, acquisitions/s over the sum of their spans (the
+    /// time between them left out).
+    pub fn pool(parts: &[Analysis]) -> Analysis {
+        let mut pooled = Analysis::default();
+        let (mut handoffs, mut waits, mut seconds) = (Vec::new(), Vec::new(), 0.0);
+        for a in parts {
+            pooled.total += a.total;
+            handoffs.extend_from_slice(a.handoffs.sorted());
+            waits.extend_from_slice(a.waits.sorted());
+            for (w, n) in &a.per_worker {
+                *pooled.per_worker.entry(*w).or_default() += n;
+            }
+            for (k, n) in &a.per_key {
+                *pooled.per_key.entry(*k).or_default() += n;
+            }
+            pooled.overlaps += a.overlaps;
+            pooled.barged += a.barged;
+            seconds += a.total as f64 / a.per_second;
+        }
+        pooled.handoffs = Samples::new(handoffs);
+        pooled.waits = Samples::new(waits);
+        pooled.per_second = pooled.total as f64 / seconds;
+        pooled
+    }
+
     /// Share of acquisitions that were handoffs to a waiting worker (the
     /// first hold of each key follows nobody).
     pub fn handoff_share(&self) -> f64 {
@@ -253,6 +279,24 @@ mod tests {
         assert_eq!(a.waits.max(), 20.0);
         assert!(a.share_spread().is_infinite()); // worker 3 got none
         assert_eq!(a.barged, 0);
+    }
+
+    #[test]
+    fn pooled_runs_leave_the_time_between_them_out() {
+        // 2 acquisitions in 20 µs, then (long after) 2 in 20 µs.
+        let a = Analysis::of(vec![rec(0, 0, 0, 10), rec(1, 0, 10, 20)], 0..2);
+        let b = Analysis::of(
+            vec![rec(0, 1000, 1000, 1010), rec(1, 1000, 1010, 1020)],
+            0..2,
+        );
+        let pooled = Analysis::pool(&[a, b]);
+        assert_eq!(pooled.total, 4);
+        assert_eq!(pooled.per_second, 4.0 / 40e-6);
+        assert_eq!(
+            pooled.per_worker.values().copied().collect::<Vec<_>>(),
+            [2, 2]
+        );
+        assert_eq!(pooled.waits.len(), 4);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! `cargo run --release -p lock-bench -- [s1 .. s13] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
-//! `target/bench/results.json` and the charts `target/bench/handoff.svg` and
-//! `target/bench/waits.svg`. The test in
+//! `target/bench/results.json` and the charts `target/bench/handoff.svg`,
+//! `target/bench/waits.svg` (S3) and `target/bench/limits.svg` (S3, S8, S9
+//! against their limit). The test in
 //! `tests/quick.rs` runs the quick variant so the harness cannot rot.
 
 pub mod charts;
@@ -37,7 +38,8 @@ pub struct Summary {
     pub table: String,
     /// Where the JSON results went.
     pub json_path: PathBuf,
-    /// Where the charts went (`handoff.svg`, `waits.svg`; when S3 ran).
+    /// Where the charts went (`handoff.svg`, `waits.svg` when S3 ran;
+    /// `limits.svg` when S3, S8 or S9 ran).
     pub svg_paths: Vec<PathBuf>,
     /// Wall time of the whole run, seconds.
     pub seconds: f64,
@@ -51,6 +53,7 @@ pub async fn run(config: Config) -> Result<Summary> {
     let mut rows = Vec::new();
     let mut details = Map::new();
     let mut chart = None;
+    let mut limits = Vec::new();
     let mut contention_done = false;
     for scenario in &config.scenarios {
         let name = format!("{scenario:?}").to_lowercase();
@@ -81,6 +84,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             t.elapsed().as_secs_f64()
         );
         rows.extend(output.rows);
+        limits.extend(output.limits);
         details.insert(name, output.detail);
         if let (Some(handoffs), Some(waits)) = (output.handoffs, output.waits) {
             chart = Some(charts::S3Charts {
@@ -95,10 +99,17 @@ pub async fn run(config: Config) -> Result<Summary> {
 
     std::fs::create_dir_all(&config.out_dir)
         .with_context(|| format!("create {}", config.out_dir.display()))?;
-    let svg_paths = match &chart {
+    let mut svg_paths = match &chart {
         Some(c) => charts::write(&config.out_dir, c, config.quick)?,
         None => Vec::new(),
     };
+    if !limits.is_empty() {
+        svg_paths.push(charts::write_limits(
+            &config.out_dir,
+            &limits,
+            config.quick,
+        )?);
+    }
     let json_path = config.out_dir.join("results.json");
     let results = json!({
         "machine": {

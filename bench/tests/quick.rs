@@ -77,6 +77,17 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S8", "largest process share"),
         ("S9", "acquisitions/s"),
         ("S9", "largest process share"),
+        ("S3 limit", "no lock, bodies one at a time"),
+        ("S3 shared", "acquisitions/s vs the limit"),
+        ("S3 shared limit", "no lock, bodies one at a time"),
+        ("S3 shared default", "acquisitions/s vs rslock"),
+        ("S3 fair+cohort", "time per acquisition"),
+        ("S8", "acquisitions/s vs the limit"),
+        ("S8 limit", "no lock, bodies one at a time"),
+        ("S8 shared", "acquisitions/s vs the limit"),
+        ("S8 shared limit", "no lock, bodies one at a time"),
+        ("S9", "acquisitions/s vs the limit"),
+        ("S9 limit", "no lock, bodies one at a time"),
         ("S10", "within the window"),
         ("S13", "S1 lock+unlock p50 on ZooKeeper"),
         ("S13", "S3 acquisitions/s on ZooKeeper"),
@@ -89,10 +100,19 @@ fn every_scenario_runs_in_its_quick_form() {
     }
     assert!(find(rows, "S4", "commands per acquisition").value >= 2.0);
     assert!(summary.json_path.exists());
-    assert_eq!(summary.svg_paths.len(), 2, "S3 ran: two charts");
-    for path in &summary.svg_paths {
+    assert_eq!(
+        summary.svg_paths.len(),
+        3,
+        "S3 ran: two charts, and the limit chart"
+    );
+    for path in &summary.svg_paths[..2] {
         let svg = std::fs::read_to_string(path).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    }
+    let limits = std::fs::read_to_string(&summary.svg_paths[2]).unwrap();
+    for scenario in ["S3", "S3 shared", "S8", "S8 shared", "S9"] {
+        // plotters writes each text on a line of its own.
+        assert!(limits.contains(&format!("\n{scenario}\n")), "{scenario}");
     }
     assert!(
         summary.seconds < 120.0,

@@ -10,6 +10,13 @@
 //! (`crowd.rs`) read their own. The figures of a run, and their medians and
 //! worst cases over runs, are here so that every scenario reads them alike.
 //!
+//! Each run puts the bodies' counters on the data server (the two-server
+//! rows), or on the lock server itself ([`Placement::Shared`]: one Redis
+//! for both, as most deployments run). The limit ([`Library::Serial`]) is a
+//! run of the same body with no lock: one process with the shape's worker
+//! tasks, on as many data connections as the shape has processes, each
+//! key's bodies one at a time by an in-process token.
+//!
 //! On ZooKeeper (S13) the same runs are made by our worker or by Curator's
 //! Java loop (`crate::curator`), which speaks the worker's lines; what S4
 //! counts there is the requests the ZooKeeper server received (`mntr`),
@@ -18,7 +25,8 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use lock_testkit::{CommandStats, Delta, ZooKeeperServer};
+use lock_testkit::{CommandStats, Delta, RedisServer, ZooKeeperServer};
+use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 
 use super::{commands, Ctx};
@@ -31,6 +39,16 @@ use crate::worker::{self, Library};
 
 /// Most lines a worker may print (bounds the parent's reading).
 const MAX_LINES: usize = 5_000_000;
+
+/// Where the bodies' data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On the data server, apart from the locks (the lock server's
+    /// commands are lock traffic only).
+    TwoServers,
+    /// On the lock server: one Redis for the locks and the data.
+    Shared,
+}
 
 /// Figures of one run of one library.
 pub struct Run {
@@ -50,6 +68,13 @@ pub struct Run {
     pub errors: u64,
     /// Holds passed between tasks of a process without a round trip.
     pub passed_locally: u64,
+    /// CPU time of the worker processes during the run, µs (0 when the
+    /// worker does not report it: Curator's).
+    pub worker_cpu_us: u64,
+    /// Context switches of the worker processes' threads during the run.
+    pub switches: u64,
+    /// CPU time of the Redis servers (lock and data) during the run, µs.
+    pub redis_cpu_us: f64,
     /// Lock server commands between `go` and `done`.
     pub delta: Delta,
     /// Commands sent by clients, plus PUBLISHes, per acquisition (on
@@ -57,6 +82,100 @@ pub struct Run {
     pub commands_per_acquisition: f64,
     /// Acquire attempts that found the lock taken, per acquisition.
     pub failed_attempts: f64,
+    /// Where the time between the first and the last body went, from the
+    /// records (meaningful for one key).
+    pub breakdown: Breakdown,
+}
+
+/// Where a one-key run's time went, µs per acquisition, from the records:
+/// every hold is a body, and between two consecutive holds of the key the
+/// gap is a handoff within a process or across processes (the next holder
+/// was already waiting when the previous body ended) or idle time (nobody
+/// was waiting). Over one key, body + handoffs + idle is the run's span
+/// divided by its acquisitions (the first wait aside).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Breakdown {
+    /// Mean body time (GET + SET under the lock).
+    pub body: f64,
+    /// Gaps handed to a waiter of the same process, per acquisition.
+    pub local: f64,
+    /// Gaps handed to a waiter of another process, per acquisition.
+    pub cross: f64,
+    /// Gaps with nobody waiting, per acquisition.
+    pub idle: f64,
+    /// Handoffs within a process, share of the acquisitions.
+    pub local_share: f64,
+    /// Handoffs across processes, share of the acquisitions.
+    pub cross_share: f64,
+    /// Mean gap of a handoff within a process, µs.
+    pub local_mean: f64,
+    /// Mean gap of a handoff across processes, µs.
+    pub cross_mean: f64,
+}
+
+impl Breakdown {
+    /// The breakdown of runs made one after the other, as one (each
+    /// weighted by its acquisitions).
+    pub fn pool(parts: &[(Breakdown, usize)]) -> Breakdown {
+        let n = parts.iter().map(|(_, n)| *n).sum::<usize>().max(1) as f64;
+        let per_acq =
+            |f: fn(&Breakdown) -> f64| parts.iter().map(|(b, k)| f(b) * *k as f64).sum::<f64>() / n;
+        let (local, cross) = (per_acq(|b| b.local), per_acq(|b| b.cross));
+        let (local_share, cross_share) = (per_acq(|b| b.local_share), per_acq(|b| b.cross_share));
+        let mean = |sum: f64, share: f64| if share > 0.0 { sum / share } else { 0.0 };
+        Breakdown {
+            body: per_acq(|b| b.body),
+            local,
+            cross,
+            idle: per_acq(|b| b.idle),
+            local_share,
+            cross_share,
+            local_mean: mean(local, local_share),
+            cross_mean: mean(cross, cross_share),
+        }
+    }
+
+    /// The breakdown of `records`, workers numbered `process * tasks + task`.
+    pub fn of(records: &[Record], tasks: u32) -> Breakdown {
+        let mut by_key: std::collections::BTreeMap<u32, Vec<&Record>> = Default::default();
+        for r in records {
+            by_key.entry(r.key).or_default().push(r);
+        }
+        let (mut body, mut local, mut cross, mut idle) = (0u64, 0u64, 0u64, 0u64);
+        let (mut n_local, mut n_cross) = (0u64, 0u64);
+        for holds in by_key.values_mut() {
+            holds.sort_by_key(|r| (r.acquired, r.released));
+            body += holds
+                .iter()
+                .map(|r| r.released.saturating_sub(r.acquired))
+                .sum::<u64>();
+            for pair in holds.windows(2) {
+                let (prev, next) = (pair[0], pair[1]);
+                let gap = next.acquired.saturating_sub(prev.released);
+                if next.requested > prev.released {
+                    idle += gap;
+                } else if prev.worker / tasks.max(1) == next.worker / tasks.max(1) {
+                    local += gap;
+                    n_local += 1;
+                } else {
+                    cross += gap;
+                    n_cross += 1;
+                }
+            }
+        }
+        let n = records.len().max(1) as f64;
+        let mean = |sum: u64, count: u64| sum as f64 / count.max(1) as f64;
+        Breakdown {
+            body: body as f64 / n,
+            local: local as f64 / n,
+            cross: cross as f64 / n,
+            idle: idle as f64 / n,
+            local_share: n_local as f64 / n,
+            cross_share: n_cross as f64 / n,
+            local_mean: mean(local, n_local),
+            cross_mean: mean(cross, n_cross),
+        }
+    }
 }
 
 impl Run {
@@ -135,9 +254,30 @@ impl Run {
         self.process_shares().into_iter().fold(f64::NAN, f64::max)
     }
 
+    /// Time per acquisition, µs (the inverse of the rate).
+    pub fn per_acquisition_us(&self) -> f64 {
+        1e6 / self.rate()
+    }
+
+    /// Worker CPU per acquisition, µs.
+    pub fn worker_cpu_per_acquisition(&self) -> f64 {
+        self.worker_cpu_us as f64 / self.analysis.total.max(1) as f64
+    }
+
+    /// Worker context switches per acquisition.
+    pub fn switches_per_acquisition(&self) -> f64 {
+        self.switches as f64 / self.analysis.total.max(1) as f64
+    }
+
+    /// Redis CPU (both servers) per acquisition, µs.
+    pub fn redis_cpu_per_acquisition(&self) -> f64 {
+        self.redis_cpu_us / self.analysis.total.max(1) as f64
+    }
+
     /// As JSON, for the results file.
     pub fn to_json(&self) -> Value {
         let a = &self.analysis;
+        let b = &self.breakdown;
         json!({
             "acquisitions": a.total,
             "ping_p50_us_during_run": self.loaded_ping,
@@ -150,6 +290,9 @@ impl Run {
             "wait_max_us": a.waits.max(),
             "barged": a.barged,
             "passed_locally": self.passed_locally,
+            "worker_cpu_us": self.worker_cpu_us,
+            "worker_context_switches": self.switches,
+            "redis_cpu_us": self.redis_cpu_us,
             "per_worker": a.per_worker.values().collect::<Vec<_>>(),
             "per_process_pct": self.process_shares(),
             "keys_taken": a.per_key.len(),
@@ -162,6 +305,71 @@ impl Run {
             "failed_attempts_per_acquisition": self.failed_attempts,
             "executed_per_acquisition": self.delta.executed() as f64 / a.total as f64,
             "commands": commands_json(&self.delta),
+            "us_per_acquisition": {
+                "body": b.body,
+                "handoff_within_process": b.local,
+                "handoff_across_processes": b.cross,
+                "idle": b.idle,
+            },
+            "handoffs_within_process_share": b.local_share,
+            "handoffs_across_processes_share": b.cross_share,
+            "handoff_within_process_mean_us": b.local_mean,
+            "handoff_across_processes_mean_us": b.cross_mean,
+        })
+    }
+}
+
+impl Run {
+    /// Runs of one library made one after the other (the limit's slices,
+    /// one before each contender of a repetition), as one run over their
+    /// summed time: counts and CPU summed, acquisitions/s over the sum of
+    /// their spans, per-acquisition figures weighted by acquisitions.
+    pub fn pool(parts: Vec<Run>) -> Result<Run> {
+        let Some(first) = parts.first() else {
+            bail!("no run to pool");
+        };
+        let mut shape = first.shape;
+        shape.duration = parts.iter().map(|r| r.shape.duration).sum();
+        let analysis =
+            Analysis::pool(&parts.iter().map(|r| r.analysis.clone()).collect::<Vec<_>>());
+        let total = analysis.total.max(1) as f64;
+        let weighted = |f: fn(&Run) -> f64| {
+            parts
+                .iter()
+                .map(|r| f(r) * r.analysis.total as f64)
+                .sum::<f64>()
+                / total
+        };
+        let mut delta = Delta::default();
+        for r in &parts {
+            for (name, c) in &r.delta.0 {
+                let sum = delta.0.entry(name.clone()).or_default();
+                sum.calls += c.calls;
+                sum.usec += c.usec;
+            }
+        }
+        let sum = |f: fn(&Run) -> u64| parts.iter().map(f).sum::<u64>();
+        Ok(Run {
+            shape,
+            loaded_ping: crate::stats::median(parts.iter().map(|r| r.loaded_ping)),
+            counter: sum(|r| r.counter),
+            counter_error: sum(|r| r.counter_error),
+            timeouts: sum(|r| r.timeouts),
+            errors: sum(|r| r.errors),
+            passed_locally: sum(|r| r.passed_locally),
+            worker_cpu_us: sum(|r| r.worker_cpu_us),
+            switches: sum(|r| r.switches),
+            redis_cpu_us: parts.iter().map(|r| r.redis_cpu_us).sum(),
+            commands_per_acquisition: weighted(|r| r.commands_per_acquisition),
+            failed_attempts: weighted(|r| r.failed_attempts),
+            breakdown: Breakdown::pool(
+                &parts
+                    .iter()
+                    .map(|r| (r.breakdown, r.analysis.total))
+                    .collect::<Vec<_>>(),
+            ),
+            delta,
+            analysis,
         })
     }
 }
@@ -217,8 +425,8 @@ pub(super) async fn requests_received(server: &ZooKeeperServer) -> Result<u64> {
         .with_context(|| format!("no zk_packets_received in mntr: {reply:?}"))
 }
 
-/// One contention run of `library` in `shape`; `tag` and `run` name its
-/// keys apart from every other run's.
+/// One contention run of `library` in `shape`, the data on the data
+/// server; `tag` and `run` name its keys apart from every other run's.
 pub async fn contend(
     ctx: &Ctx,
     library: Library,
@@ -226,18 +434,44 @@ pub async fn contend(
     tag: &str,
     run: usize,
 ) -> Result<Run> {
+    contend_on(ctx, library, shape, Placement::TwoServers, tag, run).await
+}
+
+/// One contention run of `library` in `shape`, the data placed as
+/// `placement` says; `tag` and `run` name its keys apart from every other
+/// run's. [`Library::Serial`] runs the limit: one process with all the
+/// shape's workers (see the module docs).
+pub async fn contend_on(
+    ctx: &Ctx,
+    library: Library,
+    shape: Shape,
+    placement: Placement,
+    tag: &str,
+    run: usize,
+) -> Result<Run> {
     let duration = shape.duration;
     let prefix = format!("{tag}:{run}:{}:", library.name());
+    let data_server = match placement {
+        Placement::TwoServers => &ctx.data_server,
+        Placement::Shared => &ctx.lock_server,
+    };
     let lock_url = match library {
         Library::OursCluster => ctx.cluster()?.urls().join(","),
         Library::OursEtcd => ctx.etcd()?.endpoints().join(","),
         Library::OursZooKeeper | Library::Curator => ctx.zookeeper()?.connect_string(),
         _ => ctx.lock_server.url(),
     };
+    // The limit runs every worker task in one process (its tokens are
+    // in-process), with one data connection per process of the shape.
+    let (processes, tasks, connections) = if library == Library::Serial {
+        (1, shape.workers(), shape.processes)
+    } else {
+        (shape.processes, shape.tasks, 1)
+    };
     let mut workers = Vec::new();
-    for p in 0..shape.processes {
+    for p in 0..processes {
         if library == Library::Curator {
-            let data = format!("127.0.0.1:{}", ctx.data_server.port());
+            let data = format!("127.0.0.1:{}", data_server.port());
             let (out, first) = (&ctx.config.out_dir, p * shape.tasks);
             workers.push(curator::contend(
                 out, &lock_url, &prefix, &data, shape, first,
@@ -248,12 +482,13 @@ pub async fn contend(
             "contend".to_owned(),
             library.name().to_owned(),
             lock_url.clone(),
-            ctx.data_server.url(),
+            data_server.url(),
             prefix.clone(),
-            shape.tasks.to_string(),
-            (p * shape.tasks).to_string(),
+            tasks.to_string(),
+            (p * tasks).to_string(),
             duration.as_millis().to_string(),
             shape.keys.to_arg(),
+            connections.to_string(),
         ];
         workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
@@ -261,7 +496,11 @@ pub async fn contend(
         w.expect("ready", Duration::from_secs(60)).await?;
     }
     let mut info = ctx.plain.clone();
-    let before = CommandStats::read(&mut info).await?;
+    let mut data_info = redis::Client::open(ctx.data_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let before = command_stats(&mut info).await?;
+    let redis_cpu_before = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_before = if library.on_zookeeper() {
         Some(requests_received(ctx.zookeeper()?).await?)
     } else {
@@ -276,7 +515,8 @@ pub async fn contend(
         let limit = duration + crate::worker::WAIT_LIMIT + Duration::from_secs(30);
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
-    let delta = CommandStats::read(&mut info).await?.since(&before);
+    let mut delta = command_stats(&mut info).await?.since(&before);
+    let redis_cpu_after = redis_cpu(&mut info).await? + redis_cpu(&mut data_info).await?;
     let zookeeper_requests = match zookeeper_before {
         Some(before) => Some(
             requests_received(ctx.zookeeper()?)
@@ -289,6 +529,7 @@ pub async fn contend(
     let loaded_pings = pinger.await??;
 
     let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
+    let (mut worker_cpu_us, mut switches) = (0, 0);
     for line in &lines {
         let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
         if let Some(record) = Record::parse(line) {
@@ -299,12 +540,28 @@ pub async fn contend(
             errors += count(n)?;
         } else if let Some(n) = line.strip_prefix("passed ") {
             passed += count(n)?;
+        } else if let Some(n) = line.strip_prefix("cpu_us ") {
+            worker_cpu_us += count(n)?;
+        } else if let Some(n) = line.strip_prefix("switches ") {
+            switches += count(n)?;
         } else {
             bail!("unexpected worker line {line:?}");
         }
     }
+    let breakdown = Breakdown::of(&records, shape.tasks);
     let analysis = Analysis::of(records, 0..shape.workers());
-    let counters = read_counters(ctx, shape, &prefix).await?;
+    if placement == Placement::Shared {
+        // The bodies' GET and SET went to the lock server too: one of each
+        // per recorded body, taken out so the rest is lock traffic (a body
+        // that failed is not recorded; the exactness rows count it).
+        let bodies = analysis.total as u64;
+        for name in ["get", "set"] {
+            if let Some(c) = delta.0.get_mut(name) {
+                c.calls = c.calls.saturating_sub(bodies);
+            }
+        }
+    }
+    let counters = read_counters(data_server, shape, &prefix).await?;
     let counter_error = counters
         .iter()
         .enumerate()
@@ -330,14 +587,83 @@ pub async fn contend(
         timeouts,
         errors,
         passed_locally: passed,
+        worker_cpu_us,
+        switches,
+        redis_cpu_us: (redis_cpu_after - redis_cpu_before).max(0.0) * 1e6,
         delta,
+        breakdown,
     })
 }
 
-/// Every key's counter on the data server (0 for a key never taken), in
-/// key order.
-async fn read_counters(ctx: &Ctx, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
-    let mut data = redis::Client::open(ctx.data_server.url())?
+/// Reads of a server's `INFO` around a run are tried this many times: on
+/// this shared 2-core machine a reply sometimes misses the client's
+/// response timeout (a full run once failed so), and the reads are taken
+/// outside the measured window, so a later read is as good.
+const INFO_TRIES: usize = 3;
+
+/// The lock server's `INFO commandstats` (see [`INFO_TRIES`]).
+async fn command_stats(conn: &mut MultiplexedConnection) -> Result<CommandStats> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match CommandStats::read(conn).await {
+            Err(e) if tries < INFO_TRIES => {
+                eprintln!("lock-bench: INFO commandstats: {e:#}, again")
+            }
+            read => return read,
+        }
+    }
+}
+
+/// `INFO cpu` of a server (see [`INFO_TRIES`]).
+async fn info_cpu(conn: &mut MultiplexedConnection) -> Result<String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match redis::cmd("INFO").arg("cpu").query_async(conn).await {
+            Err(e) if tries < INFO_TRIES => eprintln!("lock-bench: INFO cpu: {e}, again"),
+            read => return Ok(read?),
+        }
+    }
+}
+
+/// CPU seconds a Redis server has used so far (`INFO cpu`: its
+/// `used_cpu_sys` + `used_cpu_user`, all its threads).
+async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
+    let info = info_cpu(conn).await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .with_context(|| format!("no {name} in INFO cpu: {info:?}"))
+    };
+    Ok(field("used_cpu_sys:")? + field("used_cpu_user:")?)
+}
+
+/// Slice `slice` of `slices` of a repetition's limit: [`Library::Serial`]
+/// for `1/slices` of `shape`'s time, its keys named apart from the other
+/// slices'. A repetition runs one slice before each contender and pools
+/// them ([`Run::pool`]), so that the limit is measured over the same
+/// stretch of time as the contenders, for as long as one of them, and a
+/// change in the machine's load during the repetition weighs on both.
+pub async fn limit_slice(
+    ctx: &Ctx,
+    (shape, placement): (Shape, Placement),
+    tag: &str,
+    run: usize,
+    (slice, slices): (usize, u32),
+) -> Result<Run> {
+    let shape = Shape {
+        duration: shape.duration / slices.max(1),
+        ..shape
+    };
+    let tag = format!("{tag}-limit{slice}");
+    contend_on(ctx, Library::Serial, shape, placement, &tag, run).await
+}
+
+/// Every key's counter on `server` (0 for a key never taken), in key order.
+async fn read_counters(server: &RedisServer, shape: Shape, prefix: &str) -> Result<Vec<u64>> {
+    let mut data = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;
     let names: Vec<String> = (0..shape.keys.keys())
@@ -348,4 +674,40 @@ async fn read_counters(ctx: &Ctx, shape: Shape, prefix: &str) -> Result<Vec<u64>
         .query_async(&mut data)
         .await?;
     Ok(values.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(worker: u32, requested: u64, acquired: u64, released: u64) -> Record {
+        Record {
+            worker,
+            key: 0,
+            requested,
+            acquired,
+            released,
+        }
+    }
+
+    #[test]
+    fn breakdown_splits_gaps_into_local_cross_and_idle() {
+        // Two processes of two tasks: workers 0, 1 | 2, 3.
+        let records = [
+            rec(0, 0, 0, 10),
+            rec(1, 5, 12, 22),  // waiting: within process 0, gap 2
+            rec(2, 5, 30, 40),  // waiting: across processes, gap 8
+            rec(3, 50, 50, 60), // asked after the release: idle, gap 10
+        ];
+        let b = Breakdown::of(&records, 2);
+        assert_eq!(b.body, 10.0);
+        assert_eq!((b.local, b.cross, b.idle), (0.5, 2.0, 2.5));
+        assert_eq!((b.local_share, b.cross_share), (0.25, 0.25));
+        assert_eq!((b.local_mean, b.cross_mean), (2.0, 8.0));
+        // Over one key the parts add up to the span per acquisition.
+        let span = 60.0 / 4.0;
+        assert_eq!(b.body + b.local + b.cross + b.idle, span);
+        let pooled = Breakdown::pool(&[(b, 4), (Breakdown::default(), 4)]);
+        assert_eq!((pooled.body, pooled.cross_mean), (5.0, 8.0));
+    }
 }

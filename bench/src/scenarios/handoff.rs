@@ -10,13 +10,21 @@
 //! without cohorting keep the targets they had; the cohort modes are judged
 //! against issue 14's, and one row says how many of those the mode that
 //! `LockRuntime::builder()` gives by default meets.
+//!
+//! Every repetition also runs the limit (the body alone, no lock:
+//! [`super::limit`]) in slices, one before each contender, and then all of
+//! it once more
+//! with the data on the lock server ("S3 shared": one Redis for both, as
+//! most deployments run). Each contender is reported as a fraction of the
+//! limit of its placement, with the breakdown of its time per acquisition;
+//! the default mode's fraction is judged against issue 27's goal.
 
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
 use super::baseline::{plain_ping_p50, runtime_ping_p50};
-use super::contention::{self, median, worst, Run};
-use super::{commands, Ctx, Curves, Output};
+use super::contention::{self, median, worst, Placement, Run};
+use super::{commands, limit, Ctx, Curves, LimitGroup, Output};
 use crate::handoff::Analysis;
 use crate::report::{Row, Target};
 use crate::stats::Samples;
@@ -36,6 +44,8 @@ struct Mode {
     library: Library,
     s3: &'static str,
     s4: &'static str,
+    /// Its group in the shared-server rows.
+    shared: &'static str,
     targets: Targets,
 }
 
@@ -45,24 +55,28 @@ const MODES: [Mode; 4] = [
         library: Library::Ours,
         s3: "S3",
         s4: "S4",
+        shared: "S3 shared",
         targets: Targets::Before,
     },
     Mode {
         library: Library::OursFair,
         s3: "S3 fair",
         s4: "S4 fair",
+        shared: "S3 shared fair",
         targets: Targets::Before,
     },
     Mode {
         library: Library::OursCohort,
         s3: "S3 cohort",
         s4: "S4 cohort",
+        shared: "S3 shared cohort",
         targets: Targets::Cohort,
     },
     Mode {
         library: Library::OursFairCohort,
         s3: "S3 fair+cohort",
         s4: "S4 fair+cohort",
+        shared: "S3 shared fair+cohort",
         targets: Targets::Cohort,
     },
 ];
@@ -205,96 +219,283 @@ fn default_row(runs: &[Vec<Run>], peer: &[Run], ping: &Pings) -> Option<Row> {
     )
 }
 
+/// The runs of one placement: each of our modes (in [`MODES`] order),
+/// rslock, and the limit.
+#[derive(Default)]
+struct Side {
+    ours: Vec<Vec<Run>>,
+    peer: Vec<Run>,
+    limit: Vec<Run>,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            ours: MODES.iter().map(|_| Vec::new()).collect(),
+            ..Side::default()
+        }
+    }
+
+    /// Our modes, then rslock, each after a slice of the limit, for
+    /// repetition `run` (`between` runs before rslock: the two-server side
+    /// measures the plain connection's idle PING there).
+    async fn repeat(
+        &mut self,
+        ctx: &Ctx,
+        placement: Placement,
+        run: usize,
+        between: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        let (shape, tag) = match placement {
+            Placement::TwoServers => (ctx.scale().s3, "s3"),
+            Placement::Shared => (ctx.scale().s3_shared, "s3shared"),
+        };
+        let contend = |library| contention::contend_on(ctx, library, shape, placement, tag, run);
+        let slices = MODES.len() as u32 + 1;
+        let slice = |i| contention::limit_slice(ctx, (shape, placement), tag, run, (i, slices));
+        let mut limit = Vec::new();
+        for (i, (mode, runs)) in MODES.iter().zip(&mut self.ours).enumerate() {
+            limit.push(slice(i).await?);
+            runs.push(contend(mode.library).await?);
+        }
+        between.await?;
+        limit.push(slice(MODES.len()).await?);
+        self.peer.push(contend(Library::Rslock).await?);
+        self.limit.push(Run::pool(limit)?);
+        Ok(())
+    }
+
+    /// Every contender's bar on the limit chart.
+    fn limits(&self, scenario: &'static str) -> LimitGroup {
+        let mut bars: Vec<_> = MODES
+            .iter()
+            .zip(&self.ours)
+            .map(|(mode, runs)| limit::bar(mode.library, runs, &self.limit))
+            .collect();
+        bars.push(limit::bar(Library::Rslock, &self.peer, &self.limit));
+        limit::group(scenario, bars)
+    }
+
+    /// The results file's runs of each contender.
+    fn to_json(&self) -> Map<String, Value> {
+        let mut detail = Map::new();
+        let libraries = MODES
+            .iter()
+            .map(|m| m.library)
+            .chain([Library::Rslock, Library::Serial]);
+        let runs = self.ours.iter().chain([&self.peer, &self.limit]);
+        for (library, runs) in libraries.zip(runs) {
+            let runs = runs.iter().map(Run::to_json).collect::<Vec<_>>();
+            detail.insert(library.name().replace('-', "_"), Value::from(runs));
+        }
+        detail
+    }
+}
+
+/// The index in [`MODES`] of the mode `LockRuntime::builder()` gives.
+fn default_index() -> Option<usize> {
+    let default = Library::default_mode();
+    MODES.iter().position(|m| m.library == default)
+}
+
+/// The rows of S3 against its limit (two servers): each mode's fraction
+/// and breakdown, the default's goal, the limit's own rows, rslock's.
+fn limit_rows(side: &Side) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (mode, runs) in MODES.iter().zip(&side.ours) {
+        rows.push(limit::vs_limit(mode.s3, runs, &side.limit, Target::Info));
+        rows.extend(limit::breakdown_rows(mode.s3, runs, &side.limit));
+    }
+    rows.extend(limit::goal_row(
+        "S3 default",
+        &side.ours,
+        default_index(),
+        &side.limit,
+    ));
+    rows.extend(limit::limit_rows("S3 limit", &side.limit));
+    rows.extend(limit::breakdown_rows("S3 limit", &side.limit, &side.limit));
+    rows.push(limit::vs_limit(
+        "S3 peer",
+        &side.peer,
+        &side.limit,
+        Target::Info,
+    ));
+    rows.extend(limit::breakdown_rows("S3 peer", &side.peer, &side.limit));
+    rows
+}
+
+/// The shared-server rows: per mode the rate against rslock's and the
+/// limit's, the waits (S3's targets), shares, exactness and breakdown; the
+/// default's two goals (issue 27: ≥ 1.3x rslock, ≥ 0.85x the limit);
+/// the limit's rows and rslock's.
+fn shared_rows(side: &Side) -> Vec<Row> {
+    let (peer, lim) = (&side.peer, &side.limit);
+    let mut rows = Vec::new();
+    for (mode, runs) in MODES.iter().zip(&side.ours) {
+        let g = mode.shared;
+        rows.extend([
+            Row::new(g, "acquisitions/s", median(runs, Run::rate))
+                .vs("rslock", median(peer, Run::rate)),
+            limit::vs_limit(g, runs, lim, Target::Info),
+            Row::new(
+                g,
+                "wait to acquire p99 (ms)",
+                median(runs, Run::wait_p99_ms),
+            )
+            .target(Target::AtMost(5.0)),
+            Row::new(
+                g,
+                "wait to acquire max (ms)",
+                median(runs, Run::wait_max_ms),
+            )
+            .target(Target::AtMost(50.0)),
+            Row::new(g, "busiest / idlest worker", median(runs, Run::spread)),
+            Row::new(
+                g,
+                "smallest process share (%)",
+                median(runs, Run::min_process_pct),
+            ),
+        ]);
+        rows.extend(tail_rows(
+            g,
+            runs,
+            mode.targets == Targets::Cohort,
+            Target::Exactly(0.0),
+        ));
+        rows.extend(limit::breakdown_rows(g, runs, lim));
+    }
+    if let Some(i) = default_index() {
+        let name = MODES[i].library.name();
+        rows.push(
+            Row::new(
+                "S3 shared default",
+                format!("default ({name}) acquisitions/s vs rslock"),
+                median(&side.ours[i], Run::rate),
+            )
+            .vs("rslock", median(peer, Run::rate))
+            .target(Target::RatioAtLeast(1.3)),
+        );
+    }
+    rows.extend(limit::goal_row(
+        "S3 shared default",
+        &side.ours,
+        default_index(),
+        lim,
+    ));
+    rows.extend(limit::limit_rows("S3 shared limit", lim));
+    rows.extend(limit::breakdown_rows("S3 shared limit", lim, lim));
+    let g = "S3 shared peer";
+    rows.extend([
+        Row::new(g, "rslock acquisitions/s", median(peer, Run::rate)),
+        limit::vs_limit(g, peer, lim, Target::Info),
+        Row::new(g, "rslock wait p99 (ms)", median(peer, Run::wait_p99_ms)),
+        Row::new(g, "rslock wait max (ms)", median(peer, Run::wait_max_ms)),
+        Row::new(
+            g,
+            "rslock |counter - acq|, worst run",
+            worst(peer, Run::counter_error),
+        ),
+    ]);
+    rows.extend(limit::breakdown_rows(g, peer, lim));
+    rows
+}
+
 /// Runs S3 and S4 (the same runs), keeping the rows asked for.
 pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
     let shape = ctx.scale().s3;
-    let mut ours: Vec<Vec<Run>> = MODES.iter().map(|_| Vec::new()).collect();
-    let mut peer = Vec::new();
+    let (mut two, mut shared) = (Side::new(), Side::new());
     // The idle round trip is measured right before every run (it moves with
     // the machine's state), and its median taken like every other figure.
     let (mut pings, mut plain_pings) = (Vec::new(), Vec::new());
     for run in 0..ctx.runs() {
         pings.push(runtime_ping_p50(&ctx.runtime, ctx.scale().pings).await?);
-        for (mode, runs) in MODES.iter().zip(&mut ours) {
-            runs.push(contention::contend(ctx, mode.library, shape, "s3", run).await?);
-        }
-        plain_pings.push(plain_ping_p50(&ctx.plain, ctx.scale().pings).await?);
-        peer.push(contention::contend(ctx, Library::Rslock, shape, "s3", run).await?);
+        let plain_ping = async {
+            plain_pings.push(plain_ping_p50(&ctx.plain, ctx.scale().pings).await?);
+            anyhow::Ok(())
+        };
+        two.repeat(ctx, Placement::TwoServers, run, plain_ping)
+            .await?;
+        shared
+            .repeat(ctx, Placement::Shared, run, async { Ok(()) })
+            .await?;
     }
     let ping = Pings {
         runtime: crate::stats::median(pings.clone()),
         plain: crate::stats::median(plain_pings.clone()),
     };
+    let (ours, peer) = (&two.ours, &two.peer);
     let plain = &ours[0];
 
     let mut rows = Vec::new();
     if show_s3 {
-        for (mode, runs) in MODES.iter().zip(&ours) {
-            rows.extend(s3_rows(mode.s3, runs, &peer, &ping, mode.targets));
+        for (mode, runs) in MODES.iter().zip(ours) {
+            rows.extend(s3_rows(mode.s3, runs, peer, &ping, mode.targets));
         }
-        rows.extend(default_row(&ours, &peer, &ping));
+        rows.extend(default_row(ours, peer, &ping));
+        rows.extend(limit_rows(&two));
+        rows.extend(shared_rows(&shared));
         rows.extend([
             Row::new(
                 "S3 peer",
                 "rslock handoff p50 (us)",
-                median(&peer, Run::handoff_p50),
+                median(peer, Run::handoff_p50),
             )
             .vs("1 PING, plain conn", ping.plain),
             Row::new(
                 "S3 peer",
                 "rslock wait p99 (ms)",
-                median(&peer, Run::wait_p99_ms),
+                median(peer, Run::wait_p99_ms),
             ),
             Row::new(
                 "S3 peer",
                 "rslock wait max (ms)",
-                median(&peer, Run::wait_max_ms),
+                median(peer, Run::wait_max_ms),
             ),
             Row::new(
                 "S3 peer",
                 "rslock busiest / idlest worker",
-                median(&peer, Run::spread),
+                median(peer, Run::spread),
             ),
             Row::new(
                 "S3 peer",
                 "rslock smallest process share (%)",
-                median(&peer, Run::min_process_pct),
+                median(peer, Run::min_process_pct),
             ),
-            Row::new("S3 peer", "rslock acquisitions/s", median(&peer, Run::rate)),
+            Row::new("S3 peer", "rslock acquisitions/s", median(peer, Run::rate)),
             Row::new(
                 "S3 peer",
                 "rslock handed to a waiter (%)",
-                median(&peer, Run::handed_pct),
+                median(peer, Run::handed_pct),
             ),
             Row::new(
                 "S3 peer",
                 "rslock barging past a waiter (%)",
-                median(&peer, Run::barged_pct),
+                median(peer, Run::barged_pct),
             ),
             Row::new(
                 "S3 peer",
                 "rslock |counter - acq|, worst run",
-                worst(&peer, Run::counter_error),
+                worst(peer, Run::counter_error),
             ),
             Row::new(
                 "S3 vs peer",
                 "handoff p50 ours / rslock",
                 median(plain, Run::handoff_p50),
             )
-            .vs("rslock", median(&peer, Run::handoff_p50)),
+            .vs("rslock", median(peer, Run::handoff_p50)),
             Row::new(
                 "S3 vs peer",
                 "wait p99 ours / rslock",
                 median(plain, Run::wait_p99_ms),
             )
-            .vs("rslock", median(&peer, Run::wait_p99_ms)),
+            .vs("rslock", median(peer, Run::wait_p99_ms)),
         ]);
     }
     if show_s4 {
-        for (mode, runs) in MODES.iter().zip(&ours) {
+        for (mode, runs) in MODES.iter().zip(ours) {
             rows.extend(s4_rows(mode, runs, mode.targets));
         }
-        rows.extend(commands::peer_rows(plain, &peer));
+        rows.extend(commands::peer_rows(plain, peer));
     }
     let pool = |runs: &[Run], pick: fn(&Analysis) -> &Samples| {
         Samples::new(
@@ -306,9 +507,9 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
     let curves = |pick: fn(&Analysis) -> &Samples| -> Curves {
         MODES
             .iter()
-            .zip(&ours)
+            .zip(ours)
             .map(|(mode, runs)| (mode.library, pool(runs, pick)))
-            .chain([(Library::Rslock, pool(&peer, pick))])
+            .chain([(Library::Rslock, pool(peer, pick))])
             .collect()
     };
     let mut detail = Map::new();
@@ -320,17 +521,18 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
             json!(shape.duration.as_secs_f64()),
         ),
         (
+            "shared_seconds_per_run".to_owned(),
+            json!(ctx.scale().s3_shared.duration.as_secs_f64()),
+        ),
+        (
             "default_mode".to_owned(),
             json!(Library::default_mode().name()),
         ),
         ("ping_p50_us_runtime_conn".to_owned(), json!(pings)),
         ("ping_p50_us_plain_conn".to_owned(), json!(plain_pings)),
     ]);
-    let libraries = MODES.iter().map(|m| m.library).chain([Library::Rslock]);
-    for (library, runs) in libraries.zip(ours.iter().chain([&peer])) {
-        let runs = runs.iter().map(Run::to_json).collect::<Vec<_>>();
-        detail.insert(library.name().replace('-', "_"), Value::from(runs));
-    }
+    detail.extend(two.to_json());
+    detail.insert("shared".to_owned(), Value::Object(shared.to_json()));
     let detail = Value::Object(detail);
     Ok(Output {
         rows,
@@ -338,5 +540,6 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         handoffs: Some(curves(|a| &a.handoffs)),
         waits: Some(curves(|a| &a.waits)),
         ping_p50: Some(ping.runtime),
+        limits: vec![two.limits("S3"), shared.limits("S3 shared")],
     })
 }

@@ -13,7 +13,9 @@
 //! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
 //! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
 //! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
-//! `zookeeper_keys`); `baseline` measures the round-trip limit.
+//! `zookeeper_keys`); `baseline` measures the round-trip limit, and
+//! `limit` holds S3's, S8's and S9's contenders against their limit (the
+//! body alone, with no lock).
 
 pub mod baseline;
 pub mod cluster;
@@ -22,6 +24,7 @@ pub mod contention;
 pub mod crowd;
 pub mod etcd;
 pub mod handoff;
+pub mod limit;
 pub mod many_keys;
 pub mod memory;
 pub mod reentry;
@@ -135,6 +138,26 @@ impl Ctx {
 /// S3 samples of each library and mode, in the order they are drawn, µs.
 pub type Curves = Vec<(Library, Samples)>;
 
+/// One contender against its scenario's limit (the limit chart).
+#[derive(Clone, Debug)]
+pub struct LimitBar {
+    /// Who (ours as the mode it ran in).
+    pub library: Library,
+    /// Its acquisitions/s over the limit's, medians over the repetitions.
+    pub fraction: f64,
+    /// The same in each repetition.
+    pub runs: Vec<f64>,
+}
+
+/// A scenario's contenders against its limit.
+#[derive(Clone, Debug)]
+pub struct LimitGroup {
+    /// The scenario (`S3`, `S3 shared`, ...).
+    pub scenario: &'static str,
+    /// Its contenders, in report order.
+    pub bars: Vec<LimitBar>,
+}
+
 /// What one scenario hands to the report.
 #[derive(Default)]
 pub struct Output {
@@ -148,6 +171,8 @@ pub struct Output {
     pub waits: Option<Curves>,
     /// PING p50 measured alongside, µs (a marker on the chart).
     pub ping_p50: Option<f64>,
+    /// Contenders against the limit, for the limit chart.
+    pub limits: Vec<LimitGroup>,
 }
 
 /// Microseconds in a `Duration`.

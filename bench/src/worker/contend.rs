@@ -7,7 +7,9 @@
 //! server, so the lock server's command counts show only lock traffic),
 //! release, until the run's time is up. The same loop runs on our library
 //! (`with_lock`, the declarative path) in each of its modes, or on rslock
-//! (`acquire` with its default retry settings, then `release`).
+//! (`acquire` with its default retry settings, then `release`), or with no
+//! lock at all ([`Library::Serial`], the limit): the key's turn is then an
+//! in-process token, so one process runs the tasks of every process.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -59,11 +61,17 @@ pub enum Library {
     /// Apache Curator's `InterProcessMutex` on ZooKeeper: the Java loop of
     /// `bench/java/CuratorLoop.java`, never this binary's worker.
     Curator,
+    /// No lock: the limit. The bodies of one key run one at a time, each
+    /// task waiting its turn on an in-process FIFO token of the key
+    /// (`tokio::sync::Mutex`), which costs a task wake-up and no round
+    /// trip. One process runs every worker task of the shape, on as many
+    /// data connections as the shape has processes.
+    Serial,
 }
 
 impl Library {
     /// Every variant, for parsing.
-    const ALL: [Library; 10] = [
+    const ALL: [Library; 11] = [
         Library::Ours,
         Library::OursFair,
         Library::OursCohort,
@@ -74,6 +82,7 @@ impl Library {
         Library::OursEtcd,
         Library::OursZooKeeper,
         Library::Curator,
+        Library::Serial,
     ];
 
     /// Name on the command line and in the report.
@@ -89,12 +98,14 @@ impl Library {
             Library::OursEtcd => "ours-etcd",
             Library::OursZooKeeper => "ours-zookeeper",
             Library::Curator => "curator",
+            Library::Serial => "serial",
         }
     }
 
-    /// Whether this is lock-runtime (in any mode) rather than a peer.
+    /// Whether this is lock-runtime (in any mode) rather than a peer or
+    /// the lock-free limit.
     pub fn is_ours(self) -> bool {
-        !matches!(self, Library::Rslock | Library::Curator)
+        !matches!(self, Library::Rslock | Library::Curator | Library::Serial)
     }
 
     /// Whether its locks live on ZooKeeper.
@@ -139,7 +150,8 @@ impl Library {
             | Library::Rslock
             | Library::OursEtcd
             | Library::OursZooKeeper
-            | Library::Curator => return builder,
+            | Library::Curator
+            | Library::Serial => return builder,
         };
         builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
     }
@@ -155,12 +167,15 @@ pub struct Args {
     first_id: u32,
     duration: Duration,
     keys: KeyChoice,
+    connections: u32,
 }
 
 impl Args {
     pub(super) fn parse(args: &[String]) -> Result<Self> {
-        let [library, lock_url, data_url, prefix, tasks, first_id, millis, keys] = args else {
-            bail!("usage: --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <one|zipf:N:S>");
+        let [library, lock_url, data_url, prefix, tasks, first_id, millis, keys, connections] =
+            args
+        else {
+            bail!("usage: --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <one|zipf:N:S> <connections>");
         };
         let Some(library) = Library::ALL.into_iter().find(|l| l.name() == library) else {
             bail!("unknown library {library:?}");
@@ -174,6 +189,7 @@ impl Args {
             first_id: super::parse("first id", first_id)?,
             duration: Duration::from_millis(super::parse("millis", millis)?),
             keys: KeyChoice::parse(keys)?,
+            connections: super::parse("connections", connections)?,
         })
     }
 }
@@ -184,6 +200,8 @@ enum Client {
     Ours(LockRuntime),
     /// The manager and the key prefix (rslock takes whole keys).
     Rslock(rslock::LockManager, Arc<str>),
+    /// No lock: one FIFO token per key number, taken for the body.
+    Serial(Arc<Vec<tokio::sync::Mutex<()>>>),
 }
 
 /// What one task did.
@@ -195,10 +213,23 @@ struct TaskResult {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    let data = redis::Client::open(args.data_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    // One multiplexed data connection per process of the shape (one, but
+    // for the limit, whose one process stands for all of them); the tasks
+    // are spread over them in order, as they are over the processes.
+    let mut data = Vec::new();
+    for _ in 0..args.connections.clamp(1, args.tasks.max(1)) {
+        data.push(
+            redis::Client::open(args.data_url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        );
+    }
     let client = match args.library {
+        Library::Serial => Client::Serial(Arc::new(
+            (0..args.keys.keys())
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        )),
         Library::Rslock => Client::Rslock(
             rslock::LockManager::new(vec![args.lock_url.as_str()]),
             args.prefix.as_str().into(),
@@ -237,13 +268,15 @@ pub(super) async fn run(args: Args) -> Result<()> {
     };
     // Warm up (connections, script cache) before the measured part.
     let warm = format!("warmup:{}", args.first_id);
-    let warm_counter = format!("{}{warm}", args.prefix);
+    // Not the lock's own name: with the data on the lock server it would be
+    // the lock's key.
+    let warm_counter = format!("{}{warm}:counter", args.prefix);
     let mut scratch = TaskResult::default();
     once(
         &client,
         &warm,
         &warm_counter,
-        &mut data.clone(),
+        &mut data[0].clone(),
         Slot { worker: 0, key: 0 },
         &mut scratch,
         true,
@@ -259,11 +292,13 @@ pub(super) async fn run(args: Args) -> Result<()> {
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&client);
+    let (cpu_before, switches_before) = (cpu_seconds(), context_switches());
     let end = Instant::now() + args.duration;
     let mut tasks = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
         let client = client.clone();
-        let mut data = data.clone();
+        let index = (id - args.first_id) as usize * data.len() / args.tasks.max(1) as usize;
+        let mut data = data[index.min(data.len() - 1)].clone();
         let names = names.clone();
         let mut picker = args.keys.picker(id);
         tasks.spawn(async move {
@@ -294,8 +329,40 @@ pub(super) async fn run(args: Args) -> Result<()> {
         "passed {}",
         passed_locally(&client).saturating_sub(passed_before)
     ));
+    let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
+    lines.push(format!("cpu_us {cpu_us:.0}"));
+    lines.push(format!(
+        "switches {}",
+        context_switches().saturating_sub(switches_before)
+    ));
     lines.push("done".to_owned());
     super::emit(lines)
+}
+
+/// CPU time of this process so far (all threads, user + system), seconds;
+/// 0 where `/proc` cannot be read (the figure is a report, not a check).
+fn cpu_seconds() -> f64 {
+    lock_testkit::usage::cpu_seconds().unwrap_or(0.0)
+}
+
+/// Context switches of all this process's threads so far, voluntary (a
+/// thread blocked: parked, waiting for a socket) and not (preempted), from
+/// `/proc/self/task/*/status`; a thread that ended meanwhile is not counted.
+fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// Holds passed between tasks of this process without a round trip so far
@@ -303,7 +370,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
 fn passed_locally(client: &Client) -> u64 {
     match client {
         Client::Ours(runtime) => runtime.stats().passed_locally,
-        Client::Rslock(..) => 0,
+        Client::Rslock(..) | Client::Serial(_) => 0,
     }
 }
 
@@ -356,6 +423,13 @@ async fn once(
                 }
             }
         }
+        Client::Serial(tokens) => match tokens.get(at.key as usize) {
+            Some(token) => {
+                let _turn = token.lock().await;
+                body(data).await
+            }
+            None => Err(anyhow::anyhow!("no token for key {}", at.key)),
+        },
     };
     match outcome {
         Ok((acquired, released)) if !warmup => result.records.push(Record {

@@ -1,15 +1,18 @@
 //! The child side: what `lock-bench --worker ...` does.
 //!
 //! ```text
-//! --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <keys>
+//! --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <keys> <connections>
 //!     S3, S8, S9: <tasks> workers take locks over and over for <millis> after
 //!     `go`, each on one key (<keys> = `one`) or a Zipf draw (`zipf:<n>:<s>`);
-//!     body: GET + SET of the key's counter on the data server. <library> is
-//!     ours, ours-fair, ours-cohort, ours-fair-cohort, ours-default,
-//!     ours-cluster, ours-etcd, ours-zookeeper or rslock (Curator's
-//!     worker is `bench/java/CuratorLoop.java`, speaking the same lines).
-//!     Prints `rec` lines, then `timeouts`, `errors` and `passed` (holds
-//!     passed locally, lock cohorting).
+//!     body: GET + SET of the key's counter on the data server, on one of
+//!     <connections> multiplexed connections (the tasks split in order).
+//!     <library> is ours, ours-fair, ours-cohort, ours-fair-cohort,
+//!     ours-default, ours-cluster, ours-etcd, ours-zookeeper, rslock, or
+//!     serial (no lock: the limit; Curator's worker is
+//!     `bench/java/CuratorLoop.java`, speaking the same lines).
+//!     Prints `rec` lines, then `timeouts`, `errors`, `passed` (holds
+//!     passed locally, lock cohorting), `cpu_us` (the process's CPU time
+//!     during the run) and `switches` (its threads' context switches).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```

@@ -1,0 +1,171 @@
+//! The limit of a contention scenario, and every contender against it.
+//!
+//! A lock can do no better than run its key's bodies back to back. The
+//! limit run ([`Library::Serial`]) measures exactly that: the scenario's
+//! worker tasks, its body (GET + SET on the data server), its key choice
+//! and its data connections (one per process of the shape), for as long as
+//! one contender runs, in the same repetition (in slices, one before each
+//! contender: [`super::contention::limit_slice`]), with no lock: each key's
+//! bodies take turns on an in-process FIFO token, whose handoff is a task
+//! wake-up. Its
+//! acquisitions/s are the most any lock could give there; each contender's
+//! are reported as a fraction of it, and where a contender falls short the
+//! breakdown rows say where its time per acquisition went (from the
+//! records: [`Breakdown`]).
+
+use super::contention::{median, worst, Breakdown, Run};
+use super::{LimitBar, LimitGroup};
+use crate::report::{Row, Target};
+use crate::stats;
+use crate::worker::Library;
+
+/// The limit's rows: its rate, and the checks that its tokens excluded
+/// (the counter and overlaps, worst run).
+pub fn limit_rows(group: &'static str, limit: &[Run]) -> Vec<Row> {
+    vec![
+        Row::new(
+            group,
+            "no lock, bodies one at a time per key: acquisitions/s",
+            median(limit, Run::rate),
+        ),
+        Row::new(
+            group,
+            "|counter - acquisitions|, worst run",
+            worst(limit, Run::counter_error),
+        )
+        .target(Target::Exactly(0.0)),
+        Row::new(
+            group,
+            "overlaps+timeouts+errors, worst run",
+            worst(limit, Run::failures),
+        )
+        .target(Target::Exactly(0.0)),
+    ]
+}
+
+/// `runs`' acquisitions/s against the limit's (medians over the
+/// repetitions), judged against `target` (a ratio).
+pub fn vs_limit(group: &'static str, runs: &[Run], limit: &[Run], target: Target) -> Row {
+    Row::new(
+        group,
+        "acquisitions/s vs the limit",
+        median(runs, Run::rate),
+    )
+    .vs("limit", median(limit, Run::rate))
+    .target(target)
+}
+
+/// Issue 27's goal for the default mode: at least this fraction of the
+/// limit.
+pub const GOAL: f64 = 0.85;
+
+/// The goal row: the default mode's runs (`ours[default]`, when the default
+/// is one of the modes that ran) against the limit, judged against
+/// [`GOAL`].
+pub fn goal_row(
+    group: &'static str,
+    ours: &[Vec<Run>],
+    default: Option<usize>,
+    limit: &[Run],
+) -> Option<Row> {
+    let runs = ours.get(default?)?;
+    let name = Library::default_mode().name();
+    Some(
+        Row::new(
+            group,
+            format!("default ({name}) acquisitions/s vs the limit"),
+            median(runs, Run::rate),
+        )
+        .vs("limit", median(limit, Run::rate))
+        .target(Target::RatioAtLeast(GOAL)),
+    )
+}
+
+/// Where `runs`' time per acquisition went (one key: body, handoffs within
+/// and across processes, idle), and what it cost the machine (the worker
+/// processes' CPU and context switches, the Redis servers' CPU), against
+/// the limit's where the limit has the same figure.
+pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<Row> {
+    let b = |f: fn(&Breakdown) -> f64| move |r: &Run| f(&r.breakdown);
+    vec![
+        Row::new(
+            group,
+            "time per acquisition (us)",
+            median(runs, Run::per_acquisition_us),
+        )
+        .vs("limit", median(limit, Run::per_acquisition_us)),
+        Row::new(
+            group,
+            "- body GET+SET (us per acq.)",
+            stats::median_of(runs, b(|b| b.body)),
+        )
+        .vs("limit", stats::median_of(limit, b(|b| b.body))),
+        Row::new(
+            group,
+            "- handoffs within a process (us per acq.)",
+            stats::median_of(runs, b(|b| b.local)),
+        ),
+        Row::new(
+            group,
+            "- handoffs across processes (us per acq.)",
+            stats::median_of(runs, b(|b| b.cross)),
+        ),
+        Row::new(
+            group,
+            "- lock free, nobody waiting (us per acq.)",
+            stats::median_of(runs, b(|b| b.idle)),
+        ),
+        Row::new(
+            group,
+            "handoffs across processes (% of acq.)",
+            stats::median_of(runs, b(|b| b.cross_share * 100.0)),
+        ),
+        Row::new(
+            group,
+            "handoff across processes, mean (us)",
+            stats::median_of(runs, b(|b| b.cross_mean)),
+        ),
+        Row::new(
+            group,
+            "worker CPU (us per acq.)",
+            median(runs, Run::worker_cpu_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::worker_cpu_per_acquisition)),
+        Row::new(
+            group,
+            "worker context switches per acq.",
+            median(runs, Run::switches_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::switches_per_acquisition)),
+        Row::new(
+            group,
+            "Redis CPU, both servers (us per acq.)",
+            median(runs, Run::redis_cpu_per_acquisition),
+        )
+        .vs("limit", median(limit, Run::redis_cpu_per_acquisition)),
+    ]
+}
+
+/// Each repetition's acquisitions/s over the limit's in the same
+/// repetition.
+pub fn fractions(runs: &[Run], limit: &[Run]) -> Vec<f64> {
+    runs.iter()
+        .zip(limit)
+        .map(|(r, l)| r.rate() / l.rate())
+        .collect()
+}
+
+/// A contender's bar on the limit chart: the ratio of the medians (as its
+/// row), and the repetitions' own fractions.
+pub fn bar(library: Library, runs: &[Run], limit: &[Run]) -> LimitBar {
+    LimitBar {
+        library,
+        fraction: median(runs, Run::rate) / median(limit, Run::rate),
+        runs: fractions(runs, limit),
+    }
+}
+
+/// A scenario's bars.
+pub fn group(scenario: &'static str, bars: Vec<LimitBar>) -> LimitGroup {
+    LimitGroup { scenario, bars }
+}
