@@ -61,7 +61,8 @@ fn every_scenario_runs_in_its_quick_form() {
         );
     }
     for (scenario, metric) in [
-        ("S1", "lock+unlock p50"),
+        ("S1", "acquire+release p50"),
+        ("S1b", "locked call p50"),
         ("S3", "handoff p50"),
         ("S3", "acquisitions/s"),
         ("S3 cohort", "acquisitions/s"),

@@ -84,13 +84,15 @@ pub(crate) enum DurationArg {
     Expr(Box<Expr>),
 }
 
-/// `on_lost = "abort" | "continue"`.
+/// `on_lost = "abort" | "continue" | "confirm"`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum OnLost {
     /// Drop the body at its next await and return `Err(LockError::Lost)`.
     Abort,
     /// Let the body finish; the loss is logged.
     Continue,
+    /// Abort, and await the release's answer (a loss it finds is an error).
+    Confirm,
 }
 
 /// One `name = value` pair, before its value is checked.
@@ -373,16 +375,18 @@ fn bool_arg(value: &Expr, name: &str) -> syn::Result<bool> {
     }
 }
 
-/// `on_lost = "abort" | "continue"`.
+/// `on_lost = "abort" | "continue" | "confirm"`.
 fn on_lost_arg(value: &Expr) -> syn::Result<OnLost> {
     let expected =
-        "`on_lost` takes \"abort\" (drop the body and return `Err(LockError::Lost)`, the default) \
-                    or \"continue\" (let the body finish and log the loss)";
+        "`on_lost` takes \"abort\" (drop the body and return `Err(LockError::Lost)`, the default), \
+                    \"continue\" (let the body finish and log the loss) or \"confirm\" (as \
+                    \"abort\", and wait for the release's answer: a loss only it finds is an error too)";
     let lit = string(value, "on_lost", "\"abort\"")
         .map_err(|error| syn::Error::new(error.span(), expected))?;
     match lit.value().as_str() {
         "abort" => Ok(OnLost::Abort),
         "continue" => Ok(OnLost::Continue),
+        "confirm" => Ok(OnLost::Confirm),
         other => Err(syn::Error::new(
             lit.span(),
             format!("unknown `on_lost` value \"{other}\": {expected}"),
@@ -426,6 +430,12 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors.into_iter().map(|e| e.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn on_lost_confirm_is_read() {
+        let args = parse(quote!(key = "order:<id>", on_lost = "confirm")).unwrap();
+        assert_eq!(args.options.on_lost, Some(OnLost::Confirm));
     }
 
     #[test]

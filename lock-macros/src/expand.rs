@@ -162,6 +162,7 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
             let variant = match on_lost {
                 OnLost::Abort => quote!(Abort),
                 OnLost::Continue => quote!(Continue),
+                OnLost::Confirm => quote!(Confirm),
             };
             quote!(on_lost: #private::OnLost::#variant)
         }),

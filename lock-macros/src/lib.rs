@@ -155,7 +155,7 @@ mod written;
 /// | `lease` | `"30s"`, `"1m30s"`, `"500ms"`; or an expression of type `Duration` | runtime's (30 s) |
 /// | `wait` | same; `"0s"` tries once | runtime's (30 s unless configured) |
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
-/// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it | `"abort"` |
+/// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it; `"confirm"`: abort, and wait for the release's answer (a hold it finds gone is `Err(LockError::Lost)` too; one more round trip) | `"abort"` |
 /// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`true` on Redis) |
 /// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
 ///

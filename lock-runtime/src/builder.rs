@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::backend::releases::PendingReleases;
 use crate::backend::sentinel::{NodeAuth, SentinelConfig};
 use crate::backend::{Backend, BackendConfig, ConnectSettings, Heartbeats, Wakeups};
 use crate::cohort::Cohort;
@@ -656,6 +657,7 @@ impl LockRuntimeBuilder {
             backend: parts.backend,
             waiters: parts.waiters,
             watchdog: parts.watchdog,
+            behind: parts.behind,
             stop: stop_tx,
         };
         let settings = Settings {
@@ -753,6 +755,7 @@ struct Parts {
     backend: Backend,
     waiters: Arc<Waiters>,
     watchdog: Arc<Watchdog>,
+    behind: Arc<PendingReleases>,
 }
 
 /// Body of the runtime's thread: start everything, then idle until stopped.
@@ -797,11 +800,13 @@ fn worker(
             identity,
             wd_stop_rx,
         ));
+        let behind = Arc::new(PendingReleases::default());
         let parts = Parts {
             handle: tokio::runtime::Handle::current(),
             backend,
             waiters,
             watchdog,
+            behind: behind.clone(),
         };
         if ready.send(Ok(parts)).is_err() {
             return;
@@ -809,8 +814,13 @@ fn worker(
         let _ = stop.await;
         let _ = wd_stop_tx.send(());
         // The last handle is gone, so no guard is left, but releases of
-        // dropped guards may still be queued: send them before stopping.
-        let _ = tokio::time::timeout(drain, backend_for_drain.all_releases_settled()).await;
+        // dropped guards and locked calls may still be out: send them
+        // before stopping.
+        let _ = tokio::time::timeout(drain, async {
+            behind.all_settled().await;
+            backend_for_drain.all_releases_settled().await;
+        })
+        .await;
     });
 }
 

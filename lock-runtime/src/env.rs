@@ -12,7 +12,9 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_REDIS_URL`, else `REDIS_URL` | the Redis server (`redis://…` or `rediss://…`) |
 /// | `LOCK_REDIS_CLUSTER` | a Redis Cluster instead: node URLs separated by commas (`redis://n1:7000,redis://n2:7000`) |
 /// | `LOCK_REDLOCK_URLS`, else `REDLOCK_URLS` | Redlock: the independent masters' URLs, comma-separated (at least three; with `LOCK_FAIR=1` the build fails: Redlock has no fair mode) |
-/// | `LOCK_BACKEND` | `redis` (needs a URL), `redlock` (needs the URLs) or `memory` (the embedded backend, on purpose) |
+/// | `LOCK_ETCD_ENDPOINTS` | etcd (feature `etcd`): its members, `host:port` comma-separated; `LOCK_ETCD_USER` and `LOCK_ETCD_PASSWORD` for etcd's auth (both or neither) |
+/// | `LOCK_ZOOKEEPER` | ZooKeeper (feature `zookeeper`): a connect string, `host:port,host:port[/chroot]`; `LOCK_ZOOKEEPER_USER` and `LOCK_ZOOKEEPER_PASSWORD` for the `digest` scheme (both or neither) |
+/// | `LOCK_BACKEND` | `redis` (needs a URL), `sentinel`, `redlock` (needs the URLs), `etcd`, `zookeeper` or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
 /// | `LOCK_CLIENT_NAME` | the name operators see beside this process's holds: [`client_name`](LockRuntimeBuilder::client_name) |
@@ -185,7 +187,8 @@ fn builder_from_env(
         }
         (Some(other), _) => {
             return Err(LockError::InvalidConfig(format!(
-                "LOCK_BACKEND={other:?} is not a backend: use redis or memory (or redlock)"
+                "LOCK_BACKEND={other:?} is not a backend: use redis, sentinel, redlock, etcd, \
+                 zookeeper or memory"
             )))
         }
         // Said by `init_from_env` (`FALLBACK`), on stderr if need be.
@@ -547,7 +550,7 @@ mod tests {
         let no_url = error(builder_from_env(env(&[("LOCK_BACKEND", "redis")]), true));
         assert!(no_url.contains("REDIS_URL"), "{no_url}");
         let typo = error(builder_from_env(env(&[("LOCK_BACKEND", "memroy")]), true));
-        assert!(typo.contains("redis or memory"), "{typo}");
+        assert!(typo.contains("zookeeper or memory"), "{typo}");
     }
 
     #[test]
@@ -778,6 +781,40 @@ mod tests {
             message.contains("LOCK_REDIS_UR is set, but lock-runtime does not read it: did you mean LOCK_REDIS_URL?"),
             "{message}"
         );
+    }
+
+    /// The rustdoc of `init_from_env` (this file's doc comments) and
+    /// `docs/configuration.md` name every variable it reads, and they and
+    /// the README say the same default for `LOCK_FAIR` as the code.
+    #[test]
+    fn the_docs_name_every_variable_read_and_the_same_lock_fair_default() {
+        let rustdoc: String = include_str!("env.rs")
+            .split("pub async fn init_from_env")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("///"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let configuration = include_str!("../../docs/configuration.md");
+        let readme = include_str!("../../README.md");
+        for name in ENV_VARIABLES {
+            let quoted = format!("`{name}`");
+            assert!(
+                rustdoc.contains(&quoted),
+                "init_from_env's rustdoc lacks {name}"
+            );
+            assert!(
+                configuration.contains(&quoted),
+                "docs/configuration.md lacks {name}"
+            );
+        }
+        let default = if crate::DEFAULT_FAIR { "fair" } else { "plain" };
+        assert!(rustdoc.contains(&format!("unset, {default}")), "{rustdoc}");
+        assert!(configuration.contains(&format!("Unset: {default}")));
+        assert!(readme.contains(&format!("locks are {default} unless")));
+        // What a debug build says on stderr is quoted as it is said.
+        assert!(configuration.contains(FALLBACK), "docs/configuration.md");
     }
 
     #[tokio::test]

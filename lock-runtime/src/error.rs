@@ -179,7 +179,9 @@ impl fmt::Display for TimeoutCause {
                 "; this same process holds the lock, in a scope this call is not part of \
                  (another task, a guard, or the locked body that spawned this task: a task \
                  started with tokio::spawn does not re-enter its parent's lock; spawn \
-                 lock_runtime::inherit(future) to make it a nested call)",
+                 lock_runtime::inherit(future) to make it a nested call, and run a call \
+                 meant to re-enter a guard's hold inside guard.scope(future); \
+                 docs/reentry.md)",
             )?;
         }
         Ok(())

@@ -180,7 +180,19 @@ impl LockGuard {
     /// [`LockError::NotHeld`] when the backend no longer records it as ours
     /// (a fixed lease ran out), [`LockError::Backend`] when the backend
     /// cannot be reached (the lease then frees the lock).
-    pub async fn release(mut self) -> Result<(), LockError> {
+    pub async fn release(self) -> Result<(), LockError> {
+        self.release_to(true).await
+    }
+
+    /// [`release`](Self::release), without offering the hold to a local
+    /// waiter: the backend always answers, so a hold it lost is found
+    /// (`on_lost = "confirm"`).
+    pub(crate) async fn release_confirmed(self) -> Result<(), LockError> {
+        self.release_to(false).await
+    }
+
+    /// `pass`: the hold may go to a local waiter instead of the backend.
+    async fn release_to(mut self, pass: bool) -> Result<(), LockError> {
         self.released = true;
         let held = self.held.clone();
         if !self.runtime.table().release(&held, self.frame) {
@@ -196,7 +208,7 @@ impl LockGuard {
                 Ok(())
             };
         }
-        if pass_locally(&self.runtime, &held) {
+        if pass && pass_locally(&self.runtime, &held) {
             return Ok(());
         }
         self.runtime.watchdog().remove(held.id);
@@ -227,6 +239,26 @@ impl LockGuard {
             }),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl LockGuard {
+    /// Gives the hold back without waiting for the backend's answer (a
+    /// locked call whose hold is known valid: see
+    /// [`LockRuntime::release_behind`]). A local waiter of the key may get
+    /// the hold instead, as on every release.
+    pub(crate) fn release_behind(mut self) {
+        self.released = true;
+        if !self.runtime.table().release(&self.held, self.frame) {
+            // An enclosing hold of the same scope keeps the lock, or
+            // shutdown gave it back already.
+            return;
+        }
+        if pass_locally(&self.runtime, &self.held) {
+            return;
+        }
+        self.runtime.watchdog().remove(self.held.id);
+        self.runtime.release_behind(&self.held);
     }
 }
 

@@ -400,13 +400,33 @@ impl HeldTable {
     }
 
     /// Records a fresh backend hold of `owner`; returns its frame id.
+    ///
+    /// The backend gave the key to a new holder id of ours: any other hold
+    /// of the key this process still counts as live is gone on the server
+    /// (freed by force, or lost without a renewal noticing yet, and taken
+    /// again by this acquire), so it is marked lost here. Otherwise it
+    /// could still be passed to a local waiter or re-entered, beside the
+    /// new hold.
     pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
         let frame = new_frame(owner, held);
         let id = frame.id;
-        self.locks()
-            .entry(frame.held.lock_key.clone())
-            .or_default()
-            .push(frame);
+        let mut gone: Vec<Arc<HeldLock>> = Vec::new();
+        {
+            let mut locks = self.locks();
+            let frames = locks.entry(frame.held.lock_key.clone()).or_default();
+            for other in frames.iter() {
+                if other.held.holder != frame.held.holder
+                    && !other.held.is_lost()
+                    && !gone.iter().any(|g| Arc::ptr_eq(g, &other.held))
+                {
+                    gone.push(other.held.clone());
+                }
+            }
+            frames.push(frame);
+        }
+        for held in gone {
+            held.mark_lost();
+        }
         id
     }
 

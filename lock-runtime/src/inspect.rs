@@ -59,6 +59,15 @@ impl LockRuntime {
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         crate::request::validate_key(key)?;
         let lock_key = self.backend_key(key);
+        // A locked call of this process that returned before its release
+        // was answered (`LockRuntime::release_behind`) reads as released
+        // here, as its caller expects; briefly, as for an acquire.
+        if self.behind().is_pending(&lock_key) {
+            let settled = self.behind().settled(&lock_key);
+            let _ = self
+                .run(tokio::time::timeout(self.try_timeout(), settled))
+                .await;
+        }
         let recorded = self.run(self.backend().inspect(&lock_key)).await?;
         let mine = format!("{}:", owner::process_id());
         Ok(recorded.map(|r| LockInfo {

@@ -26,6 +26,17 @@ use crate::request::{LockRequest, OnLost};
 /// [`OnLost::Continue`] lets it finish and logs the loss. A panic or a
 /// cancelled call frees the lock through the runtime's background releaser.
 ///
+/// When the body is done on a hold known valid to its end (not lost, its
+/// lease still ahead on the client's clock, confirmed by the backend since
+/// any lost connection), the call returns at once and its release follows
+/// in the background: one round trip per uncontended call. This process's
+/// next acquire of the key is ordered after that release; another
+/// process's try may still find the key held for that moment. A hold the
+/// release finds gone (forced free during the body, unnoticed by
+/// renewals) is then only logged and counted as lost;
+/// [`OnLost::Confirm`] waits for the release's answer and returns
+/// `Err(LockError::Lost)` for it.
+///
 /// This is what `#[distributed_lock]` expands to.
 ///
 /// ```
@@ -63,7 +74,7 @@ where
     let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());
     let body = owner::enter(scope, body).instrument(hold);
     let result = match on_lost {
-        OnLost::Abort => {
+        OnLost::Abort | OnLost::Confirm => {
             let held: &Arc<HeldLock> = guard.held();
             let lost = guard.runtime().run(held.lost());
             // The loss first: a body is never polled again (nor for the
@@ -90,16 +101,32 @@ where
         }
         OnLost::Continue => body.await,
     };
-    match guard.release().await {
+    // The body ran on a hold known valid to its end: not lost, its
+    // client-side lease end still ahead, and confirmed by the backend since
+    // the connection was last lost. Nothing the release could answer would
+    // change the call's outcome, so it does not wait for the answer (one
+    // round trip per call, see `LockRuntime::release_behind`).
+    let epoch = guard.runtime().waiters().connection_epoch();
+    if on_lost != OnLost::Confirm && guard.held().fit_to_enter(epoch) {
+        guard.release_behind();
+        return result;
+    }
+    let aborts = on_lost != OnLost::Continue;
+    let released = if on_lost == OnLost::Confirm {
+        // Straight to the backend, whose answer is the point (a hold passed
+        // to a local waiter would never be answered for).
+        guard.release_confirmed().await
+    } else {
+        guard.release().await
+    };
+    match released {
         Ok(()) => result,
-        Err(LockError::Lost { key } | LockError::NotHeld { key })
-            if on_lost == OnLost::Abort && result.is_ok() =>
-        {
+        Err(LockError::Lost { key } | LockError::NotHeld { key }) if aborts && result.is_ok() => {
             Err(LockError::Lost { key }.into())
         }
-        Err(LockError::ShutDown) if on_lost == OnLost::Abort && result.is_ok() => {
-            Err(LockError::ShutDown.into())
-        }
+        Err(LockError::ShutDown) if aborts && result.is_ok() => Err(LockError::ShutDown.into()),
+        // Nothing confirmed the hold: `confirm` does not say `Ok` then.
+        Err(error) if on_lost == OnLost::Confirm && result.is_ok() => Err(error.into()),
         Err(error) => {
             tracing::warn!(%error, "lock trouble after the body finished; returning its result");
             result

@@ -31,6 +31,14 @@ pub enum OnLost {
     Abort,
     /// Let the body finish and return its result; the loss is logged (warn).
     Continue,
+    /// As [`Abort`](Self::Abort), and the call returns only once the
+    /// backend answered its release: a loss that only the release finds (a
+    /// forced release during the body that no renewal noticed yet) also
+    /// ends in `Err(LockError::Lost)`, and a release the backend did not
+    /// answer in `Err(LockError::Backend)`. The hold is never passed to a
+    /// local waiter instead. Costs the release's round trip, which the
+    /// other modes do not wait for.
+    Confirm,
 }
 
 /// The options of `#[distributed_lock]`, as the expansion passes them

@@ -20,9 +20,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::releases::PendingReleases;
+use crate::backend::{Backend, Release};
 use crate::error::{BackendError, LockError};
-use crate::held::HeldTable;
+use crate::held::{HeldLock, HeldTable};
 use crate::inflight::InFlight;
 use crate::waiters::Waiters;
 use crate::watchdog::{Watchdog, WatchdogStats};
@@ -49,6 +50,8 @@ pub(crate) struct Started {
     pub(crate) backend: Backend,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Arc<Watchdog>,
+    /// Locked calls' releases not yet answered (see [`LockRuntime::release_behind`]).
+    pub(crate) behind: Arc<PendingReleases>,
     /// Dropped with the last handle: stops the worker thread.
     pub(crate) stop: oneshot::Sender<()>,
 }
@@ -58,6 +61,9 @@ struct Inner {
     backend: Backend,
     waiters: Arc<Waiters>,
     watchdog: Arc<Watchdog>,
+    behind: Arc<PendingReleases>,
+    /// See [`RuntimeStats::lost_at_release`].
+    lost_at_release: Arc<std::sync::atomic::AtomicU64>,
     table: HeldTable,
     settings: Settings,
     /// Acquisitions in flight, and the gate that shutdown closes: no more
@@ -108,6 +114,11 @@ pub struct RuntimeStats {
     /// failover, a network cut); holds are not passed between tasks again
     /// until a renewal confirms them after it.
     pub connections_lost: u64,
+    /// Locked calls that returned before their release was answered, whose
+    /// release then found the hold gone (freed by force or by the server,
+    /// unnoticed while the body ran); also in the `lock_lost_total` metric.
+    /// `on_lost = "confirm"` turns such a call into `Err(LockError::Lost)`.
+    pub lost_at_release: u64,
 }
 
 impl LockRuntime {
@@ -120,6 +131,8 @@ impl LockRuntime {
                 backend: started.backend,
                 waiters: started.waiters,
                 watchdog: started.watchdog,
+                behind: started.behind,
+                lost_at_release: Arc::default(),
                 table: HeldTable::default(),
                 settings,
                 in_flight: Arc::default(),
@@ -217,6 +230,9 @@ impl LockRuntime {
                     // polled; waiters see the flag when they wake.)
                     inner.waiters.give_back_places();
                     inner.waiters.wake_all();
+                    // (A locked call's release that fails goes to the
+                    // backend's releaser: these first.)
+                    inner.behind.all_settled().await;
                     backend.all_releases_settled().await;
                 })
                 .await
@@ -267,6 +283,88 @@ impl LockRuntime {
         }
     }
 
+    /// Gives back `held` (its last frame gone, out of the watchdog) without
+    /// waiting for the backend's answer: a locked call whose hold is known
+    /// valid through its body's end returns as soon as the release is on
+    /// its way (`locked.rs`).
+    ///
+    /// The release is written here, from the caller's thread, before this
+    /// returns: on a backend whose one connection applies commands in the
+    /// order they are written (a single Redis server), anything this
+    /// process sends about the key afterwards reaches the server after it,
+    /// so the next acquire need not wait for its answer. (Should a
+    /// reconnect or an unloaded script delay it after all, that acquire
+    /// finds this process's old hold, and waits for its release message
+    /// like any waiter: later, never wrong.) Elsewhere the key's next
+    /// acquire in this process waits for the answer, as for a dropped guard.
+    ///
+    /// The answer goes to nobody's caller. A hold the release finds gone
+    /// (freed by force, or by the server, without a renewal noticing) is
+    /// counted in the `lock_lost` metric and logged (warn); a failed
+    /// release goes to the backend's background releaser, which retries.
+    /// Callers that need the verdict await [`LockGuard::release`](crate::LockGuard::release)
+    /// (`on_lost = "confirm"`).
+    pub(crate) fn release_behind(&self, held: &HeldLock) {
+        let backend = self.inner.backend.clone();
+        let ordered = backend.applies_in_order();
+        let pending = Behind::new(self.inner.behind.clone(), &held.lock_key, ordered);
+        let lost_at_release = self.inner.lost_at_release.clone();
+        let (key, lock_key, holder, fair) = (
+            held.key.clone(),
+            held.lock_key.clone(),
+            held.holder.clone(),
+            held.fair,
+        );
+        self.start_on_worker(async move {
+            match backend.release(&lock_key, &holder, fair).await {
+                Ok(outcome @ (Release::Freed | Release::StillHeld)) => {
+                    tracing::debug!(%key, ?outcome, behind = true, "lock released");
+                }
+                Ok(Release::NotHeld) => {
+                    lost_at_release.fetch_add(1, Ordering::Relaxed);
+                    crate::meter::lost(&key);
+                    tracing::warn!(
+                        %key,
+                        "a locked call's lock was no longer held when it was released after \
+                         the call returned (freed by force, or by the server): the call's \
+                         result was returned already; `on_lost = \"confirm\"` makes such a \
+                         call end in LockError::Lost"
+                    );
+                }
+                Err(error) => {
+                    tracing::debug!(%key, %error, "a locked call's release failed; retrying in the background");
+                    backend.release_in_background(lock_key, holder, fair);
+                }
+            }
+            drop(pending);
+        });
+    }
+
+    /// Polls `fut` once now, in the runtime's context, and has the worker
+    /// thread finish it if it is not done. Callable without a tokio context
+    /// and from `Drop`.
+    fn start_on_worker(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        // Out of tokio's cooperative budget: a caller whose task used its
+        // budget up would otherwise see the first poll stop at the
+        // connection's channel, unwritten, and the write would lose its
+        // place ahead of what the caller sends next.
+        let mut fut = Box::pin(tokio::task::unconstrained(fut));
+        let first = {
+            let _entered = self.inner.handle.enter();
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            std::future::Future::poll(fut.as_mut(), &mut cx)
+        };
+        if first.is_pending() {
+            // (The worker polls it at once, with its own waker.)
+            drop(self.inner.handle.spawn(fut));
+        }
+    }
+
+    /// Locked calls' releases not yet answered.
+    pub(crate) fn behind(&self) -> &Arc<PendingReleases> {
+        &self.inner.behind
+    }
+
     /// One round trip to the backend on the runtime's own connection (a Redis
     /// `PING`); returns how long it took. For readiness probes, and as the
     /// unit the benchmarks measure lock costs in.
@@ -300,6 +398,7 @@ impl LockRuntime {
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
             connections_lost: u64::from(self.inner.waiters.connection_epoch()),
+            lost_at_release: self.inner.lost_at_release.load(Ordering::Relaxed),
         }
     }
 
@@ -384,5 +483,35 @@ pub async fn shutdown() -> Result<usize, LockError> {
     match GLOBAL.get() {
         Some(runtime) => runtime.shutdown().await,
         None => Ok(0),
+    }
+}
+
+/// A locked call's release counted as pending until it is answered, or
+/// dropped unanswered (the worker stopped).
+struct Behind {
+    pending: Arc<PendingReleases>,
+    /// `None`: counted as ordered.
+    lock_key: Option<String>,
+}
+
+impl Behind {
+    fn new(pending: Arc<PendingReleases>, lock_key: &str, ordered: bool) -> Self {
+        let lock_key = if ordered {
+            pending.add_ordered();
+            None
+        } else {
+            pending.add(lock_key);
+            Some(lock_key.to_owned())
+        };
+        Behind { pending, lock_key }
+    }
+}
+
+impl Drop for Behind {
+    fn drop(&mut self) {
+        match self.lock_key.take() {
+            None => self.pending.done_ordered(),
+            Some(lock_key) => self.pending.done([lock_key.as_str()]),
+        }
     }
 }

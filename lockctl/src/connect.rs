@@ -102,6 +102,7 @@ impl Target {
         } else {
             format!("{kind} at")
         };
+        let text = with_tls_advice(text);
         Failure(self.scrub(&format!("{what} {}: {text}", self.topology.describe())))
     }
 
@@ -154,5 +155,51 @@ impl Target {
             .inspect(key)
             .await
             .map_err(|e| self.lock_failure(&e))
+    }
+}
+
+/// What refuses a TLS URL in a build without TLS: lock-runtime's two
+/// refusals (`rediss://`, etcd's `https://`) and redis's own.
+const NO_TLS: [&str; 3] = [
+    "`tls` feature of lock-runtime",
+    "feature `tls` of lock-runtime",
+    "can't connect with TLS, the feature is not enabled",
+];
+
+/// `text`, and when it is a refusal of TLS, the way to a lockctl with TLS:
+/// lock-runtime's message names its own cargo feature, which a user of
+/// lockctl does not set (lockctl's `tls` feature turns it on).
+fn with_tls_advice(text: String) -> String {
+    if NO_TLS.iter().any(|refusal| text.contains(refusal)) {
+        format!(
+            "{text} (this lockctl was built without TLS: install it with \
+             `cargo install --path lockctl --features tls`)"
+        )
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_tls_advice;
+
+    #[test]
+    fn a_refused_tls_url_points_to_lockctls_own_tls_feature() {
+        for refusal in [
+            "invalid lock configuration: rediss:// (TLS) needs the `tls` feature of \
+             lock-runtime: lock-runtime = { version = \"…\", features = [\"tls\"] }",
+            "an etcd endpoint is https://, but this build has no TLS: enable the feature \
+             `tls` of lock-runtime",
+            "can't connect with TLS, the feature is not enabled",
+        ] {
+            let text = with_tls_advice(refusal.to_owned());
+            assert!(
+                text.contains("`cargo install --path lockctl --features tls`"),
+                "{text}"
+            );
+        }
+        let other = "cannot connect to Redis at db:6379: Connection refused";
+        assert_eq!(with_tls_advice(other.to_owned()), other);
     }
 }

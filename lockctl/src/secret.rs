@@ -2,7 +2,8 @@
 //! replaced by `***`, and every message it prints has each known secret
 //! replaced too, whatever shape the input had (a URL without a scheme, a
 //! password holding `/` or `@`, a list of URLs, a password given on its
-//! own in `REDIS_PASSWORD`).
+//! own in `REDIS_PASSWORD`, a password in a query such as the `?pass=` of a
+//! `redis+unix://` URL, a password given where a URL was expected).
 
 /// The user part of one URL and the rest: `[scheme://]userinfo@rest`. The
 /// user part runs to the *last* `@`: a host or path has no `@`, while a
@@ -31,15 +32,50 @@ pub(crate) fn mask(urls: &str) -> String {
     urls.split(',').map(mask_one).collect::<Vec<_>>().join(",")
 }
 
+/// One URL as it may be shown: its password masked, and its query and
+/// fragment too (`redis+unix:///s?pass=…` carries the password there). A
+/// value with neither a scheme nor an `@` is shown only if it reads as
+/// `host:port`: a bare word may be a password given where a URL was
+/// expected (`REDIS_URL=$REDIS_PASSWORD`), and cannot be told from a host.
 fn mask_one(url: &str) -> String {
     match parts(url) {
         Some((scheme, userinfo, rest)) if password(url).is_some() => {
             let user = userinfo.split_once(':').map_or("", |(user, _)| user);
             let scheme = scheme.map_or(String::new(), |s| format!("{s}://"));
-            format!("{scheme}{user}:***@{rest}")
+            format!("{scheme}{user}:***@{}", without_query(rest))
         }
-        _ => url.to_owned(),
+        _ if !url.contains("://") && !url.contains('@') && !host_and_port(url) => "***".to_owned(),
+        _ => without_query(url),
     }
+}
+
+/// `url` without its query and fragment (`?***` in their place). Only the
+/// part after the user info is given: a password may hold a `?`.
+fn without_query(url: &str) -> String {
+    match url.find(['?', '#']) {
+        Some(at) => format!("{}?***", &url[..at]),
+        None => url.to_owned(),
+    }
+}
+
+/// Whether a value without a scheme reads as `host:port[/path]` (a port of
+/// digits), as sentinels, etcd endpoints and ZooKeeper servers are given.
+fn host_and_port(value: &str) -> bool {
+    let authority = value.split('/').next().unwrap_or_default().trim();
+    authority.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// The values of a URL's query fields that carry a password (`pass`, as
+/// redis's `redis+unix://` URLs take it, and `password`).
+fn query_secrets(url: &str) -> impl Iterator<Item = &str> {
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let query = query.split('#').next().unwrap_or_default();
+    query.split('&').filter_map(|field| {
+        let (name, value) = field.split_once('=')?;
+        matches!(name, "pass" | "password").then_some(value)
+    })
 }
 
 /// The secrets of these URLs (each URL of a comma-separated list), as
@@ -47,7 +83,7 @@ fn mask_one(url: &str) -> String {
 pub(crate) fn secrets_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut secrets = Vec::new();
     for url in urls.into_iter().flat_map(|u| u.split(',')) {
-        if let Some(secret) = password(url) {
+        for secret in password(url).into_iter().chain(query_secrets(url)) {
             secrets.push(secret.to_owned());
             secrets.push(crate::keys::percent_decoded(secret));
         }
@@ -79,7 +115,27 @@ mod tests {
         assert_eq!(mask("redis://:s3cret@db"), "redis://:***@db");
         assert_eq!(mask("redis://s3cret@db"), "redis://:***@db");
         assert_eq!(mask("redis://db:6379"), "redis://db:6379");
-        assert_eq!(mask("nonsense"), "nonsense");
+        assert_eq!(mask("db:6379/0"), "db:6379/0");
+        assert_eq!(mask("[::1]:6379"), "[::1]:6379");
+    }
+
+    #[test]
+    fn a_query_or_a_bare_word_is_not_shown() {
+        assert_eq!(
+            mask("redis+unix:///run/redis.sock?db=1&pass=hunter2"),
+            "redis+unix:///run/redis.sock?***"
+        );
+        assert_eq!(mask("redis://db:1/0#hunter2"), "redis://db:1/0?***");
+        // A `?` inside the password is not a query.
+        assert_eq!(mask("redis://:a?b@db:1"), "redis://:***@db:1");
+        // A password where a URL was expected reads like a host name.
+        assert_eq!(mask("hunter2"), "***");
+        assert_eq!(mask("s1:26379,hunter2"), "s1:26379,***");
+        let secrets = secrets_of(["redis+unix:///s?user=app&pass=hun%2Fter2"]);
+        assert_eq!(
+            scrub("auth hun/ter2 or hun%2Fter2", &secrets),
+            "auth *** or ***"
+        );
     }
 
     #[test]

@@ -274,7 +274,9 @@ async fn bad_url_unreachable_server_and_no_url_are_clear_errors_without_the_pass
 }
 
 /// No input makes lockctl print a password: not a URL without a scheme, not
-/// a password holding `/`, not a list of URLs, not `REDIS_PASSWORD`.
+/// a password holding `/`, not one in a query (`redis+unix://…?pass=`), not
+/// a password given where the URL was expected, not a list of URLs, not
+/// `REDIS_PASSWORD`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_is_never_printed_whatever_the_shape_of_the_input() {
     let port = lock_testkit::free_port();
@@ -284,6 +286,9 @@ async fn a_password_is_never_printed_whatever_the_shape_of_the_input() {
         "app:hunter2@localhost".to_owned(),
         format!("redis://:hunter2@{server}"),
         format!("redis://app:hun/ter2@{server}"),
+        "redis+unix:///tmp/lockctl-no-such.sock?db=1&pass=hunter2".to_owned(),
+        format!("redis://{server}/0?pass=hunter2"),
+        "hunter2".to_owned(),
     ];
     let mut outputs = Vec::new();
     for url in &urls {
@@ -297,6 +302,9 @@ async fn a_password_is_never_printed_whatever_the_shape_of_the_input() {
         ("REDIS_PASSWORD", "hunter2"),
     ];
     outputs.push(run_env(&["show", "k"], &sentinel, "").await);
+    let masters = format!("redis://:hunter2@{server},redis://:hunter2@{server},hunter2");
+    outputs.push(run_env(&["list"], &[("REDLOCK_URLS", &masters)], "").await);
+    outputs.push(run_env(&["show", "k"], &[("LOCK_REDIS_URL", "hunter2")], "").await);
     for output in &outputs {
         assert_eq!(code(output), ERROR, "{}", stderr(output));
         let all = format!("{}{}", stdout(output), stderr(output));
@@ -399,7 +407,8 @@ async fn help_documents_every_exit_code() {
 }
 
 /// `show` and `list` say which process holds a lock: the name its runtime
-/// was given, its host and its pid, not only a holder id.
+/// was given, its host, its pid and how long it has been up, not only a
+/// holder id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_and_list_say_which_process_holds_the_lock() {
     let prefix = unique("ctl-who");
@@ -432,11 +441,15 @@ async fn show_and_list_say_which_process_holds_the_lock() {
         out.contains("  process     billing-worker on ") && out.contains(&pid),
         "{out}"
     );
+    assert!(out.contains(&format!("{pid}, up ")), "{out}");
     let json = run(&prefix, &["show", "order:1", "--json"], "").await;
     let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
     assert_eq!(value["client"]["name"], "billing-worker");
     assert_eq!(value["client"]["pid"], std::process::id());
     assert_eq!(value["client"]["host"], published.host.as_str());
+    let started = published.started.duration_since(std::time::UNIX_EPOCH);
+    let started = started.unwrap().as_millis() as u64;
+    assert_eq!(value["client"]["started_ms"], started);
 
     let list = run(&prefix, &["list"], "").await;
     assert_eq!(code(&list), FOUND, "{}", stderr(&list));

@@ -469,3 +469,111 @@ async fn cohort_does_not_pass_a_hold_the_server_may_have_lost() {
     );
     next.release().await.unwrap();
 }
+/// A hold freed by force (`force_unlock`, `lockctl release`) is not passed
+/// to a local task: the release message wakes this process's first waiter,
+/// which takes the key from the server, and that new hold tells the old
+/// one it is gone. Before, the old holder's body ended by passing its hold
+/// (gone on the server) to the next local waiter, which entered beside the
+/// first: two tasks of one process inside at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_freed_by_force_is_not_passed_to_a_local_task_beside_the_one_the_release_woke() {
+    let prefix = unique("force-pass");
+    let server = RedisServer::start();
+    let builder = || {
+        LockRuntime::builder()
+            .redis(server.url())
+            .key_prefix(&prefix)
+            .cohort(8, Duration::from_secs(30))
+            .fair(false)
+    };
+    let runtime = builder().build().await.unwrap();
+    let admin = builder().build().await.unwrap();
+    let key = unique("force-pass-key");
+    let mut con = server.connection().await;
+    let occupancy = std::sync::Arc::new(lock_tests::Occupancy::new());
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    let mut waiters = Vec::new();
+    let forced = with_lock(runtime.lock(&key), async {
+        let before = CommandStats::read(&mut con).await.unwrap();
+        for _ in 0..2 {
+            let (runtime, key) = (runtime.clone(), key.clone());
+            let (occupancy, inside) = (occupancy.clone(), inside.clone());
+            let mut done = done_rx.clone();
+            waiters.push(tokio::spawn(async move {
+                with_lock(runtime.lock(&key).wait(Duration::from_secs(10)), async {
+                    let _in = occupancy.enter();
+                    inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = done.wait_for(|d| *d).await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+            }));
+        }
+        wait_until("two local tasks wait for the key", || {
+            runtime.stats().waiting == 2
+        })
+        .await;
+        let mut tries = 0;
+        for _ in 0..600 {
+            tries = CommandStats::read(&mut con)
+                .await
+                .unwrap()
+                .since(&before)
+                .get("evalsha");
+            if tries >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // (The first task's two tries; the second queues behind it in the
+        // process, without a try.)
+        assert!(tries >= 2, "the waiting tasks tried {tries} times in 3 s");
+        assert!(admin.force_unlock(&key).await.unwrap());
+        wait_until("the woken task takes the key from the server", || {
+            inside.load(std::sync::atomic::Ordering::SeqCst) == 1
+        })
+        .await;
+        // The second task wakes 20 ms after the first and finds the key
+        // busy (the first task's, now): a third and fourth try; it sleeps.
+        for _ in 0..600 {
+            tries = CommandStats::read(&mut con)
+                .await
+                .unwrap()
+                .since(&before)
+                .get("evalsha");
+            if tries >= 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(tries >= 4, "the waiting tasks tried {tries} times in 3 s");
+        Ok::<_, LockError>(())
+    })
+    .await;
+    // The new hold told the forced one it is gone: its call ends in `Lost`.
+    match &forced {
+        Err(LockError::Lost { key: lost }) => assert_eq!(lost, &key),
+        other => panic!("the call whose hold was freed by force returned {other:?}"),
+    }
+    // Handed the old hold, the second task enters beside the first (the
+    // defect); otherwise it waits for the first.
+    if runtime.stats().passed_locally > 0 {
+        wait_until("the task the hold was passed to enters", || {
+            inside.load(std::sync::atomic::Ordering::SeqCst) == 2
+        })
+        .await;
+    }
+    done_tx.send(true).unwrap();
+    let mut outcomes = Vec::new();
+    for waiter in waiters {
+        outcomes.push(waiter.await.unwrap());
+    }
+    assert_eq!(
+        occupancy.max(),
+        1,
+        "two tasks of this process were inside at once (passed locally: {}; their calls: \
+         {outcomes:?})",
+        runtime.stats().passed_locally
+    );
+}

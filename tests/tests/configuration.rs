@@ -549,22 +549,7 @@ async fn a_cluster_node_given_as_one_server_is_refused_at_start_naming_lock_redi
 
 #[tokio::test]
 async fn a_port_that_does_not_speak_redis_is_named_as_such() {
-    // An HTTP server's answer to whatever it is sent, then the connection
-    // closes (as a web server does with a request it cannot read).
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let http = tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        for _ in 0..100 {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let mut request = [0u8; 1024];
-            let _ = socket.read(&mut request).await;
-            let answer = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-            let _ = socket.write_all(answer).await;
-        }
-    });
+    let (port, http) = not_redis().await;
     let err = LockRuntime::builder()
         .redis(format!("redis://:hunter2@127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(500))
@@ -581,6 +566,60 @@ async fn a_port_that_does_not_speak_redis_is_named_as_such() {
         "{text}"
     );
     assert!(!text.contains("hunter2"), "{text}");
+}
+
+/// The same for a Cluster node and a sentinel that are not Redis: the error
+/// says so, naming the address, instead of the parser's `Unexpected '72'`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_or_sentinel_that_does_not_speak_redis_is_named_as_such() {
+    let (port, http) = not_redis().await;
+    let cluster = LockRuntime::builder()
+        .redis_cluster(vec![format!("redis://127.0.0.1:{port}")])
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    let sentinel = LockRuntime::builder()
+        .redis_sentinel(vec![format!("redis://127.0.0.1:{port}")], "mymaster")
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    http.abort();
+    let text = format!("{cluster} {cluster:?}");
+    assert!(
+        text.contains(&format!(
+            "the server at 127.0.0.1:{port} did not answer as Redis"
+        )),
+        "{text}"
+    );
+    let text = format!("{sentinel} {sentinel:?}");
+    assert!(
+        text.contains(&format!(
+            "sentinel 127.0.0.1:{port}: it did not answer as Redis"
+        )),
+        "{text}"
+    );
+}
+
+/// A port that answers like an HTTP server (whatever it is sent, then it
+/// closes the connection), for as long as the task runs.
+async fn not_redis() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for _ in 0..100 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let answer = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+            let _ = socket.write_all(answer).await;
+        }
+    });
+    (port, http)
 }
 
 // ---------------------------------------------------------------------------

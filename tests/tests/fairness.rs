@@ -14,7 +14,7 @@ use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::{CommandStats, RedisServer};
 use lock_tests::{
     fair_runtime, on_every_backend, queue_len, redis, unique, until_nothing_left, until_queued,
-    Kind, Occupancy,
+    FaultProxy, Kind, Occupancy,
 };
 use redis::AsyncCommands;
 
@@ -433,8 +433,23 @@ async fn fair_places_of_many_waiting_keys_cost_a_few_scripts_per_second() {
         .await;
     }
     let mut con = server.connection().await;
-    // Settled: every waiter has made its two attempts (queued, subscribed).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled: the holder's acquisitions and every waiter's two attempts
+    // (queued, then again once subscribed: the subscriptions go out one by
+    // one, so on a busy machine the last retries come seconds later) have
+    // run. (Polled: a server's counters send no event.)
+    let settled = (3 * KEYS) as u64;
+    for _ in 0..400 {
+        let (scripts, _) = scripts_run(&mut con).await;
+        if scripts >= settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (scripts, _) = scripts_run(&mut con).await;
+    assert!(
+        scripts >= settled,
+        "only {scripts} scripts ran: not settled"
+    );
     let before = CommandStats::read(&mut con).await.unwrap();
     // Longer than a queue entry lives (3 s): places must have been refreshed.
     let span = Duration::from_millis(3500);
@@ -626,4 +641,310 @@ async fn a_plain_process_on_a_key_fair_processes_use_gets_its_turns() {
         counts[2] * 4 >= fair_mean,
         "the plain process hardly got the key: {counts:?} (fair, fair, plain)"
     );
+}
+
+/// Waits (bounded: 5 s) until the proxy has dropped a connection at an
+/// armed command `count` times.
+async fn until_dropped(proxy: &FaultProxy, count: u64) {
+    for _ in 0..5000 {
+        if proxy.dropped_at_command() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!(
+        "the proxy dropped {} connections, expected {count}",
+        proxy.dropped_at_command()
+    );
+}
+
+/// Was a defect (issue 27). A fair waiter whose attempt fails (its
+/// connection dropped) gives its queue place up and sends a release for it;
+/// if that release is lost too (here each of the releaser's three tries
+/// meets a dropped connection), the place stays queued in Redis for its
+/// entry's life, and the next release hands it the lock. Nobody took it:
+/// the process had forgotten the id, and the lock sat idle for the whole
+/// claim (3 s), for every process. Now the process keeps the ids it gave
+/// up for that long and gives them back again when Redis answers it, or
+/// when a handoff names one: the lock goes on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_a_place_given_up_after_a_failed_attempt_is_passed_on_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-retired");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let got = waiter
+            .lock("k")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got, Instant::now(), waiter)
+    });
+    // Its place was queued and confirmed just now (the retry after it
+    // subscribed): the entry lives 3 s from here.
+    until_waiter_settled(&mut con).await;
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    let [place] = &queued[..] else {
+        panic!("expected one queued place: {queued:?}")
+    };
+
+    // Every chunk takes 50 ms through the proxy: a reconnection (HELLO, then
+    // the subscriptions) takes at least 200 ms, time enough to arm the next
+    // drop before the next release goes out.
+    proxy.slow(Some(Duration::from_millis(50)));
+    // The waiter's next attempt (woken by the lost connection) fails: its
+    // connection drops as the script goes out. It gives the place up.
+    proxy.drop_at_command("acquire");
+    proxy.drop_connections();
+    until_dropped(&proxy, 1).await;
+    // The give-back of the place, and the releaser's two retries, each meet
+    // a dropped connection: the releaser gives the release up.
+    for drops in 2..=4 {
+        proxy.drop_at_command(place);
+        until_dropped(&proxy, drops).await;
+    }
+    proxy.drop_at_command("no-such-command-is-ever-sent");
+    proxy.slow(None);
+    let still_queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+
+    let first_fence = guard.fence();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let handed_to: Option<String> = con.hget(&hash, place).await.unwrap();
+    let (got, acquired, _waiter) = task.await.unwrap();
+    let next = got.unwrap();
+    let waited = acquired - released;
+    println!(
+        "queue before the release {still_queued:?} (given up: {place}); handed to it: {}; \
+         the waiter took the lock {waited:?} after the release",
+        handed_to.is_some()
+    );
+    assert!(
+        waited < Duration::from_secs(1),
+        "the lock sat {waited:?} on a place its process had given up"
+    );
+    assert!(next.fence() > first_fence, "tokens went back");
+    next.release().await.unwrap();
+}
+
+/// Was a defect (issue 27). A fair waiter's attempt takes the free lock for
+/// its process's place (no handoff, so no message), and the waiter is
+/// cancelled before the reply comes. The lock is held under the place,
+/// which the process's next waiter shares, but nobody knew: that waiter
+/// found the place busy with the attempt and slept until its next refresh
+/// or alarm (up to a second). Now an attempt whose waiter went away wakes
+/// the head when it is answered, and the head's attempt claims the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_for_a_waiter_that_went_away_goes_to_the_next_waiter_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-gone");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let admin = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let acquire = |w: &LockRuntime| {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let got = w.lock("k").wait(Duration::from_secs(20)).acquire().await;
+            (got, Instant::now())
+        })
+    };
+    let first = acquire(&waiter);
+    // Its place was just confirmed (the retry after it subscribed): the next
+    // refresh is at least 750 ms away.
+    until_waiter_settled(&mut con).await;
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    let [place] = &queued[..] else {
+        panic!("expected one queued place: {queued:?}")
+    };
+    let second = acquire(&waiter);
+    lock_tests::wait_until("the second waiter queues behind the first", || {
+        waiter.stats().waiting == 2
+    })
+    .await;
+    // Every chunk takes 100 ms through the proxy: the first waiter's
+    // attempt is answered 100 ms after its script ran.
+    proxy.slow(Some(Duration::from_millis(100)));
+    // The lock is freed without a handoff: the first waiter (woken by the
+    // message) takes it for the place.
+    assert!(admin.force_unlock("k").await.unwrap());
+    drop(guard);
+    let mut taken = false;
+    for _ in 0..1000 {
+        let field: Option<String> = con.hget(&hash, place).await.unwrap();
+        if field.is_some() {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(taken, "the first waiter's attempt never took the lock");
+    first.abort();
+    let cancelled = Instant::now();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let (got, acquired) = second.await.unwrap();
+    let next = got.unwrap();
+    let waited = acquired - cancelled;
+    println!("the second waiter took the lock {waited:?} after the first was cancelled");
+    // (Before: 1.2 s, the waiter's place alarm; a refresh could not have
+    // found the place taken before about 0.9 s.)
+    assert!(
+        waited < Duration::from_millis(700),
+        "the lock sat {waited:?} on the place of a cancelled waiter"
+    );
+    next.release().await.unwrap();
+}
+
+/// The place a waiter's first attempt queues is handed the lock before the
+/// waiter has registered or subscribed (so its message reaches nobody): the
+/// retry it makes once subscribed claims the lock, no claim runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_before_the_waiter_subscribed_is_taken_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-early");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    // The waiter hears of its first attempt's reply 100 ms after the script
+    // queued its place.
+    proxy.slow(Some(Duration::from_millis(100)));
+    let w = waiter.clone();
+    let task = tokio::spawn(async move {
+        let got = w.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now())
+    });
+    until_queued(&mut con, &hash, 1).await;
+    assert_eq!(waiter.stats().waiting_keys, 0, "registered already");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, acquired) = task.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+}
+
+/// A handoff whose message is lost with the waiter's connection (held in a
+/// stalled proxy, then cut): the lost connection wakes the waiter, whose
+/// attempt with its place claims the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_whose_message_was_lost_with_the_connection_is_taken_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-lost-msg");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let waiter = fair_runtime(&proxy.url(), &prefix).await;
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let got = waiter
+            .lock("k")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got, Instant::now(), waiter)
+    });
+    until_waiter_settled(&mut con).await;
+    proxy.stall();
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    // The handoff message is held in the proxy, then dropped with it.
+    proxy.drop_connections();
+    proxy.resume();
+    let (got, acquired, _waiter) = task.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+}
+
+/// The only waiter of a process is cancelled while a handoff to its place
+/// is on its way (held in a stalled proxy): the place is given back when it
+/// leaves, and the lock goes on to a waiter of another process as soon as
+/// that give-back reaches Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_the_place_of_a_cancelled_waiter_goes_on_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let prefix = unique("fair-cancel-handed");
+    let holder = fair_runtime(&server.url(), &prefix).await;
+    let leaving = fair_runtime(&proxy.url(), &prefix).await;
+    let other = fair_runtime(&server.url(), &prefix).await;
+    let hash = holder.backend_key("k");
+    let mut con = server.connection().await;
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let w = leaving.clone();
+    let cancelled =
+        tokio::spawn(async move { w.lock("k").wait(Duration::from_secs(20)).acquire().await });
+    until_waiter_settled(&mut con).await;
+    let o = other.clone();
+    let next = tokio::spawn(async move {
+        let got = o.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now())
+    });
+    until_queued(&mut con, &hash, 2).await;
+    proxy.stall();
+    guard.release().await.unwrap();
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert_eq!(leaving.stats().waiting_keys, 0);
+    let resumed = Instant::now();
+    proxy.resume();
+    let (got, acquired) = next.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - resumed;
+    println!("the other process took the lock {waited:?} after the proxy resumed");
+    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+}
+
+/// A process passes the lock to its only waiter (lock cohorting) while that
+/// waiter's place is queued in Redis ahead of another process's: the unused
+/// place is given back as the waiter leaves, so the process's next release
+/// goes to the other process at once, not to a place nobody waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_left_unused_by_a_local_pass_does_not_keep_the_next_release() {
+    let prefix = unique("fair-passed");
+    // (A cohort budget longer than the test's steps.)
+    let patient = || {
+        Kind::Redis
+            .builder(&prefix)
+            .fair(true)
+            .cohort(8, Duration::from_secs(30))
+            .build()
+    };
+    let (a, b) = (patient().await.unwrap(), patient().await.unwrap());
+    let hash = a.backend_key("k");
+    let mut con = redis().connection().await;
+    let first = a.lock("k").acquire().await.unwrap();
+    let local = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock("k").wait(Duration::from_secs(20)).acquire().await })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let other = tokio::spawn(async move {
+        let got = b.lock("k").wait(Duration::from_secs(20)).acquire().await;
+        (got, Instant::now(), b)
+    });
+    until_queued(&mut con, &hash, 2).await;
+    first.release().await.unwrap();
+    let passed = local.await.unwrap().unwrap();
+    assert_eq!(a.stats().passed_locally, 1, "not passed locally");
+    let released = Instant::now();
+    passed.release().await.unwrap();
+    let (got, acquired, _b) = other.await.unwrap();
+    got.unwrap().release().await.unwrap();
+    let waited = acquired - released;
+    println!("the other process took the lock {waited:?} after the release");
+    assert!(waited < Duration::from_millis(500), "waited {waited:?}");
 }

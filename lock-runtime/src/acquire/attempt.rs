@@ -136,14 +136,26 @@ impl Acquisition {
         } else {
             self.deadline
         };
-        // A release of this key that this process queued (a dropped guard)
-        // goes out first, so that the key is free for this process's next
+        // A release of this key that this process queued (a dropped guard,
+        // or a locked call's release where the backend may apply it after
+        // this attempt, see `LockRuntime::release_behind`) goes out first, so that the key is free for this process's next
         // acquire at once, as on the embedded backend. Briefly: a release
         // stuck on a dead connection must not hold up the attempt.
         let mut release_unanswered = false;
-        if runtime.backend().release_pending(&self.want.lock_key) {
+        let behind = runtime.behind();
+        if runtime.backend().release_pending(&self.want.lock_key)
+            || behind.is_pending(&self.want.lock_key)
+        {
             let settle_by = Instant::now() + runtime.try_timeout();
-            let settled = runtime.backend().releases_settled(&self.want.lock_key);
+            let settled = async {
+                // (A locked call's release that fails goes to the backend's
+                // releaser: that one first.)
+                behind.settled(&self.want.lock_key).await;
+                runtime
+                    .backend()
+                    .releases_settled(&self.want.lock_key)
+                    .await;
+            };
             let by = bound.map_or(settle_by, |b| b.min(settle_by));
             release_unanswered = tokio::time::timeout_at(by, settled).await.is_err();
         }

@@ -532,6 +532,21 @@ impl Backend {
         }
     }
 
+    /// Whether commands written one after another on this backend's
+    /// connection are applied in that order, so that a release written
+    /// before an acquire of the same key is applied first: one Redis
+    /// server's connection. Not a Cluster (a redirected command is sent
+    /// again later), Sentinel (the primary may change between the two),
+    /// Redlock (a majority of several), etcd (one gRPC call may overtake
+    /// another, see `etcd/tomb.rs`) or ZooKeeper (a release and an acquire
+    /// may use different sessions); the embedded store frees at once.
+    pub(crate) fn applies_in_order(&self) -> bool {
+        match self {
+            Backend::Redis(r) => !r.is_cluster(),
+            _ => false,
+        }
+    }
+
     /// Whether a background release of `lock_key` is queued and not yet
     /// answered (never on the embedded backend, which frees at once).
     pub(crate) fn release_pending(&self, lock_key: &str) -> bool {

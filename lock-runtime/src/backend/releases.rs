@@ -81,6 +81,22 @@ impl PendingReleases {
         self.total.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Records a release that went out on the connection this process's
+    /// next command on its lock goes through, ahead of that command (a
+    /// locked call's release, `LockRuntime::release_behind`): the server
+    /// applies it first, so an acquire need not wait for its answer. Counted
+    /// for [`all_settled`](Self::all_settled) only.
+    pub(crate) fn add_ordered(&self) {
+        self.total.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records that a release counted by [`add_ordered`](Self::add_ordered)
+    /// was answered (or handed to the background releaser).
+    pub(crate) fn done_ordered(&self) {
+        self.total.fetch_sub(1, Ordering::AcqRel);
+        self.answered.notify_waiters();
+    }
+
     /// Records that the releases of `hashes` were answered (or given up).
     pub(crate) fn done<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) {
         {
@@ -193,6 +209,7 @@ impl ReleaseOutage {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::PendingReleases;
 
@@ -210,5 +227,23 @@ mod tests {
         pending.settled("a").await;
         pending.all_settled().await;
         assert!(!pending.is_pending("b"));
+    }
+
+    /// A release sent ahead of the next command on its connection holds
+    /// up nobody's acquire, but shutdown still waits for its answer.
+    #[tokio::test]
+    async fn an_ordered_release_is_waited_for_by_shutdown_only() {
+        let pending = std::sync::Arc::new(PendingReleases::default());
+        pending.add_ordered();
+        assert!(!pending.is_pending("a"));
+        pending.settled("a").await;
+        let all = tokio::spawn({
+            let pending = pending.clone();
+            async move { pending.all_settled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!all.is_finished());
+        pending.done_ordered();
+        all.await.unwrap();
     }
 }

@@ -37,7 +37,50 @@ pub(super) struct FairPlace {
     /// with it was out: sent when that attempt ends (its watches, channel
     /// and holder id).
     pub(super) give_back_after: Option<(Arc<dyn Watches>, String, String)>,
+    /// The waiter of the attempt out handled its reply (see
+    /// [`Attempt`]'s drop).
+    answered: bool,
+    /// Places given up after a failed attempt, while they may still hold a
+    /// queue entry or the lock in the backend (kept across `reset`).
+    retired: Vec<Retired>,
 }
+
+/// A place given up after its attempt failed ([`WaitTicket::abandon_place`]).
+///
+/// Its give-back goes out at once, but through the same connection that
+/// just failed: in an outage the releaser gives it up after a few tries,
+/// and the place stays queued in the backend until its entry runs out. A
+/// release that reaches it meanwhile hands it the lock, which then sits
+/// unused for the whole claim (up to 3 s, for every process), since no
+/// waiter knows the id any more. So the id is kept here, and given back
+/// again once the backend is reachable: when a handoff names it (its
+/// message came through), and when the backend answers an attempt or a
+/// refresh of the key. A second give-back of a unique holder id is
+/// harmless (it finds nothing, or frees what the place was handed).
+#[derive(Debug)]
+pub(super) struct Retired {
+    id: String,
+    /// After this the place can hold nothing any more: its entry lives a
+    /// queue entry's life after the failed attempt (which may still have
+    /// refreshed it), and a claim handed to it as long again.
+    until: Instant,
+    /// When its give-back was last sent.
+    sent: Instant,
+}
+
+/// How long a retired place is kept (see [`Retired::until`]).
+const RETIRED_FOR: Duration = QUEUE_ENTRY_LIFE.saturating_mul(2);
+
+/// Retired places kept per key at most: one is added per failed attempt
+/// and each lasts [`RETIRED_FOR`], so with the error backoff (20-500 ms)
+/// an outage retires a few dozen at most; the oldest ones, kept, are the
+/// ones that were queued before it.
+const RETIRED_MAX: usize = 64;
+
+/// A retired place is given back again at most this often when the
+/// backend answers (its earlier give-back may still be in the releaser's
+/// retries: each answered attempt sending another would only add load).
+const RETIRED_RESEND: Duration = Duration::from_millis(500);
 
 /// A handoff message to this process's place, as it arrived.
 #[derive(Clone, Copy, Debug)]
@@ -76,15 +119,69 @@ impl FairPlace {
         let id = self.id.take();
         *self = FairPlace {
             generation: self.generation.wrapping_add(1),
+            retired: std::mem::take(&mut self.retired),
             ..FairPlace::default()
         };
         id
+    }
+
+    /// Keeps `id`, given up just now and its give-back sent, as retired.
+    fn retire(&mut self, id: String, now: Instant) {
+        self.retired.retain(|r| r.until > now);
+        if self.retired.len() < RETIRED_MAX {
+            self.retired.push(Retired {
+                id,
+                until: now + RETIRED_FOR,
+                sent: now,
+            });
+        }
+    }
+
+    /// The backend answered for this key at `now`: the retired places whose
+    /// give-back was last sent long enough ago, to be given back again.
+    fn retired_due(&mut self, now: Instant) -> Vec<String> {
+        self.retired.retain(|r| r.until > now);
+        self.retired
+            .iter_mut()
+            .filter(|r| now >= r.sent + RETIRED_RESEND)
+            .map(|r| {
+                r.sent = now;
+                r.id.clone()
+            })
+            .collect()
+    }
+
+    /// A handoff named `holder`: whether it is a retired place (then given
+    /// back again now, whenever it was last).
+    fn retired_handed(&mut self, holder: &str, now: Instant) -> bool {
+        match self.retired.iter_mut().find(|r| r.id == holder) {
+            Some(retired) => {
+                retired.sent = now;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every retired place that may still hold something (the key's last
+    /// waiter left: nobody will hear a handoff to them any more).
+    pub(super) fn take_retired(&mut self, now: Instant) -> Vec<String> {
+        std::mem::take(&mut self.retired)
+            .into_iter()
+            .filter(|r| r.until > now)
+            .map(|r| r.id)
+            .collect()
     }
 }
 
 /// An attempt with a key's fair place; ends it when dropped (reply handled,
 /// or the attempt cancelled), and then hands a handoff that arrived
-/// meanwhile to the head.
+/// meanwhile to the head. An attempt whose waiter went away before handling
+/// its reply (cancelled, or its wait ran out with the script in flight)
+/// wakes the head too: the script may have taken the lock for the place
+/// (a free lock takes no handoff message) or queued it, and only an attempt
+/// with the place finds out which; otherwise the lock would sit unused
+/// until the head's next refresh or alarm (up to a second).
 #[derive(Debug)]
 pub(crate) struct Attempt {
     entry: Arc<KeyWaiters>,
@@ -98,13 +195,13 @@ impl Drop for Attempt {
             return; // that place is gone; its attempt ended with it
         }
         place.attempting = false;
-        let handed = place.handed.is_some();
+        let wake = place.handed.is_some() || !place.answered;
         let give_back = place.give_back_after.take();
         drop(place);
         if let Some((watches, channel, id)) = give_back {
             watches.give_back_place(channel, id);
         }
-        if handed {
+        if wake {
             self.entry.wake_head();
         }
     }
@@ -154,6 +251,7 @@ impl WaitTicket {
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
         let id = place.id.clone()?;
         place.attempting = true;
+        place.answered = false;
         let attempt = Attempt {
             entry: self.entry.clone(),
             generation: place.generation,
@@ -171,13 +269,24 @@ impl WaitTicket {
     /// connection may have dropped, and the attempt may yet have reached
     /// Redis): returns its id for a background release, which takes it out
     /// of the queue or frees what was handed to it; the next attempt makes
-    /// a new place.
+    /// a new place. The id is kept as [`Retired`] meanwhile, in case that
+    /// release is lost too.
     pub(crate) fn abandon_place(&self, holder: &str) -> Option<String> {
         let mut place = self.entry.place();
         if place.id.as_deref() != Some(holder) {
             return None;
         }
-        place.reset()
+        let id = place.reset()?;
+        place.retire(id.clone(), Instant::now());
+        Some(id)
+    }
+
+    /// The backend answered an attempt for this key: retired places are
+    /// given back again (see [`Retired`]), with the place no longer locked.
+    fn backend_answered(&self, mut place: std::sync::MutexGuard<'_, FairPlace>) {
+        let due = place.retired_due(Instant::now());
+        drop(place);
+        self.waiters.give_back(&self.channel, due);
     }
 
     /// Fair mode: a first attempt, made before this waiter registered, queued
@@ -207,7 +316,9 @@ impl WaitTicket {
         let mut place = self.entry.place();
         if place.id.as_deref() == Some(holder) {
             place.confirm(sent_at);
+            place.answered = true;
         }
+        self.backend_answered(place);
     }
 
     /// Fair mode: an attempt with the place id `holder` says the lock is held
@@ -216,11 +327,12 @@ impl WaitTicket {
     /// took it, by this call or by [`take_handoff`](Self::take_handoff).
     pub(crate) fn claim_place(&self, holder: &str) -> bool {
         let mut place = self.entry.place();
-        if place.id.as_deref() != Some(holder) {
-            return false;
+        let claimed = place.id.as_deref() == Some(holder);
+        if claimed {
+            place.reset();
         }
-        place.reset();
-        true
+        self.backend_answered(place);
+        claimed
     }
 
     /// Fair mode: takes a lock handed to this process's place, if there is
@@ -346,7 +458,9 @@ impl Heartbeats for Waiters {
             if found.queued {
                 place.confirm(sent_at);
             }
+            let retired = place.retired_due(Instant::now());
             drop(place);
+            self.give_back(&refreshed.lock_key, retired);
             match u64::try_from(found.lock_ttl) {
                 // Not queued (handed the lock, whose message may be late, or
                 // dropped), or the lock is free with nobody to tell (its
@@ -363,6 +477,30 @@ impl Heartbeats for Waiters {
 }
 
 impl Waiters {
+    /// Gives back the places `ids` of the lock `lock` (fair releases of
+    /// their ids, in the background).
+    pub(super) fn give_back(&self, lock: &str, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Some(watches) = self.watches.get() {
+            for id in ids {
+                watches.give_back_place(lock.to_owned(), id);
+            }
+        }
+    }
+
+    /// A handoff named `holder`, not this process's place: if it is one of
+    /// its retired places, that place is given back now (the message came
+    /// through, so the connection works again), and the lock goes on to
+    /// the next in line instead of waiting out the claim.
+    pub(super) fn give_back_if_retired(&self, lock: &str, entry: &KeyWaiters, holder: &str) {
+        let retired = entry.place().retired_handed(holder, Instant::now());
+        if retired {
+            self.give_back(lock, vec![holder.to_owned()]);
+        }
+    }
+
     /// Gives back every fair place of this process (shutdown): each leaves
     /// its key's queue in the backend, or frees what was handed to it.
     pub(crate) fn give_back_places(&self) {
@@ -379,5 +517,33 @@ impl Waiters {
                 watches.give_back_place(lock, id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retired_place_is_given_back_again_at_most_every_half_second_while_it_may_hold_something() {
+        let mut place = FairPlace::default();
+        let t0 = Instant::now();
+        place.retire("r".to_owned(), t0);
+        // Its first give-back went out just now (it may still be in the
+        // releaser's retries).
+        assert!(place.retired_due(t0).is_empty());
+        let later = t0 + RETIRED_RESEND;
+        assert_eq!(place.retired_due(later), ["r"]);
+        assert!(place.retired_due(later + RETIRED_RESEND / 2).is_empty());
+        // A handoff names it: again at once.
+        assert!(place.retired_handed("r", later + RETIRED_RESEND / 2));
+        assert!(!place.retired_handed("other", later));
+        // Kept across a reset of the place.
+        place.reset();
+        assert_eq!(place.retired_due(later + RETIRED_RESEND * 2), ["r"]);
+        // Once its entry and any claim handed to it have run out: dropped.
+        assert!(place.retired_due(t0 + RETIRED_FOR).is_empty());
+        assert!(place.take_retired(t0 + RETIRED_FOR).is_empty());
     }
 }

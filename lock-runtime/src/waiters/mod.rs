@@ -262,7 +262,14 @@ impl Waiters {
                 });
                 drop(place);
                 entry.wake_head();
-            } else if entry
+                return;
+            }
+            drop(place);
+            // A place this process gave up after a failed attempt, whose
+            // give-back may have been lost: given back now, so the lock goes
+            // on at once instead of after the place's claim.
+            self.give_back_if_retired(channel, &entry, holder);
+            if entry
                 .fair_seen
                 .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -270,7 +277,6 @@ impl Waiters {
                 // Other processes hand this key on in fair mode: a plain
                 // waiter of ours would never see it free. The head tries
                 // again now, and queues (see `WaitTicket::fair_in_use`).
-                drop(place);
                 entry.wake_head();
             }
         }
@@ -384,6 +390,9 @@ impl Waiters {
                 // or, if the lock was handed to it meanwhile, frees the lock.
                 if let Some(watches) = self.watches.get() {
                     let mut place = ticket.entry.place();
+                    // Retired places too, once more: no handoff to one will
+                    // be heard here any more (see `fair::Retired`).
+                    let mut give_back = place.take_retired(Instant::now());
                     if let Some(id) = place.id.take() {
                         if place.attempting {
                             // An attempt with it is still out: its script
@@ -392,9 +401,12 @@ impl Waiters {
                             // back when that attempt is answered.
                             place.give_back_after = Some((watches.clone(), channel.clone(), id));
                         } else {
-                            drop(place);
-                            watches.give_back_place(channel.clone(), id);
+                            give_back.push(id);
                         }
+                    }
+                    drop(place);
+                    for id in give_back {
+                        watches.give_back_place(channel.clone(), id);
                     }
                     watches.unwatch(&channel);
                 }
@@ -600,6 +612,59 @@ mod tests {
         waiters.hand_over("lock:{k}:released", &id, 8, 8);
         let handoff = a.take_handoff(Duration::ZERO, now).unwrap();
         assert_eq!((handoff.fence, handoff.epoch), (8, now));
+    }
+
+    #[tokio::test]
+    async fn an_attempt_whose_waiter_went_away_before_its_reply_wakes_the_head() {
+        let (_waiters, a, b) = key();
+        let woken = || tokio::time::timeout(Duration::from_millis(50), a.slot().wake.notified());
+        // Answered: its waiter handled the reply (busy), nobody else tries.
+        let (id, attempt) = b.begin_attempt(LEASE).unwrap();
+        b.confirm_place(&id, Instant::now());
+        drop(attempt);
+        assert!(woken().await.is_err(), "woken for an answered attempt");
+        // Its waiter went away with the script out: what the script did
+        // (perhaps take the free lock for the place) is for the head to
+        // find out.
+        let (_, attempt) = b.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        assert!(woken().await.is_ok(), "the head was not woken");
+    }
+
+    /// Watches that record the places given back.
+    #[derive(Debug, Default)]
+    struct GivenBack(Mutex<Vec<String>>);
+
+    impl Watches for GivenBack {
+        fn watch(&self, _lock: &str, watched: Arc<dyn crate::backend::Watched>) {
+            watched.set_ready();
+        }
+        fn unwatch(&self, _lock: &str) {}
+        fn give_back_place(&self, _lock: String, holder: String) {
+            self.0.lock().unwrap().push(holder);
+        }
+    }
+
+    #[test]
+    fn a_place_given_up_after_a_failed_attempt_is_given_back_again_when_a_handoff_names_it() {
+        let (waiters, a, _b) = key();
+        let given_back = Arc::new(GivenBack::default());
+        waiters.attach(Some(given_back.clone()));
+        let (id, attempt) = a.begin_attempt(LEASE).unwrap();
+        // The attempt failed: the caller gives the place up (and sends its
+        // first give-back itself).
+        assert_eq!(a.abandon_place(&id).as_deref(), Some(id.as_str()));
+        drop(attempt);
+        assert!(given_back.0.lock().unwrap().is_empty());
+        // That give-back was lost, and a release handed the place the lock.
+        waiters.hand_over("lock:{k}:released", &id, 7, 7);
+        assert_eq!(*given_back.0.lock().unwrap(), std::slice::from_ref(&id));
+        assert!(a.take_handoff(Duration::ZERO, 0).is_none(), "not ours");
+        // The key's last waiters leave: once more, with the unused place.
+        let (place, attempt) = a.begin_attempt(LEASE).unwrap();
+        drop(attempt);
+        drop((a, _b));
+        assert_eq!(*given_back.0.lock().unwrap(), [id.clone(), id, place]);
     }
 
     #[test]

@@ -236,7 +236,15 @@ pub(crate) async fn connect_cluster(
     let commands = client(infos.clone(), None)?;
     let pushes = push_handler(wakeups, heard.clone(), sub_tx.downgrade());
     let listening = client(infos, Some(pushes))?;
-    let con = within_connect_timeout(settings, &endpoint, commands.get_async_connection()).await?;
+    let con =
+        match within_connect_timeout(settings, &endpoint, commands.get_async_connection()).await {
+            Ok(con) => con,
+            Err(e) => {
+                return Err(a_node_not_redis(&infos_of(urls), settings)
+                    .await
+                    .unwrap_or(e))
+            }
+        };
     let listen =
         within_connect_timeout(settings, &endpoint, listening.get_async_connection()).await?;
     let cons = (Con::Cluster(con), Con::Cluster(listen));
@@ -312,6 +320,34 @@ async fn not_redis(
         Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => Some(not_redis_error(endpoint, e)),
         _ => None,
     }
+}
+
+/// The cluster client reports a node that does not speak Redis as a failed
+/// cluster connection, with the parser's words: ask each node on its own.
+async fn a_node_not_redis(
+    nodes: &[(redis::ConnectionInfo, String)],
+    settings: &ConnectSettings,
+) -> Option<LockError> {
+    for (info, endpoint) in nodes {
+        let Ok(client) = redis::Client::open(info.clone()) else {
+            continue;
+        };
+        if let Some(error) = not_redis(&client, settings, endpoint).await {
+            return Some(error);
+        }
+    }
+    None
+}
+
+/// Each node URL's connection info and address (the URLs parsed already).
+fn infos_of(urls: &[String]) -> Vec<(redis::ConnectionInfo, String)> {
+    urls.iter()
+        .filter_map(|url| parse_url(url).ok())
+        .map(|info| {
+            let endpoint = info.addr().to_string();
+            (info, endpoint)
+        })
+        .collect()
 }
 
 /// Something answered, but not in Redis's protocol: another service's port

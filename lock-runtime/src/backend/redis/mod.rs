@@ -366,6 +366,11 @@ impl RedisBackend {
         Ok(deleted == 1)
     }
 
+    /// Whether this backend talks to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.con.is_cluster()
+    }
+
     pub(crate) fn pending(&self) -> &PendingReleases {
         self.releases.pending()
     }

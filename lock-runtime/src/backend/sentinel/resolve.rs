@@ -122,6 +122,11 @@ pub(super) async fn open(
     .await
     {
         Ok(Ok(con)) => Ok(con),
+        // (The parser's own words, `Unexpected '72'`, would not say it.)
+        Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => Err(format!(
+            "it did not answer as Redis: is that the Sentinel's (or Redis's) port, and, \
+             for a TLS port, a rediss:// URL? ({e})"
+        )),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {bound:?}")),
     }
