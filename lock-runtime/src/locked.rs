@@ -107,7 +107,10 @@ where
     // change the call's outcome, so it does not wait for the answer (one
     // round trip per call, see `LockRuntime::release_behind`).
     let epoch = guard.runtime().waiters().connection_epoch();
-    if on_lost != OnLost::Confirm && guard.held().fit_to_enter(epoch) {
+    if on_lost != OnLost::Confirm
+        && guard.runtime().backend().releases_behind()
+        && guard.held().fit_to_enter(epoch)
+    {
         guard.release_behind();
         return result;
     }
