@@ -100,6 +100,15 @@ pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<R
             stats::median_of(runs, b(|b| b.body)),
         )
         .vs("limit", stats::median_of(limit, b(|b| b.body))),
+        // Both terms from the same records: unlike the fraction of the
+        // limit, it does not move with the limit run's own regime (its
+        // bodies were 5-6x slower in some runs on a quiet machine).
+        Row::new(
+            group,
+            "bodies' share of the time (body / time per acq.)",
+            median(runs, bodies_share),
+        )
+        .vs("limit", median(limit, bodies_share)),
         Row::new(
             group,
             "- handoffs within a process (us per acq.)",
@@ -144,6 +153,12 @@ pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<R
         )
         .vs("limit", median(limit, Run::redis_cpu_per_acquisition)),
     ]
+}
+
+/// The share of a run's time its key spent in a body: the mean body over
+/// the time per acquisition (one key; 1.0 is bodies back to back).
+fn bodies_share(run: &Run) -> f64 {
+    run.breakdown.body / run.per_acquisition_us()
 }
 
 /// Each repetition's acquisitions/s over the limit's in the same
