@@ -126,31 +126,41 @@ async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
     for _ in 0..3 {
         rtt = rtt.min(runtime.ping().await.unwrap());
     }
-    const CALLS: u32 = 6;
-    let started = Instant::now();
+    // The median call of each kind: a stall of the machine during one call
+    // (a loaded CI runner) moves it, not the verdict.
+    const CALLS: usize = 7;
+    let median = |mut took: Vec<Duration>| {
+        took.sort();
+        took[CALLS / 2]
+    };
+    let mut behind = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
+        let started = Instant::now();
         with_lock(runtime.lock(&key), async { Ok::<_, LockError>(()) })
             .await
             .unwrap();
+        behind.push(started.elapsed());
     }
-    let took = started.elapsed();
+    let behind = median(behind);
     assert!(
-        took < rtt * CALLS * 3 / 2,
-        "{CALLS} calls took {took:?} with a round trip of {rtt:?}: more than one round trip each"
+        behind < rtt * 3 / 2,
+        "a call took {behind:?} (median) with a round trip of {rtt:?}: more than one round trip"
     );
     // `confirm` still waits for the release's answer: two each.
-    let started = Instant::now();
+    let mut confirmed = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
+        let started = Instant::now();
         with_lock(runtime.lock(&key).on_lost(OnLost::Confirm), async {
             Ok::<_, LockError>(())
         })
         .await
         .unwrap();
+        confirmed.push(started.elapsed());
     }
-    let confirmed = started.elapsed();
+    let confirmed = median(confirmed);
     assert!(
-        confirmed > rtt * CALLS * 2 * 9 / 10,
-        "{CALLS} confirmed calls took {confirmed:?} with a round trip of {rtt:?}"
+        confirmed > rtt * 2 * 9 / 10,
+        "a confirmed call took {confirmed:?} (median) with a round trip of {rtt:?}"
     );
     proxy.slow(None);
 }
