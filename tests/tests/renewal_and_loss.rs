@@ -276,7 +276,9 @@ async fn fixed_lease_without_watchdog_is_not_renewed(kind: Kind) {
 }
 
 /// A holder whose lock was deleted and taken by someone else gets `NotHeld`
-/// from its release, and that release leaves the new holder's lock alone.
+/// from its release (or `Lost` when the taker was its own runtime, as on the
+/// embedded backend: the fresh hold told the old one it was gone), and that
+/// release leaves the new holder's lock alone.
 async fn release_after_takeover_is_not_held(kind: Kind) {
     let (runtime, peer) = kind.two("takeover").await;
     let key = unique("takeover-key");
@@ -295,6 +297,7 @@ async fn release_after_takeover_is_not_held(kind: Kind) {
 
     match first.release().await {
         Err(LockError::NotHeld { key: k }) => assert_eq!(k, key),
+        Err(LockError::Lost { key: k }) if kind == Kind::Memory => assert_eq!(k, key),
         other => panic!("release after a takeover should be NotHeld, got {other:?}"),
     }
 
