@@ -218,6 +218,9 @@ async fn a_confirmed_call_whose_lock_the_server_lost_ends_lost_also_when_a_local
     let runtime = Kind::Redis
         .builder(&prefix)
         .cohort(8, Duration::from_secs(30))
+        // (Fair, whatever LOCK_FAIR says: the test waits for the waiting
+        // task's place in the queue.)
+        .fair(true)
         .build()
         .await
         .unwrap();
