@@ -514,18 +514,7 @@ async fn a_hold_freed_by_force_is_not_passed_to_a_local_task_beside_the_one_the_
             runtime.stats().waiting == 2
         })
         .await;
-        let mut tries = 0;
-        for _ in 0..600 {
-            tries = CommandStats::read(&mut con)
-                .await
-                .unwrap()
-                .since(&before)
-                .get("evalsha");
-            if tries >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let tries = scripts_run_since(&mut con, &before, 2).await;
         // (The first task's two tries; the second queues behind it in the
         // process, without a try.)
         assert!(tries >= 2, "the waiting tasks tried {tries} times in 3 s");
@@ -536,17 +525,7 @@ async fn a_hold_freed_by_force_is_not_passed_to_a_local_task_beside_the_one_the_
         .await;
         // The second task wakes 20 ms after the first and finds the key
         // busy (the first task's, now): a third and fourth try; it sleeps.
-        for _ in 0..600 {
-            tries = CommandStats::read(&mut con)
-                .await
-                .unwrap()
-                .since(&before)
-                .get("evalsha");
-            if tries >= 4 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let tries = scripts_run_since(&mut con, &before, 4).await;
         assert!(tries >= 4, "the waiting tasks tried {tries} times in 3 s");
         Ok::<_, LockError>(())
     })
@@ -576,4 +555,27 @@ async fn a_hold_freed_by_force_is_not_passed_to_a_local_task_beside_the_one_the_
          {outcomes:?})",
         runtime.stats().passed_locally
     );
+}
+
+/// How many scripts (`EVALSHA`) the server ran since `before`, once it is
+/// `want` or after 3 s of reading every 5 ms (the count has no event to
+/// await).
+async fn scripts_run_since(
+    con: &mut redis::aio::MultiplexedConnection,
+    before: &CommandStats,
+    want: u64,
+) -> u64 {
+    let mut ran = 0;
+    for _ in 0..600 {
+        ran = CommandStats::read(con)
+            .await
+            .unwrap()
+            .since(before)
+            .get("evalsha");
+        if ran >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ran
 }

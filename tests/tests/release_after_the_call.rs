@@ -288,26 +288,19 @@ async fn use_up_the_task_budget() {
 /// a poll within it would stop before writing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_after_a_call_finds_the_key_free_also_when_the_body_used_up_its_task_budget() {
-    let runtime = Kind::Redis.runtime(&unique("budget")).await;
-    let key = unique("budget-key");
-    const CALLS: usize = 40;
-    let mut busy = 0;
-    for _ in 0..CALLS {
-        with_lock(runtime.lock(&key), async {
-            use_up_the_task_budget().await;
-            Ok::<_, LockError>(())
-        })
-        .await
-        .unwrap();
-        tokio::task::yield_now().await;
+    let busy = after_calls_that_used_up_their_budget("budget", |runtime, key| async move {
         match runtime.lock(&key).try_acquire().await.unwrap() {
-            Some(guard) => guard.release().await.unwrap(),
-            None => busy += 1,
+            Some(guard) => {
+                guard.release().await.unwrap();
+                false
+            }
+            None => true,
         }
-    }
+    })
+    .await;
     assert_eq!(
         busy, 0,
-        "{busy} of {CALLS} tries right after this process's own call returned found the key busy"
+        "{busy} of {BUDGET_CALLS} tries right after this process's own call returned found the key busy"
     );
 }
 
@@ -315,11 +308,29 @@ async fn a_try_after_a_call_finds_the_key_free_also_when_the_body_used_up_its_ta
 /// its call returned" (`release_after_the_call.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_after_a_call_reads_the_key_free_also_when_the_body_used_up_its_task_budget() {
-    let runtime = Kind::Redis.runtime(&unique("budget-inspect")).await;
-    let key = unique("budget-inspect-key");
-    const CALLS: usize = 40;
+    let held = after_calls_that_used_up_their_budget("budget-inspect", |runtime, key| async move {
+        runtime.inspect(&key).await.unwrap().is_some()
+    })
+    .await;
+    assert_eq!(
+        held, 0,
+        "{held} of {BUDGET_CALLS} inspects right after this process's own call returned read the key held"
+    );
+}
+
+/// Calls whose body used up its task's budget, each followed (after one
+/// yield) by `look` at the key; how many looks said "held".
+const BUDGET_CALLS: usize = 40;
+
+async fn after_calls_that_used_up_their_budget<F, Fut>(name: &str, look: F) -> usize
+where
+    F: Fn(LockRuntime, String) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let runtime = Kind::Redis.runtime(&unique(name)).await;
+    let key = unique(&format!("{name}-key"));
     let mut held = 0;
-    for _ in 0..CALLS {
+    for _ in 0..BUDGET_CALLS {
         with_lock(runtime.lock(&key), async {
             use_up_the_task_budget().await;
             Ok::<_, LockError>(())
@@ -327,14 +338,11 @@ async fn inspect_after_a_call_reads_the_key_free_also_when_the_body_used_up_its_
         .await
         .unwrap();
         tokio::task::yield_now().await;
-        if runtime.inspect(&key).await.unwrap().is_some() {
+        if look(runtime.clone(), key.clone()).await {
             held += 1;
         }
     }
-    assert_eq!(
-        held, 0,
-        "{held} of {CALLS} inspects right after this process's own call returned read the key held"
-    );
+    held
 }
 
 /// `on_lost = "confirm"` returns `Ok` only for a hold the backend confirmed
