@@ -13,6 +13,7 @@ pub mod charts;
 pub mod config;
 pub mod curator;
 pub mod handoff;
+pub mod idle;
 pub mod keys;
 pub mod report;
 pub mod scenarios;
@@ -49,6 +50,20 @@ pub struct Summary {
 /// results files, and returns the summary.
 pub async fn run(config: Config) -> Result<Summary> {
     let started = Instant::now();
+    let idle = idle::hold_shallow();
+    let idle_states = match &idle {
+        Ok(_) => {
+            eprintln!("lock-bench: idle CPUs kept in their polling state (PM QoS 0 us)");
+            "shallow (PM QoS 0 us held during the run)".to_owned()
+        }
+        Err(why) => {
+            eprintln!(
+                "lock-bench: idle CPUs may sleep deeply ({why}): wake-ups then cost tens of \
+                 microseconds and the figures depend on how busy the machine is"
+            );
+            format!("as the machine has them ({why})")
+        }
+    };
     let ctx = Ctx::start(config.clone()).await?;
     let mut rows = Vec::new();
     let mut details = Map::new();
@@ -115,6 +130,7 @@ pub async fn run(config: Config) -> Result<Summary> {
         "machine": {
             "cores": std::thread::available_parallelism().map_or(1, usize::from),
             "redis_version": ctx.lock_server.version(),
+            "idle_states": idle_states,
         },
         "quick": config.quick,
         "runs": config.runs,

@@ -129,7 +129,7 @@ pub(crate) fn fair_from_env(value: Option<&str>) -> Result<Option<bool>, LockErr
 
 /// Default of [`LockRuntimeBuilder::cohort`].
 pub const DEFAULT_COHORT: Cohort = Cohort {
-    handoffs: 8,
+    handoffs: 32,
     budget: Duration::from_millis(5),
 };
 
@@ -418,7 +418,7 @@ impl LockRuntimeBuilder {
     /// another of its tasks releases, pass the hold to it without a round
     /// trip, up to `handoffs` times in a row and for at most `budget` after
     /// the backend acquisition; then release to the backend so that other
-    /// processes get their turn. Default [`DEFAULT_COHORT`] (8 handoffs,
+    /// processes get their turn. Default [`DEFAULT_COHORT`] (32 handoffs,
     /// 5 ms); `handoffs` 0 turns it off (at most
     /// [`MAX_COHORT_HANDOFFS`](crate::MAX_COHORT_HANDOFFS)).
     ///

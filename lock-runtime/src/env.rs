@@ -18,7 +18,7 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
 /// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
 /// | `LOCK_CLIENT_NAME` | the name operators see beside this process's holds: [`client_name`](LockRuntimeBuilder::client_name) |
-/// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 8 and 5) |
+/// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 32 and 5) |
 ///
 /// Redis Sentinel instead of one server (`LOCK_BACKEND` unset or `sentinel`;
 /// no Redis URL set):

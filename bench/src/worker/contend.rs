@@ -141,13 +141,19 @@ impl Library {
     /// `builder` set to this library's mode (the default builder is left
     /// as it is for [`Library::OursDefault`]).
     fn configure(self, builder: LockRuntimeBuilder) -> LockRuntimeBuilder {
+        let cohort_on = cohort_tried().unwrap_or(DEFAULT_COHORT);
         let (fair, cohort) = match self {
             Library::Ours | Library::OursCluster => (false, Cohort::OFF),
             Library::OursFair => (true, Cohort::OFF),
-            Library::OursCohort => (false, DEFAULT_COHORT),
-            Library::OursFairCohort => (true, DEFAULT_COHORT),
-            Library::OursDefault
-            | Library::Rslock
+            Library::OursCohort => (false, cohort_on),
+            Library::OursFairCohort => (true, cohort_on),
+            Library::OursDefault => {
+                return match cohort_tried() {
+                    Some(cohort) => builder.cohort(cohort.handoffs, cohort.budget),
+                    None => builder,
+                };
+            }
+            Library::Rslock
             | Library::OursEtcd
             | Library::OursZooKeeper
             | Library::Curator
@@ -155,6 +161,22 @@ impl Library {
         };
         builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
     }
+}
+
+/// The cohort to try instead of [`DEFAULT_COHORT`] in the rows that
+/// cohort (and in the default builder's): `LOCK_BENCH_COHORT=<handoffs>`,
+/// with the default's time budget. For tuning the default; unset in the
+/// figures BENCHMARKS.md reports unless they say otherwise.
+fn cohort_tried() -> Option<Cohort> {
+    let handoffs = std::env::var("LOCK_BENCH_COHORT")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Cohort {
+        handoffs,
+        budget: DEFAULT_COHORT.budget,
+    })
 }
 
 /// `contend` arguments.

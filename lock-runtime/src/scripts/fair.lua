@@ -104,7 +104,20 @@ end
 
 if ARGV[1] == 'acquire' then
   local holder, lease = ARGV[2], ARGV[3]
-  if redis.call('hexists', lock, holder) == 1 then
+  -- Free first: the uncontended case then reads the hash once.
+  if redis.call('exists', lock) == 0 then
+    local head = live_head()
+    if not head or head == holder then
+      if head then
+        dequeue_head(head)
+      end
+      local fence, upto = take(holder, lease, ARGV[9])
+      return {1, fence, upto}
+    end
+    -- Free (its holder's lease ran out, or a plain release): the first in
+    -- line gets it, and we stay queued.
+    hand_over(ARGV[6])
+  elseif redis.call('hexists', lock, holder) == 1 then
     -- Handed to us by a release whose message has not reached us (yet), or
     -- already taken by a sibling waiter of our process: only extend.
     if redis.call('pttl', lock) < tonumber(lease) then
@@ -120,19 +133,6 @@ if ARGV[1] == 'acquire' then
       upto = fence
     end
     return {2, fence, upto}
-  end
-  if redis.call('exists', lock) == 0 then
-    local head = live_head()
-    if not head or head == holder then
-      if head then
-        dequeue_head(head)
-      end
-      local fence, upto = take(holder, lease, ARGV[9])
-      return {1, fence, upto}
-    end
-    -- Free (its holder's lease ran out, or a plain release): the first in
-    -- line gets it, and we stay queued.
-    hand_over(ARGV[6])
   end
   if ARGV[4] == '1' then
     local life = tonumber(ARGV[5])
