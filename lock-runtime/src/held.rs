@@ -256,6 +256,17 @@ impl HeldLock {
         self.lost_changed.notify_waiters();
     }
 
+    /// Marks the hold lost after its last frame went, when its release found
+    /// it gone: `true` if nothing had marked it lost before (a renewal
+    /// answered in the same moment may have), so that one loss is counted
+    /// once.
+    pub(crate) fn lost_at_release(&self) -> bool {
+        let first = !self.lost.swap(true, Ordering::AcqRel);
+        self.valid_until.store(0, Ordering::Release);
+        self.lost_changed.notify_waiters();
+        first
+    }
+
     /// Resolves when the lock is lost (never, if it stays held): when it is
     /// marked lost, or at its client-side lease end, whichever is first.
     pub(crate) async fn lost(&self) {
@@ -616,6 +627,32 @@ mod tests {
         }
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}
+    }
+
+    /// One loss is told once (warning and `lock_lost_total`), whichever
+    /// notices it first: a renewal's verdict or the release behind a
+    /// locked call, which may be answered in the same moment.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_loss_found_by_renewal_and_release_at_once_is_told_once() {
+        let warnings = Warnings::default();
+        let _default = tracing::subscriber::set_default(warnings.clone());
+        let runtime = LockRuntime::builder().memory().build().await.unwrap();
+        let renewal_first = runtime.lock("a").acquire().await.unwrap();
+        renewal_first.held().mark_lost();
+        assert!(
+            !renewal_first.held().lost_at_release(),
+            "the release counted a loss the renewal had counted"
+        );
+        let release_first = runtime.lock("b").acquire().await.unwrap();
+        assert!(release_first.held().lost_at_release());
+        assert!(release_first.is_lost());
+        release_first.held().mark_lost();
+        let told: Vec<String> = warnings
+            .all()
+            .into_iter()
+            .filter(|w| w.contains("lock lost while held"))
+            .collect();
+        assert_eq!(told.len(), 1, "{told:?}");
     }
 
     /// The likely mistake, a wait for a guard the same task took (here the

@@ -304,11 +304,12 @@ impl LockRuntime {
     /// release goes to the backend's background releaser, which retries.
     /// Callers that need the verdict await [`LockGuard::release`](crate::LockGuard::release)
     /// (`on_lost = "confirm"`).
-    pub(crate) fn release_behind(&self, held: &HeldLock) {
+    pub(crate) fn release_behind(&self, held: &Arc<HeldLock>) {
         let backend = self.inner.backend.clone();
         let ordered = backend.applies_in_order();
         let pending = Behind::new(self.inner.behind.clone(), &held.lock_key, ordered);
         let lost_at_release = self.inner.lost_at_release.clone();
+        let hold = held.clone();
         let (key, lock_key, holder, fair) = (
             held.key.clone(),
             held.lock_key.clone(),
@@ -322,14 +323,18 @@ impl LockRuntime {
                 }
                 Ok(Release::NotHeld) => {
                     lost_at_release.fetch_add(1, Ordering::Relaxed);
-                    crate::meter::lost(&key);
-                    tracing::warn!(
-                        %key,
-                        "a locked call's lock was no longer held when it was released after \
-                         the call returned (freed by force, or by the server): the call's \
-                         result was returned already; `on_lost = \"confirm\"` makes such a \
-                         call end in LockError::Lost"
-                    );
+                    // (A renewal answered meanwhile may have found the loss
+                    // and counted it already.)
+                    if hold.lost_at_release() {
+                        crate::meter::lost(&key);
+                        tracing::warn!(
+                            %key,
+                            "a locked call's lock was no longer held when it was released \
+                             after the call returned (freed by force, or by the server): the \
+                             call's result was returned already; `on_lost = \"confirm\"` \
+                             makes such a call end in LockError::Lost"
+                        );
+                    }
                 }
                 Err(error) => {
                     tracing::debug!(%key, %error, "a locked call's release failed; retrying in the background");
