@@ -262,16 +262,26 @@ fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
                     Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(MARKER)
-            .label_font(("sans-serif", 12))
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// Draws the legend box of `chart`'s labelled series at `position`, in the
+/// style every chart here shares.
+fn draw_legend<'a, 'b: 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(MARKER)
+        .label_font(("sans-serif", 12))
+        .draw()?;
+    Ok(())
 }
 
 /// Whole decades (as powers of ten) from the fastest sample's, 1 µs at the
@@ -360,13 +370,7 @@ fn cdf_chart(
                     PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(MARKER)
-            .label_font(("sans-serif", 12))
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         root.present()?;
     }
     Ok(svg)

@@ -246,23 +246,22 @@ impl HeldLock {
 
     /// Marks the lock lost and wakes everyone watching for that.
     pub(crate) fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            self.valid_until.store(0, Ordering::Release);
-            if !self.closed.load(Ordering::Acquire) {
-                meter::lost(&self.key);
-                tracing::warn!(key = %self.key, fence = self.fence(), "lock lost while held");
-            }
+        if self.lost_at_release() && !self.closed.load(Ordering::Acquire) {
+            meter::lost(&self.key);
+            tracing::warn!(key = %self.key, fence = self.fence(), "lock lost while held");
         }
-        self.lost_changed.notify_waiters();
     }
 
-    /// Marks the hold lost after its last frame went, when its release found
-    /// it gone: `true` if nothing had marked it lost before (a renewal
-    /// answered in the same moment may have), so that one loss is counted
-    /// once.
+    /// Marks the hold lost without telling anyone (what [`mark_lost`](Self::mark_lost)
+    /// does first; alone, for a release that found the hold gone after its
+    /// last frame went): `true` if nothing had marked it lost before (a
+    /// renewal answered in the same moment may have), so that one loss is
+    /// told once.
     pub(crate) fn lost_at_release(&self) -> bool {
         let first = !self.lost.swap(true, Ordering::AcqRel);
-        self.valid_until.store(0, Ordering::Release);
+        if first {
+            self.valid_until.store(0, Ordering::Release);
+        }
         self.lost_changed.notify_waiters();
         first
     }
