@@ -99,6 +99,21 @@ pub enum LockError {
     )]
     ShutDown,
 
+    /// A write (or exclusive) lock was asked inside a read hold of the same
+    /// key in the same call chain. Upgrading in place is refused: two
+    /// readers doing it at once would each wait for the other for ever.
+    /// Take the write lock in the outer call (a writer may read), or finish
+    /// the read first.
+    #[error(
+        "a write (or exclusive) lock of `{key}` was asked inside a read hold of it in the same \
+         call chain: upgrading is refused, since two readers doing it at once would deadlock; \
+         take the write lock in the outer call (a writer may read), or finish the read first"
+    )]
+    UpgradeRefused {
+        /// The key as the caller gave it.
+        key: String,
+    },
+
     /// A setting is out of range or malformed (lease, wait, URL, prefix).
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(String),

@@ -84,6 +84,7 @@ mod inflight;
 mod inspect;
 mod locked;
 mod meter;
+mod mode;
 mod names;
 mod owner;
 mod request;
@@ -110,6 +111,7 @@ pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
 #[cfg(feature = "metrics")]
 pub use meter::describe_metrics;
+pub use mode::LockMode;
 pub use names::layout;
 pub use owner::{fence, inherit};
 pub use request::{lock, LockRequest, OnLost, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE};

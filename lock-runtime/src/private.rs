@@ -4,6 +4,7 @@
 pub use core::time::Duration;
 
 use crate::error::LockError;
+pub use crate::mode::LockMode;
 pub use crate::request::{OnLost, Options};
 use crate::runtime::LockRuntime;
 

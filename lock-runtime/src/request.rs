@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::acquire::{Acquisition, Want};
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::mode::LockMode;
 use crate::owner::{self, Node};
 use crate::runtime::LockRuntime;
 use crate::traced::Traced;
@@ -57,6 +58,8 @@ pub struct Options {
     pub on_lost: OnLost,
     /// `fair = ...`; `None`: the runtime's default.
     pub fair: Option<bool>,
+    /// `mode = ...`.
+    pub mode: LockMode,
 }
 
 impl Options {
@@ -67,6 +70,7 @@ impl Options {
         watchdog: true,
         on_lost: OnLost::Abort,
         fair: None,
+        mode: LockMode::Exclusive,
     };
 }
 
@@ -109,6 +113,7 @@ pub struct LockRequest {
     watchdog: bool,
     pub(crate) on_lost: OnLost,
     fair: Option<bool>,
+    mode: LockMode,
 }
 
 impl LockRequest {
@@ -121,6 +126,7 @@ impl LockRequest {
             watchdog: true,
             on_lost: OnLost::Abort,
             fair: None,
+            mode: LockMode::Exclusive,
         }
     }
 
@@ -189,6 +195,24 @@ impl LockRequest {
         self
     }
 
+    /// A read hold: shared with other readers, across processes, and
+    /// excluding writers (see [`LockMode`]).
+    pub fn read(self) -> Self {
+        self.mode(LockMode::Read)
+    }
+
+    /// A write hold: excludes readers and other writers (the same lock as
+    /// the default, exclusive mode; see [`LockMode`]).
+    pub fn write(self) -> Self {
+        self.mode(LockMode::Write)
+    }
+
+    /// The hold's mode (default [`LockMode::Exclusive`]).
+    pub fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
     /// The key as given.
     pub fn key(&self) -> &str {
         &self.key
@@ -231,6 +255,7 @@ impl LockRequest {
         }
         self.watchdog = options.watchdog;
         self.on_lost = options.on_lost;
+        self.mode = options.mode;
         self
     }
 
@@ -246,6 +271,7 @@ impl LockRequest {
             wait,
             watchdog,
             fair: fair_asked,
+            mode,
             ..
         } = self;
         let scope = scope.unwrap_or_else(owner::current_or_root);
@@ -264,6 +290,11 @@ impl LockRequest {
         if let (Some(true), Some(why)) = (fair_asked, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }
+        if mode != LockMode::Exclusive {
+            if let Some(why) = runtime.backend().read_write_unsupported() {
+                return Err(LockError::InvalidConfig(why));
+            }
+        }
         let fair = runtime.backend().always_fair()
             || (fair_asked.unwrap_or(runtime.default_fair())
                 && runtime.backend().queues_across_processes());
@@ -275,6 +306,7 @@ impl LockRequest {
             wait,
             renew: watchdog,
             fair,
+            mode,
         };
         let context = runtime.clone();
         let acquisition = traced(runtime, want);

@@ -29,6 +29,7 @@ use crate::error::{BackendError, LockError, TimeoutCause};
 use crate::guard::LockGuard;
 use crate::held::{HeldLock, Hold, Reentry};
 use crate::meter::{self, Outcome};
+use crate::mode::LockMode;
 use crate::owner::Node;
 use crate::runtime::LockRuntime;
 use crate::waiters::WaitTicket;
@@ -68,6 +69,8 @@ pub(crate) struct Want {
     pub(crate) renew: bool,
     /// Fair mode (backends that queue across processes only).
     pub(crate) fair: bool,
+    /// Read, write or exclusive.
+    pub(crate) mode: LockMode,
 }
 
 /// Reports how an acquisition ended, and passes it on: the fields

@@ -382,6 +382,25 @@ impl Backend {
         matches!(self, Backend::Redis(_) | Backend::Sentinel(_)) || self.always_fair()
     }
 
+    /// Why a read or write hold must be refused on this backend, if it must:
+    /// read-write locks come to the backends one at a time (issue 28).
+    pub(crate) fn read_write_unsupported(&self) -> Option<String> {
+        let name = match self {
+            Backend::Memory(_) => "the embedded backend",
+            Backend::Redis(_) => "Redis",
+            Backend::Redlock(_) => "Redlock",
+            Backend::Sentinel(_) => "Redis Sentinel",
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => "ZooKeeper",
+        };
+        Some(format!(
+            "read-write locks are not available on {name} yet (issue 28): use the default, \
+             exclusive mode"
+        ))
+    }
+
     /// Why a lock that asks for fair mode must be refused on this backend,
     /// if it must (rather than quietly served in plain mode).
     pub(crate) fn fair_unsupported(&self) -> Option<&'static str> {
