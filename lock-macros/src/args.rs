@@ -23,12 +23,12 @@ use crate::errors::Errors;
 use crate::suggest;
 
 /// Every argument name, in the order the docs present them.
-const NAMES: [&str; 7] = [
-    "key", "lease", "wait", "watchdog", "on_lost", "fair", "crate",
+const NAMES: [&str; 8] = [
+    "key", "lease", "wait", "watchdog", "on_lost", "fair", "mode", "crate",
 ];
 
 /// Names users reach for that mean one of ours.
-const SYNONYMS: [(&str, &str); 10] = [
+const SYNONYMS: [(&str, &str); 13] = [
     ("name", "key"),
     ("lock", "key"),
     ("ttl", "lease"),
@@ -38,7 +38,22 @@ const SYNONYMS: [(&str, &str); 10] = [
     ("renew", "watchdog"),
     ("fifo", "fair"),
     ("fairness", "fair"),
+    ("access", "mode"),
+    ("kind", "mode"),
+    ("lock_mode", "mode"),
     ("krate", "crate"),
+];
+
+/// The values of `mode`, in the order the docs present them.
+const MODES: [&str; 3] = ["read", "write", "exclusive"];
+
+/// Words that name a mode, written as an argument of their own (`read`, or `shared = true`),
+/// and the `mode` value each one means.
+const MODE_WORDS: [(&str, &str); 4] = [
+    ("read", "read"),
+    ("write", "write"),
+    ("exclusive", "exclusive"),
+    ("shared", "read"),
 ];
 
 /// The longest lease accepted: a lock held for more than a day is almost surely a unit mistake.
@@ -74,6 +89,8 @@ pub(crate) struct Options {
     pub on_lost: Option<OnLost>,
     /// `fair = true | false`; the runtime's default (fair on Redis) otherwise.
     pub fair: Option<bool>,
+    /// `mode = "read" | "write" | "exclusive"`; the runtime's default is exclusive.
+    pub mode: Option<Mode>,
 }
 
 /// A duration argument.
@@ -95,28 +112,21 @@ pub(crate) enum OnLost {
     Confirm,
 }
 
+/// `mode = "read" | "write" | "exclusive"`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Mode {
+    /// One holder at a time (the runtime's default).
+    Exclusive,
+    /// Shared with other readers, excluding writers.
+    Read,
+    /// Excluding readers and writers: the same lock as exclusive.
+    Write,
+}
+
 /// One `name = value` pair, before its value is checked.
 struct Pair {
     name: Ident,
     value: Expr,
-}
-
-impl Parse for Pair {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Pair> {
-        // `parse_any` so that `crate` is accepted as a name.
-        let name = Ident::parse_any(input)?;
-        if !input.peek(Token![=]) {
-            return Err(syn::Error::new(
-                name.span(),
-                format!(
-                    "expected `{name} = …`: every argument of #[distributed_lock] takes a value"
-                ),
-            ));
-        }
-        input.parse::<Token![=]>()?;
-        let value = ungroup(input.parse()?);
-        Ok(Pair { name, value })
-    }
 }
 
 /// `value` without the invisible groups `macro_rules!` wraps fragments in (`$key:literal`,
@@ -129,12 +139,15 @@ fn ungroup(mut value: Expr) -> Expr {
     value
 }
 
-/// One argument as written: a pair, or a string on its own.
+/// One argument as written: a pair, a string on its own, or a name on its own.
 enum Argument {
     /// `name = value`.
     Pair(Pair),
     /// `"order:<id>"` with no name: the key, written the way some attributes take one.
     Bare(LitStr),
+    /// `read` with no value: a flag, the way some attributes take one. Refused, but read as
+    /// an argument of its own, so that the arguments after it are still checked.
+    Flag(Ident),
 }
 
 impl Parse for Argument {
@@ -142,8 +155,26 @@ impl Parse for Argument {
         if input.peek(LitStr) {
             return input.parse().map(Argument::Bare);
         }
-        input.parse().map(Argument::Pair)
+        // `parse_any` so that `crate` is accepted as a name.
+        let name = Ident::parse_any(input)?;
+        if input.is_empty() || input.peek(Token![,]) {
+            return Ok(Argument::Flag(name));
+        }
+        if !input.peek(Token![=]) {
+            return Err(without_value(&name));
+        }
+        input.parse::<Token![=]>()?;
+        let value = ungroup(input.parse()?);
+        Ok(Argument::Pair(Pair { name, value }))
     }
+}
+
+/// The error for `name` written without `= value`.
+fn without_value(name: &Ident) -> syn::Error {
+    syn::Error::new(
+        name.span(),
+        format!("expected `{name} = …`: every argument of #[distributed_lock] takes a value"),
+    )
 }
 
 /// The arguments of an attribute, as written.
@@ -181,6 +212,7 @@ impl Args {
             match argument {
                 Argument::Pair(pair) => reading.pair(pair, errors),
                 Argument::Bare(lit) => reading.bare_key(lit, errors),
+                Argument::Flag(name) => reading.flag(&name, errors),
             }
         }
         let key = match reading.key {
@@ -234,6 +266,7 @@ impl Reading {
             "watchdog" => bool_arg(&value, "watchdog").map(|b| options.watchdog = Some(b)),
             "on_lost" => on_lost_arg(&value).map(|o| options.on_lost = Some(o)),
             "fair" => bool_arg(&value, "fair").map(|b| options.fair = Some(b)),
+            "mode" => mode_arg(&value).map(|m| options.mode = Some(m)),
             "crate" => crate_arg(value).map(|p| self.krate = Some(p)),
             _ => Err(unknown(&name)),
         };
@@ -245,6 +278,17 @@ impl Reading {
     fn named_key(&mut self, key: syn::Result<LitStr>) {
         if key.is_ok() || !matches!(self.key, Some(Ok(_))) {
             self.key = Some(key);
+        }
+    }
+
+    /// A name on its own: refused. A `key` without value stands for the key, so that it is
+    /// not also reported missing.
+    fn flag(&mut self, name: &Ident, errors: &mut Errors) {
+        let error = flag(name);
+        if name == "key" && self.key.is_none() {
+            self.key = Some(errors.keep(Err(error)));
+        } else {
+            errors.push(error);
         }
     }
 
@@ -265,8 +309,30 @@ impl Reading {
     }
 }
 
+/// The error for a name written on its own: a mode's (`read`) says how to ask for the mode,
+/// any other that the argument takes a value.
+fn flag(name: &Ident) -> syn::Error {
+    mode_word(name).unwrap_or_else(|| without_value(name))
+}
+
+/// `read`, `write`, `exclusive` or `shared` used as an argument's name (`read`, `read = true`):
+/// the error that says how to ask for that mode, or `None` for another name.
+fn mode_word(name: &Ident) -> Option<syn::Error> {
+    let text = name.to_string();
+    let (_, mode) = MODE_WORDS.iter().find(|(word, _)| *word == text)?;
+    let message = if text == *mode {
+        format!("`{text}` is a mode: write `mode = \"{mode}\"`")
+    } else {
+        format!("`{text}` is the read mode here: write `mode = \"{mode}\"`")
+    };
+    Some(syn::Error::new(name.span(), message))
+}
+
 /// The error for an argument name we do not know, with the closest one when there is one.
 fn unknown(name: &Ident) -> syn::Error {
+    if let Some(error) = mode_word(name) {
+        return error;
+    }
     let text = name.to_string();
     let near = SYNONYMS
         .iter()
@@ -394,6 +460,46 @@ fn on_lost_arg(value: &Expr) -> syn::Result<OnLost> {
     }
 }
 
+/// `mode = "read" | "write" | "exclusive"`.
+fn mode_arg(value: &Expr) -> syn::Result<Mode> {
+    let expected = "`mode` takes \"read\" (shared with other readers, excluding writers), \
+                    \"write\" (excluding readers and writers) or \"exclusive\" (the default: \
+                    the same lock as \"write\")";
+    let lit = string(value, "mode", "\"read\"").map_err(|_| {
+        // `mode = read`, `mode = LockMode::Read`: the mode meant is plain, say how to write it.
+        let meant = match value {
+            Expr::Path(path) => path.path.segments.last().and_then(|last| {
+                let text = last.ident.to_string().to_lowercase();
+                MODES.into_iter().find(|mode| *mode == text)
+            }),
+            _ => None,
+        };
+        let example = meant.unwrap_or("read");
+        syn::Error::new_spanned(
+            value,
+            format!("{expected}, as a string: write `mode = \"{example}\"`"),
+        )
+    })?;
+    let text = lit.value();
+    match text.as_str() {
+        "read" => Ok(Mode::Read),
+        "write" => Ok(Mode::Write),
+        "exclusive" => Ok(Mode::Exclusive),
+        other => {
+            let near = MODE_WORDS
+                .iter()
+                .find(|(word, _)| *word == other)
+                .map(|(_, mode)| *mode)
+                .or_else(|| suggest::closest(&other.to_lowercase(), MODES));
+            let message = match near {
+                Some(near) => format!("unknown mode \"{other}\"; did you mean \"{near}\"?"),
+                None => format!("unknown mode \"{other}\": {expected}"),
+            };
+            Err(syn::Error::new(lit.span(), message))
+        }
+    }
+}
+
 /// `crate = "path"` (also accepted unquoted: `crate = my_locks`).
 fn crate_arg(value: Expr) -> syn::Result<Path> {
     match value {
@@ -447,6 +553,7 @@ mod tests {
             watchdog = false,
             on_lost = "continue",
             fair = true,
+            mode = "read",
             crate = "::my_locks",
         ))
         .unwrap();
@@ -459,6 +566,7 @@ mod tests {
         assert_eq!(args.options.watchdog, Some(false));
         assert_eq!(args.options.on_lost, Some(OnLost::Continue));
         assert_eq!(args.options.fair, Some(true));
+        assert_eq!(args.options.mode, Some(Mode::Read));
         let krate = args.krate.unwrap();
         assert_eq!(quote!(#krate).to_string(), quote!(::my_locks).to_string());
     }
@@ -473,6 +581,7 @@ mod tests {
             args.options.watchdog.is_none()
                 && args.options.on_lost.is_none()
                 && args.options.fair.is_none()
+                && args.options.mode.is_none()
         );
     }
 
@@ -511,16 +620,20 @@ mod tests {
             on_lost = "retry",
             fair = "yes",
             leese = "1s",
+            read,
+            mode = "reed",
             key = "j"
         ));
-        assert_eq!(found.len(), 7, "{found:?}");
+        assert_eq!(found.len(), 9, "{found:?}");
         assert!(found[0].contains("longer than zero"));
         assert!(found[1].contains("a bare number has no unit: write `wait = \"5s\"`"));
         assert!(found[2].contains("`true` or `false`"));
         assert!(found[3].contains("unknown `on_lost` value \"retry\""));
         assert!(found[4].contains("`fair` takes `true` or `false`"));
         assert!(found[5].contains("unknown argument `leese`; did you mean `lease`?"));
-        assert!(found[6].contains("duplicate argument `key`"));
+        assert!(found[6].contains("`read` is a mode"));
+        assert!(found[7].contains("unknown mode \"reed\""));
+        assert!(found[8].contains("duplicate argument `key`"));
     }
 
     #[test]
@@ -569,8 +682,106 @@ mod tests {
     }
 
     #[test]
-    fn a_name_without_value_is_a_syntax_error() {
-        assert!(errors(quote!(key))[0].contains("expected `key = …`"));
+    fn a_name_without_value_is_refused_and_the_rest_still_read() {
+        assert_eq!(
+            errors(quote!(key)),
+            ["expected `key = …`: every argument of #[distributed_lock] takes a value"],
+            "not reported missing as well"
+        );
+        let found = errors(quote!(key = "k", watchdog, lease = "1x"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("expected `watchdog = …`"), "{found:?}");
+        assert!(found[1].contains("invalid duration"), "{found:?}");
+        // Anything else after a name than `=`, `,` or the end stops the parse.
+        assert!(errors(quote!(key "k"))[0].contains("expected `key = …`"));
+    }
+
+    #[test]
+    fn mode_is_read() {
+        for (value, mode) in [
+            ("read", Mode::Read),
+            ("write", Mode::Write),
+            ("exclusive", Mode::Exclusive),
+        ] {
+            let args = parse(quote!(key = "k", mode = #value)).unwrap();
+            assert_eq!(args.options.mode, Some(mode), "{value}");
+        }
+    }
+
+    #[test]
+    fn unknown_modes_suggest_the_one_meant_or_list_them() {
+        for (typed, meant) in [
+            ("reed", "read"),
+            ("Read", "read"),
+            ("reader", "read"),
+            ("wirte", "write"),
+            ("exlusive", "exclusive"),
+            ("shared", "read"),
+        ] {
+            assert_eq!(
+                errors(quote!(key = "k", mode = #typed)),
+                [format!(
+                    "unknown mode \"{typed}\"; did you mean \"{meant}\"?"
+                )],
+            );
+        }
+        let found = errors(quote!(key = "k", mode = "upgradable"));
+        assert!(
+            found[0].starts_with("unknown mode \"upgradable\": `mode` takes \"read\""),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn mode_takes_a_string() {
+        for (bad, meant) in [
+            (quote!(read), "read"),
+            (quote!(LockMode::Write), "write"),
+            (quote!(true), "read"),
+            (quote!(MODE), "read"),
+        ] {
+            let found = errors(quote!(key = "k", mode = #bad));
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(
+                found[0].starts_with("`mode` takes \"read\" (shared with other readers"),
+                "{found:?}"
+            );
+            assert!(
+                found[0].ends_with(&format!("as a string: write `mode = \"{meant}\"`")),
+                "{found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mode_written_as_an_argument_says_how_to_ask_for_it() {
+        for (flag, mode) in [
+            (quote!(read), "read"),
+            (quote!(write), "write"),
+            (quote!(exclusive), "exclusive"),
+        ] {
+            assert_eq!(
+                errors(quote!(key = "k", #flag)),
+                [format!("`{flag}` is a mode: write `mode = \"{mode}\"`")]
+            );
+        }
+        assert_eq!(
+            errors(quote!(shared, key = "k")),
+            ["`shared` is the read mode here: write `mode = \"read\"`"]
+        );
+        assert_eq!(
+            errors(quote!(key = "k", read = true)),
+            ["`read` is a mode: write `mode = \"read\"`"]
+        );
+        for synonym in [quote!(access), quote!(kind), quote!(lock_mode)] {
+            assert_eq!(
+                errors(quote!(key = "k", #synonym = "read")),
+                [format!(
+                    "unknown argument `{synonym}`; did you mean `mode`?"
+                )]
+            );
+        }
+        assert!(errors(quote!(key = "k", mdoe = "read"))[0].contains("did you mean `mode`?"));
     }
 
     #[test]
@@ -581,15 +792,16 @@ mod tests {
         };
         let key = group(quote!("order:<id>"));
         let lease = group(group(quote!("30s")).into_token_stream());
-        let (renew, fair, lost) = (
+        let (renew, fair, lost, mode) = (
             group(quote!(false)),
             group(quote!(true)),
             group(quote!("continue")),
+            group(quote!("write")),
         );
         let krate = group(quote!(::my_locks));
         let args = parse(quote!(
             key = #key, lease = #lease, wait = #lease, watchdog = #renew, fair = #fair,
-            on_lost = #lost, crate = #krate
+            on_lost = #lost, mode = #mode, crate = #krate
         ))
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "order:<id>");
@@ -606,6 +818,7 @@ mod tests {
             (Some(false), Some(true))
         );
         assert_eq!(args.options.on_lost, Some(OnLost::Continue));
+        assert_eq!(args.options.mode, Some(Mode::Write));
         let expr = group(quote!(Duration::from_secs(1)));
         let args = parse(quote!(key = "k", lease = #expr)).unwrap();
         assert!(

@@ -13,7 +13,7 @@
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use syn::{Ident, Path, ReturnType, Signature, Type};
 
-pub(crate) use crate::args::{DurationArg, OnLost, Options};
+pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options};
 pub(crate) use crate::async_trait::AsyncTraitBody;
 pub(crate) use crate::item::LockFn;
 pub(crate) use crate::template::Template;

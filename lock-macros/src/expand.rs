@@ -12,7 +12,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, Path, Signature, Type};
 
-use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, OnLost, Options};
+use crate::check::{AsyncTraitBody, Body, DurationArg, LockFn, LockedFn, Mode, OnLost, Options};
 use crate::patterns::{self, Scope};
 use crate::rebind::{self, Rebinding};
 use crate::spans::{generated, relocate};
@@ -147,6 +147,7 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
         watchdog,
         on_lost,
         fair,
+        mode,
     } = options;
     let given = [
         lease.map(|lease| {
@@ -167,6 +168,14 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
             quote!(on_lost: #private::OnLost::#variant)
         }),
         fair.map(|fair| quote!(fair: ::core::option::Option::Some(#fair))),
+        mode.map(|mode| {
+            let variant = match mode {
+                Mode::Exclusive => quote!(Exclusive),
+                Mode::Read => quote!(Read),
+                Mode::Write => quote!(Write),
+            };
+            quote!(mode: #private::LockMode::#variant)
+        }),
     ];
     let every_field = given.iter().all(Option::is_some);
     let mut fields: Vec<TokenStream> = given.into_iter().flatten().collect();
@@ -174,7 +183,7 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
     // `..DEFAULT` always stays, so that a field the runtime adds later gets its default. With
     // every field given, one struct expression listing them all would make clippy call the
     // update needless (`needless_update`, which looks at generated code too); the last field
-    // then goes in an outer one: `Options { fair, ..Options { lease, …, ..DEFAULT } }`.
+    // then goes in an outer one: `Options { mode, ..Options { lease, …, ..DEFAULT } }`.
     let outer = if every_field { fields.pop() } else { None };
     if !fields.is_empty() {
         options = quote!(#private::Options { #(#fields,)* ..#options });
@@ -363,6 +372,38 @@ mod tests {
     }
 
     #[test]
+    fn a_mode_is_emitted_only_when_given() {
+        let f = quote!(
+            async fn f() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for (value, variant) in [
+            ("read", quote!(Read)),
+            ("write", quote!(Write)),
+            ("exclusive", quote!(Exclusive)),
+        ] {
+            let out = expanded(quote!(key = "k", mode = #value), f.clone());
+            let options = quote! {
+                ::lock_runtime::__private::Options {
+                    mode: ::lock_runtime::__private::LockMode::#variant,
+                    ..::lock_runtime::__private::Options::DEFAULT
+                }
+            };
+            assert!(out.contains(&options.to_string()), "{out}");
+        }
+        let out = expanded(
+            quote!(key = "k", crate = "my::locks", mode = "read"),
+            f.clone(),
+        );
+        assert!(
+            out.contains("mode : my :: locks :: __private :: LockMode :: Read"),
+            "{out}"
+        );
+        assert!(!expanded(quote!(key = "k"), f).contains("mode"));
+    }
+
+    #[test]
     fn receivers_are_taken_whole_by_the_body() {
         let out = expanded(
             quote!(key = "<self.tenant>"),
@@ -391,7 +432,8 @@ mod tests {
                 wait = "1s",
                 watchdog = true,
                 on_lost = "abort",
-                fair = true
+                fair = true,
+                mode = "write"
             ),
             quote!(
                 async fn f() -> Result<(), E> {
@@ -403,12 +445,13 @@ mod tests {
         // is allowed.
         let nested = quote! {
             ::lock_runtime::__private::Options {
-                fair: ::core::option::Option::Some(true),
+                mode: ::lock_runtime::__private::LockMode::Write,
                 ..::lock_runtime::__private::Options {
                     lease: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
                     wait: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
                     watchdog: true,
                     on_lost: ::lock_runtime::__private::OnLost::Abort,
+                    fair: ::core::option::Option::Some(true),
                     ..::lock_runtime::__private::Options::DEFAULT
                 }
             }
