@@ -11,6 +11,7 @@
 //! this module alone.
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::{Ident, Path, ReturnType, Signature, Type};
 
 pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options};
@@ -21,6 +22,7 @@ pub(crate) use crate::template::Template;
 use crate::args::Args;
 use crate::async_trait;
 use crate::errors::Errors;
+use crate::nesting;
 use crate::template::Params;
 use crate::written::written;
 
@@ -77,19 +79,55 @@ pub(crate) fn check(
         Body::Block(_) => Vec::new(),
     };
     let params = Params::of(sig, &destructured);
-    let key = match Template::new(&key.value(), key.span(), &params, &sig.ident) {
+    let written = key.value();
+    let key = match Template::new(&written, key.span(), &params, &sig.ident) {
         Ok(key) => key,
         Err(error) => return Err(errors.fail(error)),
     };
+    let krate = args
+        .krate
+        .unwrap_or_else(|| syn::parse_quote!(::lock_runtime));
+    if args.options.mode == Some(Mode::Read) {
+        for error in upgrades(&item.body, &key, &written, &krate) {
+            errors.push(error);
+        }
+    }
     errors.finish(LockedFn {
         item,
         output,
         key,
         options: args.options,
-        krate: args
-            .krate
-            .unwrap_or_else(|| syn::parse_quote!(::lock_runtime)),
+        krate,
     })
+}
+
+/// The write (or exclusive) requests of the fn's own key that the body of a read fn takes
+/// (see `nesting.rs`).
+fn upgrades(body: &Body, key: &Template, written: &str, krate: &Path) -> Vec<syn::Error> {
+    let (tokens, self_name) = match body {
+        Body::Block(block) => (block.stream(), "self"),
+        // async-trait renames the body's `self`.
+        Body::AsyncTrait(body) => (body.future.block.to_token_stream(), "__self"),
+    };
+    let format = key.format_string();
+    let values = key.value_paths();
+    let krate: Vec<String> = krate
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect();
+    nesting::upgrades(
+        tokens,
+        &nesting::Key {
+            format: &format,
+            values: &values,
+            written,
+        },
+        &nesting::Context {
+            krate: &krate,
+            self_name,
+        },
+    )
 }
 
 /// The body to run under the lock: an `async fn`'s own, or the future of an
@@ -379,6 +417,62 @@ mod tests {
                 assert!(found.contains(expected), "{found}");
             }
         }
+    }
+
+    #[test]
+    fn only_a_read_fn_is_checked_for_an_upgrade_of_its_key() {
+        let body = quote!(
+            async fn f(&self, tenant: u64) -> Result<(), E> {
+                lock(format!("cfg:{}", tenant)).acquire().await?;
+                Ok(())
+            }
+        );
+        let found = errors(quote!(key = "cfg:<tenant>", mode = "read"), body.clone());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains(
+                "an exclusive lock (the default mode, the same lock as a write) of `cfg:<tenant>`"
+            ),
+            "{found:?}"
+        );
+        for mode in ["write", "exclusive"] {
+            assert!(crate::lock(quote!(key = "cfg:<tenant>", mode = #mode), body.clone()).is_ok());
+        }
+        assert!(crate::lock(quote!(key = "cfg:<tenant>"), body).is_ok());
+        // The `crate = "…"` path's `lock` is the runtime's too.
+        let found = errors(
+            quote!(key = "k", mode = "read", crate = "deps::locks"),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    deps::locks::lock("k").write().acquire().await?;
+                    Ok(())
+                }
+            ),
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
+
+    #[test]
+    fn an_async_trait_body_is_checked_with_its_self() {
+        let found = errors(
+            quote!(key = "t:<self.tenant>", mode = "read"),
+            quote! {
+                fn f<'life0, 'async_trait>(&'life0 self)
+                    -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>>
+                    where 'life0: 'async_trait, Self: 'async_trait
+                {
+                    Box::pin(async move {
+                        let __self = self;
+                        let __ret: Result<u8, E> = {
+                            let _g = lock(format!("t:{}", __self.tenant)).acquire().await?;
+                            Ok(1)
+                        };
+                        __ret
+                    })
+                }
+            },
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
     }
 
     #[test]

@@ -130,6 +130,7 @@ mod duration;
 mod errors;
 mod expand;
 mod item;
+mod nesting;
 mod patterns;
 mod rebind;
 mod spans;

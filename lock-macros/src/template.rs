@@ -352,8 +352,29 @@ impl Template {
         })
     }
 
+    /// The placeholders in order, each written without spaces (`id`, `self.tenant`,
+    /// `pair.0`): what `nesting.rs` compares a `format!` in the body with.
+    pub(crate) fn value_paths(&self) -> Vec<String> {
+        self.parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Value(placeholder) => {
+                    let mut path = placeholder.root.to_string();
+                    for field in &placeholder.fields {
+                        match field {
+                            Member::Named(name) => path.push_str(&format!(".{name}")),
+                            Member::Unnamed(index) => path.push_str(&format!(".{}", index.index)),
+                        }
+                    }
+                    Some(path)
+                }
+                Part::Text(_) => None,
+            })
+            .collect()
+    }
+
     /// The `format!` string: text with `{`/`}` doubled, `{}` for each value.
-    fn format_string(&self) -> String {
+    pub(crate) fn format_string(&self) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
