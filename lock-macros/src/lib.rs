@@ -109,7 +109,8 @@
 //!   - `item.rs`, the fn parsed (signature only; the body stays raw tokens, so a typo in it
 //!     is reported by rustc at the typo);
 //!   - `async_trait.rs`, which recognises a method `#[async_trait]` has already rewritten;
-//!   - `template.rs`, the key parsed and checked against the parameters.
+//!   - `template.rs`, the key parsed and checked against the parameters;
+//!   - `nesting.rs`, the write requests of its own key that a read fn's body takes.
 //! - `expand.rs` writes the new fn from a `LockedFn` alone, with `rebind.rs` moving the
 //!   parameters into its body.
 //! - At the bottom, used by several: `patterns.rs` (the names a parameter's pattern binds,
@@ -158,6 +159,7 @@ mod written;
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
 /// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it; `"confirm"`: abort, and wait for the release's answer (a hold it finds gone is `Err(LockError::Lost)` too; one more round trip) | `"abort"` |
 /// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`true` on Redis) |
+/// | `mode` | `"read"`: shared with other readers, excludes writers; `"write"`: excludes readers and writers; `"exclusive"`: the same lock as `"write"` (below) | `"exclusive"` |
 /// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
@@ -202,6 +204,18 @@ mod written;
 /// runtime's default applies (`LockRuntimeBuilder::fair`, `DEFAULT_FAIR`); by hand, the same
 /// is `LockRequest::fair`. The embedded backend always serves waiters in order: there `fair`
 /// is accepted and changes nothing.
+///
+/// **Mode** (`mode = "read"`) makes a read lock: any number of readers hold the key at once,
+/// across processes, while a writer (`mode = "write"`, or the default `"exclusive"`, which
+/// is the same lock) excludes them all. A read nested in a read or write hold of the same key
+/// re-enters it; a write nested in a read hold is an upgrade, refused at once with
+/// `Err(LockError::UpgradeRefused)` (two readers upgrading together would wait for each other
+/// for ever): take the write lock in the outer call. Where the body of a read fn itself asks
+/// its own key for writing (`lock(format!("cfg:{}", tenant)).acquire()`, or the literal key,
+/// then `.acquire()`, `.try_acquire()` or `with_lock`, without `.read()`), that is a compile
+/// error. The check compares names, not bindings: a local that shadows a parameter and is
+/// formatted into the same key text is taken for the parameter. By hand, the same is
+/// `LockRequest::read` / `write` / `mode`.
 ///
 /// # Examples
 ///
@@ -319,6 +333,32 @@ mod written;
 /// }
 /// ```
 ///
+/// A reader and a writer of one key; the writer may read what it writes (the read re-enters
+/// its write hold):
+///
+/// ```no_run
+/// use lock_runtime::{distributed_lock, LockError, LockRuntime};
+///
+/// #[distributed_lock(key = "cfg:<tenant>", mode = "read")]
+/// async fn config(tenant: u64) -> Result<u64, LockError> {
+///     Ok(tenant * 10)
+/// }
+///
+/// #[distributed_lock(key = "cfg:<tenant>", mode = "write")]
+/// async fn bump(tenant: u64) -> Result<u64, LockError> {
+///     Ok(config(tenant).await? + 1)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     let (a, b) = tokio::join!(config(1), config(1)); // readers share the key
+///     assert_eq!((a?, b?), (10, 10));
+///     assert_eq!(bump(1).await?, 11);
+///     Ok(())
+/// }
+/// ```
+///
 /// Durations as expressions, and `crate` for a re-exported runtime:
 ///
 /// ```
@@ -382,9 +422,11 @@ mod written;
 /// A missing `key`, or a key given as a bare string; an unknown or repeated argument; a
 /// placeholder that names no parameter (or a name bound inside a macro pattern), is empty or
 /// unclosed; a `{name}` that names a parameter; a malformed duration, a lease out of range;
-/// a bad `watchdog`, `on_lost` or `fair` value; a fn that is not `async` (also one that an
-/// attribute above this one already made blocking), has no body, or returns something that
-/// is not a `Result`; the attribute on anything but a fn.
+/// a bad `watchdog`, `on_lost`, `fair` or `mode` value, or a mode written as an argument of
+/// its own (`read`); in a `mode = "read"` fn, a write of its own key that the body asks
+/// itself (above); a fn that is not `async` (also one that an attribute above this one
+/// already made blocking), has no body, or returns something that is not a `Result`; the
+/// attribute on anything but a fn.
 /// A `Result` whose error type has no `From<LockError>` is reported by the type checker at the
 /// return type.
 #[proc_macro_attribute]

@@ -348,12 +348,9 @@ fn trees(stream: TokenStream) -> Vec<TokenTree> {
 /// Follows the method calls after `lock(ARG)`, from `trees[at]`.
 fn follow(trees: &[TokenTree], mut at: usize) -> Chain {
     let mut mode = Asked::Exclusive;
-    loop {
-        let (Some(dot), Some(TokenTree::Ident(method)), Some(TokenTree::Group(args))) =
-            (trees.get(at), trees.get(at + 1), trees.get(at + 2))
-        else {
-            break;
-        };
+    while let (Some(dot), Some(TokenTree::Ident(method)), Some(TokenTree::Group(args))) =
+        (trees.get(at), trees.get(at + 1), trees.get(at + 2))
+    {
         if !is_punct(dot, '.') || args.delimiter() != Delimiter::Parenthesis {
             break;
         }

@@ -22,6 +22,7 @@ const LEASE: Duration = Duration::from_secs(10);
     watchdog = false,
     on_lost = "continue",
     fair = true,
+    mode = "exclusive",
     crate = "crate::reexport::locks"
 )]
 async fn literals(id: u64) -> Result<u64, LockError> {
