@@ -16,6 +16,7 @@ use crate::backend::Release;
 use crate::cohort::Terms;
 use crate::error::LockError;
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
 use crate::waiters::Passed;
@@ -44,6 +45,8 @@ pub struct LockGuard {
     frame: u64,
     /// The owner scope the hold belongs to.
     scope: Arc<Node>,
+    /// What this guard's frame asked for.
+    mode: LockMode,
     released: bool,
 }
 
@@ -84,7 +87,8 @@ impl LockGuard {
             // for a release that their own scope would have to make.
             waiters.wake_owner(&held.lock_key, held.owner());
         }
-        Some(LockGuard::new(runtime.clone(), held, frame, scope))
+        let mode = held.mode;
+        Some(LockGuard::new(runtime.clone(), held, frame, scope, mode))
     }
 
     /// A guard for a new frame of a hold already in the table (re-entry).
@@ -93,12 +97,14 @@ impl LockGuard {
         held: Arc<HeldLock>,
         frame: u64,
         scope: Arc<Node>,
+        mode: LockMode,
     ) -> Self {
         LockGuard {
             runtime,
             held,
             frame,
             scope,
+            mode,
             released: false,
         }
     }
@@ -121,8 +127,16 @@ impl LockGuard {
         &self.held().key
     }
 
+    /// What this guard holds: its request's mode ([`LockMode::Read`] also
+    /// for a read nested in a write hold, which shares that hold).
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
     /// The fencing token: strictly greater than every token handed out for
-    /// this key before; the same for nested holds of one owner scope.
+    /// this key before; the same for nested holds of one owner scope. A
+    /// read hold's token is greater than every earlier writer's and smaller
+    /// than every later writer's; it orders nothing among readers.
     pub fn fence(&self) -> u64 {
         self.held().fence()
     }
@@ -273,9 +287,14 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
     if !limits.is_on() || !runtime.backend().passes_locally() || runtime.is_shut_down() {
         return false;
     }
+    if held.mode.is_read() {
+        // Readers are never passed a hold: they share the key (see `Terms`).
+        return false;
+    }
     let terms = Terms {
         lease: held.lease,
         fair: held.fair,
+        read: false,
     };
     let epoch = runtime.waiters().connection_epoch();
     let passed = runtime
@@ -289,7 +308,8 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
             });
             let (fence, frame) = passed.flatten()?;
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
-            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone());
+            let mode = held.mode;
+            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone(), mode);
             Some(Box::new(guard) as Passed)
         });
     if passed {
