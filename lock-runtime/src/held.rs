@@ -12,7 +12,7 @@
 //! the backend again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -46,8 +46,9 @@ pub(crate) struct HeldLock {
     pub(crate) renew: bool,
     /// Whether it was taken in fair mode (its release hands it on).
     pub(crate) fair: bool,
-    /// The backend hold's mode: read (shared), or write / exclusive.
-    pub(crate) mode: LockMode,
+    /// The backend hold's mode (a [`LockMode`] as `u8`): read (shared), or
+    /// write / exclusive; write turns read when it is downgraded.
+    mode: AtomicU8,
     holds: AtomicUsize,
     lost: AtomicBool,
     /// Given back by [`HeldTable::close_all`] (the runtime shut down): no
@@ -119,6 +120,14 @@ pub(crate) struct Hold {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+fn mode_byte(mode: LockMode) -> u8 {
+    match mode {
+        LockMode::Read => 1,
+        LockMode::Write => 2,
+        _ => 0,
+    }
+}
+
 impl HeldLock {
     pub(crate) fn new(hold: Hold) -> Arc<Self> {
         meter::hold_started();
@@ -133,7 +142,7 @@ impl HeldLock {
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
-            mode: hold.mode,
+            mode: AtomicU8::new(mode_byte(hold.mode)),
             holds: AtomicUsize::new(1),
             lost: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -142,6 +151,15 @@ impl HeldLock {
             #[cfg(feature = "metrics")]
             taken_at: AtomicU64::new(clock::now_nanos()),
         })
+    }
+
+    /// The backend hold's mode now.
+    pub(crate) fn mode(&self) -> LockMode {
+        match self.mode.load(Ordering::Acquire) {
+            1 => LockMode::Read,
+            2 => LockMode::Write,
+            _ => LockMode::Exclusive,
+        }
     }
 
     /// The fencing token of the current holder.
@@ -329,6 +347,19 @@ pub(crate) enum Reentry {
     No,
 }
 
+/// What giving back one frame left of its hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Other frames keep the hold as it was (or shutdown gave it back
+    /// already).
+    Kept,
+    /// The hold's last write frame went while read frames of it remain: it
+    /// is a read hold now, and the backend must be told (a downgrade).
+    Downgraded,
+    /// It was the hold's last frame: the backend hold must be released.
+    Last,
+}
+
 /// The held locks of one runtime, by backend lock name.
 #[derive(Debug, Default)]
 pub(crate) struct HeldTable {
@@ -390,7 +421,7 @@ impl HeldTable {
             return Reentry::No;
         };
         let held = frames[at].held.clone();
-        if !mode.is_read() && held.mode.is_read() {
+        if !mode.is_read() && held.mode().is_read() {
             return Reentry::Refused;
         }
         let mut inside = frames[at + 1..]
@@ -454,7 +485,7 @@ impl HeldTable {
     /// could still be passed to a local waiter or re-entered, beside the
     /// new hold. Read holds are the exception: two of them share the key.
     pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
-        let mode = held.mode;
+        let mode = held.mode();
         let frame = new_frame(owner, held, mode);
         let id = frame.id;
         let mut gone: Vec<Arc<HeldLock>> = Vec::new();
@@ -462,7 +493,7 @@ impl HeldTable {
             let mut locks = self.locks();
             let frames = locks.entry(frame.held.lock_key.clone()).or_default();
             for other in frames.iter() {
-                let shared = mode.is_read() && other.held.mode.is_read();
+                let shared = mode.is_read() && other.held.mode().is_read();
                 if other.held.holder != frame.held.holder
                     && !shared
                     && !other.held.is_lost()
@@ -485,7 +516,7 @@ impl HeldTable {
     pub(crate) fn insert_passed(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
         // The previous holder's last frame took the count to zero.
         held.holds.store(1, Ordering::Relaxed);
-        let mode = held.mode;
+        let mode = held.mode();
         let mut frame = new_frame(owner, held, mode);
         frame.task = None;
         let id = frame.id;
@@ -507,16 +538,27 @@ impl HeldTable {
         }
     }
 
-    /// Gives back the hold of frame `frame`; `true` when it was the last hold
-    /// of `held`, and the backend hold must now be released.
-    pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> bool {
+    /// Gives back the hold of frame `frame`: [`Released::Last`] when it was
+    /// the last hold of `held` (the backend hold must now be released),
+    /// [`Released::Downgraded`] when only read frames of a write hold are
+    /// left (the hold turns read here, under the table's lock, so exactly one
+    /// caller tells the backend).
+    pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> Released {
         let mut locks = self.locks();
         if held.closed.load(Ordering::Acquire) {
             // `close_all` took every frame and gave the lock back.
-            return false;
+            return Released::Kept;
         }
+        let mut downgraded = false;
         if let Some(frames) = locks.get_mut(&held.lock_key) {
             frames.retain(|f| f.id != frame);
+            let mine = || frames.iter().filter(|f| Arc::ptr_eq(&f.held, held));
+            if !held.mode().is_read() && mine().next().is_some() && mine().all(|f| f.mode.is_read())
+            {
+                held.mode
+                    .store(mode_byte(LockMode::Read), Ordering::Release);
+                downgraded = true;
+            }
             if frames.is_empty() {
                 locks.remove(&held.lock_key);
             }
@@ -531,7 +573,11 @@ impl HeldTable {
         if self.sibling_waiters.load(Ordering::Acquire) > 0 {
             self.frames_changed.notify_waiters();
         }
-        last
+        match (last, downgraded) {
+            (true, _) => Released::Last,
+            (false, true) => Released::Downgraded,
+            (false, false) => Released::Kept,
+        }
     }
 
     /// How many live holds of `lock_key` belong to `scope` or the scopes it

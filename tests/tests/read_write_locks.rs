@@ -24,6 +24,9 @@ on_every_read_write_backend!(
     readers_queued_behind_a_writer_enter_together,
     inspect_shows_the_readers_and_the_writer,
     tokens_order_readers_against_writers,
+    a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in,
+    a_writer_waiting_through_a_downgrade_enters_only_after_the_read,
+    releasing_the_write_under_a_nested_read_downgrades,
 );
 
 on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
@@ -352,6 +355,101 @@ async fn tokens_order_readers_against_writers(kind: Kind) {
     drop((r1, r2));
     let w2 = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
     assert!(w2.fence() > readers_max, "{} <= {readers_max}", w2.fence());
+}
+
+/// `downgrade` turns a write hold into a read hold: same token, readers of
+/// other runtimes enter, writers do not.
+async fn a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in(kind: Kind) {
+    let (first, second) = kind.two("rw-downgrade").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let read = write.downgrade().await.unwrap();
+    assert_eq!((read.mode(), read.fence()), (LockMode::Read, token));
+    assert!(!read.is_lost());
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    let other = second.lock("k").read().try_acquire().await.unwrap();
+    assert!(
+        other.is_some(),
+        "a reader was kept out of a downgraded hold"
+    );
+    let info = first.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Read);
+    drop(other);
+    read.release().await.unwrap();
+    let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    assert!(next.fence() > token);
+}
+
+/// A writer that waits while a hold is downgraded does not slip in during
+/// the downgrade: it enters once the read hold is released.
+async fn a_writer_waiting_through_a_downgrade_enters_only_after_the_read(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-downgrade-wait")).await;
+    let write = runtime.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let entered = Arc::new(AtomicU64::new(0));
+    let (rt, seen) = (runtime.clone(), entered.clone());
+    let writer = tokio::spawn(async move {
+        let guard = rt.lock("k").write().wait(WAIT).acquire().await?;
+        seen.store(guard.fence(), Ordering::SeqCst);
+        guard.release().await
+    });
+    wait_until("the writer waits", || runtime.stats().waiting == 1).await;
+    let read = write.downgrade().await.unwrap();
+    // (A writer let in would have taken the key by now: give it the time a
+    // wake-up and one attempt take, many times over.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        entered.load(Ordering::SeqCst),
+        0,
+        "a writer entered a read hold"
+    );
+    read.release().await.unwrap();
+    tokio::time::timeout(WAIT, writer)
+        .await
+        .expect("the writer never entered")
+        .unwrap()
+        .unwrap();
+    assert!(entered.load(Ordering::SeqCst) > token);
+}
+
+/// Redisson's order: a read taken inside the write hold, then the write
+/// released, leaves a read hold with the write's token.
+async fn releasing_the_write_under_a_nested_read_downgrades(kind: Kind) {
+    let (first, second) = kind.two("rw-redisson").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    assert_eq!(read.fence(), write.fence());
+    write.release().await.unwrap();
+    assert!(!read.is_lost());
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(second
+        .lock("k")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+    read.release().await.unwrap();
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
 }
 
 /// Until a backend's read-write support is built, it refuses read and

@@ -265,6 +265,29 @@ impl MemoryBackend {
         Release::Freed
     }
 
+    /// A downgrade: `holder`'s write hold becomes a read hold, keeping its
+    /// token and lease, and the first local waiter is woken (a reader may
+    /// join now). `false` when `holder` does not hold the key.
+    pub(crate) fn downgrade(&self, lock_key: &str, holder: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(entry) = state.live(lock_key, now) else {
+            return false;
+        };
+        if entry.holder(holder).is_none() {
+            return false;
+        }
+        if entry.read {
+            return true;
+        }
+        entry.read = true;
+        drop(state);
+        if let Some(wakeups) = self.wakeups.upgrade() {
+            wakeups.released(lock_key);
+        }
+        true
+    }
+
     /// Mirrors `renew.lua`.
     pub(crate) fn renew(&self, lock_key: &str, holder: &str, lease: Duration) -> bool {
         let now = Instant::now();

@@ -456,6 +456,20 @@ impl Backend {
         }
     }
 
+    /// Tells the backend that `holder`'s write hold is a read hold now (its
+    /// last write frame went while read frames remain): other readers may
+    /// join it, writers still wait. `false`: the backend no longer records
+    /// the hold (it is lost).
+    pub(crate) fn downgrade(&self, lock_key: &str, holder: &str) -> bool {
+        match self {
+            Backend::Memory(m) => m.downgrade(lock_key, holder),
+            // No read frame exists on these yet (`read_write_unsupported`
+            // refuses reads): were one to, the hold would stay a write hold
+            // on the server, which is more exclusive, never less.
+            _ => true,
+        }
+    }
+
     /// Gives back one hold of `holder` (`fair`: hand the lock to the first in
     /// the key's queue; for a queued holder id, leave the queue).
     pub(crate) async fn release(
