@@ -77,6 +77,9 @@ struct RunState {
 pub(crate) struct Terms {
     pub(crate) lease: Duration,
     pub(crate) fair: bool,
+    /// A read hold. Read holds are never passed: local readers take their
+    /// own (shared) holds, and a write hold goes only to a writer.
+    pub(crate) read: bool,
 }
 
 impl Run {

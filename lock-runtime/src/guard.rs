@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use crate::backend::Release;
 use crate::cohort::Terms;
 use crate::error::LockError;
-use crate::held::HeldLock;
+use crate::held::{HeldLock, Released};
+use crate::mode::LockMode;
 use crate::owner::{self, Node, Scope};
 use crate::runtime::LockRuntime;
 use crate::waiters::Passed;
@@ -44,6 +45,8 @@ pub struct LockGuard {
     frame: u64,
     /// The owner scope the hold belongs to.
     scope: Arc<Node>,
+    /// What this guard's frame asked for.
+    mode: LockMode,
     released: bool,
 }
 
@@ -84,7 +87,8 @@ impl LockGuard {
             // for a release that their own scope would have to make.
             waiters.wake_owner(&held.lock_key, held.owner());
         }
-        Some(LockGuard::new(runtime.clone(), held, frame, scope))
+        let mode = held.mode();
+        Some(LockGuard::new(runtime.clone(), held, frame, scope, mode))
     }
 
     /// A guard for a new frame of a hold already in the table (re-entry).
@@ -93,12 +97,14 @@ impl LockGuard {
         held: Arc<HeldLock>,
         frame: u64,
         scope: Arc<Node>,
+        mode: LockMode,
     ) -> Self {
         LockGuard {
             runtime,
             held,
             frame,
             scope,
+            mode,
             released: false,
         }
     }
@@ -121,8 +127,16 @@ impl LockGuard {
         &self.held().key
     }
 
+    /// What this guard holds: its request's mode ([`LockMode::Read`] also
+    /// for a read nested in a write hold, which shares that hold).
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
     /// The fencing token: strictly greater than every token handed out for
-    /// this key before; the same for nested holds of one owner scope.
+    /// this key before; the same for nested holds of one owner scope. A
+    /// read hold's token is greater than every earlier writer's and smaller
+    /// than every later writer's; it orders nothing among readers.
     pub fn fence(&self) -> u64 {
         self.held().fence()
     }
@@ -174,6 +188,44 @@ impl LockGuard {
         owner::enter(scope, fut)
     }
 
+    /// Turns a write hold into a read hold without letting go of the key:
+    /// takes a read hold nested in this one, then gives this one back, so
+    /// that no writer of any process enters in between (readers may). The
+    /// read hold keeps this hold's token. A read guard comes back as it is.
+    ///
+    /// Errors: [`LockError::Lost`] when the hold was lost before or during
+    /// the downgrade (the read hold is given back too).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockMode;
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let write = runtime.lock("catalog").write().acquire().await?;
+    /// let token = write.fence();
+    /// let read = write.downgrade().await?;
+    /// assert_eq!((read.mode(), read.fence()), (LockMode::Read, token));
+    /// // Other readers share the key now; writers still wait.
+    /// assert!(runtime.lock("catalog").read().try_acquire().await?.is_some());
+    /// assert!(runtime.lock("catalog").write().try_acquire().await?.is_none());
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn downgrade(self) -> Result<LockGuard, LockError> {
+        if self.mode.is_read() {
+            return Ok(self);
+        }
+        let request = self.runtime.lock(self.key().to_owned()).read();
+        let read = self.scope(request.acquire()).await?;
+        let key = self.key().to_owned();
+        self.release().await?;
+        if read.is_lost() {
+            drop(read);
+            return Err(LockError::Lost { key });
+        }
+        Ok(read)
+    }
+
     /// Gives the hold back and waits for the backend to confirm.
     ///
     /// Errors: [`LockError::Lost`] when the lock was lost while held,
@@ -195,7 +247,11 @@ impl LockGuard {
     async fn release_to(mut self, pass: bool) -> Result<(), LockError> {
         self.released = true;
         let held = self.held.clone();
-        if !self.runtime.table().release(&held, self.frame) {
+        let released = self.runtime.table().release(&held, self.frame);
+        if released == Released::Downgraded {
+            downgrade(&self.runtime, &held);
+        }
+        if released != Released::Last {
             // An enclosing hold of the same scope keeps the lock, or
             // shutdown gave it back already.
             return if self.runtime.is_shut_down() && held.is_lost() {
@@ -249,16 +305,27 @@ impl LockGuard {
     /// the hold instead, as on every release.
     pub(crate) fn release_behind(mut self) {
         self.released = true;
-        if !self.runtime.table().release(&self.held, self.frame) {
+        match self.runtime.table().release(&self.held, self.frame) {
+            Released::Last => {}
+            Released::Downgraded => return downgrade(&self.runtime, &self.held),
             // An enclosing hold of the same scope keeps the lock, or
             // shutdown gave it back already.
-            return;
+            Released::Kept => return,
         }
         if pass_locally(&self.runtime, &self.held) {
             return;
         }
         self.runtime.watchdog().remove(self.held.id);
         self.runtime.release_behind(&self.held);
+    }
+}
+
+/// Tells the backend that `held` is a read hold now (its last write frame
+/// went while read frames remain); a backend that no longer records it
+/// makes it lost.
+fn downgrade(runtime: &LockRuntime, held: &HeldLock) {
+    if !runtime.backend().downgrade(&held.lock_key, &held.holder) {
+        held.mark_lost();
     }
 }
 
@@ -273,9 +340,14 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
     if !limits.is_on() || !runtime.backend().passes_locally() || runtime.is_shut_down() {
         return false;
     }
+    if held.mode().is_read() {
+        // Readers are never passed a hold: they share the key (see `Terms`).
+        return false;
+    }
     let terms = Terms {
         lease: held.lease,
         fair: held.fair,
+        read: false,
     };
     let epoch = runtime.waiters().connection_epoch();
     let passed = runtime
@@ -289,7 +361,8 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
             });
             let (fence, frame) = passed.flatten()?;
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
-            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone());
+            let mode = held.mode();
+            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone(), mode);
             Some(Box::new(guard) as Passed)
         });
     if passed {
@@ -324,8 +397,13 @@ impl Drop for PendingRelease<'_> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released || !self.runtime.table().release(&self.held, self.frame) {
+        if self.released {
             return;
+        }
+        match self.runtime.table().release(&self.held, self.frame) {
+            Released::Last => {}
+            Released::Downgraded => return downgrade(&self.runtime, &self.held),
+            Released::Kept => return,
         }
         if pass_locally(&self.runtime, &self.held) {
             return;

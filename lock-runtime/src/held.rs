@@ -12,7 +12,7 @@
 //! the backend again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use crate::cohort::{Cohort, Run};
 use crate::context::Runner;
 use crate::meter;
+use crate::mode::LockMode;
 use crate::owner::Node;
 
 /// One lock held by one owner scope of this process.
@@ -45,6 +46,9 @@ pub(crate) struct HeldLock {
     pub(crate) renew: bool,
     /// Whether it was taken in fair mode (its release hands it on).
     pub(crate) fair: bool,
+    /// The backend hold's mode (a [`LockMode`] as `u8`): read (shared), or
+    /// write / exclusive; write turns read when it is downgraded.
+    mode: AtomicU8,
     holds: AtomicUsize,
     lost: AtomicBool,
     /// Given back by [`HeldTable::close_all`] (the runtime shut down): no
@@ -111,9 +115,18 @@ pub(crate) struct Hold {
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
     pub(crate) fair: bool,
+    pub(crate) mode: LockMode,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn mode_byte(mode: LockMode) -> u8 {
+    match mode {
+        LockMode::Read => 1,
+        LockMode::Write => 2,
+        _ => 0,
+    }
+}
 
 impl HeldLock {
     pub(crate) fn new(hold: Hold) -> Arc<Self> {
@@ -129,6 +142,7 @@ impl HeldLock {
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
+            mode: AtomicU8::new(mode_byte(hold.mode)),
             holds: AtomicUsize::new(1),
             lost: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -137,6 +151,15 @@ impl HeldLock {
             #[cfg(feature = "metrics")]
             taken_at: AtomicU64::new(clock::now_nanos()),
         })
+    }
+
+    /// The backend hold's mode now.
+    pub(crate) fn mode(&self) -> LockMode {
+        match self.mode.load(Ordering::Acquire) {
+            1 => LockMode::Read,
+            2 => LockMode::Write,
+            _ => LockMode::Exclusive,
+        }
     }
 
     /// The fencing token of the current holder.
@@ -294,6 +317,9 @@ impl HeldLock {
 struct Frame {
     id: u64,
     owner: u64,
+    /// What this frame asked for: a read frame may sit in a write hold (a
+    /// writer reading what it writes).
+    mode: LockMode,
     /// The task that took this hold, if it was taken for a guard outside
     /// any locked body (see `taken_by_this_task`): where the guard started,
     /// not where it is now.
@@ -313,8 +339,25 @@ pub(crate) enum Reentry {
     /// lost since the backend last confirmed it: wait for the watchdog's
     /// renewal to confirm it (or find it lost), then ask again.
     Unconfirmed(Arc<HeldLock>),
+    /// A write (or exclusive) hold was asked inside a read hold of this
+    /// scope's ancestry: an upgrade, refused (two readers upgrading at once
+    /// would wait for each other for ever).
+    Refused,
     /// No live hold of this scope's ancestry: ask the backend.
     No,
+}
+
+/// What giving back one frame left of its hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Other frames keep the hold as it was (or shutdown gave it back
+    /// already).
+    Kept,
+    /// The hold's last write frame went while read frames of it remain: it
+    /// is a read hold now, and the backend must be told (a downgrade).
+    Downgraded,
+    /// It was the hold's last frame: the backend hold must be released.
+    Last,
 }
 
 /// The held locks of one runtime, by backend lock name.
@@ -329,10 +372,11 @@ pub(crate) struct HeldTable {
 
 static NEXT_FRAME: AtomicU64 = AtomicU64::new(1);
 
-fn new_frame(owner: &Node, held: Arc<HeldLock>) -> Frame {
+fn new_frame(owner: &Node, held: Arc<HeldLock>, mode: LockMode) -> Frame {
     Frame {
         id: NEXT_FRAME.fetch_add(1, Ordering::Relaxed),
         owner: owner.id,
+        mode,
         task: guard_task(owner),
         held,
     }
@@ -348,37 +392,59 @@ impl HeldTable {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Re-enters `lock_key` for `scope` if the innermost live frame belongs to
-    /// it or an ancestor of it (a new frame owned by `scope`), and the
-    /// backend confirmed that hold in connection epoch `epoch` (the
-    /// current one).
-    pub(crate) fn reenter(&self, lock_key: &str, scope: &Node, epoch: u32) -> Reentry {
+    /// Re-enters `lock_key` for `scope`, asking for `mode`, when a live hold
+    /// of the key belongs to `scope` or an ancestor of it (strict nesting),
+    /// and the backend confirmed that hold in connection epoch `epoch` (the
+    /// current one): a new frame owned by `scope`, no round trip.
+    ///
+    /// The hold is the one of the innermost frame of that ancestry. A write
+    /// re-enters only a write hold (inside a read hold it is an upgrade:
+    /// [`Reentry::Refused`]), and only while that ancestry's frame is the
+    /// hold's innermost; a read re-enters a read hold always (readers
+    /// share), and a write hold unless a sibling writes inside it after that
+    /// frame. Otherwise a sibling is inside: [`Reentry::Sibling`].
+    pub(crate) fn reenter(
+        &self,
+        lock_key: &str,
+        scope: &Node,
+        epoch: u32,
+        mode: LockMode,
+    ) -> Reentry {
         let mut locks = self.locks();
         let Some(frames) = locks.get_mut(lock_key) else {
             return Reentry::No;
         };
-        let mut live = frames.iter().filter(|f| !f.held.is_lost());
-        let Some(innermost) = live.next_back() else {
+        let Some(at) = frames
+            .iter()
+            .rposition(|f| !f.held.is_lost() && scope.descends_from(f.owner))
+        else {
             return Reentry::No;
         };
-        if scope.descends_from(innermost.owner) {
-            // (A fixed lease has no renewal that could confirm it: it is
-            // re-entered on its lease alone, see docs/guarantees.md.)
-            if innermost.held.renew && !innermost.held.confirmed_in(epoch) {
-                return Reentry::Unconfirmed(innermost.held.clone());
-            }
-            let held = innermost.held.clone();
-            held.holds.fetch_add(1, Ordering::Relaxed);
-            let frame = new_frame(scope, held.clone());
-            let id = frame.id;
-            frames.push(frame);
-            return Reentry::Held(held, id);
+        let held = frames[at].held.clone();
+        if !mode.is_read() && held.mode().is_read() {
+            return Reentry::Refused;
         }
-        if live.any(|f| scope.descends_from(f.owner)) {
-            Reentry::Sibling
+        let mut inside = frames[at + 1..]
+            .iter()
+            .filter(|f| Arc::ptr_eq(&f.held, &held) && !scope.descends_from(f.owner));
+        let sibling_inside = if mode.is_read() {
+            inside.any(|f| !f.mode.is_read())
         } else {
-            Reentry::No
+            inside.next().is_some()
+        };
+        if sibling_inside {
+            return Reentry::Sibling;
         }
+        // (A fixed lease has no renewal that could confirm it: it is
+        // re-entered on its lease alone, see docs/guarantees.md.)
+        if held.renew && !held.confirmed_in(epoch) {
+            return Reentry::Unconfirmed(held);
+        }
+        held.holds.fetch_add(1, Ordering::Relaxed);
+        let frame = new_frame(scope, held.clone(), mode);
+        let id = frame.id;
+        frames.push(frame);
+        Reentry::Held(held, id)
     }
 
     /// Waits until a frame of any lock goes (or `deadline` passes), after a
@@ -389,12 +455,13 @@ impl HeldTable {
         scope: &Node,
         deadline: Option<tokio::time::Instant>,
         epoch: impl Fn() -> u32,
+        mode: LockMode,
     ) -> Reentry {
         self.sibling_waiters.fetch_add(1, Ordering::AcqRel);
         let _waiting = SiblingWait(self);
         loop {
             let changed = self.frames_changed.notified();
-            match self.reenter(lock_key, scope, epoch()) {
+            match self.reenter(lock_key, scope, epoch(), mode) {
                 Reentry::Sibling => {}
                 other => return other,
             }
@@ -416,16 +483,19 @@ impl HeldTable {
     /// (freed by force, or lost without a renewal noticing yet, and taken
     /// again by this acquire), so it is marked lost here. Otherwise it
     /// could still be passed to a local waiter or re-entered, beside the
-    /// new hold.
+    /// new hold. Read holds are the exception: two of them share the key.
     pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
-        let frame = new_frame(owner, held);
+        let mode = held.mode();
+        let frame = new_frame(owner, held, mode);
         let id = frame.id;
         let mut gone: Vec<Arc<HeldLock>> = Vec::new();
         {
             let mut locks = self.locks();
             let frames = locks.entry(frame.held.lock_key.clone()).or_default();
             for other in frames.iter() {
+                let shared = mode.is_read() && other.held.mode().is_read();
                 if other.held.holder != frame.held.holder
+                    && !shared
                     && !other.held.is_lost()
                     && !gone.iter().any(|g| Arc::ptr_eq(g, &other.held))
                 {
@@ -446,7 +516,8 @@ impl HeldTable {
     pub(crate) fn insert_passed(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
         // The previous holder's last frame took the count to zero.
         held.holds.store(1, Ordering::Relaxed);
-        let mut frame = new_frame(owner, held);
+        let mode = held.mode();
+        let mut frame = new_frame(owner, held, mode);
         frame.task = None;
         let id = frame.id;
         self.locks()
@@ -467,16 +538,27 @@ impl HeldTable {
         }
     }
 
-    /// Gives back the hold of frame `frame`; `true` when it was the last hold
-    /// of `held`, and the backend hold must now be released.
-    pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> bool {
+    /// Gives back the hold of frame `frame`: [`Released::Last`] when it was
+    /// the last hold of `held` (the backend hold must now be released),
+    /// [`Released::Downgraded`] when only read frames of a write hold are
+    /// left (the hold turns read here, under the table's lock, so exactly one
+    /// caller tells the backend).
+    pub(crate) fn release(&self, held: &Arc<HeldLock>, frame: u64) -> Released {
         let mut locks = self.locks();
         if held.closed.load(Ordering::Acquire) {
             // `close_all` took every frame and gave the lock back.
-            return false;
+            return Released::Kept;
         }
+        let mut downgraded = false;
         if let Some(frames) = locks.get_mut(&held.lock_key) {
             frames.retain(|f| f.id != frame);
+            let mine = || frames.iter().filter(|f| Arc::ptr_eq(&f.held, held));
+            if !held.mode().is_read() && mine().next().is_some() && mine().all(|f| f.mode.is_read())
+            {
+                held.mode
+                    .store(mode_byte(LockMode::Read), Ordering::Release);
+                downgraded = true;
+            }
             if frames.is_empty() {
                 locks.remove(&held.lock_key);
             }
@@ -491,7 +573,11 @@ impl HeldTable {
         if self.sibling_waiters.load(Ordering::Acquire) > 0 {
             self.frames_changed.notify_waiters();
         }
-        last
+        match (last, downgraded) {
+            (true, _) => Released::Last,
+            (false, true) => Released::Downgraded,
+            (false, false) => Released::Kept,
+        }
     }
 
     /// How many live holds of `lock_key` belong to `scope` or the scopes it

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::mode::LockMode;
 use crate::names::LockNames;
 use crate::owner;
 use crate::runtime::LockRuntime;
@@ -38,6 +39,27 @@ pub struct LockInfo {
     /// Fair mode: the holder ids queued for the lock, oldest first (one per
     /// waiting process; empty on the embedded backend and in plain mode).
     pub queue: Vec<String>,
+    /// [`LockMode::Read`] for a read hold, shared by [`readers`](Self::readers);
+    /// [`LockMode::Write`] otherwise (an exclusive hold is a write hold: the
+    /// same lock). For a read hold, `holder`, `remaining_lease` and `fence`
+    /// describe the reader whose lease ends last (the one a writer waits for).
+    pub mode: LockMode,
+    /// Every holder of a read hold (empty for a write hold).
+    pub readers: Vec<ReaderInfo>,
+}
+
+/// One holder of a read hold ([`LockInfo::readers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReaderInfo {
+    /// The reader's holder id: `<process-uuid>:<n>`.
+    pub holder: String,
+    /// Whether the reader is this process.
+    pub held_by_this_process: bool,
+    /// How long its lease has left in the backend.
+    pub remaining_lease: Option<Duration>,
+    /// Its fencing token, when recorded.
+    pub fence: Option<u64>,
 }
 
 impl LockRuntime {
@@ -78,6 +100,17 @@ impl LockRuntime {
             remaining_lease: r.remaining,
             fence: r.fence,
             queue: r.queue,
+            mode: r.mode,
+            readers: r
+                .readers
+                .into_iter()
+                .map(|reader| ReaderInfo {
+                    held_by_this_process: reader.holder.starts_with(&mine),
+                    holder: reader.holder,
+                    remaining_lease: reader.remaining,
+                    fence: reader.fence,
+                })
+                .collect(),
         }))
     }
 

@@ -106,7 +106,7 @@ pub use cohort::{Cohort, MAX_COHORT_HANDOFFS};
 pub use env::init_from_env;
 pub use error::{BackendError, LockError, TimeoutCause};
 pub use guard::LockGuard;
-pub use inspect::{held, hold_count, LockInfo};
+pub use inspect::{held, hold_count, LockInfo, ReaderInfo};
 pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
 #[cfg(feature = "metrics")]

@@ -167,7 +167,7 @@ impl Acquisition {
         let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
         let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
         let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
-        let renew = self.want.renew;
+        let (renew, mode) = (self.want.renew, self.want.mode);
         let attempt = runtime.finish_on_worker(Box::pin(async move {
             // Should the task be dropped unanswered (its runtime stopping),
             // the entry still leaves the registry, with what it may hold.
@@ -182,7 +182,7 @@ impl Acquisition {
                 backend: backend.clone(),
             };
             let outcome = backend
-                .acquire(&lock_key, &holder, (lease, renew), queue)
+                .acquire(&lock_key, &holder, (lease, renew), queue, mode)
                 .await;
             unanswered.defuse();
             drop(place_attempt);
@@ -249,8 +249,10 @@ impl Acquisition {
         let holder = in_flight.disarm();
         // Leave the queue first: `adopt` wakes the waiters of this scope (to
         // re-enter), and we are no longer one of them.
+        // A reader wakes the next local waiter too: if that is a reader, it
+        // shares the key now rather than after this hold.
         if let Some(ticket) = self.ticket.take() {
-            ticket.leave_with_lock(self.want.fair);
+            ticket.leave_with_lock(self.want.fair || self.want.mode.is_read());
         }
         let held = HeldLock::new(self.hold(holder, (fence, upto), sent_at));
         let (scope, lease) = (self.want.scope.clone(), held.lease);
@@ -323,6 +325,7 @@ impl Acquisition {
             self.want.lock_key.clone(),
             self.want.scope.clone(),
             self.terms(),
+            self.want.mode.is_read(),
         );
         ticket.note_busy(ttl.and_then(|t| sent_at.checked_add(t)));
         if in_flight.armed {

@@ -188,7 +188,13 @@ impl Acquisition {
                     Some(Ok(Taken::Frame(held, frame))) => {
                         // The runtime and scope move into the guard: no
                         // clone on the re-entry path (bench S2).
-                        let guard = LockGuard::new(self.runtime, held, frame, self.want.scope);
+                        let guard = LockGuard::new(
+                            self.runtime,
+                            held,
+                            frame,
+                            self.want.scope,
+                            self.want.mode,
+                        );
                         break 'run Ok(guard);
                     }
                     Some(Ok(Taken::Guard(guard))) => break 'run Ok(guard),
@@ -208,6 +214,11 @@ impl Acquisition {
                 }
                 let now = Instant::now();
                 let alarm = if queued_behind {
+                    self.lease_alarm(now, None)
+                } else if self.held_back_by_a_local_writer() {
+                    if self.try_once || self.last_try {
+                        break 'run Err(self.gave_up());
+                    }
                     self.lease_alarm(now, None)
                 } else {
                     let attempted = match self.attempt().await {
@@ -256,7 +267,8 @@ impl Acquisition {
         let table = self.runtime.table();
         let waiters = self.runtime.waiters();
         let epoch = || waiters.connection_epoch();
-        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch());
+        let mode = self.want.mode;
+        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch(), mode);
         loop {
             match &reentry {
                 Reentry::Unconfirmed(held) => {
@@ -281,7 +293,7 @@ impl Acquisition {
                     // (Boxed: a rare path, kept out of every waiting
                     // acquire's state.)
                     let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
-                    let changed = table.frames_changed(lock_key, scope, self.deadline, epoch);
+                    let changed = table.frames_changed(lock_key, scope, self.deadline, epoch, mode);
                     let changed = Box::pin(changed).await;
                     if self.runtime.is_shut_down() {
                         // Shutdown closed the sibling's frame: no backend
@@ -295,12 +307,17 @@ impl Acquisition {
                     reentry = changed;
                     continue;
                 }
+                Reentry::Refused => {
+                    return Some(Err(LockError::UpgradeRefused {
+                        key: self.want.key.clone(),
+                    }))
+                }
                 Reentry::Held(..) | Reentry::No => break,
             }
             if self.runtime.is_shut_down() {
                 return Some(Err(LockError::ShutDown));
             }
-            reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch());
+            reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch(), mode);
         }
         if let Reentry::Held(held, frame) = reentry {
             return Some(Ok(Taken::Frame(held, frame)));
@@ -367,9 +384,24 @@ impl Acquisition {
             self.want.lock_key.clone(),
             self.want.scope.clone(),
             self.terms(),
+            self.want.mode.is_read(),
         );
         self.ticket = Some(ticket);
         true
+    }
+
+    /// Writer preference in the process: a read does not go to the backend
+    /// while a writer of this process waits ahead of it (a try-once read,
+    /// with no place in the queue: while one waits at all). A nested read
+    /// never gets here: it re-entered its hold.
+    fn held_back_by_a_local_writer(&self) -> bool {
+        if !self.want.mode.is_read() {
+            return false;
+        }
+        match &self.ticket {
+            Some(ticket) => ticket.writer_ahead(),
+            None => self.runtime.waiters().writer_waiting(&self.want.lock_key),
+        }
     }
 
     /// Step 4 (on backend failure): a bounded wait rides out backend
@@ -463,6 +495,7 @@ impl Acquisition {
         self.want.renew.then_some(Terms {
             lease: self.want.lease,
             fair: self.want.fair,
+            read: self.want.mode.is_read(),
         })
     }
 
@@ -516,6 +549,7 @@ impl Acquisition {
             lease: self.want.lease,
             renew: self.want.renew,
             fair: self.want.fair,
+            mode: self.want.mode,
         }
     }
 }

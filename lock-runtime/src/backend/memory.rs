@@ -19,14 +19,45 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::{Acquire, Release, Wakeups};
+use crate::mode::LockMode;
 
+/// One held lock: a write hold (one holder) or a read hold (its readers).
 #[derive(Debug)]
 struct Entry {
-    holder: String,
+    read: bool,
+    holders: Vec<Holder>,
+}
+
+/// One holder id's hold (for a write hold, the Redis hash's fields; for a
+/// read hold, one reader's).
+#[derive(Debug)]
+struct Holder {
+    id: String,
     holds: u64,
-    /// The hold's token (the Redis hash's `fence` field).
+    /// The hold's token.
     fence: u64,
     expires_at: Instant,
+}
+
+impl Entry {
+    /// Drops holders whose lease has passed; `true` when none is left.
+    fn prune(&mut self, now: Instant) -> bool {
+        self.holders.retain(|h| h.expires_at > now);
+        self.holders.is_empty()
+    }
+
+    /// When the last holder's lease ends (what a waiter sleeps until).
+    fn expires_at(&self, now: Instant) -> Instant {
+        self.holders
+            .iter()
+            .map(|h| h.expires_at)
+            .max()
+            .unwrap_or(now)
+    }
+
+    fn holder(&mut self, id: &str) -> Option<&mut Holder> {
+        self.holders.iter_mut().find(|h| h.id == id)
+    }
 }
 
 /// The last token of a key, and when it may be forgotten.
@@ -54,12 +85,38 @@ impl State {
             .map_or(0, |f| f.token)
     }
 
+    /// Issues the key's next token (as acquire.lua: max(counter + 1, the
+    /// clock in µs)), recorded for `window`.
+    fn next_token(&mut self, lock_key: &str, now: Instant, window: Duration) -> u64 {
+        let fence = self
+            .token(lock_key, now)
+            .saturating_add(1)
+            .max(micros_since_epoch());
+        self.fences.insert(
+            lock_key.to_owned(),
+            Fence {
+                token: fence,
+                expires_at: now + window,
+            },
+        );
+        fence
+    }
+
+    /// The key's live entry, with holders whose lease passed dropped.
+    fn live(&mut self, lock_key: &str, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get_mut(lock_key)?.prune(now) {
+            self.locks.remove(lock_key);
+            return None;
+        }
+        self.locks.get_mut(lock_key)
+    }
+
     /// Drops expired locks and fence records, at most once per `window`.
     fn sweep(&mut self, now: Instant, window: Duration) {
         if now < self.next_sweep {
             return;
         }
-        self.locks.retain(|_, e| e.expires_at > now);
+        self.locks.retain(|_, e| !e.prune(now));
         self.fences.retain(|_, f| f.expires_at > now);
         self.next_sweep = now + window;
     }
@@ -87,90 +144,118 @@ impl MemoryBackend {
         }
     }
 
-    /// Mirrors `inspect.lua` (the embedded store keeps no fair queue).
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Mirrors `inspect.lua` (the embedded store keeps no fair queue). A
+    /// read hold is described by the reader whose lease ends last (the one
+    /// a writer waits for), and lists every reader.
     pub(crate) fn inspect(&self, lock_key: &str) -> Option<super::Recorded> {
         let now = Instant::now();
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = state.locks.get(lock_key).filter(|e| e.expires_at > now)?;
+        let mut state = self.state();
+        let entry = state.live(lock_key, now)?;
+        let last = entry.holders.iter().max_by_key(|h| h.expires_at)?;
+        let readers = if entry.read {
+            entry
+                .holders
+                .iter()
+                .map(|h| super::RecordedReader {
+                    holder: h.id.clone(),
+                    remaining: Some(h.expires_at - now),
+                    fence: Some(h.fence),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(super::Recorded {
-            holder: entry.holder.clone(),
-            holds: entry.holds,
-            remaining: Some(entry.expires_at - now),
-            fence: Some(entry.fence),
+            holder: last.id.clone(),
+            holds: last.holds,
+            remaining: Some(last.expires_at - now),
+            fence: Some(last.fence),
             queue: Vec::new(),
+            mode: if entry.read {
+                LockMode::Read
+            } else {
+                LockMode::Write
+            },
+            readers,
         })
     }
 
-    /// Mirrors `acquire.lua`.
-    pub(crate) fn acquire(&self, lock_key: &str, holder: &str, lease: Duration) -> Acquire {
+    /// Mirrors `acquire.lua` (and, for a read, the read script): a free key
+    /// is taken; a holder id that holds it counts one more hold; a read
+    /// joins the readers of a read hold with a token of its own; anything
+    /// else is busy until the last holder's lease end.
+    pub(crate) fn acquire(
+        &self,
+        lock_key: &str,
+        holder: &str,
+        lease: Duration,
+        mode: LockMode,
+    ) -> Acquire {
         let now = Instant::now();
-        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let read = mode.is_read();
+        let mut guard = self.state();
         let state = &mut *guard;
         state.sweep(now, self.window);
-        if state
-            .locks
-            .get(lock_key)
-            .is_some_and(|e| e.expires_at <= now)
-        {
-            state.locks.remove(lock_key);
+        let fresh = |fence| Holder {
+            id: holder.to_owned(),
+            holds: 1,
+            fence,
+            expires_at: now + lease,
+        };
+        let held = |fence| Acquire::Held {
+            fence,
+            upto: fence,
+            handed: false,
+        };
+        if let Some(entry) = state.live(lock_key, now) {
+            if let Some(mine) = entry.holder(holder) {
+                mine.holds += 1;
+                mine.expires_at = now + lease;
+                return held(mine.fence);
+            }
+            if !(read && entry.read) {
+                return Acquire::Busy {
+                    ttl: Some(entry.expires_at(now) - now),
+                };
+            }
         }
+        // Free, or a read hold this read joins.
+        let fence = state.next_token(lock_key, now, self.window);
         match state.locks.get_mut(lock_key) {
+            Some(entry) => entry.holders.push(fresh(fence)),
             None => {
-                // As acquire.lua: max(counter + 1, the clock in µs).
-                let fence = state
-                    .token(lock_key, now)
-                    .saturating_add(1)
-                    .max(micros_since_epoch());
-                state.fences.insert(
-                    lock_key.to_owned(),
-                    Fence {
-                        token: fence,
-                        expires_at: now + self.window,
-                    },
-                );
-                state.locks.insert(
-                    lock_key.to_owned(),
-                    Entry {
-                        holder: holder.to_owned(),
-                        holds: 1,
-                        fence,
-                        expires_at: now + lease,
-                    },
-                );
-                Acquire::Held {
-                    fence,
-                    upto: fence,
-                    handed: false,
-                }
+                let holders = vec![fresh(fence)];
+                state
+                    .locks
+                    .insert(lock_key.to_owned(), Entry { read, holders });
             }
-            Some(entry) if entry.holder == holder => {
-                entry.holds += 1;
-                entry.expires_at = now + lease;
-                Acquire::Held {
-                    fence: entry.fence,
-                    upto: entry.fence,
-                    handed: false,
-                }
-            }
-            Some(entry) => Acquire::Busy {
-                ttl: Some(entry.expires_at - now),
-            },
         }
+        held(fence)
     }
 
-    /// Mirrors `release.lua`.
+    /// Mirrors `release.lua`: one hold of `holder` less; the key frees (and
+    /// waiters are woken) when its last holder leaves. A reader that leaves
+    /// other readers behind wakes nobody: the key is no freer for a writer.
     pub(crate) fn release(&self, lock_key: &str, holder: &str) -> Release {
         let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(entry) = state.locks.get_mut(lock_key) else {
+        let mut state = self.state();
+        let Some(entry) = state.live(lock_key, now) else {
             return Release::NotHeld;
         };
-        if entry.holder != holder || entry.expires_at <= now {
+        let Some(mine) = entry.holder(holder) else {
             return Release::NotHeld;
-        }
-        entry.holds -= 1;
-        if entry.holds > 0 {
+        };
+        mine.holds -= 1;
+        if mine.holds > 0 {
             return Release::StillHeld;
+        }
+        entry.holders.retain(|h| h.id != holder);
+        if !entry.holders.is_empty() {
+            return Release::Freed;
         }
         state.locks.remove(lock_key);
         drop(state);
@@ -180,23 +265,47 @@ impl MemoryBackend {
         Release::Freed
     }
 
+    /// A downgrade: `holder`'s write hold becomes a read hold, keeping its
+    /// token and lease, and the first local waiter is woken (a reader may
+    /// join now). `false` when `holder` does not hold the key.
+    pub(crate) fn downgrade(&self, lock_key: &str, holder: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(entry) = state.live(lock_key, now) else {
+            return false;
+        };
+        if entry.holder(holder).is_none() {
+            return false;
+        }
+        if entry.read {
+            return true;
+        }
+        entry.read = true;
+        drop(state);
+        if let Some(wakeups) = self.wakeups.upgrade() {
+            wakeups.released(lock_key);
+        }
+        true
+    }
+
     /// Mirrors `renew.lua`.
     pub(crate) fn renew(&self, lock_key: &str, holder: &str, lease: Duration) -> bool {
         let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match state.locks.get_mut(lock_key) {
-            Some(entry) if entry.holder == holder && entry.expires_at > now => {
-                entry.expires_at = now + lease;
+        let mut state = self.state();
+        match state.live(lock_key, now).and_then(|e| e.holder(holder)) {
+            Some(mine) => {
+                mine.expires_at = now + lease;
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
-    /// Mirrors `force_unlock.lua`: deletes a lock whatever its holder.
+    /// Mirrors `force_unlock.lua`: deletes a lock whatever its holders.
     pub(crate) fn delete(&self, lock_key: &str) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let removed = state.locks.remove(lock_key).is_some();
+        let mut state = self.state();
+        let removed = state.live(lock_key, Instant::now()).is_some();
+        state.locks.remove(lock_key);
         drop(state);
         if removed {
             if let Some(wakeups) = self.wakeups.upgrade() {
@@ -209,7 +318,7 @@ impl MemoryBackend {
     /// Locks and fence records in the store, expired or not (tests).
     #[cfg(test)]
     fn entries(&self) -> (usize, usize) {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self.state();
         (state.locks.len(), state.fences.len())
     }
 }
@@ -243,7 +352,7 @@ mod tests {
     }
 
     fn token(store: &MemoryBackend, lock_key: &str, holder: &str, lease: Duration) -> u64 {
-        match store.acquire(lock_key, holder, lease) {
+        match store.acquire(lock_key, holder, lease, LockMode::Exclusive) {
             Acquire::Held { fence, .. } => fence,
             busy => panic!("{lock_key}: {busy:?}"),
         }

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 
 /// Reply of an acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +231,19 @@ pub(crate) struct Recorded {
     pub(crate) fence: Option<u64>,
     /// Fair mode: holder ids queued for the lock, oldest first.
     pub(crate) queue: Vec<String>,
+    /// Read (shared by `readers`) or write.
+    pub(crate) mode: LockMode,
+    /// The holders of a read hold, `holder` among them (empty for a write
+    /// hold).
+    pub(crate) readers: Vec<RecordedReader>,
+}
+
+/// One holder of a read hold, as the backend records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedReader {
+    pub(crate) holder: String,
+    pub(crate) remaining: Option<Duration>,
+    pub(crate) fence: Option<u64>,
 }
 
 /// The backend of one runtime.
@@ -386,7 +400,7 @@ impl Backend {
     /// read-write locks come to the backends one at a time (issue 28).
     pub(crate) fn read_write_unsupported(&self) -> Option<String> {
         let name = match self {
-            Backend::Memory(_) => "the embedded backend",
+            Backend::Memory(_) => return None,
             Backend::Redis(_) => "Redis",
             Backend::Redlock(_) => "Redlock",
             Backend::Sentinel(_) => "Redis Sentinel",
@@ -415,24 +429,44 @@ impl Backend {
     /// `(lease, renewed)`: the lease, and whether the watchdog will renew it
     /// (a fixed lease must end on the server by itself: on etcd it gets an
     /// etcd lease of its own that nobody keeps alive).
+    ///
+    /// `mode`: read holds share the key. Only backends that support them
+    /// get one ([`read_write_unsupported`](Self::read_write_unsupported)
+    /// refuses the rest before they ask); to the others a write is the
+    /// exclusive lock.
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
         holder: &str,
         (lease, renewed): (Duration, bool),
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         #[cfg(not(any(feature = "etcd", feature = "zookeeper")))]
         let _ = renewed;
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
-            Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease)),
+            Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease, mode)),
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
+        }
+    }
+
+    /// Tells the backend that `holder`'s write hold is a read hold now (its
+    /// last write frame went while read frames remain): other readers may
+    /// join it, writers still wait. `false`: the backend no longer records
+    /// the hold (it is lost).
+    pub(crate) fn downgrade(&self, lock_key: &str, holder: &str) -> bool {
+        match self {
+            Backend::Memory(m) => m.downgrade(lock_key, holder),
+            // No read frame exists on these yet (`read_write_unsupported`
+            // refuses reads): were one to, the hold would stay a write hold
+            // on the server, which is more exclusive, never less.
+            _ => true,
         }
     }
 

@@ -56,6 +56,9 @@ pub(crate) struct LocalWaiter {
     /// What a hold must be like for this waiter to take it over from
     /// another task of the process (`None`: it does not).
     terms: Option<Terms>,
+    /// It asks for a read hold: a waiting writer ahead of it keeps it from
+    /// the key (writers are not starved by a stream of readers).
+    read: bool,
     /// A hold passed to it, not taken yet.
     passed: Mutex<Option<Passed>>,
 }
@@ -206,11 +209,13 @@ impl Waiters {
         channel: String,
         scope: Arc<Node>,
         terms: Option<Terms>,
+        read: bool,
     ) -> WaitTicket {
         let slot = Arc::new(LocalWaiter {
             wake: Notify::new(),
             scope,
             terms,
+            read,
             passed: Mutex::new(None),
         });
         let mut keys = self.keys();
@@ -362,6 +367,13 @@ impl Waiters {
         self.keys().contains_key(channel)
     }
 
+    /// Whether a writer (or exclusive) acquire of this process waits for
+    /// `channel`: a new reader of the key then waits behind it.
+    pub(crate) fn writer_waiting(&self, channel: &str) -> bool {
+        let entry = self.keys().get(channel).cloned();
+        entry.is_some_and(|entry| entry.queue().iter().any(|w| !w.read))
+    }
+
     /// Number of keys with at least one local waiter.
     pub(crate) fn waiting_keys(&self) -> usize {
         self.keys().len()
@@ -434,6 +446,16 @@ pub(crate) struct WaitTicket {
 }
 
 impl WaitTicket {
+    /// Whether a writer (or exclusive) waiter of the key queued ahead of
+    /// this one.
+    pub(crate) fn writer_ahead(&self) -> bool {
+        self.entry
+            .queue()
+            .iter()
+            .take_while(|w| !Arc::ptr_eq(w, &self.slot))
+            .any(|w| !w.read)
+    }
+
     /// This waiter's slot.
     pub(crate) fn slot(&self) -> &Arc<LocalWaiter> {
         &self.slot
@@ -524,8 +546,8 @@ mod tests {
 
     fn key() -> (Arc<Waiters>, WaitTicket, WaitTicket) {
         let waiters = Waiters::new();
-        let a = waiters.register("lock:{k}:released".to_owned(), Node::root(), None);
-        let b = waiters.register("lock:{k}:released".to_owned(), Node::root(), None);
+        let a = waiters.register("lock:{k}:released".to_owned(), Node::root(), None, false);
+        let b = waiters.register("lock:{k}:released".to_owned(), Node::root(), None, false);
         (waiters, a, b)
     }
 

@@ -46,6 +46,7 @@ use super::{
 };
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 use lease::Leases;
 
 /// Most operations in one transaction (etcd's default `--max-txn-ops` is
@@ -624,6 +625,8 @@ impl EtcdBackend {
             remaining,
             fence: u64::try_from(first.create_revision()).ok(),
             queue: kvs[1..].iter().map(|kv| name(kv.key())).collect(),
+            mode: LockMode::Write,
+            readers: Vec::new(),
         }))
     }
 

@@ -37,6 +37,7 @@ use super::releases::{PendingReleases, ReleaseQueue};
 use super::{Acquire, PlaceRefresh, Queue, Recorded, Refreshed, Release, QUEUE_ENTRY_LIFE};
 use crate::error::BackendError;
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 use crate::names::LockNames;
 
 /// Handle to the Redis backend of one runtime (cheap to clone).
@@ -339,6 +340,8 @@ impl RedisBackend {
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
             fence: None,
             queue: queued,
+            mode: LockMode::Write,
+            readers: Vec::new(),
         };
         for pair in fields.chunks_exact(2) {
             match pair[0].as_str() {

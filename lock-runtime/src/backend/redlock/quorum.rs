@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::backend::Recorded;
+use crate::mode::LockMode;
 
 /// The fixed part of the clock-drift allowance: covers the resolution of
 /// the masters' expiry timers (Redis checks TTLs to the millisecond) and a
@@ -125,6 +126,8 @@ pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Op
             remaining,
             fence: majority_fence(&same, quorum),
             queue: Vec::new(),
+            mode: LockMode::Write,
+            readers: Vec::new(),
         })
     })
 }
@@ -206,6 +209,8 @@ mod tests {
             remaining: Some(Duration::from_millis(remaining_ms)),
             fence: Some(fence),
             queue: Vec::new(),
+            mode: LockMode::Write,
+            readers: Vec::new(),
         })
     }
 

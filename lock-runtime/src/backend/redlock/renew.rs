@@ -120,5 +120,6 @@ fn padded_copy(lock: &HeldLock) -> Arc<HeldLock> {
         lease: quorum::padded(lock.lease),
         renew: lock.renew,
         fair: lock.fair,
+        mode: lock.mode(),
     })
 }

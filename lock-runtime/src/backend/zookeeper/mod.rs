@@ -42,6 +42,7 @@ use super::{
 };
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 pub(crate) use path::lock_path;
 use sessions::{Session, Sessions};
 
@@ -686,6 +687,8 @@ impl ZookeeperBackend {
             remaining: session_ms.map(Duration::from_millis),
             fence: u64::try_from(czxid).ok(),
             queue: nodes.map(|(holder, _, _)| holder).collect(),
+            mode: LockMode::Write,
+            readers: Vec::new(),
         }))
     }
 

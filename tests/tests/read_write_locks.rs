@@ -1,0 +1,478 @@
+//! Read-write locks (`mode = "read"` / `"write"`): readers share a key
+//! across processes, a writer excludes readers and writers, exclusive and
+//! write are one lock, reads re-enter the holds of their call chain, an
+//! upgrade is refused at once, a waiting writer is not starved by readers
+//! of its process, and tokens order readers against writers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{fence, with_lock, LockError, LockMode};
+use lock_tests::{on_every_backend, on_every_read_write_backend, wait_until, Kind};
+use tokio::sync::Barrier;
+
+on_every_read_write_backend!(
+    readers_share_a_key_across_runtimes,
+    a_writer_excludes_readers_and_other_writers,
+    exclusive_and_write_are_one_lock,
+    a_readers_release_wakes_the_writer_it_kept_out,
+    reads_reenter_the_read_or_write_hold_of_their_call_chain,
+    a_write_inside_a_read_hold_is_refused_at_once,
+    a_waiting_writer_holds_back_new_readers_of_its_process,
+    readers_queued_behind_a_writer_enter_together,
+    inspect_shows_the_readers_and_the_writer,
+    tokens_order_readers_against_writers,
+    a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in,
+    a_writer_waiting_through_a_downgrade_enters_only_after_the_read,
+    releasing_the_write_under_a_nested_read_downgrades,
+);
+
+on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Four readers, two per runtime, are inside the key at once: each waits
+/// inside for all four (a barrier that could never open if a reader
+/// excluded another).
+async fn readers_share_a_key_across_runtimes(kind: Kind) {
+    let (first, second) = kind.two("rw-share").await;
+    let inside = Arc::new(Barrier::new(4));
+    let mut readers = Vec::new();
+    for n in 0..4 {
+        let rt = if n % 2 == 0 { &first } else { &second }.clone();
+        let inside = inside.clone();
+        readers.push(tokio::spawn(async move {
+            with_lock(rt.lock("k").read().wait(WAIT), async {
+                inside.wait().await;
+                Ok::<_, LockError>(())
+            })
+            .await
+        }));
+    }
+    for reader in readers {
+        tokio::time::timeout(WAIT, reader)
+            .await
+            .expect("four readers were never inside together")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Sixteen tasks on two runtimes, every fourth call a write: a writer's
+/// non-atomic increment loses nothing, no writer is ever beside anyone, and
+/// no reader sees the counter change under it.
+async fn a_writer_excludes_readers_and_other_writers(kind: Kind) {
+    let (first, second) = kind.two("rw-exclude").await;
+    let counter = Arc::new(AtomicU64::new(0));
+    // (readers inside) + 1000 × (writers inside)
+    let inside = Arc::new(AtomicU64::new(0));
+    let writes = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        let rt = if t % 2 == 0 { &first } else { &second }.clone();
+        let (counter, inside, writes) = (counter.clone(), inside.clone(), writes.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..20u64 {
+                let write = (t + round) % 4 == 0;
+                let request = rt.lock("k").wait(WAIT);
+                let request = if write {
+                    request.write()
+                } else {
+                    request.read()
+                };
+                with_lock(request, async {
+                    if write {
+                        let before = inside.fetch_add(1000, Ordering::SeqCst);
+                        assert_eq!(before, 0, "a writer entered beside another holder");
+                        let value = counter.load(Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        counter.store(value + 1, Ordering::SeqCst);
+                        writes.fetch_add(1, Ordering::SeqCst);
+                        inside.fetch_sub(1000, Ordering::SeqCst);
+                    } else {
+                        let before = inside.fetch_add(1, Ordering::SeqCst);
+                        assert!(before < 1000, "a reader entered beside a writer");
+                        let value = counter.load(Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        assert_eq!(
+                            counter.load(Ordering::SeqCst),
+                            value,
+                            "changed under a reader"
+                        );
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        writes.load(Ordering::SeqCst)
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 80);
+}
+
+/// An exclusive hold keeps out writers and readers, and a write hold keeps
+/// out exclusive holds and readers: the default mode and write are one lock.
+async fn exclusive_and_write_are_one_lock(kind: Kind) {
+    let (first, second) = kind.two("rw-one-lock").await;
+    let exclusive = first.lock("k").acquire().await.unwrap();
+    assert_eq!(exclusive.mode(), LockMode::Exclusive);
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(second
+        .lock("k")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    exclusive.release().await.unwrap();
+
+    let write = first.lock("k").write().acquire().await.unwrap();
+    assert_eq!(write.mode(), LockMode::Write);
+    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(second
+        .lock("k")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    write.release().await.unwrap();
+
+    let read = first.lock("k").read().acquire().await.unwrap();
+    assert_eq!(read.mode(), LockMode::Read);
+    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    let shared = second.lock("k").read().try_acquire().await.unwrap();
+    assert!(shared.is_some(), "a second reader was refused");
+    drop(shared);
+    read.release().await.unwrap();
+}
+
+/// A writer kept out by a reader enters when the reader leaves, woken by
+/// the release, long before the reader's lease (30 s) would have ended.
+async fn a_readers_release_wakes_the_writer_it_kept_out(kind: Kind) {
+    let (first, second) = kind.two("rw-wake").await;
+    let reader = first.lock("k").read().acquire().await.unwrap();
+    let writer = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = second.lock("k").write().wait(WAIT).acquire().await?;
+        let waited = started.elapsed();
+        guard.release().await?;
+        Ok::<_, LockError>(waited)
+    });
+    let runtime = first.clone();
+    let waiting = || runtime.stats().waiting > 0;
+    if kind == Kind::Memory {
+        wait_until("the writer waits", waiting).await;
+    } else {
+        // (A peer runtime's waiter is not counted here: give it a moment to
+        // find the key busy.)
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held_for = Instant::now();
+    reader.release().await.unwrap();
+    let waited = writer.await.unwrap().unwrap();
+    assert!(
+        held_for.elapsed() < Duration::from_secs(5),
+        "the writer waited for the reader's lease, not its release ({waited:?})"
+    );
+}
+
+/// Read inside read and read inside write re-enter (no wait, the same
+/// token); a write inside write re-enters too.
+async fn reads_reenter_the_read_or_write_hold_of_their_call_chain(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-reenter")).await;
+    let rt = &runtime;
+    let quick = Duration::from_millis(500);
+    with_lock(rt.lock("k").read(), async {
+        let outer = fence().unwrap();
+        let inner = with_lock(rt.lock("k").read().wait(quick), async {
+            Ok::<_, LockError>(fence().unwrap())
+        })
+        .await?;
+        assert_eq!(inner, outer);
+        assert_eq!(rt.stats().held, 1, "a nested read took a second hold");
+        Ok::<_, LockError>(())
+    })
+    .await
+    .unwrap();
+    with_lock(rt.lock("k").write(), async {
+        let outer = fence().unwrap();
+        let read = with_lock(rt.lock("k").read().wait(quick), async {
+            let again = with_lock(rt.lock("k").write().wait(quick), async {
+                Ok::<_, LockError>(fence().unwrap())
+            })
+            .await?;
+            Ok::<_, LockError>((fence().unwrap(), again))
+        })
+        .await?;
+        assert_eq!(read, (outer, outer));
+        Ok::<_, LockError>(())
+    })
+    .await
+    .unwrap();
+}
+
+/// A write (or exclusive) lock asked inside a read hold of the same key is
+/// an upgrade: refused at once with `UpgradeRefused`, never a wait; the
+/// read hold is unharmed.
+async fn a_write_inside_a_read_hold_is_refused_at_once(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-upgrade")).await;
+    let rt = &runtime;
+    with_lock(rt.lock("k").read(), async {
+        for request in [rt.lock("k").write(), rt.lock("k")] {
+            let started = Instant::now();
+            let upgrade = with_lock(request.wait(WAIT), async { Ok::<_, LockError>(()) }).await;
+            assert!(
+                matches!(&upgrade, Err(LockError::UpgradeRefused { key }) if key == "k"),
+                "{upgrade:?}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+        }
+        assert!(fence().is_some());
+        let read = rt.lock("k").read().try_acquire().await?;
+        assert!(read.is_some(), "the read hold was harmed");
+        Ok::<_, LockError>(())
+    })
+    .await
+    .unwrap();
+}
+
+/// Once a writer of this process waits for the key, new readers of the
+/// process wait behind it (a try-once read is refused), so a stream of
+/// readers cannot starve it; a read nested in a hold still re-enters.
+async fn a_waiting_writer_holds_back_new_readers_of_its_process(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-prefer")).await;
+    let first_reader = runtime.lock("k").read().acquire().await.unwrap();
+    let rt = runtime.clone();
+    let writer = tokio::spawn(async move {
+        let guard = rt.lock("k").write().wait(WAIT).acquire().await?;
+        let token = guard.fence();
+        guard.release().await?;
+        Ok::<_, LockError>(token)
+    });
+    wait_until("the writer waits", || runtime.stats().waiting == 1).await;
+    let late = runtime.lock("k").read().try_acquire().await.unwrap();
+    assert!(late.is_none(), "a reader passed the waiting writer");
+    let rt = runtime.clone();
+    let waiting_reader = tokio::spawn(async move {
+        let guard = rt.lock("k").read().wait(WAIT).acquire().await?;
+        Ok::<_, LockError>(guard.fence())
+    });
+    wait_until("the reader waits", || runtime.stats().waiting == 2).await;
+    // Nested in the first reader's hold: re-enters, writer or not.
+    let nested = first_reader
+        .scope(runtime.lock("k").read().try_acquire())
+        .await
+        .unwrap();
+    assert!(nested.is_some(), "a nested read waited for the writer");
+    drop(nested);
+    first_reader.release().await.unwrap();
+    let written = writer.await.unwrap().unwrap();
+    let read = waiting_reader.await.unwrap().unwrap();
+    assert!(
+        read > written,
+        "the reader went before the writer ahead of it"
+    );
+}
+
+/// Readers that queued behind a writer all enter once it leaves: each
+/// waits inside for the others.
+async fn readers_queued_behind_a_writer_enter_together(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-batch")).await;
+    let writer = runtime.lock("k").write().acquire().await.unwrap();
+    let inside = Arc::new(Barrier::new(3));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let (rt, inside) = (runtime.clone(), inside.clone());
+        readers.push(tokio::spawn(async move {
+            with_lock(rt.lock("k").read().wait(WAIT), async {
+                inside.wait().await;
+                Ok::<_, LockError>(())
+            })
+            .await
+        }));
+    }
+    wait_until("three readers wait", || runtime.stats().waiting == 3).await;
+    writer.release().await.unwrap();
+    for reader in readers {
+        tokio::time::timeout(WAIT, reader)
+            .await
+            .expect("the readers did not enter together")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// `inspect` says read and lists every reader (with its own token and
+/// lease), or says write with no readers.
+async fn inspect_shows_the_readers_and_the_writer(kind: Kind) {
+    let (first, second) = kind.two("rw-inspect").await;
+    let a = first.lock("k").read().acquire().await.unwrap();
+    let b = second.lock("k").read().acquire().await.unwrap();
+    let info = first.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Read);
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    let mut expected = vec![Some(a.fence()), Some(b.fence())];
+    expected.sort();
+    assert_eq!(tokens, expected, "{info:?}");
+    assert!(info.readers.iter().all(|r| r.remaining_lease.is_some()));
+    drop((a, b));
+    let w = first.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    let info = first.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Write);
+    assert!(info.readers.is_empty());
+    assert_eq!(info.fence, Some(w.fence()));
+}
+
+/// A reader's token exceeds every earlier writer's; a writer's exceeds
+/// every earlier holder's, readers included.
+async fn tokens_order_readers_against_writers(kind: Kind) {
+    let (first, second) = kind.two("rw-tokens").await;
+    let w1 = first.lock("k").write().acquire().await.unwrap();
+    let w1_token = w1.fence();
+    w1.release().await.unwrap();
+    let r1 = first.lock("k").read().wait(WAIT).acquire().await.unwrap();
+    let r2 = second.lock("k").read().wait(WAIT).acquire().await.unwrap();
+    assert!(r1.fence() > w1_token && r2.fence() > w1_token);
+    let readers_max = r1.fence().max(r2.fence());
+    drop((r1, r2));
+    let w2 = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    assert!(w2.fence() > readers_max, "{} <= {readers_max}", w2.fence());
+}
+
+/// `downgrade` turns a write hold into a read hold: same token, readers of
+/// other runtimes enter, writers do not.
+async fn a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in(kind: Kind) {
+    let (first, second) = kind.two("rw-downgrade").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let read = write.downgrade().await.unwrap();
+    assert_eq!((read.mode(), read.fence()), (LockMode::Read, token));
+    assert!(!read.is_lost());
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    let other = second.lock("k").read().try_acquire().await.unwrap();
+    assert!(
+        other.is_some(),
+        "a reader was kept out of a downgraded hold"
+    );
+    let info = first.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Read);
+    drop(other);
+    read.release().await.unwrap();
+    let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    assert!(next.fence() > token);
+}
+
+/// A writer that waits while a hold is downgraded does not slip in during
+/// the downgrade: it enters once the read hold is released.
+async fn a_writer_waiting_through_a_downgrade_enters_only_after_the_read(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-downgrade-wait")).await;
+    let write = runtime.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let entered = Arc::new(AtomicU64::new(0));
+    let (rt, seen) = (runtime.clone(), entered.clone());
+    let writer = tokio::spawn(async move {
+        let guard = rt.lock("k").write().wait(WAIT).acquire().await?;
+        seen.store(guard.fence(), Ordering::SeqCst);
+        guard.release().await
+    });
+    wait_until("the writer waits", || runtime.stats().waiting == 1).await;
+    let read = write.downgrade().await.unwrap();
+    // (A writer let in would have taken the key by now: give it the time a
+    // wake-up and one attempt take, many times over.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        entered.load(Ordering::SeqCst),
+        0,
+        "a writer entered a read hold"
+    );
+    read.release().await.unwrap();
+    tokio::time::timeout(WAIT, writer)
+        .await
+        .expect("the writer never entered")
+        .unwrap()
+        .unwrap();
+    assert!(entered.load(Ordering::SeqCst) > token);
+}
+
+/// Redisson's order: a read taken inside the write hold, then the write
+/// released, leaves a read hold with the write's token.
+async fn releasing_the_write_under_a_nested_read_downgrades(kind: Kind) {
+    let (first, second) = kind.two("rw-redisson").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    assert_eq!(read.fence(), write.fence());
+    write.release().await.unwrap();
+    assert!(!read.is_lost());
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(second
+        .lock("k")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+    read.release().await.unwrap();
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// Until a backend's read-write support is built, it refuses read and
+/// write holds with an error naming the issue: it never serves a read as
+/// an exclusive hold, nor the other way round.
+async fn read_and_write_holds_are_refused_where_not_built_yet(kind: Kind) {
+    let runtime = kind.runtime(&lock_tests::unique("rw-refused")).await;
+    let read = runtime.lock("k").read().try_acquire().await;
+    let read_ok = matches!(read, Ok(Some(_)));
+    drop(read);
+    let write = runtime.lock("k").write().try_acquire().await;
+    if kind == Kind::Memory {
+        assert!(read_ok);
+        assert!(matches!(write, Ok(Some(_))), "{write:?}");
+        return;
+    }
+    let read = runtime.lock("k").read().try_acquire().await;
+    for refused in [read, write] {
+        assert!(
+            matches!(&refused, Err(LockError::InvalidConfig(why)) if why.contains("issue 28")),
+            "{refused:?}"
+        );
+    }
+    // The exclusive lock is unaffected.
+    assert!(runtime.lock("k").try_acquire().await.unwrap().is_some());
+}
