@@ -333,10 +333,11 @@ mod written;
 /// }
 /// ```
 ///
-/// A reader and a writer of one key; the writer may read what it writes (the read re-enters
-/// its write hold):
+/// A reader and a writer of one key. The writer may read what it writes (the read re-enters
+/// its write hold); a reader that calls a writer of its key gets
+/// `Err(LockError::UpgradeRefused)` at once:
 ///
-/// ```no_run
+/// ```
 /// use lock_runtime::{distributed_lock, LockError, LockRuntime};
 ///
 /// #[distributed_lock(key = "cfg:<tenant>", mode = "read")]
@@ -349,12 +350,21 @@ mod written;
 ///     Ok(config(tenant).await? + 1)
 /// }
 ///
+/// #[distributed_lock(key = "cfg:<tenant>", mode = "read")]
+/// async fn check_then_bump(tenant: u64) -> Result<u64, LockError> {
+///     bump(tenant).await // a write inside this read hold: an upgrade, refused
+/// }
+///
 /// #[tokio::main]
 /// async fn main() -> Result<(), LockError> {
 ///     LockRuntime::builder().memory().build().await?.install()?;
 ///     let (a, b) = tokio::join!(config(1), config(1)); // readers share the key
 ///     assert_eq!((a?, b?), (10, 10));
 ///     assert_eq!(bump(1).await?, 11);
+///     assert!(matches!(
+///         check_then_bump(1).await,
+///         Err(LockError::UpgradeRefused { .. })
+///     ));
 ///     Ok(())
 /// }
 /// ```
