@@ -1,8 +1,9 @@
 //! The attribute's arguments: `key = "order:<id>", lease = "30s", …` → [`Args`].
 //!
 //! Parsing happens in two passes so that one mistake does not hide the next: the list is
-//! first split into `name = value` pairs (only a broken list stops here), then every pair is
-//! checked on its own and all the errors are combined. The key template is kept as a string
+//! first split into `name = value` pairs (a string or a name on its own is kept as well, to
+//! be refused among the others; only a broken list stops here), then every pair is checked
+//! on its own and all the errors are combined. The key template is kept as a string
 //! literal here; `check.rs` checks it against the fn's parameters once the fn has been
 //! parsed.
 //!
@@ -323,7 +324,7 @@ fn mode_word(name: &Ident) -> Option<syn::Error> {
     let message = if text == *mode {
         format!("`{text}` is a mode: write `mode = \"{mode}\"`")
     } else {
-        format!("`{text}` is the read mode here: write `mode = \"{mode}\"`")
+        format!("`{text}` is the {mode} mode here: write `mode = \"{mode}\"`")
     };
     Some(syn::Error::new(name.span(), message))
 }
