@@ -23,4 +23,17 @@ async fn global() -> Result<(), LockError> {
     with_lock(lock("cfg:global").write(), async { Ok::<_, LockError>(()) }).await
 }
 
+struct Tenant {
+    id: u64,
+}
+
+impl Tenant {
+    #[distributed_lock(key = "t:<self.id>", mode = "read")]
+    async fn show(&self) -> Result<u64, LockError> {
+        let guard = lock(format!("t:{id}", id = self.id)).write().acquire().await?;
+        drop(guard);
+        Ok(self.id)
+    }
+}
+
 fn main() {}

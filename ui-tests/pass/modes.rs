@@ -26,6 +26,19 @@ async fn reset(tenant: u64) -> Result<u64, LockError> {
     set_config(tenant, 0).await
 }
 
+struct Tenant {
+    id: u64,
+}
+
+impl Tenant {
+    #[distributed_lock(key = "t:<self.id>", mode = "read")]
+    async fn show(&self) -> Result<u64, LockError> {
+        let again = lock(format!("t:{}", self.id)).read().acquire().await?;
+        drop(again);
+        Ok(self.id)
+    }
+}
+
 macro_rules! reader {
     ($name:ident, $mode:literal) => {
         #[distributed_lock(key = "m:<id>", mode = $mode)]
@@ -38,5 +51,6 @@ macro_rules! reader {
 reader!(from_a_macro, "read");
 
 fn main() {
-    let _ = (config(1), set_config(1, 2), reset(1), from_a_macro(1));
+    let tenant = Tenant { id: 1 };
+    let _ = (config(1), set_config(1, 2), reset(1), from_a_macro(1), tenant.show());
 }
