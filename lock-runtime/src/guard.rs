@@ -249,7 +249,16 @@ impl LockGuard {
         let held = self.held.clone();
         let released = self.runtime.table().release(&held, self.frame);
         if released == Released::Downgraded {
-            downgrade(&self.runtime, &held);
+            // Awaited: the caller learns whether the hold still stands. (If
+            // this future is dropped first, the backend keeps a write hold
+            // until the read frames' release: more exclusive, never less.)
+            let backend = self.runtime.backend();
+            let downgraded = backend.downgrade(&held.lock_key, &held.holder);
+            match self.runtime.run(downgraded).await {
+                Ok(true) => {}
+                Ok(false) => held.mark_lost(),
+                Err(e) => return Err(e.into()),
+            }
         }
         if released != Released::Last {
             // An enclosing hold of the same scope keeps the lock, or
@@ -307,7 +316,9 @@ impl LockGuard {
         self.released = true;
         match self.runtime.table().release(&self.held, self.frame) {
             Released::Last => {}
-            Released::Downgraded => return downgrade(&self.runtime, &self.held),
+            Released::Downgraded => {
+                return self.runtime.backend().downgrade_in_background(&self.held)
+            }
             // An enclosing hold of the same scope keeps the lock, or
             // shutdown gave it back already.
             Released::Kept => return,
@@ -317,15 +328,6 @@ impl LockGuard {
         }
         self.runtime.watchdog().remove(self.held.id);
         self.runtime.release_behind(&self.held);
-    }
-}
-
-/// Tells the backend that `held` is a read hold now (its last write frame
-/// went while read frames remain); a backend that no longer records it
-/// makes it lost.
-fn downgrade(runtime: &LockRuntime, held: &HeldLock) {
-    if !runtime.backend().downgrade(&held.lock_key, &held.holder) {
-        held.mark_lost();
     }
 }
 
@@ -402,7 +404,9 @@ impl Drop for LockGuard {
         }
         match self.runtime.table().release(&self.held, self.frame) {
             Released::Last => {}
-            Released::Downgraded => return downgrade(&self.runtime, &self.held),
+            Released::Downgraded => {
+                return self.runtime.backend().downgrade_in_background(&self.held)
+            }
             Released::Kept => return,
         }
         if pass_locally(&self.runtime, &self.held) {

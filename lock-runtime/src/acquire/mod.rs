@@ -219,6 +219,13 @@ impl Acquisition {
                     if self.try_once || self.last_try {
                         break 'run Err(self.gave_up());
                     }
+                    if self.ticket.is_none() {
+                        // (A writer queued since this read last looked: take
+                        // a place behind it, and sleep on it from the next
+                        // turn. Without one there is nothing to sleep on.)
+                        self.ticket = Some(self.register());
+                        continue;
+                    }
                     self.lease_alarm(now, None)
                 } else {
                     let attempted = match self.attempt().await {
@@ -380,14 +387,18 @@ impl Acquisition {
         if waiters.waiting_keys() == 0 || !waiters.is_waiting(&self.want.lock_key) {
             return false;
         }
-        let ticket = waiters.register(
+        self.ticket = Some(self.register());
+        true
+    }
+
+    /// A place among the key's local waiters, at the back.
+    fn register(&self) -> WaitTicket {
+        self.runtime.waiters().register(
             self.want.lock_key.clone(),
             self.want.scope.clone(),
             self.terms(),
             self.want.mode.is_read(),
-        );
-        self.ticket = Some(ticket);
-        true
+        )
     }
 
     /// Writer preference in the process: a read does not go to the backend

@@ -458,15 +458,35 @@ impl Backend {
 
     /// Tells the backend that `holder`'s write hold is a read hold now (its
     /// last write frame went while read frames remain): other readers may
-    /// join it, writers still wait. `false`: the backend no longer records
-    /// the hold (it is lost).
-    pub(crate) fn downgrade(&self, lock_key: &str, holder: &str) -> bool {
+    /// join it, writers still wait. `Ok(false)`: the backend no longer
+    /// records the hold (it is lost). Until the backend answers it still
+    /// records a write hold: more exclusive, never less.
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
         match self {
-            Backend::Memory(m) => m.downgrade(lock_key, holder),
+            Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
             // No read frame exists on these yet (`read_write_unsupported`
             // refuses reads): were one to, the hold would stay a write hold
             // on the server, which is more exclusive, never less.
-            _ => true,
+            _ => Ok(true),
+        }
+    }
+
+    /// [`downgrade`](Self::downgrade) for a guard dropped (or a locked
+    /// call's release behind it) with nobody to await it: sent in the
+    /// background, ordered before any later release of the same holder
+    /// (a backend queues it with its background releases); a `NotHeld`
+    /// answer marks `held` lost.
+    pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
+        // (Only the embedded store has read holds yet: on the others it
+        // stays a write hold, as in `downgrade`.)
+        if let Backend::Memory(m) = self {
+            if !m.downgrade(&held.lock_key, &held.holder) {
+                held.mark_lost();
+            }
         }
     }
 
