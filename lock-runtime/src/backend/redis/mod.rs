@@ -21,6 +21,7 @@
 mod con;
 mod connect;
 mod heard;
+mod recorded;
 mod scripts;
 mod tasks;
 
@@ -34,9 +35,7 @@ pub(crate) use connect::{connect, connect_cluster};
 use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
-use super::{
-    Acquire, PlaceRefresh, Queue, Recorded, RecordedReader, Refreshed, Release, QUEUE_ENTRY_LIFE,
-};
+use super::{Acquire, PlaceRefresh, Queue, Recorded, Refreshed, Release, QUEUE_ENTRY_LIFE};
 use crate::error::BackendError;
 use crate::held::HeldLock;
 use crate::mode::LockMode;
@@ -132,72 +131,6 @@ fn decode_acquire(held: i64, n: i64, upto: Option<i64>) -> Acquire {
 /// A non-negative number of ms from a script's reply (negative: zero).
 fn millis(n: i64) -> Duration {
     Duration::from_millis(u64::try_from(n).unwrap_or(0))
-}
-
-/// What `inspect.lua` found (`fields`: the hash as a flat list of names and
-/// values; `pttl`; the fair queue; the server clock in ms), or `None` when
-/// no hold is left. A write hold is its holder and `fence`; a read hold
-/// (`mode` = `r`) lists its readers whose lease end (`x:`) is still ahead,
-/// and is described by the one whose lease ends last, the one a writer
-/// waits for (as the embedded store reports it).
-fn recorded(fields: &[String], pttl: i64, queue: Vec<String>, now: i64) -> Option<Recorded> {
-    let pairs = || {
-        fields
-            .chunks_exact(2)
-            .map(|pair| (pair[0].as_str(), &pair[1]))
-    };
-    let read = pairs().any(|(name, value)| name == "mode" && value == "r");
-    if !read {
-        let mut recorded = Recorded {
-            holder: String::new(),
-            holds: 0,
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: None,
-            queue,
-            mode: LockMode::Write,
-            readers: Vec::new(),
-        };
-        for (name, value) in pairs() {
-            match name {
-                "fence" => recorded.fence = value.parse().ok(),
-                holder => {
-                    recorded.holder = holder.to_owned();
-                    recorded.holds = value.parse().unwrap_or(0);
-                }
-            }
-        }
-        return (!recorded.holder.is_empty()).then_some(recorded);
-    }
-    let field = |name: String| {
-        pairs()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, value)| value.parse::<i64>().ok())
-    };
-    // (ends, holds, reader) of every reader whose lease is ahead.
-    let mut live: Vec<(i64, u64, RecordedReader)> = pairs()
-        .filter_map(|(name, value)| {
-            let holder = name.strip_prefix("x:")?;
-            let ends = value.parse::<i64>().ok().filter(|&ends| ends > now)?;
-            let holds = field(holder.to_owned()).and_then(|h| u64::try_from(h).ok())?;
-            let reader = RecordedReader {
-                holder: holder.to_owned(),
-                remaining: Some(millis(ends - now)),
-                fence: field(format!("f:{holder}")).and_then(|f| u64::try_from(f).ok()),
-            };
-            Some((ends, holds, reader))
-        })
-        .collect();
-    live.sort_by(|a, b| a.2.holder.cmp(&b.2.holder));
-    let (_, holds, last) = live.iter().max_by_key(|(ends, ..)| *ends)?.clone();
-    Some(Recorded {
-        holder: last.holder,
-        holds,
-        remaining: last.remaining,
-        fence: last.fence,
-        queue,
-        mode: LockMode::Read,
-        readers: live.into_iter().map(|(.., reader)| reader).collect(),
-    })
 }
 
 impl RedisBackend {
@@ -421,7 +354,7 @@ impl RedisBackend {
             eval(&mut con, &self.scripts.inspect, &[lock_key, &queue], &[])
                 .await
                 .map_err(|e| self.failed("inspect failed", e))?;
-        Ok(recorded(&fields, pttl, queued, now))
+        Ok(recorded::decode(&fields, pttl, queued, now))
     }
 
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {
