@@ -396,20 +396,39 @@ impl Backend {
         matches!(self, Backend::Redis(_) | Backend::Sentinel(_)) || self.always_fair()
     }
 
-    /// Why a read or write hold must be refused on this backend, if it must:
-    /// read-write locks come to the backends one at a time (issue 28).
-    pub(crate) fn read_write_unsupported(&self) -> Option<String> {
+    /// How a read or write hold is served on this backend, given the fair
+    /// mode its request asked (`None`: it asked none, the runtime's default
+    /// applies): `Ok` with the fair mode to serve it in, or `Err(why)` when
+    /// it must be refused. Read-write locks come to the backends one at a
+    /// time (issue 28).
+    ///
+    /// Transient, until issue 28's step 5 (fair read-write locks on Redis):
+    /// Redis (one server or a Cluster) and Sentinel serve read and write
+    /// holds in plain mode only. A request that did not ask fair mode is
+    /// served plain even where the runtime's default is fair; one that asked
+    /// it explicitly is refused, rather than quietly served without the
+    /// queue it asked for.
+    pub(crate) fn read_write_fair(&self, fair_asked: Option<bool>) -> Result<Option<bool>, String> {
         let name = match self {
-            Backend::Memory(_) => return None,
-            Backend::Redis(_) => "Redis",
+            Backend::Memory(_) => return Ok(fair_asked),
+            Backend::Redis(_) | Backend::Sentinel(_) if fair_asked != Some(true) => {
+                return Ok(Some(false))
+            }
+            Backend::Redis(_) | Backend::Sentinel(_) => {
+                return Err(
+                    "fair read-write locks are not available on Redis yet (issue 28, \
+                     step 5): leave `fair` unset or set it to false for read and write holds, \
+                     which are served in plain mode"
+                        .to_owned(),
+                )
+            }
             Backend::Redlock(_) => "Redlock",
-            Backend::Sentinel(_) => "Redis Sentinel",
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => "etcd",
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(_) => "ZooKeeper",
         };
-        Some(format!(
+        Err(format!(
             "read-write locks are not available on {name} yet (issue 28): use the default, \
              exclusive mode"
         ))
@@ -431,9 +450,8 @@ impl Backend {
     /// etcd lease of its own that nobody keeps alive).
     ///
     /// `mode`: read holds share the key. Only backends that support them
-    /// get one ([`read_write_unsupported`](Self::read_write_unsupported)
-    /// refuses the rest before they ask); to the others a write is the
-    /// exclusive lock.
+    /// get one ([`read_write_fair`](Self::read_write_fair) refuses the rest
+    /// before they ask); to the others a write is the exclusive lock.
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
@@ -445,10 +463,10 @@ impl Backend {
         #[cfg(not(any(feature = "etcd", feature = "zookeeper")))]
         let _ = renewed;
         match self {
-            Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue).await,
+            Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease, mode)),
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
-            Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
+            Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue, mode).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
             #[cfg(feature = "zookeeper")]

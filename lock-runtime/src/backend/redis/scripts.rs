@@ -54,6 +54,8 @@ impl LuaScript {
 #[derive(Debug)]
 pub(super) struct Scripts {
     pub(super) acquire: LuaScript,
+    /// Plain mode: a read hold, shared with other readers.
+    pub(super) read: LuaScript,
     pub(super) release: LuaScript,
     pub(super) renew: LuaScript,
     pub(super) force_unlock: LuaScript,
@@ -71,6 +73,7 @@ impl Scripts {
         let script = |source| LuaScript::new(source, sharded);
         Scripts {
             acquire: script(include_str!("../../scripts/acquire.lua")),
+            read: script(include_str!("../../scripts/read.lua")),
             release: script(include_str!("../../scripts/release.lua")),
             renew: script(include_str!("../../scripts/renew.lua")),
             force_unlock: script(include_str!("../../scripts/force_unlock.lua")),
@@ -139,6 +142,7 @@ impl Scripts {
 pub(super) async fn load_scripts(con: &mut Con, scripts: &Scripts) -> RedisResult<()> {
     for script in [
         &scripts.acquire,
+        &scripts.read,
         &scripts.release,
         &scripts.renew,
         &scripts.force_unlock,
@@ -207,5 +211,6 @@ mod tests {
             single.acquire.sha, sharded.acquire.sha,
             "acquire publishes nothing"
         );
+        assert_eq!(single.read.sha, sharded.read.sha, "read publishes nothing");
     }
 }
