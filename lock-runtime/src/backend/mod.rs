@@ -474,33 +474,32 @@ impl Backend {
         }
     }
 
-    /// Tells the backend that `holder`'s write hold is a read hold now (its
-    /// last write frame went while read frames remain): other readers may
-    /// join it, writers still wait. `Ok(false)`: the backend no longer
-    /// records the hold (it is lost). Until the backend answers it still
-    /// records a write hold: more exclusive, never less.
-    pub(crate) async fn downgrade(
-        &self,
-        lock_key: &str,
-        holder: &str,
-    ) -> Result<bool, BackendError> {
+    /// Tells the backend that `holder`'s write hold (`held`) is a read hold
+    /// now (its last write frame went while read frames remain): other
+    /// readers may join it, writers still wait. `Ok(false)`: the backend no
+    /// longer records the hold (it is lost). Until the backend answers it
+    /// still records a write hold: more exclusive, never less. So does a
+    /// backend that cannot downgrade a hold in place, which answers
+    /// `Ok(true)` without asking: Redis for a fair hold (its queue's
+    /// release would free every reader at once), Redlock, etcd and
+    /// ZooKeeper until their read-write support comes (issue 28).
+    pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
+        let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
-            // No read frame exists on these yet (`read_write_unsupported`
-            // refuses reads): were one to, the hold would stay a write hold
-            // on the server, which is more exclusive, never less.
+            Backend::Redis(r) if !held.fair => r.downgrade(lock_key, holder).await,
+            Backend::Sentinel(s) if !held.fair => s.downgrade(lock_key, holder).await,
             _ => Ok(true),
         }
     }
 
     /// [`downgrade`](Self::downgrade) for a guard dropped (or a locked
-    /// call's release behind it) with nobody to await it: sent in the
-    /// background, ordered before any later release of the same holder
-    /// (a backend queues it with its background releases); a `NotHeld`
-    /// answer marks `held` lost.
+    /// call's release behind it) with nobody to await it. Only the embedded
+    /// store, where it is immediate, downgrades then; on the others the
+    /// hold stays a write hold until its read frames are released (more
+    /// exclusive, never less), so that no background downgrade can be
+    /// overtaken by the release behind it.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
-        // (Only the embedded store has read holds yet: on the others it
-        // stays a write hold, as in `downgrade`.)
         if let Backend::Memory(m) = self {
             if !m.downgrade(&held.lock_key, &held.holder) {
                 held.mark_lost();

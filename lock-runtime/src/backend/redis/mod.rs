@@ -293,6 +293,25 @@ impl RedisBackend {
         })
     }
 
+    /// `downgrade.lua`: `holder`'s plain write hold becomes a read hold;
+    /// `false` when the hash does not record it.
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        let channel = LockNames::channel(lock_key);
+        let mut con = self.con.clone();
+        let done: i64 = by_sha(&mut con, |sha| {
+            self.scripts
+                .downgrade
+                .call(sha, &[lock_key], &[holder, &channel])
+        })
+        .await
+        .map_err(|e| self.failed("downgrade failed", e))?;
+        Ok(done == 1)
+    }
+
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         let mut con = self.con.clone();
         let _: String = redis::cmd("PING")

@@ -57,6 +57,8 @@ pub(super) struct Scripts {
     /// Plain mode: a read hold, shared with other readers.
     pub(super) read: LuaScript,
     pub(super) release: LuaScript,
+    /// Plain mode: a write hold turned into a read hold in place.
+    pub(super) downgrade: LuaScript,
     pub(super) renew: LuaScript,
     pub(super) force_unlock: LuaScript,
     /// Read-only: what is recorded of a lock.
@@ -75,6 +77,7 @@ impl Scripts {
             acquire: script(include_str!("../../scripts/acquire.lua")),
             read: script(include_str!("../../scripts/read.lua")),
             release: script(include_str!("../../scripts/release.lua")),
+            downgrade: script(include_str!("../../scripts/downgrade.lua")),
             renew: script(include_str!("../../scripts/renew.lua")),
             force_unlock: script(include_str!("../../scripts/force_unlock.lua")),
             inspect: script(include_str!("../../scripts/inspect.lua")),
@@ -144,6 +147,7 @@ pub(super) async fn load_scripts(con: &mut Con, scripts: &Scripts) -> RedisResul
         &scripts.acquire,
         &scripts.read,
         &scripts.release,
+        &scripts.downgrade,
         &scripts.renew,
         &scripts.force_unlock,
         &scripts.inspect,

@@ -538,6 +538,17 @@ impl SentinelBackend {
             .await
     }
 
+    /// A downgrade on the current primary. (No `WAIT`: a replica that
+    /// missed it still records the write hold, more exclusive, never less.)
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        self.on_primary(|p| async move { p.backend.downgrade(lock_key, holder).await })
+            .await
+    }
+
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         self.on_primary(|p| async move { p.backend.ping().await })
             .await
