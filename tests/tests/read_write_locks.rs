@@ -366,7 +366,7 @@ async fn tokens_order_readers_against_writers(kind: Kind) {
 /// stays out until the live reader leaves.
 async fn a_dead_readers_share_ends_with_its_lease_while_other_readers_renew(kind: Kind) {
     let (first, second) = kind.two("rw-dead-reader").await;
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_millis(600);
     let dead = first
         .lock("k")
         .read()
