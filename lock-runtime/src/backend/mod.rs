@@ -401,13 +401,13 @@ impl Backend {
     pub(crate) fn read_write_unsupported(&self) -> Option<String> {
         let name = match self {
             Backend::Memory(_) => return None,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => return None,
             Backend::Redis(_) => "Redis",
             Backend::Redlock(_) => "Redlock",
             Backend::Sentinel(_) => "Redis Sentinel",
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => "etcd",
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => "ZooKeeper",
         };
         Some(format!(
             "read-write locks are not available on {name} yet (issue 28): use the default, \
@@ -452,7 +452,10 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
+            Backend::Zookeeper(z) => {
+                z.acquire(lock_key, holder, (lease, renewed), queue, mode)
+                    .await
+            }
         }
     }
 
@@ -468,6 +471,8 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
             // No read frame exists on these yet (`read_write_unsupported`
             // refuses reads): were one to, the hold would stay a write hold
             // on the server, which is more exclusive, never less.
@@ -481,12 +486,18 @@ impl Backend {
     /// (a backend queues it with its background releases); a `NotHeld`
     /// answer marks `held` lost.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
-        // (Only the embedded store has read holds yet: on the others it
-        // stays a write hold, as in `downgrade`.)
-        if let Backend::Memory(m) = self {
-            if !m.downgrade(&held.lock_key, &held.holder) {
-                held.mark_lost();
+        // (Only the embedded store and ZooKeeper have read holds yet: on
+        // the others it stays a write hold, as in `downgrade`.)
+        match self {
+            Backend::Memory(m) => {
+                let downgraded = m.downgrade(&held.lock_key, &held.holder);
+                if !downgraded {
+                    held.mark_lost();
+                }
             }
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.downgrade_in_background(held),
+            _ => {}
         }
     }
 
