@@ -346,12 +346,12 @@ impl Inner {
         Ok(Some((place, children)))
     }
 
-    /// Deletes `holder`'s node of `lock` (the hold of token `fence`) at
-    /// `at`, if it is still there then (its read node, after a downgrade): a fixed lease (no watchdog) ends on the server
-    /// when it runs out, as a Redis key's TTL does, although our session
-    /// would keep the node. `at` is counted from when our acquire was sent,
-    /// so it is never before the end of the hold's validity, which counts
-    /// from before.
+    /// Deletes `holder`'s node of `lock` (the hold of token `fence`; its
+    /// read node after a downgrade) at `at`, if it is still there then: a
+    /// fixed lease (no watchdog) ends on the server when it runs out, as a
+    /// Redis key's TTL does, although our session would keep the node.
+    /// `at` is counted from when our acquire was sent, so it is never
+    /// before the end of the hold's validity, which counts from before.
     fn expire(self: &Arc<Self>, lock: &str, holder: &str, fence: i64, at: tokio::time::Instant) {
         let inner = Arc::downgrade(self);
         let (lock, holder) = (lock.to_owned(), holder.to_owned());
