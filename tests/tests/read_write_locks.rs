@@ -27,6 +27,7 @@ on_every_read_write_backend!(
     a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in,
     a_writer_waiting_through_a_downgrade_enters_only_after_the_read,
     releasing_the_write_under_a_nested_read_downgrades,
+    a_dropped_write_guard_downgrades_in_the_background_ahead_of_the_reads_release,
 );
 
 on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
@@ -381,6 +382,10 @@ async fn a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in(k
     );
     let info = first.inspect("k").await.unwrap().expect("held");
     assert_eq!(info.mode, LockMode::Read);
+    assert!(
+        info.readers.iter().any(|r| r.fence == Some(token)),
+        "the downgraded hold shows another token: {info:?}"
+    );
     drop(other);
     read.release().await.unwrap();
     let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
@@ -450,6 +455,39 @@ async fn releasing_the_write_under_a_nested_read_downgrades(kind: Kind) {
         .await
         .unwrap()
         .is_some());
+}
+
+/// A write guard dropped while a read nested in it lives is downgraded in
+/// the background: readers of another runtime enter, writers do not. The
+/// read's release right after goes out behind that downgrade, so the key
+/// is free at once, not held by a read hold left behind (for its lease).
+async fn a_dropped_write_guard_downgrades_in_the_background_ahead_of_the_reads_release(kind: Kind) {
+    let (first, second) = kind.two("rw-drop-downgrade").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    drop(write);
+    let other = second.lock("k").read().wait(WAIT).acquire().await;
+    let other = other.expect("a reader was kept out of the downgraded hold");
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    drop((other, read));
+    // Dropped at once after the write, many times over: the release never
+    // overtakes the downgrade.
+    let quick = Duration::from_secs(5);
+    for round in 0..10 {
+        let write = first.lock("k").write().wait(quick).acquire().await.unwrap();
+        let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+        drop(write);
+        drop(read);
+        let next = second.lock("k").write().wait(quick).acquire().await;
+        let next = next.unwrap_or_else(|e| panic!("round {round}: the key stayed held: {e}"));
+        next.release().await.unwrap();
+    }
 }
 
 /// Until a backend's read-write support is built, it refuses read and
