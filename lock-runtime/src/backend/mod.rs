@@ -433,7 +433,8 @@ impl Backend {
     /// `mode`: read holds share the key. Only backends that support them
     /// get one ([`read_write_unsupported`](Self::read_write_unsupported)
     /// refuses the rest before they ask); to the others a write is the
-    /// exclusive lock.
+    /// exclusive lock. ZooKeeper also names its node by it (Curator's
+    /// mutex node for exclusive, its read-write lock's for read and write).
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
@@ -483,7 +484,8 @@ impl Backend {
     /// [`downgrade`](Self::downgrade) for a guard dropped (or a locked
     /// call's release behind it) with nobody to await it: sent in the
     /// background, ordered before any later release of the same holder
-    /// (a backend queues it with its background releases); a `NotHeld`
+    /// (the embedded store applies it at once; ZooKeeper registers it until
+    /// answered, and every release of the holder waits for it); a `NotHeld`
     /// answer marks `held` lost.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
         // (Only the embedded store and ZooKeeper have read holds yet: on
