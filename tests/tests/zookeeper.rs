@@ -395,6 +395,43 @@ async fn curator_read_write_lock_and_ours_share_and_exclude_on_one_path() {
     java2.send("exit").unwrap();
 }
 
+/// A write guard dropped while a read nested in it lives is downgraded in
+/// the background (on ZooKeeper, unlike the Redis family, whose hold stays
+/// a write hold until the read ends): readers of another runtime enter,
+/// writers do not, and the read's release, sent right after, waits for the
+/// downgrade and frees the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_write_guard_is_downgraded_in_the_background() {
+    let prefix = unique("rw-background");
+    let connect = zookeeper().connect_string();
+    let lease = Duration::from_secs(5);
+    let first = runtime_on(&connect, &prefix, lease).await;
+    let second = runtime_on(&connect, &prefix, lease).await;
+    let wait = Duration::from_secs(10);
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    drop(write);
+    let other = second.lock("k").read().wait(wait).acquire().await;
+    let other = other.expect("a reader was kept out of the downgraded hold");
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let info = first.inspect("k").await.unwrap().expect("held");
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    assert_eq!(tokens, [Some(token), Some(other.fence())], "{info:?}");
+    assert!(!read.is_lost());
+    drop((read, other));
+    let next = second.lock("k").write().wait(wait).acquire().await.unwrap();
+    assert!(next.fence() > token);
+    next.release().await.unwrap();
+}
+
 /// An ensemble of three loses its leader while one runtime holds and
 /// another waits: the hold survives (its session moves to a follower, the
 /// new leader keeps it), nobody else enters meanwhile, and the waiter gets
