@@ -387,8 +387,13 @@ impl Acquisition {
         if waiters.waiting_keys() == 0 || !waiters.is_waiting(&self.want.lock_key) {
             return false;
         }
-        self.ticket = Some(self.register());
-        true
+        let ticket = self.register();
+        // The waiters seen a moment ago may all have left since (one took
+        // the key and may have released it already, waking nobody): at the
+        // head, nobody's release is left to wake this one, so it tries now.
+        let behind = !ticket.is_head();
+        self.ticket = Some(ticket);
+        behind
     }
 
     /// A place among the key's local waiters, at the back.
