@@ -63,8 +63,6 @@ macro_rules! on_every_read_write_backend {
                 cluster = "read-write locks not on Redis Cluster yet (issue 28, step 4)",
                 sentinel = "read-write locks not on Redis Sentinel yet (issue 28, step 4)",
                 redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
-                etcd = "read-write locks not on etcd yet (issue 28, step 7)",
-                etcd3 = "read-write locks not on etcd yet (issue 28, step 7)",
                 zookeeper = "read-write locks not on ZooKeeper yet (issue 28, step 8)",
                 zookeeper3 = "read-write locks not on ZooKeeper yet (issue 28, step 8)",
             )

@@ -405,7 +405,7 @@ impl Backend {
             Backend::Redlock(_) => "Redlock",
             Backend::Sentinel(_) => "Redis Sentinel",
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => "etcd",
+            Backend::Etcd(_) => return None,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(_) => "ZooKeeper",
         };
@@ -450,7 +450,10 @@ impl Backend {
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
+            Backend::Etcd(e) => {
+                e.acquire(lock_key, holder, (lease, renewed), queue, mode)
+                    .await
+            }
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
         }
@@ -468,6 +471,8 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.downgrade(lock_key, holder).await,
             // No read frame exists on these yet (`read_write_unsupported`
             // refuses reads): were one to, the hold would stay a write hold
             // on the server, which is more exclusive, never less.
@@ -481,12 +486,17 @@ impl Backend {
     /// (a backend queues it with its background releases); a `NotHeld`
     /// answer marks `held` lost.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
-        // (Only the embedded store has read holds yet: on the others it
-        // stays a write hold, as in `downgrade`.)
-        if let Backend::Memory(m) = self {
-            if !m.downgrade(&held.lock_key, &held.holder) {
-                held.mark_lost();
+        // (Only the embedded store and etcd have read holds yet: on the
+        // others it stays a write hold, as in `downgrade`.)
+        match self {
+            Backend::Memory(m) => {
+                if !m.downgrade(&held.lock_key, &held.holder) {
+                    held.mark_lost();
+                }
             }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.downgrade_in_background(held),
+            _ => {}
         }
     }
 
