@@ -1485,6 +1485,64 @@ mod tests {
         assert!(!stands(&backend, &key).await);
     }
 
+    /// The key `key` as etcd holds it now: (create revision, value).
+    async fn key_of(backend: &EtcdBackend, key: &str) -> Option<(i64, Vec<u8>)> {
+        let mut kv = backend.inner.client.kv_client();
+        let got = kv.get(key, None).await.unwrap();
+        got.kvs()
+            .first()
+            .map(|kv| (kv.create_revision(), kv.value().to_vec()))
+    }
+
+    /// A process's place in a queue serves whichever of its waiters is
+    /// first, in that waiter's mode: a writer's place becomes a reader in
+    /// place (the same key and create revision, valued `r`: its turn kept),
+    /// and a reader's place is made anew for a writer (a new key, last in
+    /// the queue: a reader's key never turns writer).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_place_serves_a_waiter_of_either_mode() {
+        use super::{read_node, Acquire, LockMode, Queue};
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let (join, renewed) = (Queue::Join(LEASE), (LEASE, true));
+        let busy = Acquire::Busy { ttl: None };
+
+        let lock = "writer-place";
+        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
+        let place = backend.acquire(lock, "p", renewed, join, LockMode::Write);
+        assert_eq!(place.await.unwrap(), busy);
+        let (created, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
+        assert_eq!(value, b"");
+        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        assert_eq!(read.await.unwrap(), busy);
+        let now = key_of(&backend, &node(lock, "p")).await;
+        assert_eq!(now, Some((created, b"r".to_vec())));
+        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
+        backend.release(lock, "w", true).await.unwrap();
+        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        let token = u64::try_from(created).unwrap();
+        assert!(
+            matches!(read.await.unwrap(), Acquire::Held { fence, .. } if fence == token),
+            "the reader did not hold with its place's token"
+        );
+        backend.release(lock, "p", true).await.unwrap();
+
+        let lock = "reader-place";
+        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
+        let place = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        assert_eq!(place.await.unwrap(), busy);
+        let (created, _) = key_of(&backend, &read_node(lock, "p")).await.unwrap();
+        let write = backend.acquire(lock, "p", renewed, join, LockMode::Write);
+        assert_eq!(write.await.unwrap(), busy);
+        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
+        let (made, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
+        assert!(made > created && value.is_empty(), "{made} {value:?}");
+        backend.release(lock, "w", true).await.unwrap();
+        backend.release(lock, "p", true).await.unwrap();
+    }
+
     #[test]
     fn no_lock_name_is_inside_another_locks_directory() {
         assert_eq!(lock_name("", "order:42"), "order:42");
