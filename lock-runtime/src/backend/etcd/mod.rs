@@ -19,10 +19,18 @@
 //! - renew: a keep-alive of the lease (`lease.rs`) and one transaction of
 //!   reads confirming every held key still stands with its revision.
 //!
+//! Read holds (`readers.rs`): a reader's key is `name/read/<holder id>`,
+//! which a writer waits for like any older key; a reader holds when no
+//! writer key is older than its own, and waits for the last such one.
+//! A downgrade gives the holder's write key the value `r` (a reader now,
+//! still before the writers queued after it, with its token). A release
+//! deletes both names of the holder: it needs no mode.
+//!
 //! Every lock is fair here (see `Backend::always_fair`); a try-once
-//! acquire puts its key only if the directory is empty (one transaction).
-//! No token block can be reserved, so holds are not passed between tasks
-//! of a process (lock cohorting is off on etcd).
+//! acquire puts its key only if the directory is empty (one transaction;
+//! a read: if no writer key is there, or only readers are). No token
+//! block can be reserved, so holds are not passed between tasks of a
+//! process (lock cohorting is off on etcd).
 
 mod lease;
 mod readers;
