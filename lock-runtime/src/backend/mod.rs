@@ -490,7 +490,8 @@ impl Backend {
         // others it stays a write hold, as in `downgrade`.)
         match self {
             Backend::Memory(m) => {
-                if !m.downgrade(&held.lock_key, &held.holder) {
+                let downgraded = m.downgrade(&held.lock_key, &held.holder);
+                if !downgraded {
                     held.mark_lost();
                 }
             }
