@@ -27,6 +27,7 @@ on_every_read_write_backend!(
     a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in,
     a_writer_waiting_through_a_downgrade_enters_only_after_the_read,
     releasing_the_write_under_a_nested_read_downgrades,
+    dropping_the_write_under_a_nested_read_downgrades_in_the_background,
 );
 
 on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
@@ -450,6 +451,38 @@ async fn releasing_the_write_under_a_nested_read_downgrades(kind: Kind) {
         .await
         .unwrap()
         .is_some());
+}
+
+/// A write guard dropped under a nested read (nobody awaits its release)
+/// downgrades in the background: a reader of another runtime enters, a
+/// writer does not until the read is released. Dropped one after the
+/// other, the downgrade and the release go out in that order: the key
+/// frees.
+async fn dropping_the_write_under_a_nested_read_downgrades_in_the_background(kind: Kind) {
+    let (first, second) = kind.two("rw-drop-downgrade").await;
+    let write = first.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    drop(write);
+    let other = second.lock("k").read().wait(WAIT).acquire().await.unwrap();
+    assert!(!read.is_lost());
+    assert_eq!(read.fence(), token);
+    assert!(second
+        .lock("k")
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    drop(other);
+    read.release().await.unwrap();
+
+    let write = first.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    let read = write.scope(first.lock("k").read().acquire()).await.unwrap();
+    drop(write);
+    drop(read);
+    let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    assert!(next.fence() > token);
 }
 
 /// Until a backend's read-write support is built, it refuses read and
