@@ -252,8 +252,7 @@ impl LockGuard {
             // Awaited: the caller learns whether the hold still stands. (If
             // this future is dropped first, the backend keeps a write hold
             // until the read frames' release: more exclusive, never less.)
-            let backend = self.runtime.backend();
-            let downgraded = backend.downgrade(&held.lock_key, &held.holder);
+            let downgraded = self.runtime.backend().downgrade(&held);
             match self.runtime.run(downgraded).await {
                 Ok(true) => {}
                 Ok(false) => held.mark_lost(),

@@ -59,9 +59,6 @@ macro_rules! on_every_read_write_backend {
     ($($name:ident),+ $(,)?) => {
         $crate::on_every_backend!($(
             $name skip(
-                redis = "read-write locks not on Redis yet (issue 28, step 4)",
-                cluster = "read-write locks not on Redis Cluster yet (issue 28, step 4)",
-                sentinel = "read-write locks not on Redis Sentinel yet (issue 28, step 4)",
                 redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
                 zookeeper = "read-write locks not on ZooKeeper yet (issue 28, step 8)",
                 zookeeper3 = "read-write locks not on ZooKeeper yet (issue 28, step 8)",

@@ -383,6 +383,52 @@ async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
     guard.release().await.unwrap();
 }
 
+/// A read hold waits for its replica as any hold does: with the replica
+/// frozen, the read acquire fails with the sync failure and gives back its
+/// own share only, leaving the reader already there holding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failed_sync_of_a_read_gives_back_only_its_own_share() {
+    let set = SentinelSet::start(1);
+    let prefix = unique("sentinel-read-sync");
+    let synced = runtime(&set, &prefix, true).await;
+    let plain = runtime(&set, &prefix, false).await;
+    let reader = plain.lock("k").read().acquire().await.unwrap();
+
+    set.replicas()[0].freeze();
+    let error = synced
+        .lock("k")
+        .read()
+        .try_acquire()
+        .await
+        .expect_err("no replica acknowledged the read hold");
+    assert!(
+        matches!(&error, LockError::Backend(e) if e.is_replica_sync_failure()),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("it was released again"),
+        "{error}"
+    );
+    let info = plain
+        .inspect("k")
+        .await
+        .unwrap()
+        .expect("the first reader holds");
+    assert_eq!(info.readers.len(), 1, "{info:?}");
+    assert_eq!(info.fence, Some(reader.fence()));
+    assert!(!reader.is_lost());
+    set.replicas()[0].thaw();
+
+    let joined = synced.lock("k").read().wait(Duration::from_secs(10));
+    let joined = joined
+        .acquire()
+        .await
+        .expect("the replica acknowledges again");
+    assert_eq!(plain.inspect("k").await.unwrap().unwrap().readers.len(), 2);
+    joined.release().await.unwrap();
+    reader.release().await.unwrap();
+}
+
 /// `SENTINEL FAILOVER` replaces a primary that stays up: it answers as a
 /// primary until a sentinel demotes it (up to one `INFO` round, 10 s), so
 /// no call fails; the runtime moves on the sentinels' `+switch-master`.

@@ -162,11 +162,17 @@ fn acquire_txn(lock: &str, holder: &str, lease: i64, joins: bool, read: bool) ->
 }
 
 /// The key a downgrade turns into a reader: `holder`'s write key, given
-/// the value `r` on its own lease, if it still stands.
-fn downgrade_txn(lock: &str, holder: &str) -> Txn {
+/// the value `r` on its own lease, if it still stands with the hold's
+/// token (its create revision).
+fn downgrade_txn(lock: &str, holder: &str, token: u64) -> Txn {
     let key = node(lock, holder);
+    let token = i64::try_from(token).unwrap_or(-1);
     Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Greater, 0)])
+        .when([Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            token,
+        )])
         .and_then([TxnOp::put(
             key,
             READER,
@@ -932,13 +938,13 @@ impl EtcdBackend {
         })
     }
 
-    /// Turns `holder`'s write hold of `lock` into a read hold: its key
-    /// keeps its name, lease and create revision (its token and its place
-    /// before the writers queued after it) and takes the value `r`, which
-    /// readers skip. `false`: the key is gone (the hold is lost).
-    pub(crate) async fn downgrade(&self, lock: &str, holder: &str) -> Result<bool, BackendError> {
-        let answer = self.inner.txn(downgrade_txn(lock, holder)).await?;
-        Ok(answer.succeeded())
+    /// Turns the write hold `held` into a read hold: its key keeps its
+    /// name, lease and create revision (its token and its place before the
+    /// writers queued after it) and takes the value `r`, which readers
+    /// skip. `false`: the key is gone (the hold is lost).
+    pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
+        let txn = downgrade_txn(&held.lock_key, &held.holder, held.fence());
+        Ok(self.inner.txn(txn).await?.succeeded())
     }
 
     /// Queues [`downgrade`](Self::downgrade) of `held` with the background
@@ -1296,13 +1302,17 @@ async fn releaser(
                     let id = (job.lock_key.clone(), job.holder.clone());
                     keys.binary_search(&id).is_err()
                 });
-                let answered = sent.map(|(job, held)| {
-                    let backend = &backend;
-                    async move {
-                        let answer = backend.txn(downgrade_txn(&job.lock_key, &job.holder)).await;
-                        backend.downgrade_answered(job, held, answer.map(|a| a.succeeded()));
-                    }
-                });
+                // (A hold gone here was released: nothing to downgrade.)
+                let answered = sent
+                    .filter_map(|(job, held)| Some((job, held, held.upgrade()?.fence())))
+                    .map(|(job, held, token)| {
+                        let backend = &backend;
+                        async move {
+                            let txn = downgrade_txn(&job.lock_key, &job.holder, token);
+                            let answer = backend.txn(txn).await;
+                            backend.downgrade_answered(job, held, answer.map(|a| a.succeeded()));
+                        }
+                    });
                 futures_util::future::join_all(answered).await;
             }
             pending.done(downgrades.iter().map(|(job, _)| job.lock_key.as_str()));

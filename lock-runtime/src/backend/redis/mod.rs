@@ -21,6 +21,7 @@
 mod con;
 mod connect;
 mod heard;
+mod recorded;
 mod scripts;
 mod tasks;
 
@@ -142,19 +143,38 @@ impl RedisBackend {
         &self.endpoint
     }
 
+    /// One acquire attempt: `acquire.lua` (plain), `fair.lua` (fair), or
+    /// for a read hold `read.lua` (plain only: fair read holds are issue
+    /// 28's step 5, and the request refuses them before they get here).
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
         holder: &str,
         lease: Duration,
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         let fence_key = LockNames::fence(lock_key);
         let lease = ms(lease);
         let mut con = self.con.clone();
         // (The caller boxes this whole future, so it stays out of the state of
         // every waiting acquire.)
-        let reply: RedisResult<Vec<i64>> = if queue == Queue::No {
+        let reply: RedisResult<Vec<i64>> = if mode.is_read() {
+            if queue != Queue::No {
+                return Err(BackendError::msg(format!(
+                    "a fair read hold was asked of Redis at {}: read-write locks are served \
+                     in plain mode only (issue 28)",
+                    self.endpoint
+                )));
+            }
+            eval(
+                &mut con,
+                &self.scripts.read,
+                &[lock_key, &fence_key],
+                &[holder, &lease, &self.window],
+            )
+            .await
+        } else if queue == Queue::No {
             eval(
                 &mut con,
                 &self.scripts.acquire,
@@ -273,6 +293,25 @@ impl RedisBackend {
         })
     }
 
+    /// `downgrade.lua`: `holder`'s plain write hold becomes a read hold;
+    /// `false` when the hash does not record it.
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        let channel = LockNames::channel(lock_key);
+        let mut con = self.con.clone();
+        let done: i64 = by_sha(&mut con, |sha| {
+            self.scripts
+                .downgrade
+                .call(sha, &[lock_key], &[holder, &channel])
+        })
+        .await
+        .map_err(|e| self.failed("downgrade failed", e))?;
+        Ok(done == 1)
+    }
+
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         let mut con = self.con.clone();
         let _: String = redis::cmd("PING")
@@ -330,29 +369,11 @@ impl RedisBackend {
     pub(crate) async fn inspect(&self, lock_key: &str) -> Result<Option<Recorded>, BackendError> {
         let queue = LockNames::queue(lock_key);
         let mut con = self.con.clone();
-        let (fields, pttl, queued): (Vec<String>, i64, Vec<String>) =
+        let (fields, pttl, queued, now): (Vec<String>, i64, Vec<String>, i64) =
             eval(&mut con, &self.scripts.inspect, &[lock_key, &queue], &[])
                 .await
                 .map_err(|e| self.failed("inspect failed", e))?;
-        let mut recorded = Recorded {
-            holder: String::new(),
-            holds: 0,
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence: None,
-            queue: queued,
-            mode: LockMode::Write,
-            readers: Vec::new(),
-        };
-        for pair in fields.chunks_exact(2) {
-            match pair[0].as_str() {
-                "fence" => recorded.fence = pair[1].parse().ok(),
-                holder => {
-                    recorded.holder = holder.to_owned();
-                    recorded.holds = pair[1].parse().unwrap_or(0);
-                }
-            }
-        }
-        Ok((!recorded.holder.is_empty()).then_some(recorded))
+        Ok(recorded::decode(&fields, pttl, queued, now))
     }
 
     pub(crate) async fn force_unlock(&self, lock_key: &str) -> Result<bool, BackendError> {

@@ -54,7 +54,11 @@ impl LuaScript {
 #[derive(Debug)]
 pub(super) struct Scripts {
     pub(super) acquire: LuaScript,
+    /// Plain mode: a read hold, shared with other readers.
+    pub(super) read: LuaScript,
     pub(super) release: LuaScript,
+    /// Plain mode: a write hold turned into a read hold in place.
+    pub(super) downgrade: LuaScript,
     pub(super) renew: LuaScript,
     pub(super) force_unlock: LuaScript,
     /// Read-only: what is recorded of a lock.
@@ -71,7 +75,9 @@ impl Scripts {
         let script = |source| LuaScript::new(source, sharded);
         Scripts {
             acquire: script(include_str!("../../scripts/acquire.lua")),
+            read: script(include_str!("../../scripts/read.lua")),
             release: script(include_str!("../../scripts/release.lua")),
+            downgrade: script(include_str!("../../scripts/downgrade.lua")),
             renew: script(include_str!("../../scripts/renew.lua")),
             force_unlock: script(include_str!("../../scripts/force_unlock.lua")),
             inspect: script(include_str!("../../scripts/inspect.lua")),
@@ -139,7 +145,9 @@ impl Scripts {
 pub(super) async fn load_scripts(con: &mut Con, scripts: &Scripts) -> RedisResult<()> {
     for script in [
         &scripts.acquire,
+        &scripts.read,
         &scripts.release,
+        &scripts.downgrade,
         &scripts.renew,
         &scripts.force_unlock,
         &scripts.inspect,
@@ -207,5 +215,6 @@ mod tests {
             single.acquire.sha, sharded.acquire.sha,
             "acquire publishes nothing"
         );
+        assert_eq!(single.read.sha, sharded.read.sha, "read publishes nothing");
     }
 }

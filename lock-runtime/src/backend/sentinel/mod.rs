@@ -72,6 +72,7 @@ use super::{
 };
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
+use crate::mode::LockMode;
 
 /// How far back a switch of primary sends the old primary's background
 /// releases again (Sentinel's default `down-after-milliseconds` is 30 s),
@@ -497,24 +498,31 @@ impl SentinelBackend {
         )))
     }
 
+    /// An acquire on the primary; with `sync_replicas`, a hold taken (read
+    /// or write) is `WAIT`ed for before it counts.
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
         holder: &str,
         lease: Duration,
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         self.on_primary(|p| async move {
             match (&p.sync, self.shared.sync) {
                 (Some(sync), Some(want)) => {
                     let fair = queue != Queue::No;
-                    let taken = sync.acquire(lock_key, holder, lease, queue).await?;
+                    let taken = sync.acquire(lock_key, holder, lease, queue, mode).await?;
                     if let Acquire::Held { .. } = taken {
                         replicated(&p, sync, want, lock_key, holder, fair).await?;
                     }
                     Ok(taken)
                 }
-                _ => p.backend.acquire(lock_key, holder, lease, queue).await,
+                _ => {
+                    p.backend
+                        .acquire(lock_key, holder, lease, queue, mode)
+                        .await
+                }
             }
         })
         .await
@@ -527,6 +535,17 @@ impl SentinelBackend {
         fair: bool,
     ) -> Result<Release, BackendError> {
         self.on_primary(|p| async move { p.backend.release(lock_key, holder, fair).await })
+            .await
+    }
+
+    /// A downgrade on the current primary. (No `WAIT`: a replica that
+    /// missed it still records the write hold, more exclusive, never less.)
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        self.on_primary(|p| async move { p.backend.downgrade(lock_key, holder).await })
             .await
     }
 
