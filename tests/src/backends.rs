@@ -60,8 +60,6 @@ macro_rules! on_every_read_write_backend {
         $crate::on_every_backend!($(
             $name skip(
                 redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
-                zookeeper = "read-write locks not on ZooKeeper yet (issue 28, step 8)",
-                zookeeper3 = "read-write locks not on ZooKeeper yet (issue 28, step 8)",
             )
         ),+);
     };

@@ -411,6 +411,9 @@ impl Backend {
     pub(crate) fn read_write_fair(&self, fair_asked: Option<bool>) -> Result<Option<bool>, String> {
         let name = match self {
             Backend::Memory(_) => return Ok(fair_asked),
+            // (Always fair: its recipe queues by creation order.)
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => return Ok(fair_asked),
             Backend::Redis(_) | Backend::Sentinel(_) if fair_asked != Some(true) => {
                 return Ok(Some(false))
             }
@@ -425,8 +428,6 @@ impl Backend {
             Backend::Redlock(_) => "Redlock",
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => return Ok(fair_asked),
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => "ZooKeeper",
         };
         Err(format!(
             "read-write locks are not available on {name} yet (issue 28): use the default, \
@@ -452,6 +453,8 @@ impl Backend {
     /// `mode`: read holds share the key. Only backends that support them
     /// get one ([`read_write_fair`](Self::read_write_fair) refuses the rest
     /// before they ask); to the others a write is the exclusive lock.
+    /// ZooKeeper also names its node by it (Curator's mutex node for
+    /// exclusive, its read-write lock's for read and write).
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
@@ -473,7 +476,10 @@ impl Backend {
                     .await
             }
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.acquire(lock_key, holder, (lease, renewed), queue).await,
+            Backend::Zookeeper(z) => {
+                z.acquire(lock_key, holder, (lease, renewed), queue, mode)
+                    .await
+            }
         }
     }
 
@@ -484,14 +490,16 @@ impl Backend {
     /// still records a write hold: more exclusive, never less. So does a
     /// backend that cannot downgrade a hold in place, which answers
     /// `Ok(true)` without asking: Redis for a fair hold (its queue's
-    /// release would free every reader at once), Redlock and ZooKeeper
-    /// until their read-write support comes (issue 28).
+    /// release would free every reader at once), Redlock until its read-write
+    /// support comes (issue 28).
     pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
         let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
             Backend::Redis(r) if !held.fair => r.downgrade(lock_key, holder).await,
             Backend::Sentinel(s) if !held.fair => s.downgrade(lock_key, holder).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.downgrade(held).await,
             _ => Ok(true),
@@ -499,13 +507,15 @@ impl Backend {
     }
 
     /// [`downgrade`](Self::downgrade) for a guard dropped (or a locked
-    /// call's release behind it) with nobody to await it. The embedded
-    /// store downgrades at once; etcd queues it with its background
-    /// releases, ahead of any later release of the holder, and a release
-    /// that overtakes it (an awaited one) makes it change nothing (see
-    /// etcd's `releaser`). On the others the hold stays a write hold until
-    /// its read frames are released (more exclusive, never less), so that
-    /// no background downgrade can be overtaken by the release behind it.
+    /// call's release behind it) with nobody to await it. Only the embedded
+    /// store, where it is immediate, ZooKeeper, which registers it until
+    /// answered and makes every release of the holder wait for it, and
+    /// etcd, which queues it with its background releases ahead of any
+    /// later release of the holder (a release that overtakes it, an awaited
+    /// one, makes it change nothing: see etcd's `releaser`), downgrade then;
+    /// on the others the hold stays a write hold until its read frames are
+    /// released (more exclusive, never less), so that no background
+    /// downgrade can be overtaken by the release behind it.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
         match self {
             Backend::Memory(m) => {
@@ -514,6 +524,8 @@ impl Backend {
                     held.mark_lost();
                 }
             }
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.downgrade_in_background(held),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.downgrade_in_background(held),
             _ => {}

@@ -1,6 +1,7 @@
-//! The ZooKeeper backend: Apache Curator's lock recipe (`InterProcessMutex`),
-//! so that this runtime and Java services using Curator exclude each other
-//! on the same lock path.
+//! The ZooKeeper backend: Apache Curator's lock recipes
+//! (`InterProcessMutex` for exclusive holds, `InterProcessReadWriteLock`
+//! for read and write holds), so that this runtime and Java services using
+//! Curator exclude each other on the same lock path.
 //!
 //! A lock is a path (`path.rs`); every contender creates an ephemeral
 //! sequential node under it, and the node with the lowest sequence holds
@@ -12,11 +13,21 @@
 //! parent's child version, a signed 32-bit counter that wraps, and starts
 //! again when the container parent is reaped.)
 //!
-//! - acquire: create our node (if this holder has none yet) and list the
-//!   children, pipelined in one round trip. Ours first: held. Otherwise the
-//!   node waits in the queue and `wait.rs` watches the node before it. A
-//!   try-once acquire deletes its node again when it is not first.
-//! - release: delete our node (the next node's watcher sees it).
+//! - acquire: create our node (if this holder has none yet), named for the
+//!   hold's mode (`path.rs`), and list the children, pipelined in one round
+//!   trip. A write or exclusive node first of all, or a read node with no
+//!   write or exclusive node before it: held. Otherwise the node waits in
+//!   the queue and `wait.rs` watches the node it waits for. A try-once
+//!   acquire deletes its node again when it does not hold.
+//! - downgrade: one transaction on the hold's session creates the read
+//!   node `…-__READ__<our sequence>` (ephemeral, not sequential: as Curator
+//!   ≥ 5.5.0 does, CURATOR-621) and deletes the write node, so the hold
+//!   keeps its place ahead of every writer queued meanwhile, and no moment
+//!   exists where neither node stands. The hold keeps its token (the write
+//!   node's czxid); renewals check the read node from then on. A release
+//!   of the holder waits for its downgrade in flight.
+//! - release: delete our node, whatever its name (the next node's watcher
+//!   sees it).
 //! - renew: one multi-read on the node's session confirming every held
 //!   node still exists, with its czxid, owned by that session.
 //!
@@ -32,13 +43,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult};
 
 use super::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
 use super::{
-    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
-    Watches,
+    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, RecordedReader, Refreshed, Release,
+    Wakeups, Watched, Watches,
 };
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
@@ -74,8 +85,11 @@ pub(crate) struct ZookeeperConfig {
 pub(super) struct Place {
     /// Its name under the lock path.
     name: String,
-    /// The zxid that created it: the hold's fencing token.
+    /// The zxid that created it.
     czxid: i64,
+    /// The hold's fencing token: `czxid`, except after a downgrade, where
+    /// the hold keeps its write node's.
+    fence: i64,
     /// The session that created it.
     owner: i64,
     /// That session.
@@ -100,6 +114,9 @@ pub(super) struct Inner {
     /// [`Inner::delete`].
     unsettled: Mutex<HashMap<(String, String), Arc<Session>>>,
     waits: wait::Waits,
+    /// Downgrades in flight, by (lock, holder id): a release of the holder
+    /// waits for its downgrade first (see [`Inner::after_downgrade`]).
+    downgrades: Mutex<HashMap<(String, String), watch::Receiver<bool>>>,
     releases: ReleaseQueue,
     wakeups: Weak<dyn Wakeups>,
     timeout: Duration,
@@ -211,13 +228,14 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
+        mode: LockMode,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let key = (lock.to_owned(), holder.to_owned());
         // Before the create goes out: a release that runs meanwhile (the
         // caller gone) lists on its session, after it.
         self.unsettled().insert(key.clone(), session.clone());
         let mut lost = false;
-        let created = self.create_on(session, lock, holder, &mut lost).await;
+        let created = self.create_on(session, lock, holder, mode, &mut lost).await;
         if created.is_err() || lost {
             // (Again: a release that ran meanwhile may have settled it.)
             self.unsettled().insert(key, session.clone());
@@ -234,10 +252,11 @@ impl Inner {
         session: &Arc<Session>,
         lock: &str,
         holder: &str,
+        mode: LockMode,
         lost: &mut bool,
     ) -> Result<(Place, Vec<String>), BackendError> {
         let client = session.client();
-        let prefix = path::node_prefix(holder);
+        let prefix = path::node_prefix(holder, mode);
         let full = path::child(lock, &prefix);
         let data = path::node_data(holder, session.timeout.as_millis());
         let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
@@ -253,6 +272,7 @@ impl Inner {
                     let place = Place {
                         name: format!("{prefix}{sequence}"),
                         czxid: stat.czxid,
+                        fence: stat.czxid,
                         owner: client.session_id().0,
                         session: session.clone(),
                     };
@@ -318,6 +338,7 @@ impl Inner {
         let place = Place {
             name: name.clone(),
             czxid: stat.czxid,
+            fence: stat.czxid,
             owner: stat.ephemeral_owner,
             session: session.clone(),
         };
@@ -325,13 +346,13 @@ impl Inner {
         Ok(Some((place, children)))
     }
 
-    /// Deletes `holder`'s node of `lock` (made at `czxid`) at `at`, if it is
-    /// still there then: a fixed lease (no watchdog) ends on the server
-    /// when it runs out, as a Redis key's TTL does, although our session
-    /// would keep the node. `at` is counted from when our acquire was sent,
-    /// so it is never before the end of the hold's validity, which counts
-    /// from before.
-    fn expire(self: &Arc<Self>, lock: &str, holder: &str, czxid: i64, at: tokio::time::Instant) {
+    /// Deletes `holder`'s node of `lock` (the hold of token `fence`; its
+    /// read node after a downgrade) at `at`, if it is still there then: a
+    /// fixed lease (no watchdog) ends on the server when it runs out, as a
+    /// Redis key's TTL does, although our session would keep the node.
+    /// `at` is counted from when our acquire was sent, so it is never
+    /// before the end of the hold's validity, which counts from before.
+    fn expire(self: &Arc<Self>, lock: &str, holder: &str, fence: i64, at: tokio::time::Instant) {
         let inner = Arc::downgrade(self);
         let (lock, holder) = (lock.to_owned(), holder.to_owned());
         self.handle.spawn(async move {
@@ -342,7 +363,7 @@ impl Inner {
                 };
                 if backend
                     .place(&lock, &holder)
-                    .is_none_or(|p| p.czxid != czxid)
+                    .is_none_or(|p| p.fence != fence)
                 {
                     return; // released, or another node's now
                 }
@@ -396,55 +417,264 @@ impl Inner {
     /// applied; a listing on another session (the reader's) may come first,
     /// find nothing, and leave a node to appear later, unknown to anyone,
     /// standing for as long as our session lives: the lock blocked.
+    ///
+    /// A downgrade of the holder in flight is waited for first: it moves
+    /// the hold to another node. One that began after this release read
+    /// the holder's node (a read frame released on another thread while
+    /// the write frame's downgrade starts) is caught after the delete: the
+    /// place then names the read node, which is deleted in turn.
     async fn delete(&self, lock: &str, holder: &str) -> Result<Release, BackendError> {
+        self.after_downgrade(lock, holder).await;
         let key = (lock.to_owned(), holder.to_owned());
-        let unsettled = self.unsettled().get(&key).cloned();
-        let (client, names) = match (self.place(lock, holder), unsettled) {
-            (Some(place), None) => (place.session.client(), vec![place.name]),
-            (place, unsettled) => {
-                // Every node of the holder (a create whose answer was lost
-                // may have been applied besides the one known, if any).
-                let session = unsettled
-                    .or_else(|| place.as_ref().map(|p| p.session.clone()))
-                    .unwrap_or_else(|| self.reader.clone());
-                let client = session.client();
-                let children = self.list(&client, lock).await?;
-                let mut names: Vec<String> = children
-                    .into_iter()
-                    .filter(|c| path::is_holders(c, holder))
-                    .collect();
-                if let Some(place) = place.filter(|p| !names.contains(&p.name)) {
-                    names.push(place.name);
-                }
-                if names.is_empty() {
-                    self.forget(lock, holder);
-                    return Ok(Release::NotHeld);
-                }
-                (client, names)
-            }
-        };
         let mut freed = false;
-        for name in names {
-            let node = path::child(lock, &name);
-            // Versioned: nobody writes a lock node's data, so version 0 is
-            // the node we made (a node of the same path made later would
-            // have another sequence anyway).
-            let mut deleted = self.within(client.delete(&node, Some(0))).await;
-            if matches!(deleted, Err(zookeeper_client::Error::BadVersion)) {
-                deleted = self.within(client.delete(&node, None)).await;
+        let mut deleted = Vec::new();
+        for _round in 0..3 {
+            let unsettled = self.unsettled().get(&key).cloned();
+            let (client, names) = match (self.place(lock, holder), unsettled) {
+                (Some(place), None) => (place.session.client(), vec![place.name]),
+                (place, unsettled) => {
+                    // Every node of the holder (a create whose answer was
+                    // lost may have been applied besides the one known, if
+                    // any).
+                    let session = unsettled
+                        .or_else(|| place.as_ref().map(|p| p.session.clone()))
+                        .unwrap_or_else(|| self.reader.clone());
+                    let client = session.client();
+                    let children = self.list(&client, lock).await?;
+                    let mut names: Vec<String> = children
+                        .into_iter()
+                        .filter(|c| path::is_holders(c, holder))
+                        .collect();
+                    if let Some(place) = place.filter(|p| !names.contains(&p.name)) {
+                        names.push(place.name);
+                    }
+                    (client, names)
+                }
+            };
+            for name in names {
+                let node = path::child(lock, &name);
+                // Versioned: nobody writes a lock node's data, so version 0
+                // is the node we made (a node of the same path made later
+                // would have another sequence anyway).
+                let mut removed = self.within(client.delete(&node, Some(0))).await;
+                if matches!(removed, Err(zookeeper_client::Error::BadVersion)) {
+                    removed = self.within(client.delete(&node, None)).await;
+                }
+                match removed {
+                    Ok(()) => freed = true,
+                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(error) => return Err(self.failed("release failed", error)),
+                }
+                deleted.push(name);
             }
-            match deleted {
-                Ok(()) => freed = true,
-                Err(zookeeper_client::Error::NoNode) => {}
-                Err(error) => return Err(self.failed("release failed", error)),
+            if self.forget_unless_moved(&key, &deleted) {
+                break;
             }
         }
-        self.forget(lock, holder);
         Ok(if freed {
             Release::Freed
         } else {
             Release::NotHeld
         })
+    }
+
+    /// Forgets the place `key`, unless it names a node other than those
+    /// `deleted` (a downgrade moved the hold meanwhile): then `false`.
+    fn forget_unless_moved(&self, key: &(String, String), deleted: &[String]) -> bool {
+        {
+            let mut places = self.places();
+            if places.get(key).is_some_and(|p| !deleted.contains(&p.name)) {
+                return false;
+            }
+            places.remove(key);
+        }
+        self.unsettled().remove(key);
+        true
+    }
+
+    fn downgrades(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), watch::Receiver<bool>>> {
+        self.downgrades
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a release of `holder` must go alone (not in a batch of the
+    /// releaser, which deletes the node it knows): a downgrade of it is in
+    /// flight, or a create of it lost its answer.
+    fn goes_alone(&self, lock: &str, holder: &str) -> bool {
+        let downgrading = self.downgrades();
+        let unsettled = self.unsettled();
+        if downgrading.is_empty() && unsettled.is_empty() {
+            return false;
+        }
+        let key = (lock.to_owned(), holder.to_owned());
+        downgrading.contains_key(&key) || unsettled.contains_key(&key)
+    }
+
+    /// Waits for a downgrade of `holder`'s hold of `lock` in flight, if
+    /// any: a release applied before it would leave the read node it
+    /// creates standing for as long as our session.
+    async fn after_downgrade(&self, lock: &str, holder: &str) {
+        let waiting = {
+            let downgrades = self.downgrades();
+            if downgrades.is_empty() {
+                return;
+            }
+            downgrades
+                .get(&(lock.to_owned(), holder.to_owned()))
+                .cloned()
+        };
+        if let Some(mut done) = waiting {
+            // (An error: the downgrade's task is gone with the runtime.)
+            let _ = done.wait_for(|done| *done).await;
+        }
+    }
+
+    /// Starts the downgrade of `holder`'s hold of `lock` as a task of the
+    /// runtime, registered until it ends so that a release of the holder
+    /// waits for it; its outcome as [`ZookeeperBackend::downgrade`] says.
+    fn start_downgrade(
+        self: &Arc<Self>,
+        lock: &str,
+        holder: &str,
+    ) -> tokio::task::JoinHandle<Result<bool, BackendError>> {
+        let key = (lock.to_owned(), holder.to_owned());
+        let (done, waiting) = watch::channel(false);
+        self.downgrades().insert(key.clone(), waiting);
+        let inner = self.clone();
+        self.handle.spawn(async move {
+            let outcome = inner.downgrade_now(&key.0, &key.1).await;
+            inner.downgrades().remove(&key);
+            done.send_replace(true);
+            outcome
+        })
+    }
+
+    /// The downgrade's round trips: one transaction, on the hold's
+    /// session, that creates the read node and deletes the write node,
+    /// pipelined with a read of both nodes that tells the outcome even when
+    /// the transaction's answer is lost (one session's requests are
+    /// applied in order). Tried again while neither answer comes.
+    async fn downgrade_now(&self, lock: &str, holder: &str) -> Result<bool, BackendError> {
+        let Some(place) = self.place(lock, holder) else {
+            return Ok(false); // released meanwhile
+        };
+        let client = place.session.client();
+        if place.owner != client.session_id().0 {
+            return Ok(false); // its session expired: the node went with it
+        }
+        if path::reads(&place.name) {
+            return Ok(true);
+        }
+        let Some(read_name) = path::read_name(&place.name) else {
+            return Err(BackendError::msg(format!(
+                "downgrade of {lock} on ZooKeeper: {} is no lock node",
+                place.name
+            )));
+        };
+        let write = path::child(lock, &place.name);
+        let read = path::child(lock, &read_name);
+        let data = path::downgraded_data(holder, place.fence, place.session.timeout.as_millis());
+        let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let mut last = None;
+        for _attempt in 0..3 {
+            let mut writer = client.new_multi_writer();
+            writer
+                .add_create(&read, &data, &ephemeral)
+                .and_then(|()| writer.add_delete(&write, None))
+                .map_err(|e| self.failed("downgrade failed", e))?;
+            // Sent in this order (each call sends its request at once).
+            let committing = writer.commit();
+            let reading = client.get_data(&read);
+            let checking = client.check_stat(&write);
+            let committing = self.within(async { committing.await.map_err(Into::into) });
+            let (committed, read_node, write_node) =
+                tokio::join!(committing, self.within(reading), self.within(checking));
+            if let Err(error) = committed {
+                last = Some(error);
+            }
+            let read_node = match read_node {
+                Ok((_, stat)) => Some(stat),
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(error) => {
+                    last = Some(error);
+                    continue;
+                }
+            };
+            let write_stands = match write_node {
+                Ok(stat) => stat.is_some(),
+                Err(error) => {
+                    last = Some(error);
+                    continue;
+                }
+            };
+            return match read_node {
+                Some(stat) if stat.ephemeral_owner == place.owner => {
+                    if write_stands {
+                        // (Not from the transaction, which is atomic; from a
+                        // create that went out on its own, were there one.)
+                        let _ = self.within(client.delete(&write, None)).await;
+                    }
+                    Ok(self
+                        .moved(lock, holder, &place, read_name, stat.czxid)
+                        .await)
+                }
+                // Not applied: again (a node of that name of another session
+                // cannot be: the uuid is this holder's).
+                None if write_stands => continue,
+                // The write node is gone, and no read node came: the hold is
+                // gone (its session expired, a force unlock).
+                _ => Ok(false),
+            };
+        }
+        // Unknown: the transaction may yet be applied. The holder's release
+        // then lists its nodes by uuid on this session (after it), as after
+        // a lost create; a renewal meanwhile finds the write node or not.
+        self.unsettled()
+            .insert((lock.to_owned(), holder.to_owned()), place.session.clone());
+        Err(match last {
+            Some(error) => self.failed("downgrade failed", error),
+            None => BackendError::msg(format!(
+                "downgrade of {lock} on ZooKeeper at {}: no answer",
+                self.sessions.shown()
+            )),
+        })
+    }
+
+    /// Records that `holder`'s hold (`place`) moved to its read node
+    /// `read_name`, made at `czxid`: renewals check that node from now on,
+    /// and the hold keeps its token. If the holder was released while the
+    /// downgrade was out (its place forgotten, the write node's name
+    /// deleted), the read node is deleted here instead: `false`.
+    async fn moved(
+        &self,
+        lock: &str,
+        holder: &str,
+        place: &Place,
+        read_name: String,
+        czxid: i64,
+    ) -> bool {
+        let key = (lock.to_owned(), holder.to_owned());
+        {
+            let mut places = self.places();
+            if let Some(now) = places.get_mut(&key).filter(|p| p.fence == place.fence) {
+                now.name = read_name;
+                now.czxid = czxid;
+                return true;
+            }
+        }
+        let node = path::child(lock, &read_name);
+        let client = place.session.client();
+        match self.within(client.delete(&node, None)).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            // The releaser finds it by its uuid.
+            Err(_) => {
+                self.releases.send(key.0, key.1, true);
+            }
+        }
+        false
     }
 }
 
@@ -484,6 +714,7 @@ pub(crate) async fn connect(
         places: Mutex::default(),
         unsettled: Mutex::default(),
         waits: wait::Waits::default(),
+        downgrades: Mutex::default(),
         releases,
         wakeups,
         timeout: settings.response_timeout,
@@ -540,6 +771,7 @@ impl ZookeeperBackend {
         holder: &str,
         (lease, renewed): (Duration, bool),
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         let sent = tokio::time::Instant::now();
         let inner = &self.inner;
@@ -552,10 +784,13 @@ impl ZookeeperBackend {
                 session.timeout
             )));
         }
+        let named = path::node_prefix(holder, mode);
         for _attempt in 0..3 {
             let (place, children, created) = match inner.place(lock, holder) {
                 Some(place)
-                    if place.owner == place.session.id() && place.session.timeout >= lease =>
+                    if place.owner == place.session.id()
+                        && place.session.timeout >= lease
+                        && place.name.starts_with(&named) =>
                 {
                     let children = inner.list_latest(&place.session.client(), lock).await?;
                     (place, children, false)
@@ -566,16 +801,19 @@ impl ZookeeperBackend {
                     // stall longer than that lease ends (the node with it)
                     // while a hold of this lease would still count on it.
                     // ZooKeeper moves no node to another session: the place
-                    // queues again on this lease's (its turn is lost).
+                    // queues again on this lease's (its turn is lost). So
+                    // does a place queued by a waiter of another mode: the
+                    // node's name is its mode (Curator reads it), and
+                    // ZooKeeper renames no node.
                     inner.waits.stop(lock, holder);
                     inner.delete(lock, holder).await?;
-                    let (place, children) = inner.create(&session, lock, holder).await?;
+                    let (place, children) = inner.create(&session, lock, holder, mode).await?;
                     (place, children, true)
                 }
                 _ => {
                     // New, or made by a session that expired since.
                     inner.forget(lock, holder);
-                    let (place, children) = inner.create(&session, lock, holder).await?;
+                    let (place, children) = inner.create(&session, lock, holder, mode).await?;
                     (place, children, true)
                 }
             };
@@ -587,14 +825,14 @@ impl ZookeeperBackend {
                 continue; // and list again
             }
             let sorted = path::sorted(children);
-            let fence = u64::try_from(place.czxid).unwrap_or(0);
-            match sorted.iter().position(|c| *c == place.name) {
+            let fence = u64::try_from(place.fence).unwrap_or(0);
+            match path::turn(&sorted, &place.name) {
                 // Gone (a force unlock, an expiry): queue again.
-                None => inner.forget(lock, holder),
-                Some(0) => {
+                path::Turn::Gone => inner.forget(lock, holder),
+                path::Turn::Holds => {
                     inner.waits.stop(lock, holder);
                     if !renewed {
-                        inner.expire(lock, holder, place.czxid, sent + lease);
+                        inner.expire(lock, holder, place.fence, sent + lease);
                     }
                     return Ok(Acquire::Held {
                         fence,
@@ -602,11 +840,11 @@ impl ZookeeperBackend {
                         handed: !created,
                     });
                 }
-                Some(_) if matches!(queue, Queue::Join(_)) => {
+                path::Turn::Behind(_) if matches!(queue, Queue::Join(_)) => {
                     wait::start(inner, lock, holder);
                     return Ok(Acquire::Busy { ttl: None });
                 }
-                Some(_) => {
+                path::Turn::Behind(_) => {
                     // Trying once: leave no node behind.
                     if inner.delete(lock, holder).await.is_err() {
                         self.release_in_background(lock.to_owned(), holder.to_owned(), true);
@@ -650,8 +888,9 @@ impl ZookeeperBackend {
             .map_err(|e| self.inner.failed("ping failed", e))
     }
 
-    /// The holder (the lowest node), the time its node outlives a holder
-    /// that dies now (its session timeout), and the queue.
+    /// The holders (the lowest node, or the leading run of read nodes),
+    /// the time a node outlives a holder that dies now (its session
+    /// timeout), and the queue.
     pub(crate) async fn inspect(&self, lock: &str) -> Result<Option<Recorded>, BackendError> {
         let client = self.inner.reader.client();
         let sorted = path::sorted(self.inner.list(&client, lock).await?);
@@ -669,46 +908,111 @@ impl ZookeeperBackend {
             .within(reader.commit())
             .await
             .map_err(|e| self.inner.failed("inspect failed", e))?;
-        let mut nodes = sorted.iter().zip(read).filter_map(|(name, result)| {
-            let MultiReadResult::Data { data, stat } = result else {
-                return None; // deleted meanwhile
-            };
-            // A node of another client (Curator's) shows by its name.
-            let (holder, session_ms) = path::parse_data(&data)
-                .map_or((name.clone(), None), |(holder, ms)| (holder, Some(ms)));
-            Some((holder, session_ms, stat.czxid))
-        });
-        let Some((holder, session_ms, czxid)) = nodes.next() else {
+        let (names, nodes): (Vec<String>, Vec<RecordedReader>) = sorted
+            .into_iter()
+            .zip(read)
+            .filter_map(|(name, result)| {
+                let MultiReadResult::Data { data, stat } = result else {
+                    return None; // deleted meanwhile
+                };
+                // A node of another client (Curator's) shows by its name.
+                let (holder, session_ms, token) = path::parse_data(&data)
+                    .map_or((name.clone(), None, None), |(holder, ms, token)| {
+                        (holder, Some(ms), token)
+                    });
+                let node = RecordedReader {
+                    holder,
+                    remaining: session_ms.map(Duration::from_millis),
+                    // A downgraded hold's read node has the hold's token
+                    // in its data.
+                    fence: token.or(u64::try_from(stat.czxid).ok()),
+                };
+                Some((name, node))
+            })
+            .unzip();
+        let holding = path::holders(&names).len();
+        let mut nodes = nodes.into_iter();
+        let held: Vec<RecordedReader> = nodes.by_ref().take(holding).collect();
+        let queue = nodes.map(|node| node.holder).collect();
+        let read = names.first().is_some_and(|first| path::reads(first));
+        // For a read hold, the reader that a writer waits for longest.
+        let Some(shown) = held.iter().max_by_key(|node| node.remaining).cloned() else {
             return Ok(None);
         };
         Ok(Some(Recorded {
-            holder,
+            holder: shown.holder,
             holds: 1,
-            remaining: session_ms.map(Duration::from_millis),
-            fence: u64::try_from(czxid).ok(),
-            queue: nodes.map(|(holder, _, _)| holder).collect(),
-            mode: LockMode::Write,
-            readers: Vec::new(),
+            remaining: shown.remaining,
+            fence: shown.fence,
+            queue,
+            mode: if read {
+                LockMode::Read
+            } else {
+                LockMode::Write
+            },
+            readers: if read { held } else { Vec::new() },
         }))
     }
 
-    /// Deletes the holder's node (the lowest), whoever it is; `true` when
-    /// there was one.
+    /// Deletes the holders' nodes (the lowest node, or the leading run of
+    /// read nodes), whoever they are; `true` when there was one.
     pub(crate) async fn force_unlock(&self, lock: &str) -> Result<bool, BackendError> {
         let client = self.inner.reader.client();
         let sorted = path::sorted(self.inner.list(&client, lock).await?);
-        let Some(first) = sorted.first() else {
-            return Ok(false);
-        };
-        match self
-            .inner
-            .within(client.delete(&path::child(lock, first), None))
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(error) => Err(self.inner.failed("force unlock failed", error)),
+        let mut deleted = false;
+        for holder in path::holders(&sorted) {
+            match self
+                .inner
+                .within(client.delete(&path::child(lock, holder), None))
+                .await
+            {
+                Ok(()) => deleted = true,
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => return Err(self.inner.failed("force unlock failed", error)),
+            }
         }
+        Ok(deleted)
+    }
+
+    /// Turns `holder`'s write (or exclusive) hold of `lock` into a read
+    /// hold (see the module docs); `Ok(false)` when the hold is gone. It
+    /// runs as a task of the runtime, so a caller that goes away does not
+    /// cut it short between its request and the record of its answer; a
+    /// release of the holder waits for it.
+    pub(crate) async fn downgrade(&self, lock: &str, holder: &str) -> Result<bool, BackendError> {
+        match self.inner.start_downgrade(lock, holder).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(BackendError::msg(format!(
+                "downgrade of {lock} on ZooKeeper at {}: the runtime stopped",
+                self.inner.sessions.shown()
+            ))),
+        }
+    }
+
+    /// [`downgrade`](Self::downgrade) with nobody to await it (a dropped
+    /// guard): counted as pending for the key until answered, like a
+    /// background release (this process's next acquire of the key, and
+    /// shutdown, wait for it), and ahead of any later release of the
+    /// holder, which waits for it. `Ok(false)` marks `held` lost; a
+    /// failure leaves the write node to the renewals (it stands, more
+    /// exclusive than asked, until the release; or it is found gone).
+    pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
+        let pending = self.inner.releases.pending().clone();
+        pending.add(&held.lock_key);
+        let downgrading = self.inner.start_downgrade(&held.lock_key, &held.holder);
+        let held = held.clone();
+        self.inner.handle.spawn(async move {
+            match downgrading.await {
+                Ok(Ok(true)) | Err(_) => {}
+                Ok(Ok(false)) => held.mark_lost(),
+                Ok(Err(error)) => tracing::warn!(
+                    %error,
+                    key = %held.key,
+                    "downgrade failed: the hold stays a write hold on ZooKeeper until its release"
+                ),
+            }
+            pending.done([held.lock_key.as_str()]);
+        });
     }
 
     /// Queues the deletion of `holder`'s node of `lock`.
@@ -739,7 +1043,9 @@ impl ZookeeperBackend {
                 outcome[i] = Some(false);
                 continue;
             };
-            if u64::try_from(place.czxid).ok() != Some(lock.fence()) {
+            // (The hold's token, which a downgrade keeps; `confirm` checks
+            // the node's own czxid.)
+            if u64::try_from(place.fence).ok() != Some(lock.fence()) {
                 outcome[i] = Some(false);
                 continue;
             }
@@ -841,13 +1147,13 @@ impl ZookeeperBackend {
                 outcome.push(match result {
                     MultiReadResult::Children { children } => {
                         let sorted = path::sorted(children);
-                        Some(match sorted.iter().position(|c| *c == place.name) {
-                            None => gone,
-                            Some(0) => Refreshed {
+                        Some(match path::turn(&sorted, &place.name) {
+                            path::Turn::Gone => gone,
+                            path::Turn::Holds => Refreshed {
                                 queued: false,
                                 lock_ttl: -1,
                             },
-                            Some(_) => Refreshed {
+                            path::Turn::Behind(_) => Refreshed {
                                 queued: true,
                                 lock_ttl: -1,
                             },
@@ -913,7 +1219,11 @@ impl Inner {
         for (i, (lock, holder, _)) in batch.iter().enumerate() {
             let place = self.place(lock, holder);
             match place {
-                Some(place) if place.owner == place.session.id() && seen.insert((lock, holder)) => {
+                Some(place)
+                    if place.owner == place.session.id()
+                        && !self.goes_alone(lock, holder)
+                        && seen.insert((lock, holder)) =>
+                {
                     match groups
                         .iter_mut()
                         .find(|(s, _)| Arc::ptr_eq(s, &place.session))

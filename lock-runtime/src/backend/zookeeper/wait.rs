@@ -1,7 +1,8 @@
 //! A queued place's turn: each node of this process waiting in a lock's
-//! queue watches the node just before it (a data watch, as Curator sets
-//! it), never the lock's children, so a release wakes one process, not
-//! every waiter.
+//! queue watches the node it waits for (a data watch, as Curator sets it):
+//! a write or exclusive node the one just before it, a read node the last
+//! write or exclusive node before it; never the lock's children, so a
+//! release wakes one process, not every waiter.
 //!
 //! When that node goes (released, its session expired, or a force
 //! unlock), the place lists the children again: a new predecessor is
@@ -41,9 +42,9 @@ pub(super) fn start(inner: &Arc<Inner>, lock: &str, holder: &str) {
 enum Found {
     /// Gone (or made by a session that has since expired).
     Gone,
-    /// First: the lock is the place's.
+    /// It holds: the lock is the place's.
     First,
-    /// This node is just before ours.
+    /// Ours waits for this node.
     Behind(String),
 }
 
@@ -124,9 +125,9 @@ async fn read(backend: &Inner, lock: &str, holder: &str) -> Result<Found, ()> {
         children = backend.list(&client, lock).await.map_err(drop)?;
     }
     let sorted = path::sorted(children);
-    Ok(match sorted.iter().position(|c| *c == place.name) {
-        None => Found::Gone,
-        Some(0) => Found::First,
-        Some(i) => Found::Behind(sorted[i - 1].clone()),
+    Ok(match path::turn(&sorted, &place.name) {
+        path::Turn::Gone => Found::Gone,
+        path::Turn::Holds => Found::First,
+        path::Turn::Behind(before) => Found::Behind(before.to_owned()),
     })
 }
