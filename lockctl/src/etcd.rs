@@ -102,13 +102,18 @@ pub(crate) async fn keys(
             // A contender is `<lock name>/<holder>`: its lock's name is
             // the text before the last `/` (no key's name holds one: the
             // runtime writes a key's `/` escaped), if the runtime agrees.
+            // A reader's is `<lock name>/read/<holder>`.
             let Ok(text) = std::str::from_utf8(kv.key()) else {
                 continue;
             };
             let Some((name, _holder)) = text.rsplit_once('/') else {
                 continue;
             };
-            if let Some(key) = keys::key_of(runtime, &root, name) {
+            let key = keys::key_of(runtime, &root, name).or_else(|| {
+                let name = name.strip_suffix("/read")?;
+                keys::key_of(runtime, &root, name)
+            });
+            if let Some(key) = key {
                 found.insert(key);
             }
         }

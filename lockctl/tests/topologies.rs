@@ -435,6 +435,20 @@ mod queued_stores {
         panic!("{want} waiters were not queued for {key} within 10 s");
     }
 
+    /// A lock held by readers only is listed by its name (a reader's key
+    /// is `<name>/read/<holder>` on etcd).
+    #[cfg(feature = "etcd")]
+    pub(super) async fn list_names_a_lock_held_by_readers_only(store: Store) {
+        let prefix = unique("ctl-readers");
+        let runtime = store.kind().runtime(&prefix).await;
+        let read = runtime.lock("cfg:7").read().acquire().await.unwrap();
+        let env = store.env(&prefix);
+        let list = run_env(&["list", "--json"], &pairs(&env), "").await;
+        assert_eq!(code(&list), FOUND, "{}", stderr(&list));
+        assert_eq!(listed(&list), ["cfg:7"]);
+        read.release().await.unwrap();
+    }
+
     pub(super) async fn list_and_show_name_holder_and_waiter_and_release_hands_it_on(store: Store) {
         let prefix = unique("ctl-queued");
         let holder = store.kind().runtime(&prefix).await;
@@ -584,6 +598,12 @@ async fn etcd_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_w
         queued_stores::Store::Etcd,
     )
     .await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_list_names_a_lock_held_by_readers_only() {
+    queued_stores::list_names_a_lock_held_by_readers_only(queued_stores::Store::Etcd).await;
 }
 
 #[cfg(feature = "zookeeper")]

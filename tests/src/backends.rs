@@ -60,8 +60,6 @@ macro_rules! on_every_read_write_backend {
         $crate::on_every_backend!($(
             $name skip(
                 redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
-                etcd = "read-write locks not on etcd yet (issue 28, step 7)",
-                etcd3 = "read-write locks not on etcd yet (issue 28, step 7)",
             )
         ),+);
     };

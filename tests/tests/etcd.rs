@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, LockError, LockMode, LockRuntime};
 use lock_testkit::etcd::etcdctl_binary;
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{EtcdCluster, LineChild};
@@ -59,11 +59,11 @@ fn etcdctl_lock(endpoint: &str, name: &str) -> LineChild {
 }
 
 /// Polls (bounded: 5 s) until `name` has `want` contenders in etcd, the
-/// holder included.
+/// holders (a writer, or every reader) included.
 async fn until_contenders(runtime: &LockRuntime, name: &str, want: usize) {
     for _ in 0..500 {
         let info = runtime.inspect(name).await.unwrap();
-        if info.map_or(0, |i| 1 + i.queue.len()) == want {
+        if info.map_or(0, |i| i.readers.len().max(1) + i.queue.len()) == want {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -137,6 +137,95 @@ async fn etcdctl_lock_and_this_runtime_exclude_each_other_both_ways() {
         "{:?} after etcdctl let go",
         entered - let_go
     );
+}
+
+/// `etcdctl lock NAME` is a writer to our readers, both ways: it waits
+/// until the last of our readers (of two runtimes) has left, and our
+/// readers wait for it, refused while it holds and woken when it lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_our_readers_exclude_each_other_both_ways() {
+    let endpoint = etcd().endpoint(0);
+    let lease = Duration::from_secs(5);
+    let runtime = runtime_on(etcd().endpoints(), "", lease).await;
+    let peer = runtime_on(etcd().endpoints(), "", lease).await;
+    let name = unique("interop-read");
+
+    // Our readers hold: etcdctl queues behind both, and holds once the
+    // last one leaves.
+    let first = runtime.lock(name.as_str()).read().acquire().await.unwrap();
+    let second = peer.lock(name.as_str()).read().acquire().await.unwrap();
+    let mut ctl = etcdctl_lock(&endpoint, &name);
+    until_contenders(&runtime, &name, 3).await;
+    assert!(
+        ctl.next_line(Duration::from_millis(300)).await.is_err(),
+        "etcdctl entered while our readers held the lock"
+    );
+    let ours = first.fence().max(second.fence());
+    first.release().await.unwrap();
+    assert!(
+        ctl.next_line(Duration::from_millis(300)).await.is_err(),
+        "etcdctl entered beside our second reader"
+    );
+    second.release().await.unwrap();
+    let key = ctl.next_line(Duration::from_secs(5)).await.unwrap();
+    assert!(key.starts_with(&format!("{name}/")), "{key}");
+
+    // etcdctl holds: our readers are refused, and wait behind it.
+    assert!(runtime
+        .lock(name.as_str())
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let theirs = runtime
+        .inspect(&name)
+        .await
+        .unwrap()
+        .expect("etcdctl holds");
+    assert_eq!(theirs.mode, LockMode::Write);
+    assert!(!theirs.held_by_this_process);
+    let their_fence = theirs.fence.expect("a create revision");
+    assert!(their_fence > ours, "{their_fence} after {ours}");
+    let mut readers = Vec::new();
+    for rt in [&runtime, &peer] {
+        let (rt, name) = (rt.clone(), name.clone());
+        readers.push(tokio::spawn(async move {
+            let guard = rt
+                .lock(name)
+                .read()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((guard, Instant::now()))
+        }));
+    }
+    until_contenders(&runtime, &name, 3).await;
+    assert!(
+        readers.iter().all(|r| !r.is_finished()),
+        "a reader entered while etcdctl held the lock"
+    );
+    let let_go = Instant::now();
+    signal::send(ctl.pid(), Signal::Term).unwrap();
+    let mut guards = Vec::new();
+    for reader in readers {
+        let (guard, entered) = reader.await.unwrap().unwrap();
+        assert!(
+            guard.fence() > their_fence,
+            "{} after {their_fence}",
+            guard.fence()
+        );
+        assert!(entered >= let_go);
+        assert!(
+            entered - let_go < Duration::from_secs(3),
+            "{:?} after etcdctl let go",
+            entered - let_go
+        );
+        guards.push(guard);
+    }
+    // Both inside at once: they share the key.
+    let info = runtime.inspect(&name).await.unwrap().expect("read");
+    assert_eq!((info.mode, info.readers.len()), (LockMode::Read, 2));
 }
 
 /// Two runtimes count under one lock on a cluster of three while its

@@ -427,7 +427,7 @@ impl Backend {
             }
             Backend::Redlock(_) => "Redlock",
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => "etcd",
+            Backend::Etcd(_) => return Ok(fair_asked),
         };
         Err(format!(
             "read-write locks are not available on {name} yet (issue 28): use the default, \
@@ -471,7 +471,10 @@ impl Backend {
             Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue, mode).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.acquire(lock_key, holder, (lease, renewed), queue).await,
+            Backend::Etcd(e) => {
+                e.acquire(lock_key, holder, (lease, renewed), queue, mode)
+                    .await
+            }
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => {
                 z.acquire(lock_key, holder, (lease, renewed), queue, mode)
@@ -487,8 +490,8 @@ impl Backend {
     /// still records a write hold: more exclusive, never less. So does a
     /// backend that cannot downgrade a hold in place, which answers
     /// `Ok(true)` without asking: Redis for a fair hold (its queue's
-    /// release would free every reader at once), Redlock and etcd until
-    /// their read-write support comes (issue 28).
+    /// release would free every reader at once), Redlock until its read-write
+    /// support comes (issue 28).
     pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
         let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
@@ -497,17 +500,22 @@ impl Backend {
             Backend::Sentinel(s) if !held.fair => s.downgrade(lock_key, holder).await,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.downgrade(held).await,
             _ => Ok(true),
         }
     }
 
     /// [`downgrade`](Self::downgrade) for a guard dropped (or a locked
     /// call's release behind it) with nobody to await it. Only the embedded
-    /// store, where it is immediate, and ZooKeeper, which registers it until
-    /// answered and makes every release of the holder wait for it,
-    /// downgrade then; on the others the hold stays a write hold until its
-    /// read frames are released (more exclusive, never less), so that no
-    /// background downgrade can be overtaken by the release behind it.
+    /// store, where it is immediate, ZooKeeper, which registers it until
+    /// answered and makes every release of the holder wait for it, and
+    /// etcd, which queues it with its background releases ahead of any
+    /// later release of the holder (a release that overtakes it, an awaited
+    /// one, makes it change nothing: see etcd's `releaser`), downgrade then;
+    /// on the others the hold stays a write hold until its read frames are
+    /// released (more exclusive, never less), so that no background
+    /// downgrade can be overtaken by the release behind it.
     pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
         match self {
             Backend::Memory(m) => {
@@ -518,6 +526,8 @@ impl Backend {
             }
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.downgrade_in_background(held),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.downgrade_in_background(held),
             _ => {}
         }
     }

@@ -20,18 +20,57 @@ use tokio::sync::{mpsc, Notify};
 /// A queued background release: (lock hash, holder id, fair mode).
 pub(crate) type ReleaseJob = (String, String, bool);
 
+/// A queued background job that is a release or a downgrade (read-write
+/// locks, issue 28): a queue of these keeps a dropped guard's downgrade
+/// ahead of the later release of the same holder. etcd queues these; the
+/// other backends still queue [`ReleaseJob`]s until they downgrade too.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) struct Job {
+    /// The lock's backend name.
+    pub(crate) lock_key: String,
+    /// The holder id.
+    pub(crate) holder: String,
+    /// What to do.
+    pub(crate) op: Op,
+}
+
+/// What a queued [`Job`] does.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) enum Op {
+    /// Give the hold back (`fair`: hand the lock on).
+    Release {
+        /// Fair mode (etcd's releases need none: for the Redis family's).
+        #[allow(dead_code)]
+        fair: bool,
+    },
+    /// Turn the write hold into a read hold; a `NotHeld` answer marks the
+    /// hold lost (if it still exists here).
+    Downgrade(std::sync::Weak<crate::held::HeldLock>),
+}
+
 /// Where releases that nobody awaits go: the Redis backend's releaser task
 /// (dropped guards, cancelled acquires, unused fair places). Every job is
 /// counted as pending until the releaser has sent it and had an answer.
-#[derive(Clone, Debug)]
-pub(crate) struct ReleaseQueue {
-    jobs: mpsc::UnboundedSender<ReleaseJob>,
+#[derive(Debug)]
+pub(crate) struct ReleaseQueue<J = ReleaseJob> {
+    jobs: mpsc::UnboundedSender<J>,
     pending: Arc<PendingReleases>,
 }
 
-impl ReleaseQueue {
+impl<J> Clone for ReleaseQueue<J> {
+    fn clone(&self) -> Self {
+        ReleaseQueue {
+            jobs: self.jobs.clone(),
+            pending: self.pending.clone(),
+        }
+    }
+}
+
+impl<J> ReleaseQueue<J> {
     /// A queue, and the releaser's end of it.
-    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<ReleaseJob>) {
+    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<J>) {
         let (jobs, receiver) = mpsc::unbounded_channel();
         let queue = ReleaseQueue {
             jobs,
@@ -40,6 +79,25 @@ impl ReleaseQueue {
         (queue, receiver)
     }
 
+    /// Queues a job on `lock_key`, counted as pending like a release;
+    /// `false` when the releaser has stopped.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn send_job(&self, lock_key: &str, job: J) -> bool {
+        self.pending.add(lock_key);
+        if self.jobs.send(job).is_ok() {
+            return true;
+        }
+        self.pending.done([lock_key]);
+        false
+    }
+
+    /// The releases queued and not yet answered.
+    pub(crate) fn pending(&self) -> &Arc<PendingReleases> {
+        &self.pending
+    }
+}
+
+impl ReleaseQueue<ReleaseJob> {
     /// Queues a release; `false` when the releaser has stopped (the runtime
     /// is gone: the lease frees the lock).
     pub(crate) fn send(&self, lock_key: String, holder: String, fair: bool) -> bool {
@@ -51,11 +109,6 @@ impl ReleaseQueue {
                 false
             }
         }
-    }
-
-    /// The releases queued and not yet answered.
-    pub(crate) fn pending(&self) -> &Arc<PendingReleases> {
-        &self.pending
     }
 }
 

@@ -19,17 +19,27 @@
 //! - renew: a keep-alive of the lease (`lease.rs`) and one transaction of
 //!   reads confirming every held key still stands with its revision.
 //!
+//! Read holds (`readers.rs`): a reader's key is `name/read/<holder id>`,
+//! which a writer waits for like any older key; a reader holds when no
+//! writer key is older than its own, and waits for the last such one.
+//! A downgrade gives the holder's write key the value `r` (a reader now,
+//! still before the writers queued after it, with its token). A release
+//! deletes both names of the holder: it needs no mode.
+//!
 //! Every lock is fair here (see `Backend::always_fair`); a try-once
-//! acquire puts its key only if the directory is empty (one transaction).
-//! No token block can be reserved, so holds are not passed between tasks
-//! of a process (lock cohorting is off on etcd).
+//! acquire puts its key only if the directory is empty (one transaction;
+//! a read: if no writer key is there, or only readers are). No token
+//! block can be reserved, so holds are not passed between tasks of a
+//! process (lock cohorting is off on etcd).
 
 mod lease;
+mod readers;
 mod tomb;
 mod wait;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use etcd_client::{
@@ -39,15 +49,16 @@ use etcd_client::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::releases::{PendingReleases, ReleaseJob, ReleaseQueue};
+use super::releases::{Job, Op, PendingReleases, ReleaseQueue};
 use super::{
-    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
-    Watches,
+    Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, RecordedReader, Refreshed, Release,
+    Wakeups, Watched, Watches,
 };
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 use crate::mode::LockMode;
 use lease::Leases;
+use readers::{read_node, READER};
 
 /// Most operations in one transaction (etcd's default `--max-txn-ops` is
 /// 128).
@@ -111,23 +122,124 @@ fn first_of(lock: &str) -> TxnOp {
 }
 
 /// The transaction of one attempt of `holder` at `lock` (see the module
-/// docs): its key is put on `lease` if it is not there yet (`joins`: the
-/// attempt waits in the queue) or if the directory is empty (trying once),
-/// and never after the key's tombstone was written (`tomb.rs`); then the
-/// key (when not just put) and the directory's first key are read.
-fn acquire_txn(lock: &str, holder: &str, lease: i64, joins: bool) -> Txn {
-    let ours = node(lock, holder);
-    let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(lease)));
-    let when = if joins {
-        Compare::create_revision(ours.clone(), CompareOp::Equal, 0)
+/// docs): its key (`read`: its read key) is put on `lease` if neither of
+/// its keys is there yet (`joins`: the attempt waits in the queue), or if
+/// nothing keeps it out (trying once: the directory is empty, or for a
+/// read, no writer key exists), and never after the holder's tombstone was
+/// written (`tomb.rs`); then both keys of the holder (when not just put)
+/// and what decides the hold are read: the directory's first key for a
+/// write, the first writer keys for a read (`readers.rs`).
+fn acquire_txn(lock: &str, holder: &str, lease: i64, joins: bool, read: bool) -> Txn {
+    let (ours, other) = if read {
+        (read_node(lock, holder), node(lock, holder))
     } else {
-        Compare::create_revision(dir(lock), CompareOp::Equal, 0).with_prefix()
+        (node(lock, holder), read_node(lock, holder))
     };
-    let alive = Compare::create_revision(tomb::key(lock, holder), CompareOp::Equal, 0);
+    let put = TxnOp::put(ours.clone(), "", Some(PutOptions::new().with_lease(lease)));
+    let absent = |key: &str| Compare::create_revision(key, CompareOp::Equal, 0);
+    let mut when = vec![
+        Compare::create_revision(tomb::key(lock, holder), CompareOp::Equal, 0),
+        absent(&ours),
+        absent(&other),
+    ];
+    if !joins {
+        if read {
+            when.extend(readers::no_writers(lock));
+        } else {
+            when.push(Compare::create_revision(dir(lock), CompareOp::Equal, 0).with_prefix());
+        }
+    }
+    let decides = if read {
+        readers::first_writers(lock).to_vec()
+    } else {
+        vec![first_of(lock)]
+    };
+    let mut then = vec![put];
+    then.extend(decides.iter().cloned());
+    let mut otherwise = vec![TxnOp::get(ours, None), TxnOp::get(other, None)];
+    otherwise.extend(decides);
+    Txn::new().when(when).and_then(then).or_else(otherwise)
+}
+
+/// The key a downgrade turns into a reader: `holder`'s write key, given
+/// the value `r` on its own lease, if it still stands with the hold's
+/// token (its create revision).
+fn downgrade_txn(lock: &str, holder: &str, token: u64) -> Txn {
+    let key = node(lock, holder);
+    let token = i64::try_from(token).unwrap_or(-1);
     Txn::new()
-        .when([when, alive])
-        .and_then([put, first_of(lock)])
-        .or_else([TxnOp::get(ours, None), first_of(lock)])
+        .when([Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            token,
+        )])
+        .and_then([TxnOp::put(
+            key,
+            READER,
+            Some(PutOptions::new().with_ignore_lease()),
+        )])
+}
+
+/// Our key, as an attempt found or made it.
+struct Own {
+    /// Its name: the read key, or the write key (a reader if valued `r`).
+    name: String,
+    /// Its create revision: the token, and its place in the queue.
+    created: i64,
+    /// The lease it is on.
+    lease: i64,
+    /// Its value (`r`: a reader).
+    value: Vec<u8>,
+    /// Whether it is a reader.
+    reader: bool,
+    /// Made by this attempt (not a place made before).
+    made: bool,
+}
+
+impl Own {
+    /// A key this attempt put.
+    fn made(name: String, created: i64, lease: i64, reader: bool) -> Self {
+        Own {
+            name,
+            created,
+            lease,
+            value: Vec::new(),
+            reader,
+            made: true,
+        }
+    }
+
+    /// A key that stood already.
+    fn stands(name: String, kv: &etcd_client::KeyValue, reader: bool) -> Self {
+        Own {
+            name,
+            created: kv.create_revision(),
+            lease: kv.lease(),
+            value: kv.value().to_vec(),
+            reader,
+            made: false,
+        }
+    }
+}
+
+/// What one transaction of an attempt found.
+enum Step {
+    /// Our key, and what decides whether it holds.
+    Found(Own, Decide),
+    /// Trying once, kept out: nothing put.
+    Busy,
+    /// Our place was of the other mode and is deleted: once more.
+    Again,
+}
+
+/// What decides whether our key holds.
+enum Decide {
+    /// It holds (a try-once read put after readers only).
+    Held,
+    /// The reads of `acquire_txn`: the first key of the directory (a
+    /// writer holds if it is ours), or the first writer keys (a reader
+    /// holds if none is older than ours).
+    By(Vec<etcd_client::GetResponse>),
 }
 
 /// The etcd backend of one runtime.
@@ -142,7 +254,7 @@ pub(super) struct Inner {
     endpoints: String,
     leases: Arc<Leases>,
     waits: wait::Waits,
-    releases: ReleaseQueue,
+    releases: ReleaseQueue<Job>,
     wakeups: Weak<dyn Wakeups>,
     timeout: Duration,
     /// The runtime's tokio runtime (tasks are spawned there, whoever polls).
@@ -158,6 +270,9 @@ pub(super) struct Inner {
     ping_key: String,
     /// Keys whose put went out unanswered (see `tomb.rs`).
     unanswered: tomb::Unanswered,
+    /// Holders whose background downgrade is queued and not superseded
+    /// by a release of theirs, as (lock, holder).
+    downgrading: Mutex<HashSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -238,18 +353,70 @@ impl Inner {
 }
 
 impl Inner {
-    /// The operations deleting `holder`'s key of `lock`: with its
-    /// tombstone, when a put of it went out unanswered (see `tomb.rs`) and
-    /// `tombstone` is set.
+    fn downgrading(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
+        self.downgrading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A release of `holder` was sent: its queued downgrade, if any, says
+    /// nothing of the hold any more.
+    fn superseded(&self, lock: &str, holder: &str) {
+        let mut downgrading = self.downgrading();
+        if !downgrading.is_empty() {
+            downgrading.remove(&(lock.to_owned(), holder.to_owned()));
+        }
+    }
+
+    /// The answer to a background downgrade of `job`'s holder: the key gone
+    /// marks `held` lost, unless a release of the holder was sent since
+    /// (it may have deleted the key first). No answer leaves the hold a
+    /// write hold on the server until its release: more exclusive.
+    fn downgrade_answered(
+        &self,
+        job: &Job,
+        held: &Weak<HeldLock>,
+        answer: Result<bool, BackendError>,
+    ) {
+        let id = (job.lock_key.clone(), job.holder.clone());
+        let current = self.downgrading().remove(&id);
+        match answer {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Some(held) = held.upgrade().filter(|_| current) {
+                    held.mark_lost();
+                }
+            }
+            Err(error) => tracing::debug!(
+                %error,
+                "a background downgrade was not answered: the hold stays a write hold on \
+                 etcd until its release"
+            ),
+        }
+    }
+
+    /// The operations deleting `holder`'s keys of `lock` (its write and
+    /// its read key: a release needs no mode): with its tombstone, when a
+    /// put of either went out unanswered (see `tomb.rs`) and `tombstone` is
+    /// set.
     fn deletes(&self, lock: &str, holder: &str, tombstone: bool) -> Vec<TxnOp> {
-        let key = node(lock, holder);
-        let lease = tombstone.then(|| self.unanswered.lease_of(&key)).flatten();
-        let mut ops = vec![TxnOp::delete(key, None)];
+        let keys = [node(lock, holder), read_node(lock, holder)];
+        let lease = tombstone
+            .then(|| keys.iter().find_map(|key| self.unanswered.lease_of(key)))
+            .flatten();
+        let mut ops: Vec<TxnOp> = keys.map(|key| TxnOp::delete(key, None)).into();
         if let Some(lease) = lease {
             let on = PutOptions::new().with_lease(lease);
             ops.push(TxnOp::put(tomb::key(lock, holder), "", Some(on)));
         }
         ops
+    }
+
+    /// Both keys of `holder` in `lock` are deleted (with a tombstone where
+    /// needed): no late put of either can write anything any more.
+    fn settled(&self, lock: &str, holder: &str) {
+        self.unanswered.settled(&node(lock, holder));
+        self.unanswered.settled(&read_node(lock, holder));
     }
 
     /// Deletes these holders' keys, `(lock, holder)`, in one transaction,
@@ -262,7 +429,7 @@ impl Inner {
         match self.txn(Txn::new().and_then(ops)).await {
             Ok(answer) => {
                 for (lock, holder) in keys {
-                    self.unanswered.settled(&node(lock, holder));
+                    self.settled(lock, holder);
                 }
                 Ok(deleted(&answer))
             }
@@ -280,7 +447,7 @@ impl Inner {
                         }
                         answer => answer?,
                     };
-                    self.unanswered.settled(&node(lock, holder));
+                    self.settled(lock, holder);
                     any |= deleted(&answer);
                 }
                 Ok(any)
@@ -308,6 +475,24 @@ fn gets(answer: &TxnResponse) -> Vec<etcd_client::GetResponse> {
             _ => None,
         })
         .collect()
+}
+
+/// The holders among a lock's keys `kvs` (its directory, oldest first):
+/// the first key if it is a writer, else every reader before the first
+/// writer; and whether they are readers.
+fn holders<'a>(
+    lock: &str,
+    kvs: &'a [etcd_client::KeyValue],
+) -> (&'a [etcd_client::KeyValue], bool) {
+    let reader = |kv: &etcd_client::KeyValue| readers::is_reader(lock, kv.key(), kv.value());
+    match kvs.first() {
+        None => (kvs, false),
+        Some(first) if !reader(first) => (&kvs[..1], false),
+        Some(_) => {
+            let count = kvs.iter().take_while(|kv| reader(kv)).count();
+            (&kvs[..count], true)
+        }
+    }
 }
 
 /// TLS for `https://` endpoints: the private CA given to the builder
@@ -429,6 +614,7 @@ pub(crate) async fn connect(
         revision: AtomicI64::new(0),
         ping_key: format!("{}%ping", config.prefix),
         unanswered: tomb::Unanswered::default(),
+        downgrading: Mutex::default(),
     });
     let backend = EtcdBackend { inner };
     // One answer before the runtime is handed out: a wrong address fails
@@ -461,18 +647,20 @@ impl EtcdBackend {
         format!("etcd at {}", self.inner.endpoints)
     }
 
-    /// One attempt for `holder` (see the module docs).
+    /// One attempt for `holder` (see the module docs); a read (`mode`)
+    /// puts its read key and is decided as `readers.rs` says.
     pub(crate) async fn acquire(
         &self,
         lock: &str,
         holder: &str,
         (lease, renewed): (Duration, bool),
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
+        let read = mode.is_read();
         let on = self.inner.leases.ahead(lease).await?;
-        let ours = node(lock, holder);
         // Waiting: our key joins the queue (or stays in it). Trying once:
-        // it goes in only if the directory is empty.
+        // it goes in only if nothing keeps it out.
         let joins = matches!(queue, Queue::Join(_));
         // A fixed lease ends on the server by itself: an etcd lease of its
         // own that nobody keeps alive. A waiting place stays on the kept
@@ -483,49 +671,49 @@ impl EtcdBackend {
             Some(self.inner.leases.fixed(lease).await?)
         };
         let put_on = fixed.unwrap_or(on.id);
-        let txn = acquire_txn(lock, holder, put_on, joins);
-        let out = self.inner.unanswered.put_out(&ours, put_on);
-        let answer = self.inner.txn(txn).await?;
-        out.answered();
-        let revision = answer.header().map_or(0, |h| h.revision());
-        let created = answer.succeeded();
-        let reads = gets(&answer);
-        let (own, first) = match (created, reads.as_slice()) {
-            (true, [first]) => ((revision, put_on), first.kvs().first()),
-            (false, [own, first]) => match own.kvs().first() {
-                Some(kv) => ((kv.create_revision(), kv.lease()), first.kvs().first()),
-                // Waiting: neither made nor there, so the holder's
-                // tombstone stands; its id is not to be used again.
-                None if joins => {
-                    return Err(BackendError::msg(format!(
-                        "etcd: the holder id {holder} of {lock} was given up before; \
-                         a new attempt takes a new one"
-                    )))
-                }
-                // Not ours, and (trying once) the directory is not empty.
-                None => return Ok(Acquire::Busy { ttl: None }),
-            },
-            _ => return Err(BackendError::msg("etcd answered an acquire unexpectedly")),
+        // (A second round only after a place of the other mode was
+        // deleted: the next one puts it anew.)
+        let mut step = self.step(lock, holder, put_on, joins, read).await?;
+        if matches!(step, Step::Again) {
+            step = self.step(lock, holder, put_on, joins, read).await?;
+        }
+        let (own, decide) = match step {
+            Step::Found(own, decide) => (own, decide),
+            Step::Busy => return Ok(Acquire::Busy { ttl: None }),
+            Step::Again => {
+                return Err(BackendError::msg(format!(
+                    "etcd: the place {holder} of {lock} changed under its attempt"
+                )))
+            }
         };
-        let (mine, its_lease) = own;
+        let mine = own.created;
+        let held = match decide {
+            Decide::Held => true,
+            Decide::By(pages) if own.reader => {
+                !readers::is_blocked(&self.inner, lock, &pages, mine).await?
+            }
+            Decide::By(pages) => pages
+                .first()
+                .and_then(|first| first.kvs().first())
+                .is_some_and(|kv| kv.key() == own.name.as_bytes()),
+        };
         let fence = u64::try_from(mine).unwrap_or(0);
-        let held = first.is_some_and(|kv| kv.key() == ours.as_bytes());
-        if held && !renewed && Some(its_lease) != fixed {
+        if held && !renewed && Some(own.lease) != fixed {
             // A fixed lease's place got the lock: onto a lease of its own.
-            let own = self.inner.leases.fixed(lease).await?;
-            self.reattach(&ours, mine, own).await?;
-        } else if its_lease != put_on {
+            let to = self.inner.leases.fixed(lease).await?;
+            self.reattach(&own.name, mine, &own.value, to).await?;
+        } else if own.lease != put_on {
             // A place made with another lease length: move it onto this
             // lease (its create revision, so its place, stays), so that it
             // lives as long as this hold counts on.
-            self.reattach(&ours, mine, put_on).await?;
+            self.reattach(&own.name, mine, &own.value, put_on).await?;
         }
         if held {
             self.inner.waits.stop(lock, holder);
             return Ok(Acquire::Held {
                 fence,
                 upto: fence,
-                handed: !created,
+                handed: !own.made,
             });
         }
         if joins {
@@ -534,14 +722,177 @@ impl EtcdBackend {
         Ok(Acquire::Busy { ttl: None })
     }
 
-    /// Puts `key` (created at `mine`) on the lease `lease`, keeping its
-    /// create revision.
-    async fn reattach(&self, key: &str, mine: i64, lease: i64) -> Result<(), BackendError> {
+    /// One transaction of an attempt (`acquire_txn`), and what it found.
+    ///
+    /// A process's place in a queue is used by whichever of its waiters is
+    /// first, in that waiter's mode. A place made by a writer is made a
+    /// reader in place (value `r`: it keeps its place, and only lets more
+    /// readers in); one made by a reader, or a writer's place made a reader
+    /// before, is deleted and made anew for a writer (`Step::Again`): a
+    /// reader key never turns writer, which could put a writer before
+    /// readers that already entered.
+    async fn step(
+        &self,
+        lock: &str,
+        holder: &str,
+        put_on: i64,
+        joins: bool,
+        read: bool,
+    ) -> Result<Step, BackendError> {
+        let (ours, other) = if read {
+            (read_node(lock, holder), node(lock, holder))
+        } else {
+            (node(lock, holder), read_node(lock, holder))
+        };
+        let txn = acquire_txn(lock, holder, put_on, joins, read);
+        let out = self.inner.unanswered.put_out(&ours, put_on);
+        let answer = self.inner.txn(txn).await?;
+        out.answered();
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let mut reads = gets(&answer);
+        if answer.succeeded() {
+            let own = Own::made(ours, revision, put_on, read);
+            return Ok(Step::Found(own, Decide::By(reads)));
+        }
+        if reads.len() < 2 {
+            return Err(BackendError::msg("etcd answered an acquire unexpectedly"));
+        }
+        let pages = reads.split_off(2);
+        let found = |i: usize| reads.get(i).and_then(|r| r.kvs().first());
+        match (found(0), found(1)) {
+            // A reader's place (made reader in place) cannot serve a writer.
+            (Some(kv), _) if !read && kv.value() == READER => {
+                self.delete_place(lock, holder, &ours, kv.create_revision())
+                    .await?;
+                Ok(Step::Again)
+            }
+            (Some(kv), stray) => {
+                if let Some(stray) = stray {
+                    // Both keys: the other mode's is a put of an earlier
+                    // attempt that arrived late; it would only be in the
+                    // way (before ours, even).
+                    self.delete_place(lock, holder, &other, stray.create_revision())
+                        .await?;
+                }
+                Ok(Step::Found(Own::stands(ours, kv, read), Decide::By(pages)))
+            }
+            (None, Some(kv)) if read => {
+                if kv.value() != READER {
+                    // A writer's place: a reader now, in place.
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(
+                            other.as_str(),
+                            CompareOp::Equal,
+                            kv.create_revision(),
+                        )])
+                        .and_then([TxnOp::put(
+                            other.as_str(),
+                            READER,
+                            Some(PutOptions::new().with_ignore_lease()),
+                        )]);
+                    if !self.inner.txn(txn).await?.succeeded() {
+                        return Ok(Step::Again);
+                    }
+                }
+                let mut own = Own::stands(other, kv, true);
+                own.value = READER.to_vec();
+                Ok(Step::Found(own, Decide::By(pages)))
+            }
+            (None, Some(kv)) => {
+                self.delete_place(lock, holder, &other, kv.create_revision())
+                    .await?;
+                Ok(Step::Again)
+            }
+            // Waiting: neither made nor there, so the holder's tombstone
+            // stands; its id is not to be used again.
+            (None, None) if joins => Err(BackendError::msg(format!(
+                "etcd: the holder id {holder} of {lock} was given up before; a new \
+                 attempt takes a new one"
+            ))),
+            // A read trying once, with writer keys in the directory: if all
+            // are readers (downgraded holds), it may enter after them.
+            (None, None) if read && readers::blocked(lock, &pages, i64::MAX) == Some(false) => {
+                self.read_after_readers(lock, holder, put_on, revision)
+                    .await
+            }
+            // Not ours, and (trying once) something keeps it out.
+            (None, None) => Ok(Step::Busy),
+        }
+    }
+
+    /// A try-once read that found only readers among the writer keys (at
+    /// revision `read_at`): puts its read key unless a writer key was made
+    /// since (then it is busy, as if it had come a moment later).
+    async fn read_after_readers(
+        &self,
+        lock: &str,
+        holder: &str,
+        put_on: i64,
+        read_at: i64,
+    ) -> Result<Step, BackendError> {
+        let ours = read_node(lock, holder);
+        let absent = |key: String| Compare::create_revision(key, CompareOp::Equal, 0);
+        let mut when = vec![
+            absent(tomb::key(lock, holder)),
+            absent(ours.clone()),
+            absent(node(lock, holder)),
+        ];
+        when.extend(readers::no_writers_since(lock, read_at));
+        let put = TxnOp::put(
+            ours.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(put_on)),
+        );
+        let out = self.inner.unanswered.put_out(&ours, put_on);
+        let answer = self
+            .inner
+            .txn(Txn::new().when(when).and_then([put]))
+            .await?;
+        out.answered();
+        if !answer.succeeded() {
+            return Ok(Step::Busy);
+        }
+        let revision = answer.header().map_or(0, |h| h.revision());
+        Ok(Step::Found(
+            Own::made(ours, revision, put_on, true),
+            Decide::Held,
+        ))
+    }
+
+    /// Deletes `holder`'s place `key` (created at `created`) of the other
+    /// mode, so that the next round makes it anew; its wait stops.
+    async fn delete_place(
+        &self,
+        lock: &str,
+        holder: &str,
+        key: &str,
+        created: i64,
+    ) -> Result<(), BackendError> {
+        self.inner.waits.stop(lock, holder);
         let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+            .when([Compare::create_revision(key, CompareOp::Equal, created)])
+            .and_then([TxnOp::delete(key, None)]);
+        self.inner.txn(txn).await.map(drop)
+    }
+
+    /// Puts `key` (created at `mine`, valued `value`) on the lease `lease`,
+    /// keeping its create revision and value. Not if its value changed
+    /// meanwhile (a downgrade): the next renewal moves it.
+    async fn reattach(
+        &self,
+        key: &str,
+        mine: i64,
+        value: &[u8],
+        lease: i64,
+    ) -> Result<(), BackendError> {
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key, CompareOp::Equal, mine),
+                Compare::value(key, CompareOp::Equal, value),
+            ])
             .and_then([TxnOp::put(
                 key,
-                "",
+                value,
                 Some(PutOptions::new().with_lease(lease)),
             )]);
         // A compare that fails means the key is gone (its lease expired, or
@@ -550,12 +901,14 @@ impl EtcdBackend {
             Ok(())
         } else {
             Err(BackendError::msg(format!(
-                "etcd: the key {key} was gone when it was moved to its lease"
+                "etcd: the key {key} was gone (or changed) when it was moved to its lease"
             )))
         }
     }
 
-    /// Deletes `holder`'s key of `lock`.
+    /// Deletes `holder`'s keys of `lock` (write and read: whichever it
+    /// has). A background downgrade of the holder still queued is
+    /// superseded: its answer no longer says anything of the hold.
     pub(crate) async fn release(
         &self,
         lock: &str,
@@ -563,6 +916,7 @@ impl EtcdBackend {
         fair: bool,
     ) -> Result<Release, BackendError> {
         self.inner.waits.stop(lock, holder);
+        self.inner.superseded(lock, holder);
         let deleted = match self
             .inner
             .delete_keys(&[(lock.to_owned(), holder.to_owned())])
@@ -584,13 +938,41 @@ impl EtcdBackend {
         })
     }
 
+    /// Turns the write hold `held` into a read hold: its key keeps its
+    /// name, lease and create revision (its token and its place before the
+    /// writers queued after it) and takes the value `r`, which readers
+    /// skip. `false`: the key is gone (the hold is lost).
+    pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
+        let txn = downgrade_txn(&held.lock_key, &held.holder, held.fence());
+        Ok(self.inner.txn(txn).await?.succeeded())
+    }
+
+    /// Queues [`downgrade`](Self::downgrade) of `held` with the background
+    /// releases, ahead of any later release of the holder (see `releaser`).
+    pub(crate) fn downgrade_in_background(&self, held: &Arc<HeldLock>) {
+        let (lock, holder) = (held.lock_key.clone(), held.holder.clone());
+        self.inner
+            .downgrading()
+            .insert((lock.clone(), holder.clone()));
+        let job = Job {
+            lock_key: lock.clone(),
+            holder,
+            op: Op::Downgrade(Arc::downgrade(held)),
+        };
+        if !self.inner.releases.send_job(&lock, job) {
+            tracing::debug!("lock runtime stopped; a downgrade is not sent");
+        }
+    }
+
     /// One read of a key.
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         let txn = Txn::new().and_then([TxnOp::get(self.inner.ping_key.as_str(), None)]);
         self.inner.txn(txn).await.map(drop)
     }
 
-    /// The holder (the first key), its lease's remaining TTL, and the queue.
+    /// The holders, their leases' remaining TTLs, and the queue: the first
+    /// key if it is a writer, else every reader before the first writer
+    /// (`holders`); the other keys are queued.
     pub(crate) async fn inspect(&self, lock: &str) -> Result<Option<Recorded>, BackendError> {
         let all = GetOptions::new()
             .with_prefix()
@@ -601,61 +983,122 @@ impl EtcdBackend {
         let Some(kvs) = reads.first().map(|r| r.kvs()) else {
             return Ok(None);
         };
-        let Some(first) = kvs.first() else {
+        let (holding, reading) = holders(lock, kvs);
+        let Some(first) = holding.first() else {
             return Ok(None);
         };
         let skip = dir(lock).len();
-        let name =
-            |key: &[u8]| String::from_utf8_lossy(key.get(skip..).unwrap_or(key)).into_owned();
+        let name = |key: &[u8]| {
+            let name = key.get(skip..).unwrap_or(key);
+            let name = name.strip_prefix(b"read/".as_slice()).unwrap_or(name);
+            String::from_utf8_lossy(name).into_owned()
+        };
+        let queue = kvs[holding.len()..]
+            .iter()
+            .map(|kv| name(kv.key()))
+            .collect();
+        if !reading {
+            return Ok(Some(Recorded {
+                holder: name(first.key()),
+                holds: 1,
+                remaining: self.remaining(first.lease()).await,
+                fence: u64::try_from(first.create_revision()).ok(),
+                queue,
+                mode: LockMode::Write,
+                readers: Vec::new(),
+            }));
+        }
+        let mut readers = Vec::with_capacity(holding.len());
+        let mut ttls: Vec<(i64, Option<Duration>)> = Vec::new();
+        for kv in holding {
+            let remaining = match ttls.iter().find(|(lease, _)| *lease == kv.lease()) {
+                Some((_, remaining)) => *remaining,
+                None => {
+                    let remaining = self.remaining(kv.lease()).await;
+                    ttls.push((kv.lease(), remaining));
+                    remaining
+                }
+            };
+            readers.push(RecordedReader {
+                holder: name(kv.key()),
+                remaining,
+                fence: u64::try_from(kv.create_revision()).ok(),
+            });
+        }
+        // The reader a writer waits for: the one whose lease ends last.
+        let last = readers
+            .iter()
+            .max_by_key(|r| r.remaining)
+            .cloned()
+            .unwrap_or_else(|| readers[0].clone());
+        Ok(Some(Recorded {
+            holder: last.holder,
+            holds: 1,
+            remaining: last.remaining,
+            fence: last.fence,
+            queue,
+            mode: LockMode::Read,
+            readers,
+        }))
+    }
+
+    /// The remaining TTL of `lease` (`None`: unknown, or no answer).
+    async fn remaining(&self, lease: i64) -> Option<Duration> {
         let mut leases = self.inner.client.lease_client();
-        let remaining = match tokio::time::timeout(
-            self.inner.timeout,
-            leases.time_to_live(first.lease(), None),
-        )
-        .await
-        {
+        match tokio::time::timeout(self.inner.timeout, leases.time_to_live(lease, None)).await {
             Ok(Ok(ttl)) if ttl.ttl() >= 0 => {
                 Some(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
             }
             _ => None,
-        };
-        Ok(Some(Recorded {
-            holder: name(first.key()),
-            holds: 1,
-            remaining,
-            fence: u64::try_from(first.create_revision()).ok(),
-            queue: kvs[1..].iter().map(|kv| name(kv.key())).collect(),
-            mode: LockMode::Write,
-            readers: Vec::new(),
-        }))
+        }
     }
 
-    /// Deletes the holder's key (the first), whoever it is; `true` when
-    /// there was one.
+    /// Deletes the holders' keys (see `holders`), whoever they are; `true`
+    /// when there was one.
     pub(crate) async fn force_unlock(&self, lock: &str) -> Result<bool, BackendError> {
+        let all = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
         let answer = self
             .inner
-            .txn(Txn::new().and_then([first_of(lock)]))
+            .txn(Txn::new().and_then([TxnOp::get(dir(lock), Some(all))]))
             .await?;
         let reads = gets(&answer);
-        let Some(first) = reads.first().and_then(|r| r.kvs().first()) else {
+        let Some(kvs) = reads.first().map(|r| r.kvs()) else {
             return Ok(false);
         };
-        let key = first.key().to_vec();
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                first.create_revision(),
-            )])
-            .and_then([TxnOp::delete(key, None)]);
-        Ok(self.inner.txn(txn).await?.succeeded())
+        let (holding, _) = holders(lock, kvs);
+        if holding.is_empty() {
+            return Ok(false);
+        }
+        let (when, delete): (Vec<Compare>, Vec<TxnOp>) = holding
+            .iter()
+            .take(TXN_OPS)
+            .map(|kv| {
+                let key = kv.key().to_vec();
+                (
+                    Compare::create_revision(key.clone(), CompareOp::Equal, kv.create_revision()),
+                    TxnOp::delete(key, None),
+                )
+            })
+            .unzip();
+        Ok(self
+            .inner
+            .txn(Txn::new().when(when).and_then(delete))
+            .await?
+            .succeeded())
     }
 
-    /// Queues the deletion of `holder`'s key of `lock`.
+    /// Queues the deletion of `holder`'s keys of `lock`.
     pub(crate) fn release_in_background(&self, lock: String, holder: String, fair: bool) {
         self.inner.waits.stop(&lock, &holder);
-        if !self.inner.releases.send(lock, holder, fair) {
+        self.inner.superseded(&lock, &holder);
+        let job = Job {
+            lock_key: lock.clone(),
+            holder,
+            op: Op::Release { fair },
+        };
+        if !self.inner.releases.send_job(&lock, job) {
             tracing::debug!("lock runtime stopped; a lock will be freed by its etcd lease");
         }
     }
@@ -676,19 +1119,34 @@ impl EtcdBackend {
         let mut outcome = Vec::with_capacity(batch.len());
         let reading = async {
             let mut found = Vec::with_capacity(batch.len());
-            for chunk in batch.chunks(TXN_OPS) {
-                let reads = chunk
-                    .iter()
-                    .map(|l| TxnOp::get(node(&l.lock_key, &l.holder), None));
+            // (Both keys of each holder: a hold is its write key, its read
+            // key, or a write key made a reader.)
+            for chunk in batch.chunks(TXN_OPS / 2) {
+                let reads = chunk.iter().flat_map(|l| {
+                    [
+                        TxnOp::get(node(&l.lock_key, &l.holder), None),
+                        TxnOp::get(read_node(&l.lock_key, &l.holder), None),
+                    ]
+                });
                 let answer = self
                     .inner
                     .txn(Txn::new().and_then(reads.collect::<Vec<_>>()))
                     .await?;
-                found.extend(
-                    gets(&answer)
-                        .into_iter()
-                        .map(|g| g.kvs().first().map(|kv| (kv.create_revision(), kv.lease()))),
-                );
+                let reads = gets(&answer);
+                for (lock, pair) in chunk.iter().zip(reads.chunks(2)) {
+                    let fence = i64::try_from(lock.fence()).unwrap_or(-1);
+                    let (names, kvs) = (
+                        [
+                            node(&lock.lock_key, &lock.holder),
+                            read_node(&lock.lock_key, &lock.holder),
+                        ],
+                        pair.iter().map(|g| g.kvs().first()),
+                    );
+                    found.push(names.into_iter().zip(kvs).find_map(|(name, kv)| {
+                        kv.filter(|kv| kv.create_revision() == fence)
+                            .map(|kv| (name, kv.lease(), kv.value().to_vec()))
+                    }));
+                }
             }
             Ok::<_, BackendError>(found)
         };
@@ -696,21 +1154,20 @@ impl EtcdBackend {
         let found = found?;
         for (lock, kv) in batch.iter().zip(found) {
             outcome.push(match kv {
-                Some((revision, _)) if u64::try_from(revision).ok() != Some(lock.fence()) => {
-                    Some(false)
-                }
                 None => Some(false),
-                Some((_, lease)) if self.inner.leases.confirmed_until(lease, sent + lock.lease) => {
+                Some((_, lease, _))
+                    if self.inner.leases.confirmed_until(lease, sent + lock.lease) =>
+                {
                     Some(true)
                 }
                 // On a lease too short for this hold (a place queued by a
                 // sibling with a shorter lease, handed to this one): moved
                 // onto the hold's own lease, then confirmed at the next
                 // renewal; unknown until then.
-                Some((revision, _)) => {
+                Some((key, _, value)) => {
                     if let Ok(own) = self.inner.leases.ahead(lock.lease).await {
-                        let key = node(&lock.lock_key, &lock.holder);
-                        let _ = self.reattach(&key, revision, own.id).await;
+                        let mine = i64::try_from(lock.fence()).unwrap_or(-1);
+                        let _ = self.reattach(&key, mine, &value, own.id).await;
                     }
                     None
                 }
@@ -741,34 +1198,42 @@ impl EtcdBackend {
     ) -> Result<Vec<Option<Refreshed>>, BackendError> {
         let sent = Instant::now();
         let mut outcome = Vec::with_capacity(batch.len());
-        for chunk in batch.chunks(TXN_OPS / 2) {
+        // Per place: its two keys, the directory's first key (a writer's
+        // turn) and the first writer keys (a reader's).
+        for chunk in batch.chunks(TXN_OPS / 5) {
             let reads: Vec<TxnOp> = chunk
                 .iter()
                 .flat_map(|p| {
+                    let [writers, after] = readers::first_writers(&p.lock_key);
                     [
                         TxnOp::get(node(&p.lock_key, &p.holder), None),
+                        TxnOp::get(read_node(&p.lock_key, &p.holder), None),
                         first_of(&p.lock_key),
+                        writers,
+                        after,
                     ]
                 })
                 .collect();
             let answer = self.inner.txn(Txn::new().and_then(reads)).await?;
             let reads = gets(&answer);
-            for (place, pair) in chunk.iter().zip(reads.chunks(2)) {
-                let [own, first] = pair else {
+            for (place, five) in chunk.iter().zip(reads.chunks(5)) {
+                let [write, read, first, pages @ ..] = five else {
                     outcome.push(None);
                     continue;
                 };
-                let ours = node(&place.lock_key, &place.holder);
-                let refreshed = match own.kvs().first() {
+                let lock = place.lock_key.as_str();
+                let own = write.kvs().first().or_else(|| read.kvs().first());
+                let refreshed = match own {
                     None => Some(Refreshed {
                         queued: false,
                         lock_ttl: -2,
                     }),
-                    Some(_)
-                        if first
-                            .kvs()
-                            .first()
-                            .is_some_and(|kv| kv.key() == ours.as_bytes()) =>
+                    Some(kv)
+                        if if readers::is_reader(lock, kv.key(), kv.value()) {
+                            readers::blocked(lock, pages, kv.create_revision()) == Some(false)
+                        } else {
+                            first.kvs().first().is_some_and(|f| f.key() == kv.key())
+                        } =>
                     {
                         Some(Refreshed {
                             queued: false,
@@ -797,23 +1262,66 @@ impl EtcdBackend {
 /// for its other keys), so a batch is tried until etcd answers, backing
 /// off, for as long as the runtime lives; an outage is logged once per
 /// batch, not per try.
+///
+/// Downgrades of dropped guards come through here too, so that each is
+/// sent before any release of its holder queued after it: a batch's
+/// downgrades are answered (or time out, once: the hold then stays a
+/// write hold, more exclusive) before its releases go out and before the
+/// next batch is taken. A downgrade whose holder is released in the same
+/// batch is not sent. (A release awaited by its caller does not queue: it
+/// may overtake a queued downgrade, which then finds no key and changes
+/// nothing, and its answer is ignored, see `Inner::superseded`.)
 async fn releaser(
     inner: Weak<Inner>,
-    mut jobs: mpsc::UnboundedReceiver<ReleaseJob>,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
     pending: Arc<PendingReleases>,
 ) {
-    // (Half a transaction of keys: each may bring its tombstone.)
-    let mut batch = Vec::with_capacity(TXN_OPS / 2);
-    while jobs.recv_many(&mut batch, TXN_OPS / 2).await > 0 {
-        let batch = std::mem::replace(&mut batch, Vec::with_capacity(TXN_OPS / 2));
+    // (A third of a transaction of holders: each has two keys, and may
+    // bring its tombstone.)
+    const BATCH: usize = TXN_OPS / 3;
+    let mut batch = Vec::with_capacity(BATCH);
+    while jobs.recv_many(&mut batch, BATCH).await > 0 {
+        let batch = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+        let mut keys: Vec<(String, String)> = batch
+            .iter()
+            .filter(|job| matches!(job.op, Op::Release { .. }))
+            .map(|job| (job.lock_key.clone(), job.holder.clone()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let downgrades: Vec<(&Job, &Weak<HeldLock>)> = batch
+            .iter()
+            .filter_map(|job| match &job.op {
+                Op::Downgrade(held) => Some((job, held)),
+                Op::Release { .. } => None,
+            })
+            .collect();
+        if !downgrades.is_empty() {
+            if let Some(backend) = inner.upgrade() {
+                let sent = downgrades.iter().filter(|(job, _)| {
+                    let id = (job.lock_key.clone(), job.holder.clone());
+                    keys.binary_search(&id).is_err()
+                });
+                // (A hold gone here was released: nothing to downgrade.)
+                let answered = sent
+                    .filter_map(|(job, held)| Some((job, held, held.upgrade()?.fence())))
+                    .map(|(job, held, token)| {
+                        let backend = &backend;
+                        async move {
+                            let txn = downgrade_txn(&job.lock_key, &job.holder, token);
+                            let answer = backend.txn(txn).await;
+                            backend.downgrade_answered(job, held, answer.map(|a| a.succeeded()));
+                        }
+                    });
+                futures_util::future::join_all(answered).await;
+            }
+            pending.done(downgrades.iter().map(|(job, _)| job.lock_key.as_str()));
+        }
+        if keys.is_empty() {
+            continue;
+        }
         let (inner, pending) = (inner.clone(), pending.clone());
         tokio::spawn(async move {
-            let mut keys: Vec<(String, String)> = batch
-                .iter()
-                .map(|(l, h, _)| (l.clone(), h.clone()))
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
             let mut backoff = Duration::from_millis(50);
             let mut tries = 0u32;
             loop {
@@ -839,7 +1347,10 @@ async fn releaser(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
-            pending.done(batch.iter().map(|(lock, _, _)| lock.as_str()));
+            let released = batch
+                .iter()
+                .filter(|job| matches!(job.op, Op::Release { .. }));
+            pending.done(released.map(|job| job.lock_key.as_str()));
         });
     }
 }
@@ -931,14 +1442,14 @@ mod tests {
             // ... and then the put arrives.
             let mut kv = backend.inner.client.kv_client();
             let late = kv
-                .txn(acquire_txn(&lock, holder, lease, joins))
+                .txn(acquire_txn(&lock, holder, lease, joins, false))
                 .await
                 .unwrap();
             assert!(!late.succeeded(), "{holder}: the late put was applied");
             assert!(!stands(&backend, &key).await, "{holder}: {key} stands");
             assert!(backend.inspect(&lock).await.unwrap().is_none());
             // The lock itself is free for everyone else.
-            let other = acquire_txn(&lock, "another", lease, joins);
+            let other = acquire_txn(&lock, "another", lease, joins, false);
             assert!(kv.txn(other).await.unwrap().succeeded());
             backend.release(&lock, "another", true).await.unwrap();
         }
@@ -953,7 +1464,13 @@ mod tests {
         let backend = backend(&cluster).await;
         let lock = "answered";
         let acquired = backend
-            .acquire(lock, "h", (LEASE, true), super::Queue::Join(LEASE))
+            .acquire(
+                lock,
+                "h",
+                (LEASE, true),
+                super::Queue::Join(LEASE),
+                super::LockMode::Write,
+            )
             .await
             .unwrap();
         assert!(matches!(acquired, super::Acquire::Held { .. }));
@@ -981,9 +1498,67 @@ mod tests {
         backend.release(lock, holder, true).await.unwrap();
         assert!(!stands(&backend, &key).await);
         assert_eq!(backend.inner.unanswered.lease_of(&key), None);
-        let late = kv.txn(acquire_txn(lock, holder, gone, true)).await;
+        let late = kv.txn(acquire_txn(lock, holder, gone, true, false)).await;
         assert!(late.is_err(), "a put on a revoked lease was applied");
         assert!(!stands(&backend, &key).await);
+    }
+
+    /// The key `key` as etcd holds it now: (create revision, value).
+    async fn key_of(backend: &EtcdBackend, key: &str) -> Option<(i64, Vec<u8>)> {
+        let mut kv = backend.inner.client.kv_client();
+        let got = kv.get(key, None).await.unwrap();
+        got.kvs()
+            .first()
+            .map(|kv| (kv.create_revision(), kv.value().to_vec()))
+    }
+
+    /// A process's place in a queue serves whichever of its waiters is
+    /// first, in that waiter's mode: a writer's place becomes a reader in
+    /// place (the same key and create revision, valued `r`: its turn kept),
+    /// and a reader's place is made anew for a writer (a new key, last in
+    /// the queue: a reader's key never turns writer).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_place_serves_a_waiter_of_either_mode() {
+        use super::{read_node, Acquire, LockMode, Queue};
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let (join, renewed) = (Queue::Join(LEASE), (LEASE, true));
+        let busy = Acquire::Busy { ttl: None };
+
+        let lock = "writer-place";
+        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
+        let place = backend.acquire(lock, "p", renewed, join, LockMode::Write);
+        assert_eq!(place.await.unwrap(), busy);
+        let (created, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
+        assert_eq!(value, b"");
+        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        assert_eq!(read.await.unwrap(), busy);
+        let now = key_of(&backend, &node(lock, "p")).await;
+        assert_eq!(now, Some((created, b"r".to_vec())));
+        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
+        backend.release(lock, "w", true).await.unwrap();
+        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        let token = u64::try_from(created).unwrap();
+        assert!(
+            matches!(read.await.unwrap(), Acquire::Held { fence, .. } if fence == token),
+            "the reader did not hold with its place's token"
+        );
+        backend.release(lock, "p", true).await.unwrap();
+
+        let lock = "reader-place";
+        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
+        let place = backend.acquire(lock, "p", renewed, join, LockMode::Read);
+        assert_eq!(place.await.unwrap(), busy);
+        let (created, _) = key_of(&backend, &read_node(lock, "p")).await.unwrap();
+        let write = backend.acquire(lock, "p", renewed, join, LockMode::Write);
+        assert_eq!(write.await.unwrap(), busy);
+        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
+        let (made, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
+        assert!(made > created && value.is_empty(), "{made} {value:?}");
+        backend.release(lock, "w", true).await.unwrap();
+        backend.release(lock, "p", true).await.unwrap();
     }
 
     #[test]

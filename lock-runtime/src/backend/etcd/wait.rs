@@ -1,12 +1,17 @@
 //! A queued place's turn: each place of this process in a lock's queue
-//! (its key, waiting behind older keys) watches the key just before it in
-//! create-revision order, never the whole directory, so a release wakes
-//! one process, not every waiter.
+//! (its key, waiting behind older keys) watches one key before it, never
+//! the whole directory, so a release wakes one process, not every waiter.
+//! A writer's key watches the key just before it in create-revision order
+//! (of any kind: readers too); a reader's key watches the last writer key
+//! before it (`readers.rs`).
 //!
-//! When that key is deleted (released, or its lease ran out), the place
-//! reads again, in one transaction, its own key and the key now before it:
-//! a new predecessor is watched in turn; none means the lock is the
-//! place's, and the waiters are told it was handed over. This read is the
+//! When that key changes (deleted: released, or its lease ran out; or
+//! given the value `r`: downgraded), the place reads again, in one
+//! transaction, its own key and the key it now waits for: that one is
+//! watched in turn; none means the lock is the place's, and the waiters
+//! are told it was handed over (a writer's) or freed (a reader's: the
+//! place may be taken by a local writer, which must not be handed a read
+//! key, so the first waiter makes an attempt in its own mode). This read is the
 //! check the Jepsen analysis of etcd 3.4 asked for: the lock is only
 //! claimed after the server confirmed, after the predecessor's delete, that
 //! the place's own key still stands (etcd's own Lock RPC could grant a lock
@@ -17,8 +22,9 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 
+use super::readers::{self, read_node, Scan};
 use super::{dir, node, Inner};
 
 /// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
@@ -57,11 +63,18 @@ pub(super) fn start(
 enum Found {
     /// Our key is gone (or was made again since: another place's now).
     Gone,
-    /// No older key: the lock is ours.
-    First,
-    /// This key, created at this revision, is just before ours; the read
-    /// was at the second revision.
-    Behind(Vec<u8>, i64, i64),
+    /// No key keeps ours out: the lock is ours (`reader`: a read key).
+    First {
+        /// Our key is a reader.
+        reader: bool,
+    },
+    /// Our key (name, mod revision) waits for this key (key, create
+    /// revision, mod revision); the read was at revision `read_at`.
+    Behind {
+        before: (Vec<u8>, i64, i64),
+        ours: (String, i64),
+        read_at: i64,
+    },
 }
 
 /// Waits for the turn of `holder`'s key in `lock`, created at revision
@@ -81,7 +94,7 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
                 continue;
             }
         };
-        let ((before, created), read_at) = match found {
+        let (before, ours, read_at) = match found {
             Found::Gone => {
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
@@ -89,11 +102,11 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
                 }
                 return;
             }
-            Found::First => {
+            Found::First { reader } => {
                 backend.waits.ended(&lock, &holder);
                 if let Some(wakeups) = backend.wakeups.upgrade() {
                     let fence = u64::try_from(mine).unwrap_or(0);
-                    if renewed {
+                    if renewed && !reader {
                         wakeups.handed_over(&lock, &holder, fence, fence);
                     } else {
                         wakeups.released(&lock);
@@ -101,10 +114,15 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
                 }
                 return;
             }
-            Found::Behind(before, created, read_at) => ((before, created), read_at),
+            Found::Behind {
+                before,
+                ours,
+                read_at,
+            } => (before, ours, read_at),
         };
-        let ours = node(&lock, &holder);
-        match deleted(&backend, (&before, created), (&ours, mine), read_at).await {
+        let (before, created, modded) = before;
+        let ours = (ours.0.as_str(), mine, ours.1);
+        match changed(&backend, (&before, created, modded), ours, read_at).await {
             Ok(()) => backoff = BACKOFF_MIN,
             Err(()) => {
                 drop(backend);
@@ -115,63 +133,97 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
     }
 }
 
-/// Reads our key and the key just before it, in one transaction.
+/// Reads, in one transaction, both keys of the holder (ours is the one
+/// created at `mine`) and the keys it may wait for: the key just before
+/// it, and the last writer keys before it.
 async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Found, ()> {
-    let ours = node(lock, holder);
+    let names = [node(lock, holder), read_node(lock, holder)];
     let before = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_max_create_revision(mine - 1)
         .with_limit(1);
-    let txn = Txn::new().and_then([
-        TxnOp::get(ours.clone(), None),
+    let mut ops = vec![
+        TxnOp::get(names[0].as_str(), None),
+        TxnOp::get(names[1].as_str(), None),
         TxnOp::get(dir(lock), Some(before)),
-    ]);
-    let answer = backend.txn(txn).await.map_err(|_| ())?;
+    ];
+    ops.extend(readers::last_writers(lock, mine - 1));
+    let answer = backend.txn(Txn::new().and_then(ops)).await.map_err(drop)?;
     let read_at = answer.header().map_or(0, |h| h.revision());
-    let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
-        TxnOpResponse::Get(get) => Some(get),
-        _ => None,
-    });
-    let (Some(own), Some(older)) = (gets.next(), gets.next()) else {
+    let reads: Vec<etcd_client::GetResponse> = answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        })
+        .collect();
+    let [write, read, older, pages @ ..] = reads.as_slice() else {
         return Err(());
     };
-    let still = own
-        .kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() == mine);
-    if !still {
+    let own = names
+        .into_iter()
+        .zip([write, read])
+        .find_map(|(name, get)| {
+            get.kvs()
+                .first()
+                .filter(|kv| kv.create_revision() == mine)
+                .map(|kv| (name, kv))
+        });
+    let Some((name, kv)) = own else {
         return Ok(Found::Gone);
-    }
-    Ok(match older.kvs().first() {
-        None => Found::First,
-        Some(kv) => Found::Behind(kv.key().to_vec(), kv.create_revision(), read_at),
+    };
+    let ours = (name, kv.mod_revision());
+    let writer = if readers::is_reader(lock, kv.key(), kv.value()) {
+        match readers::last_writer(lock, pages) {
+            Scan::Writer(key, created, modded) => Some((key, created, modded)),
+            Scan::None => None,
+            Scan::Below(upto) => readers::last_writer_upto(backend, lock, upto)
+                .await
+                .map_err(drop)?,
+        }
+    } else {
+        older
+            .kvs()
+            .first()
+            .map(|kv| (kv.key().to_vec(), kv.create_revision(), kv.mod_revision()))
+    };
+    Ok(match writer {
+        None => Found::First {
+            reader: readers::is_reader(lock, kv.key(), kv.value()),
+        },
+        Some(before) => Found::Behind {
+            before,
+            ours,
+            read_at,
+        },
     })
 }
 
-/// Resolves when the key `before` (created at the given revision) or our
-/// key (created at `mine`) is deleted, at once if either is gone or made
-/// again already, or with `Err` when the watch failed. Both stood in the
-/// read at revision `read_at`.
+/// Resolves when the key `before` (created and last changed at the given
+/// revisions) or our key (`ours`: name, created at `mine`, changed at the
+/// last) changes (deleted, or put: a downgrade, a move to another lease),
+/// at once if either changed already, or with `Err` when the watch failed.
+/// Both stood so in the read at revision `read_at`.
 ///
 /// The watch starts "now", at the revision its creation reports; if the
 /// store moved on since `read_at`, the two keys are read again once the
-/// watch is in place: a delete before that read shows in the read, one
+/// watch is in place: a change before that read shows in the read, one
 /// after it in the watch.
 /// (A watch from a past revision would do with one round trip less, but
 /// etcd serves such a watch only from its next catch-up pass, up to 100 ms
 /// later, and under contention the revision has always moved on.)
-async fn deleted(
+async fn changed(
     backend: &Inner,
-    before: (&[u8], i64),
-    ours: (&str, i64),
+    before: (&[u8], i64, i64),
+    ours: (&str, i64, i64),
     read_at: i64,
 ) -> Result<(), ()> {
-    let ((before, theirs), (ours, mine)) = (before, ours);
     let mut client = backend.client.watch_client();
     let opened = tokio::time::timeout(backend.timeout, async {
-        let mut stream = client.watch(before.to_vec(), None).await?;
-        stream.watch(ours.to_owned(), None).await?;
+        let mut stream = client.watch(before.0.to_vec(), None).await?;
+        stream.watch(ours.0.to_owned(), None).await?;
         let (mut created, mut from) = (0, 0);
         while created < 2 {
             let Some(answer) = stream.message().await? else {
@@ -195,7 +247,7 @@ async fn deleted(
         }
         Err(_) => return Err(()),
     };
-    if from > read_at && !still_stand(backend, (before, theirs), (ours, mine)).await? {
+    if from > read_at && !still_stand(backend, before, ours).await? {
         return Ok(());
     }
     loop {
@@ -203,28 +255,24 @@ async fn deleted(
         let Some(answer) = message else {
             return Err(());
         };
-        if answer.canceled()
-            || answer
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-        {
+        if answer.canceled() || !answer.events().is_empty() {
             return Ok(());
         }
     }
 }
 
-/// Whether both keys still stand with their create revisions (one read).
+/// Whether both keys still stand as they were read: the same create and
+/// mod revisions (one read).
 async fn still_stand(
     backend: &Inner,
-    (before, theirs): (&[u8], i64),
-    (ours, mine): (&str, i64),
+    (before, theirs, their_change): (&[u8], i64, i64),
+    (ours, mine, our_change): (&str, i64, i64),
 ) -> Result<bool, ()> {
     let txn = Txn::new().and_then([TxnOp::get(before.to_vec(), None), TxnOp::get(ours, None)]);
     let answer = backend.txn(txn).await.map_err(drop)?;
-    let stands = |get: Option<&etcd_client::GetResponse>, created: i64| {
+    let stands = |get: Option<&etcd_client::GetResponse>, created: i64, changed: i64| {
         get.and_then(|g| g.kvs().first())
-            .is_some_and(|kv| kv.create_revision() == created)
+            .is_some_and(|kv| kv.create_revision() == created && kv.mod_revision() == changed)
     };
     let reads: Vec<etcd_client::GetResponse> = answer
         .op_responses()
@@ -234,5 +282,5 @@ async fn still_stand(
             _ => None,
         })
         .collect();
-    Ok(stands(reads.first(), theirs) && stands(reads.get(1), mine))
+    Ok(stands(reads.first(), theirs, their_change) && stands(reads.get(1), mine, our_change))
 }
