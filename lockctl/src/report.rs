@@ -18,6 +18,12 @@ pub(crate) fn info_json(info: &LockInfo) -> Value {
         "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
         "fence": info.fence,
         "queue": info.queue,
+        "mode": info.mode.as_str(),
+        "readers": info.readers.iter().map(|r| json!({
+            "holder": r.holder,
+            "remaining_lease_ms": r.remaining_lease.map(|d| d.as_millis() as u64),
+            "fence": r.fence,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -62,6 +68,7 @@ pub(crate) fn free_json(key: &str) -> Value {
 /// A held lock as text, one field a line (`who`: the holder's process).
 pub(crate) fn info_text(info: &LockInfo, who: Option<&ClientInfo>) -> String {
     let mut text = format!("{}: held\n", info.key);
+    text.push_str(&format!("  mode        {}\n", mode(info)));
     text.push_str(&format!("  holder      {}\n", info.holder));
     if let Some(who) = who {
         text.push_str(&format!("  process     {}\n", client(who)));
@@ -69,11 +76,30 @@ pub(crate) fn info_text(info: &LockInfo, who: Option<&ClientInfo>) -> String {
     text.push_str(&format!("  holds       {}\n", info.holds));
     text.push_str(&format!("  lease left  {}\n", lease(info.remaining_lease)));
     text.push_str(&format!("  fence       {}\n", fence(info.fence)));
+    for (n, reader) in info.readers.iter().enumerate() {
+        text.push_str(&format!(
+            "    reader {}. {} (fence {}, lease left {})\n",
+            n + 1,
+            reader.holder,
+            fence(reader.fence),
+            lease(reader.remaining_lease)
+        ));
+    }
     text.push_str(&format!("  queue       {} waiting", info.queue.len()));
     for (n, holder) in info.queue.iter().enumerate() {
         text.push_str(&format!("\n    {}. {holder}", n + 1));
     }
     text
+}
+
+/// The hold's mode, for people: `write`, or `read×3` (three readers share
+/// it; `holder` is then the one whose lease ends last).
+pub(crate) fn mode(info: &LockInfo) -> String {
+    if info.mode.is_read() {
+        format!("read×{}", info.readers.len())
+    } else {
+        "write".to_owned()
+    }
 }
 
 /// A lease left, for people: `29.512s`, or `none` when it does not expire.

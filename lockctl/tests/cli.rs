@@ -53,6 +53,7 @@ async fn show_tells_holder_token_and_lease_of_a_lock_held_elsewhere() {
         "{out}"
     );
     assert!(out.contains("  queue       0 waiting"), "{out}");
+    assert!(out.contains("  mode        write\n"), "{out}");
 
     let json = run(&prefix, &["show", "order:42", "--json"], "").await;
     assert_eq!(code(&json), 0);
@@ -63,6 +64,7 @@ async fn show_tells_holder_token_and_lease_of_a_lock_held_elsewhere() {
     assert_eq!(value["holds"], 1);
     assert_eq!(value["fence"], guard.fence());
     assert_eq!(value["queue"], Value::Array(vec![]));
+    assert_eq!(value["mode"], "write");
     let left = value["remaining_lease_ms"].as_u64().unwrap();
     assert!((20_000..=30_000).contains(&left), "{left}");
 
@@ -478,4 +480,41 @@ async fn show_and_list_write_nothing() {
         .await
         .unwrap();
     assert_eq!(names, Vec::<String>::new());
+}
+
+/// `show` of a key held by readers says `read×N` and lists every reader
+/// with its token and lease, as text and as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_lists_the_readers_of_a_read_hold() {
+    let prefix = unique("ctl-readers");
+    let first = Kind::Redis.runtime(&prefix).await;
+    let second = Kind::Redis.runtime(&prefix).await;
+    let a = first.lock("cfg:1").read().acquire().await.unwrap();
+    let b = second.lock("cfg:1").read().acquire().await.unwrap();
+
+    let text = run(&prefix, &["show", "cfg:1"], "").await;
+    assert_eq!(code(&text), 0, "{}", stderr(&text));
+    let out = stdout(&text);
+    assert!(out.contains("  mode        read×2\n"), "{out}");
+    for guard in [&a, &b] {
+        assert!(
+            out.contains(&format!("(fence {}, lease left", guard.fence())),
+            "{out}"
+        );
+    }
+
+    let json = run(&prefix, &["show", "cfg:1", "--json"], "").await;
+    let value: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(value["mode"], "read");
+    let mut fences: Vec<u64> = value["readers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fence"].as_u64().unwrap())
+        .collect();
+    fences.sort_unstable();
+    let mut expected = vec![a.fence(), b.fence()];
+    expected.sort_unstable();
+    assert_eq!(fences, expected, "{value}");
+    drop((a, b));
 }
