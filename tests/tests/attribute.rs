@@ -269,3 +269,55 @@ async fn busy_key_gives_timeout_through_the_user_error() {
         "{took:?}"
     );
 }
+
+#[distributed_lock(key = "catalog:<id>", mode = "read", wait = "5s")]
+async fn read_catalog(id: u64, inside: Arc<tokio::sync::Barrier>) -> Result<u64, LockError> {
+    // Every caller waits here for the others: readers share the key.
+    inside.wait().await;
+    Ok(fence().unwrap())
+}
+
+#[distributed_lock(key = "catalog:<id>", mode = "write", wait = "5s")]
+async fn write_catalog(id: u64) -> Result<(u64, u64), LockError> {
+    let mine = fence().unwrap();
+    // A writer may read what it writes: the nested read re-enters.
+    let read = read_catalog(id, Arc::new(tokio::sync::Barrier::new(1))).await?;
+    Ok((mine, read))
+}
+
+#[distributed_lock(key = "catalog:<id>", mode = "read", wait = "5s")]
+async fn read_then_write(id: u64) -> Result<(u64, u64), LockError> {
+    write_catalog(id).await
+}
+
+/// `mode = "read"` fns share their key, a read inside a `mode = "write"`
+/// fn re-enters it, and a write fn called from a read fn is refused at once
+/// with `UpgradeRefused` (the runtime's check: the call is not visible to
+/// the attribute of the outer fn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_modes_share_reenter_and_refuse_upgrades() {
+    install().await;
+    let inside = Arc::new(tokio::sync::Barrier::new(3));
+    let readers: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(read_catalog(1, inside.clone())))
+        .collect();
+    for reader in readers {
+        tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("three readers were never inside together")
+            .unwrap()
+            .unwrap();
+    }
+    let (written, read) = write_catalog(1).await.unwrap();
+    assert_eq!(read, written, "the nested read took its own hold");
+    let started = std::time::Instant::now();
+    let upgrade = read_then_write(1).await;
+    assert!(
+        matches!(&upgrade, Err(LockError::UpgradeRefused { key }) if key == "catalog:1"),
+        "{upgrade:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the upgrade waited"
+    );
+}
