@@ -166,7 +166,7 @@ fn print(target: &Target, rows: &[Row], json: bool) {
                 report::fence(info.fence),
                 info.queue.len(),
                 masters_column(row),
-                info.holder,
+                holder(info),
                 row.who
                     .as_ref()
                     .map_or(String::new(), |c| format!(" ({})", report::client(c)))
@@ -180,6 +180,16 @@ fn print(target: &Target, rows: &[Row], json: bool) {
                 masters_column(row)
             ),
         }
+    }
+}
+
+/// The holder column: the holder id, and for a read hold how many readers
+/// share it (the id shown is the one whose lease ends last).
+fn holder(info: &LockInfo) -> String {
+    if info.mode.is_read() {
+        format!("{} [{}]", info.holder, report::mode(info))
+    } else {
+        info.holder.clone()
     }
 }
 

@@ -483,7 +483,7 @@ async fn show_and_list_write_nothing() {
 }
 
 /// `show` of a key held by readers says `read×N` and lists every reader
-/// with its token and lease, as text and as JSON.
+/// with its token and lease, as text and as JSON; `list` marks the hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_lists_the_readers_of_a_read_hold() {
     let prefix = unique("ctl-readers");
@@ -516,5 +516,9 @@ async fn show_lists_the_readers_of_a_read_hold() {
     let mut expected = vec![a.fence(), b.fence()];
     expected.sort_unstable();
     assert_eq!(fences, expected, "{value}");
+
+    let list = run(&prefix, &["list"], "").await;
+    assert_eq!(code(&list), 0, "{}", stderr(&list));
+    assert!(stdout(&list).contains("[read×2]"), "{}", stdout(&list));
     drop((a, b));
 }
