@@ -378,6 +378,19 @@ async fn acl_user_with_password_can_lock_and_wait() {
     let second = waiter.await.unwrap().unwrap();
     assert!(second > first);
 
+    // Read-write locks (plain on Redis) need no command beyond the list:
+    // readers share, a downgrade and the releases go through.
+    let r1 = a.lock("rw").read().acquire().await.unwrap();
+    let r2 = b.lock("rw").read().acquire().await.unwrap();
+    assert_eq!(
+        b.inspect("rw").await.unwrap().expect("held").readers.len(),
+        2
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = a.lock("rw").write().acquire().await.unwrap();
+    w.downgrade().await.unwrap().release().await.unwrap();
+
     // Fair mode runs with the extra commands the README lists: a queued
     // waiter is handed the lock by the release.
     let held = a.lock("f").fair(true).acquire().await.unwrap();

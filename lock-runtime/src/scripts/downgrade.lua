@@ -10,7 +10,10 @@
 --             lease end is the hash's ('x:<holder id>')
 --          0  not held by this holder id (nothing changed)
 local lock, holder = KEYS[1], ARGV[1]
-local found = redis.call('hmget', lock, holder, 'mode', 'fence')
+-- (HGETs, not HMGET: the commands an ACL user needs stay those the README
+-- lists.)
+local found = {redis.call('hget', lock, holder), redis.call('hget', lock, 'mode'),
+  redis.call('hget', lock, 'fence')}
 if not found[1] then
   return 0
 end

@@ -11,9 +11,10 @@
 --              (no message: the key is no freer for a writer)
 --          >0  still held by us with this many holds left (TTL unchanged)
 local lock, holder = KEYS[1], ARGV[1]
-local found = redis.call('hmget', lock, holder, 'mode')
-if found[2] ~= 'r' then
-  local holds = tonumber(found[1])
+-- (Two HGETs, not one HMGET: the commands an ACL user needs stay those
+-- the README lists.)
+if redis.call('hget', lock, 'mode') ~= 'r' then
+  local holds = tonumber(redis.call('hget', lock, holder))
   if not holds then
     return -1
   end
