@@ -185,12 +185,7 @@ impl HeldLock {
             return None;
         }
         let now = tokio::time::Instant::now();
-        let left = self
-            .valid_until
-            .load(Ordering::Acquire)
-            .saturating_sub(clock::to_nanos(now));
-        let enough = (self.lease / 2).min(crate::cohort::LEFT_TO_PASS);
-        if self.is_lost() || !self.renew || Duration::from_nanos(left) < enough {
+        if self.is_lost() || !self.renew || !self.worth_sharing(now) {
             return None;
         }
         let fence = self.run.next(limits, now)?;
@@ -210,19 +205,26 @@ impl HeldLock {
     /// within the cohort `limits`. Counts the join.
     fn may_join(&self, terms: Terms, limits: Cohort, epoch: u32) -> bool {
         let now = tokio::time::Instant::now();
-        let left = self
-            .valid_until
-            .load(Ordering::Acquire)
-            .saturating_sub(clock::to_nanos(now));
-        let enough = (self.lease / 2).min(crate::cohort::LEFT_TO_PASS);
         terms.read
             && self.mode().is_read()
             && self.renew
             && self.lease == terms.lease
             && self.fair == terms.fair
             && self.fit_to_enter(epoch)
-            && Duration::from_nanos(left) >= enough
+            && self.worth_sharing(now)
             && self.run.join(limits, now)
+    }
+
+    /// Whether enough of the hold's client-side validity is left at `now`
+    /// for another task to enter it (passed or joined): half its lease, or
+    /// [`LEFT_TO_PASS`](crate::cohort::LEFT_TO_PASS) (a fair handoff's
+    /// claim is short until the first renewal).
+    fn worth_sharing(&self, now: tokio::time::Instant) -> bool {
+        let left = self
+            .valid_until
+            .load(Ordering::Acquire)
+            .saturating_sub(clock::to_nanos(now));
+        Duration::from_nanos(left) >= (self.lease / 2).min(crate::cohort::LEFT_TO_PASS)
     }
 
     /// Whether a task may enter this hold without a round trip now, the
