@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockMode};
-use lock_tests::{on_every_backend, on_every_read_write_backend, wait_until, Kind};
+use lock_tests::{on_every_backend, wait_until, Kind};
 use tokio::sync::Barrier;
 
-on_every_read_write_backend!(
+on_every_backend!(
     readers_share_a_key_across_runtimes,
     a_writer_excludes_readers_and_other_writers,
     exclusive_and_write_are_one_lock,
@@ -34,18 +34,19 @@ on_every_read_write_backend!(
 
 // Where a dropped guard's downgrade is sent in the background, ordered
 // before the release behind it: the embedded store, etcd and ZooKeeper.
-// The Redis family keeps such a hold a write hold until its read frames end
-// (more exclusive), so that no release can overtake the downgrade.
+// The Redis family (Redlock too) keeps such a hold a write hold until its
+// read frames end (more exclusive), so that no release can overtake the
+// downgrade.
 on_every_backend!(
     dropping_the_write_under_a_nested_read_downgrades_in_the_background skip(
         redis = "a background downgrade stays a write hold on Redis (by design, for now)",
         cluster = "a background downgrade stays a write hold on Redis (by design, for now)",
         sentinel = "a background downgrade stays a write hold on Redis (by design, for now)",
-        redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
+        redlock = "a background downgrade stays a write hold on Redis (by design, for now)",
     ),
 );
 
-on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
+on_every_backend!(read_and_write_holds_are_served_and_fair_ones_refused_where_not_built_yet);
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -637,12 +638,13 @@ async fn dropping_the_write_under_a_nested_read_downgrades_in_the_background(kin
     assert!(next.fence() > token);
 }
 
-/// Until a backend's read-write support is built, it refuses read and
-/// write holds with an error naming the issue: it never serves a read as
-/// an exclusive hold, nor the other way round. The Redis family serves
-/// them in plain mode only until issue 28's step 5: whatever the runtime's
-/// default, and refused with the issue named when a request asks fair mode.
-async fn read_and_write_holds_are_refused_where_not_built_yet(kind: Kind) {
+/// Every backend serves read and write holds. The Redis family serves them
+/// in plain mode only until issue 28's step 5: whatever the runtime's
+/// default, and refused with the issue named when a request asks fair mode
+/// (never served as an exclusive hold, nor without the queue it asked).
+/// Redlock, which has no fair mode at all, refuses fair ones as it refuses
+/// fair exclusive locks.
+async fn read_and_write_holds_are_served_and_fair_ones_refused_where_not_built_yet(kind: Kind) {
     let runtime = kind.runtime(&lock_tests::unique("rw-refused")).await;
     let read = runtime.lock("k").read().try_acquire().await;
     let read_ok = matches!(read, Ok(Some(_)));
@@ -668,10 +670,20 @@ async fn read_and_write_holds_are_refused_where_not_built_yet(kind: Kind) {
                 assert!(refused(&fair), "{fair:?}");
             }
         }
-        _ => {
-            let read = runtime.lock("k").read().try_acquire().await;
-            for outcome in [read, write] {
-                assert!(refused(&outcome), "{outcome:?}");
+        Kind::Redlock => {
+            assert!(read_ok);
+            write
+                .unwrap()
+                .expect("a plain write hold")
+                .release()
+                .await
+                .unwrap();
+            for request in [runtime.lock("k").read(), runtime.lock("k").write()] {
+                let fair = request.fair(true).try_acquire().await;
+                assert!(
+                    matches!(&fair, Err(LockError::InvalidConfig(why)) if why.contains("fair mode is not supported")),
+                    "{fair:?}"
+                );
             }
         }
     }

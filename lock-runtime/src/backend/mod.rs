@@ -399,8 +399,8 @@ impl Backend {
     /// How a read or write hold is served on this backend, given the fair
     /// mode its request asked (`None`: it asked none, the runtime's default
     /// applies): `Ok` with the fair mode to serve it in, or `Err(why)` when
-    /// it must be refused. Read-write locks come to the backends one at a
-    /// time (issue 28).
+    /// it must be refused. Every backend serves read and write holds;
+    /// what is left of issue 28 here is Redis's fair mode for them (step 5).
     ///
     /// Transient, until issue 28's step 5 (fair read-write locks on Redis):
     /// Redis (one server or a Cluster) and Sentinel serve read and write
@@ -409,30 +409,20 @@ impl Backend {
     /// it explicitly is refused, rather than quietly served without the
     /// queue it asked for.
     pub(crate) fn read_write_fair(&self, fair_asked: Option<bool>) -> Result<Option<bool>, String> {
-        let name = match self {
-            Backend::Memory(_) => return Ok(fair_asked),
-            // (Always fair: its recipe queues by creation order.)
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => return Ok(fair_asked),
-            Backend::Redis(_) | Backend::Sentinel(_) if fair_asked != Some(true) => {
-                return Ok(Some(false))
-            }
-            Backend::Redis(_) | Backend::Sentinel(_) => {
-                return Err(
-                    "fair read-write locks are not available on Redis yet (issue 28, \
-                     step 5): leave `fair` unset or set it to false for read and write holds, \
-                     which are served in plain mode"
-                        .to_owned(),
-                )
-            }
-            Backend::Redlock(_) => "Redlock",
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => return Ok(fair_asked),
-        };
-        Err(format!(
-            "read-write locks are not available on {name} yet (issue 28): use the default, \
-             exclusive mode"
-        ))
+        match self {
+            Backend::Redis(_) | Backend::Sentinel(_) if fair_asked != Some(true) => Ok(Some(false)),
+            Backend::Redis(_) | Backend::Sentinel(_) => Err(
+                "fair read-write locks are not available on Redis yet (issue 28, \
+                 step 5): leave `fair` unset or set it to false for read and write holds, \
+                 which are served in plain mode"
+                    .to_owned(),
+            ),
+            // The embedded store; ZooKeeper and etcd (always fair: their
+            // recipes queue by creation order); Redlock (plain only: a
+            // request asking fair mode was refused already, see
+            // `fair_unsupported`).
+            _ => Ok(fair_asked),
+        }
     }
 
     /// Why a lock that asks for fair mode must be refused on this backend,
@@ -468,7 +458,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease, mode)),
-            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
+            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue, mode).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
@@ -490,14 +480,15 @@ impl Backend {
     /// still records a write hold: more exclusive, never less. So does a
     /// backend that cannot downgrade a hold in place, which answers
     /// `Ok(true)` without asking: Redis for a fair hold (its queue's
-    /// release would free every reader at once), Redlock until its read-write
-    /// support comes (issue 28).
+    /// release would free every reader at once). Redlock: done on a majority
+    /// of masters.
     pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
         let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
             Backend::Redis(r) if !held.fair => r.downgrade(lock_key, holder).await,
             Backend::Sentinel(s) if !held.fair => s.downgrade(lock_key, holder).await,
+            Backend::Redlock(r) => r.downgrade(lock_key, holder).await,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
             #[cfg(feature = "etcd")]

@@ -61,6 +61,7 @@ mod connect;
 mod fence;
 mod gather;
 pub(crate) mod quorum;
+mod read;
 mod renew;
 mod watches;
 
@@ -74,6 +75,7 @@ use tokio::time::Instant;
 use super::redis::{Ballot, BootCheck, RedisBackend, Vote};
 use super::{Acquire, Queue, Recorded, Release, Watches};
 use crate::error::BackendError;
+use crate::mode::LockMode;
 use gather::{gather, Call};
 
 /// Why fair mode is refused (the builder's and a fair request's error).
@@ -122,6 +124,8 @@ struct Inner {
     /// The fence counter's TTL in ms (the scripts' window).
     window: String,
     fence_script: redis::Script,
+    /// A read hold's vote on one master (`read.rs`).
+    read_script: redis::Script,
     /// Creates a master's boot marker (`boot.rs`).
     boot_script: redis::Script,
     /// The runtime's worker thread, where a failed attempt's undo runs.
@@ -313,6 +317,7 @@ impl Redlock {
         holder: &str,
         lease: Duration,
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         if queue != Queue::No {
             return Err(BackendError::msg(FAIR_UNSUPPORTED));
@@ -321,7 +326,13 @@ impl Redlock {
         let quorum = self.inner.quorum;
         let ttl = quorum::padded(lease);
         let check = self.boot_check(ttl, false);
-        let calls = self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check));
+        // A read hold is a majority of read grants, a write (or exclusive)
+        // hold a majority of write grants: the rest is the same vote.
+        let calls = if mode.is_read() {
+            self.calls(|m| self.read_checked(m, lock_key, holder, ttl, check))
+        } else {
+            self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check))
+        };
         // Done when a majority said held; or when it can no longer, and it is
         // known whether that is because the lock is busy (a majority
         // answered) or because too few masters answer. A quarantined master
@@ -463,6 +474,37 @@ impl Redlock {
         } else {
             Err(self.no_quorum("release", &answers))
         }
+    }
+
+    /// Turns `holder`'s write hold into a read hold on every master
+    /// (`downgrade.lua`): done when a majority downgraded it, `Ok(false)`
+    /// (lost) when more than a minority no longer record it, an error when
+    /// too few answered to tell.
+    ///
+    /// Best effort per master: one that did not answer, or answered late,
+    /// still records our write hold, which keeps writers out as the read
+    /// hold does (and readers too: more exclusive, never less). So the hold
+    /// stands while a majority records it in either mode, and is renewed
+    /// and released there as whatever each master records (`renew.lua` and
+    /// `release.lua` are mode-aware).
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        let masters = self.masters();
+        let verdict = |answers: &[Option<Answer<bool>>]| {
+            let said = |wanted: bool| {
+                answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(done)) if *done == wanted))
+                    .count()
+            };
+            quorum::renewal(masters, said(true), said(false))
+        };
+        let calls = self.calls(|m| m.downgrade(lock_key, holder));
+        let answers = gather(calls, |answers| verdict(answers).is_some()).await;
+        verdict(&answers).ok_or_else(|| self.no_quorum("downgrade", &answers))
     }
 
     pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
