@@ -1151,3 +1151,212 @@ async fn redlock_one_flapping_master_breaks_neither_exclusion_nor_token_order() 
         );
     }
 }
+
+/// The lock hash's `mode` field on `server` (`Some("r")`: a read hold).
+async fn mode_on(server: &RedisServer, name: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(name)
+        .arg("mode")
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap()
+}
+
+/// A foreign write hold of `name` on `server` for a minute: that master
+/// answers busy to everyone else.
+async fn foreign_hold(server: &RedisServer, name: &str) {
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(name)
+        .arg("foreign:1")
+        .arg(1)
+        .arg("fence")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(60_000)
+        .ignore()
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+}
+
+/// Readers of two runtimes share a key on two masters of three (one is
+/// killed): a read hold needs a majority of read grants, and two masters
+/// are one. They are renewed there over several leases, a writer and an
+/// exclusive holder stay out meanwhile, inspect lists both readers with
+/// their tokens, and once they leave a writer enters with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
+    let _turn = timing_turn().await;
+    let mut fleet = fleet_of(3);
+    let (a, b) = two_runtimes(&fleet, "redlock-read-one-down").await;
+    fleet[0].kill();
+    let lease = Duration::from_secs(1);
+    let first = a.lock("k").read().lease(lease).acquire().await.unwrap();
+    let second = b.lock("k").read().lease(lease).acquire().await.unwrap();
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.mode, lock_runtime::LockMode::Read);
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    let mut expected = vec![Some(first.fence()), Some(second.fence())];
+    expected.sort();
+    assert_eq!(tokens, expected, "{info:?}");
+    // Renewed on the two masters left, over two and a half leases.
+    tokio::time::sleep(lease * 5 / 2).await;
+    assert!(
+        !first.is_lost() && !second.is_lost(),
+        "a reader lost its share"
+    );
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(a.lock("k").try_acquire().await.unwrap().is_none());
+    let readers = first.fence().max(second.fence());
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writer = b.lock("k").write().try_acquire().await.unwrap();
+    let writer = writer.expect("the key stayed taken after its readers");
+    assert!(writer.fence() > readers, "{} <= {readers}", writer.fence());
+    writer.release().await.unwrap();
+}
+
+/// The restart hazard for readers: of three masters a writer holds exactly
+/// masters 0 and 2 (a foreign hold keeps master 1 busy while it acquires),
+/// then master 0 restarts without its data and master 1 frees up. Masters
+/// 0 and 1 would make a majority of read grants beside the writer; master
+/// 0 must vote for no reader either while the writer's lease runs (its
+/// boot marker is gone: quarantined), and the reader gets in only once
+/// that lease has ended, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_master_restarted_empty_under_a_writer_votes_for_no_reader_until_the_lease_ends() {
+    let _turn = timing_turn().await;
+    let mut fleet = fleet_of(3);
+    let prefix = unique("redlock-amnesia-read");
+    let (a, b) = (
+        runtime(&fleet, &prefix).await,
+        runtime(&fleet, &prefix).await,
+    );
+    let lock_key = a.backend_key("k");
+    foreign_hold(&fleet[1], &lock_key).await;
+    let lease = Duration::from_secs(3);
+    let begun = Instant::now();
+    let held = Arc::new(
+        a.lock("k")
+            .write()
+            .lease(lease)
+            .watchdog(false)
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
+    fleet[0].restart().await;
+    let _: () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async(&mut raw(&fleet[1]).await)
+        .await
+        .unwrap();
+    let short = Duration::from_millis(500);
+    let request = b.lock("k").read().lease(short);
+    let early = request.wait(Duration::from_millis(300)).acquire().await;
+    assert!(
+        matches!(early, Err(LockError::Timeout { .. })),
+        "with master 0 back empty and master 1 free, a reader: {:?}",
+        early.map(|g| g.fence())
+    );
+    assert!(
+        !held.is_lost(),
+        "the writer's lease ran out during the test's setup"
+    );
+    let (since, until, _) = boot_marker(&fleet[0], &prefix)
+        .await
+        .expect("the reader's attempt recreated master 0's marker");
+    assert!(
+        until > since,
+        "master 0 is not quarantined: {since}..{until}"
+    );
+    let reader = {
+        let (b, held) = (b.clone(), held.clone());
+        tokio::spawn(async move {
+            let request = b.lock("k").read().lease(short);
+            let got = request.wait(Duration::from_secs(8)).acquire().await;
+            (got, held.is_lost(), Instant::now())
+        })
+    };
+    let (got, writer_knew, entered) = reader.await.unwrap();
+    let reader = got.expect("the reader got in once the writer's lease ended");
+    println!(
+        "redlock reader beside an amnesiac master: in {:?} after the writer's acquire \
+         (lease {lease:?})",
+        entered - begun
+    );
+    assert!(
+        writer_knew && entered - begun >= lease,
+        "the reader got in {:?} after the acquire, inside the writer's {lease:?} lease",
+        entered - begun
+    );
+    assert!(reader.fence() > held.fence());
+    reader.release().await.unwrap();
+}
+
+/// Readers that hold a bare majority (two of three masters: the third was
+/// busy with a foreign hold while they acquired, then freed) keep a writer
+/// out although it takes the third master: any two majorities meet. The
+/// writer waits while either reader reads on, and the last reader's
+/// release lets it in at once, with a token above both readers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_writer_waits_while_readers_hold_a_bare_majority() {
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let (a, b) = two_runtimes(&fleet, "redlock-read-majority").await;
+    let lock_key = a.backend_key("k");
+    foreign_hold(&fleet[2], &lock_key).await;
+    let first = a.lock("k").read().acquire().await.unwrap();
+    let second = b.lock("k").read().acquire().await.unwrap();
+    for server in &fleet[..2] {
+        assert_eq!(mode_on(server, &lock_key).await.as_deref(), Some("r"));
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async(&mut raw(&fleet[2]).await)
+        .await
+        .unwrap();
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let guard = b
+                .lock("k")
+                .write()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            let entered = Instant::now();
+            let token = guard.fence();
+            guard.release().await?;
+            Ok::<_, LockError>((entered, token))
+        })
+    };
+    wait_until("the writer waits", || b.stats().waiting == 1).await;
+    // (Spans of time in which nothing may happen: many attempts' worth.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer entered beside two readers"
+    );
+    let readers = first.fence().max(second.fence());
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "the writer entered beside a reader");
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let (entered, token) = writer.await.unwrap().unwrap();
+    println!(
+        "redlock writer after the last reader: in {:?}",
+        entered - released
+    );
+    assert!(
+        entered - released < Duration::from_secs(1),
+        "the writer was not woken by the last reader's release"
+    );
+    assert!(token > readers, "{token} <= {readers}");
+}
