@@ -1162,6 +1162,23 @@ async fn mode_on(server: &RedisServer, name: &str) -> Option<String> {
         .unwrap()
 }
 
+/// The readers' tokens (`f:` fields) the lock hash `name` records on
+/// `server`, sorted.
+async fn reader_tokens(server: &RedisServer, name: &str) -> Vec<u64> {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(name)
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+    let mut tokens: Vec<u64> = fields
+        .iter()
+        .filter(|(field, _)| field.starts_with("f:"))
+        .map(|(_, token)| token.parse().unwrap())
+        .collect();
+    tokens.sort_unstable();
+    tokens
+}
+
 /// A foreign write hold of `name` on `server` for a minute: that master
 /// answers busy to everyone else.
 async fn foreign_hold(server: &RedisServer, name: &str) {
@@ -1301,9 +1318,11 @@ async fn redlock_master_restarted_empty_under_a_writer_votes_for_no_reader_until
 
 /// Readers that hold a bare majority (two of three masters: the third was
 /// busy with a foreign hold while they acquired, then freed) keep a writer
-/// out although it takes the third master: any two majorities meet. The
-/// writer waits while either reader reads on, and the last reader's
-/// release lets it in at once, with a token above both readers'.
+/// out although it takes the third master: any two majorities meet. Both
+/// masters record each reader's one token (written back to the master
+/// whose own was smaller, in the reader's field). The writer waits while
+/// either reader reads on, and the last reader's release lets it in at
+/// once, with a token above both readers'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_writer_waits_while_readers_hold_a_bare_majority() {
     let _turn = timing_turn().await;
@@ -1313,8 +1332,11 @@ async fn redlock_writer_waits_while_readers_hold_a_bare_majority() {
     foreign_hold(&fleet[2], &lock_key).await;
     let first = a.lock("k").read().acquire().await.unwrap();
     let second = b.lock("k").read().acquire().await.unwrap();
+    let mut tokens = vec![first.fence(), second.fence()];
+    tokens.sort_unstable();
     for server in &fleet[..2] {
         assert_eq!(mode_on(server, &lock_key).await.as_deref(), Some("r"));
+        assert_eq!(reader_tokens(server, &lock_key).await, tokens);
     }
     let _: () = redis::cmd("DEL")
         .arg(&lock_key)
