@@ -584,13 +584,11 @@ impl Redlock {
                 .collect()
         };
         // Done once a majority answered and the masters still out cannot
-        // change the verdict (a holder has a majority, or none can get one).
+        // change the verdict (`quorum::record_settled`).
         let answers = gather(self.calls(|m| m.inspect(lock_key)), |answers| {
             let open = answers.iter().filter(|a| a.is_none()).count();
             let seen = records(answers);
-            seen.len() >= quorum
-                && (quorum::majority_record(&seen, quorum).is_some()
-                    || quorum::majority_record(&seen, quorum.saturating_sub(open)).is_none())
+            seen.len() >= quorum && quorum::record_settled(&seen, quorum, open)
         })
         .await;
         let seen = records(&answers);

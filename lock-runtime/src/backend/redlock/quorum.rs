@@ -232,6 +232,33 @@ pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Op
     })
 }
 
+/// Whether what [`majority_record`] makes of `records` can no longer
+/// change with the answers of the `open` masters still out: every holder
+/// seen (in either mode, and as a writer) is recorded on a majority
+/// already or cannot reach one, and the open masters are too few to make a
+/// majority for a holder not seen at all. (Not merely "some holder has a
+/// majority": a reader whose acquire returned on a bare majority may show
+/// on only one master that answered so far, its vote to another still on
+/// the way there.)
+pub(super) fn record_settled(records: &[Option<Recorded>], quorum: usize, open: usize) -> bool {
+    let all: Vec<Vec<Share<'_>>> = records.iter().flatten().map(shares).collect();
+    let decided = |count: usize| count >= quorum || count + open < quorum;
+    let count = |holder: &str, write_only: bool| {
+        all.iter()
+            .filter(|master| {
+                master
+                    .iter()
+                    .any(|s| s.holder == holder && (s.write || !write_only))
+            })
+            .count()
+    };
+    open < quorum
+        && all
+            .iter()
+            .flatten()
+            .all(|s| decided(count(s.holder, false)) && decided(count(s.holder, true)))
+}
+
 /// The token that `quorum` of `fences` agree on, else the largest.
 fn majority_fence(fences: &[u64], quorum: usize) -> Option<u64> {
     fences
@@ -400,6 +427,34 @@ mod tests {
         assert_eq!(
             majority_record(&[readers(&[("c", 1, 1)]), None, None], 2),
             None
+        );
+    }
+
+    #[test]
+    fn inspect_waits_for_a_master_that_could_still_show_a_reader_a_majority() {
+        // `b` holds a bare majority of three, but of the two masters that
+        // answered one had not run its vote yet: the third decides.
+        let seen = [
+            readers(&[("a", 900, 10), ("b", 900, 12)]),
+            readers(&[("a", 900, 10)]),
+        ];
+        assert!(!record_settled(&seen, 2, 1));
+        assert!(record_settled(&seen, 2, 0), "all answered");
+        let both = [seen[0].clone(), seen[0].clone()];
+        assert!(record_settled(&both, 2, 1), "both readers have two");
+        assert!(record_settled(
+            &[record("a", 1, 1), record("a", 1, 1)],
+            2,
+            1
+        ));
+        assert!(
+            !record_settled(&[record("a", 1, 1), None], 2, 1),
+            "a may have two"
+        );
+        assert!(record_settled(&[None, None], 2, 1), "free on a majority");
+        assert!(
+            !record_settled(&[None, None], 3, 3),
+            "three out could make one"
         );
     }
 }
