@@ -52,6 +52,22 @@
 //! A master that said "not ours" while a majority renewed (it restarted
 //! empty, or stayed frozen past the lease) gets the hold back at once.
 //!
+//! **Read-write locks.** A read hold is a majority of masters granting a
+//! read (`read.lua` on each, behind the boot-marker check: `read.rs`), a
+//! write hold a majority granting a write; a master grants a read only
+//! while no write hold is there and a write only while nothing is, and any
+//! two majorities share a master, so a reader and a writer never both
+//! hold. A reader's token is written back like a writer's, into its own
+//! `f:<holder>` field (`redlock_fence.lua`), and raises the same counters:
+//! a writer's token exceeds every earlier reader's and writer's, a
+//! reader's every earlier writer's. Renewals and releases need no mode
+//! (each master's scripts go by what its hash records). A downgrade is
+//! best effort per master and done on a majority: a master that missed it
+//! still records our write hold, which keeps writers out as well, so the
+//! hold stands while a majority records it in either mode. Plain only:
+//! readers of other processes that overlap without a gap can keep a
+//! writer out (there is no queue to stop them).
+//!
 //! **Fair mode** is refused: its queue and handoff live in one server's
 //! lists and scripts, and independent masters would each hand the lock to a
 //! different waiter.
