@@ -1382,3 +1382,63 @@ async fn redlock_writer_waits_while_readers_hold_a_bare_majority() {
     );
     assert!(token > readers, "{token} <= {readers}");
 }
+
+/// A downgrade is done once a majority downgraded: the holder's link to
+/// master 2 drops at the downgrade's call, so that master still records
+/// the write hold, and the awaited downgrade succeeds on masters 0 and 1
+/// all the same. A reader of another runtime enters on them (master 2
+/// refuses it: more exclusive, never less), a writer stays out, inspect
+/// lists both readers, and once both leave a writer enters with a larger
+/// token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_keeps_the_write_hold()
+{
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let prefix = unique("redlock-downgrade-majority");
+    let proxy = FaultProxy::start(fleet[2].port()).await;
+    let through = vec![fleet[0].url(), fleet[1].url(), proxy.url()];
+    let a = redlock_runtime(through, &prefix, RESPONSE).await;
+    let b = runtime(&fleet, &prefix).await;
+    let lock_key = a.backend_key("k");
+    let write = a.lock("k").write().acquire().await.unwrap();
+    let token = write.fence();
+    proxy.drop_at_command("EVALSHA");
+    let read = write.downgrade().await.expect("a majority downgraded");
+    assert_eq!(
+        proxy.dropped_at_command(),
+        1,
+        "the downgrade reached master 2"
+    );
+    assert_eq!(
+        (read.mode(), read.fence()),
+        (lock_runtime::LockMode::Read, token)
+    );
+    for server in &fleet[..2] {
+        assert_eq!(mode_on(server, &lock_key).await.as_deref(), Some("r"));
+    }
+    assert_eq!(
+        mode_on(&fleet[2], &lock_key).await,
+        None,
+        "master 2 should still record the write hold"
+    );
+    assert!(has_key(&fleet[2], &lock_key).await);
+    let other = b.lock("k").read().try_acquire().await.unwrap();
+    let other = other.expect("a reader was kept out of a hold downgraded on a majority");
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    let info = b.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.mode, lock_runtime::LockMode::Read, "{info:?}");
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    let mut expected = vec![Some(token), Some(other.fence())];
+    expected.sort();
+    assert_eq!(tokens, expected, "{info:?}");
+    read.release().await.unwrap();
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    let readers = token.max(other.fence());
+    other.release().await.unwrap();
+    let next = b.lock("k").write().try_acquire().await.unwrap();
+    let next = next.expect("the key stayed taken after its readers");
+    assert!(next.fence() > readers, "{} <= {readers}", next.fence());
+    next.release().await.unwrap();
+}
