@@ -1403,13 +1403,30 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     let lock_key = a.backend_key("k");
     let write = a.lock("k").write().acquire().await.unwrap();
     let token = write.fence();
+    // Master 2 records the hold with its token once the acquire's calls to
+    // it (the vote, and the token's write-back) have all landed: only then
+    // is the next call through the proxy the downgrade.
+    let mut recorded = None;
+    for _ in 0..200 {
+        recorded = redis::cmd("HGET")
+            .arg(&lock_key)
+            .arg("fence")
+            .query_async::<Option<u64>>(&mut raw(&fleet[2]).await)
+            .await
+            .unwrap();
+        if recorded == Some(token) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(recorded, Some(token), "master 2 never recorded the hold");
     proxy.drop_at_command("EVALSHA");
     let read = write.downgrade().await.expect("a majority downgraded");
-    assert_eq!(
-        proxy.dropped_at_command(),
-        1,
-        "the downgrade reached master 2"
-    );
+    // (The majority may answer before the proxy sees the call to master 2.)
+    wait_until("the downgrade's call to master 2 is dropped", || {
+        proxy.dropped_at_command() == 1
+    })
+    .await;
     assert_eq!(
         (read.mode(), read.fence()),
         (lock_runtime::LockMode::Read, token)
