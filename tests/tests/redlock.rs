@@ -1401,7 +1401,9 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     let a = redlock_runtime(through, &prefix, RESPONSE).await;
     let b = runtime(&fleet, &prefix).await;
     let lock_key = a.backend_key("k");
-    let write = a.lock("k").write().acquire().await.unwrap();
+    // A long lease: no renewal goes out while the proxy's drop is armed.
+    let lease = Duration::from_secs(30);
+    let write = a.lock("k").write().lease(lease).acquire().await.unwrap();
     let token = write.fence();
     // Master 2 records the hold with its token once the acquire's calls to
     // it (the vote, and the token's write-back) have all landed: only then
