@@ -1179,6 +1179,25 @@ async fn reader_tokens(server: &RedisServer, name: &str) -> Vec<u64> {
     tokens
 }
 
+/// Whether the lock hash `name` on `server` records the write token
+/// `token` within 200 ms (the acquire's vote and its token's write-back
+/// may still be on the way).
+async fn token_on(server: &RedisServer, name: &str, token: u64) -> bool {
+    for _ in 0..20 {
+        let fence: Option<u64> = redis::cmd("HGET")
+            .arg(name)
+            .arg("fence")
+            .query_async(&mut raw(server).await)
+            .await
+            .unwrap();
+        if fence == Some(token) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// A foreign write hold of `name` on `server` for a minute: that master
 /// answers busy to everyone else.
 async fn foreign_hold(server: &RedisServer, name: &str) {
@@ -1403,25 +1422,22 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     let lock_key = a.backend_key("k");
     // A long lease: no renewal goes out while the proxy's drop is armed.
     let lease = Duration::from_secs(30);
-    let write = a.lock("k").write().lease(lease).acquire().await.unwrap();
-    let token = write.fence();
-    // Master 2 records the hold with its token once the acquire's calls to
-    // it (the vote, and the token's write-back) have all landed: only then
-    // is the next call through the proxy the downgrade.
-    let mut recorded = None;
-    for _ in 0..200 {
-        recorded = redis::cmd("HGET")
-            .arg(&lock_key)
-            .arg("fence")
-            .query_async::<Option<u64>>(&mut raw(&fleet[2]).await)
-            .await
-            .unwrap();
-        if recorded == Some(token) {
-            break;
+    // Master 2 must record the hold, with its token, before the drop is
+    // armed (then the next call through the proxy is the downgrade). Its
+    // vote may be left out: a vote still out when the majority decided is
+    // dropped, and the client sends no command whose caller has gone. So
+    // take the hold again until master 2 has it (bounded).
+    let mut attempts = 0;
+    let write = loop {
+        attempts += 1;
+        let write = a.lock("k").write().lease(lease).acquire().await.unwrap();
+        if token_on(&fleet[2], &lock_key, write.fence()).await {
+            break write;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(recorded, Some(token), "master 2 never recorded the hold");
+        assert!(attempts < 20, "master 2 took none of 20 holds");
+        write.release().await.unwrap();
+    };
+    let token = write.fence();
     proxy.drop_at_command("EVALSHA");
     let read = write.downgrade().await.expect("a majority downgraded");
     // (The majority may answer before the proxy sees the call to master 2.)
