@@ -5,7 +5,11 @@
 //! majorities, and the faults the quorum is for: two masters down, three
 //! down, a master restarted empty under a hold, a holder that loses its
 //! majority, a master flapping under contention, a majority reached past
-//! the validity limit, and acquires cancelled mid-vote.
+//! the validity limit, and acquires cancelled mid-vote. Read-write locks on
+//! the quorum: a read quorum with a master down, a master restarted empty
+//! under a writer that votes for no reader, readers on a bare majority that
+//! keep a writer out, and a downgrade done on a majority while a master
+//! that missed it keeps the write hold.
 //!
 //! The healthy tests share one fleet of masters; every fault test starts a
 //! fleet of its own and takes its turn (they measure timing, and the
