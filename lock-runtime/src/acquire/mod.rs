@@ -333,7 +333,9 @@ impl Acquisition {
         // fixed lease longer than the handoff's claim is not taken from the
         // message: the next attempt claims it and sets the full lease.)
         let handoff = match &self.ticket {
-            Some(ticket) if self.want.fair => ticket.take_handoff(self.minimum_claim(), epoch())?,
+            Some(ticket) if self.want.fair => {
+                ticket.take_handoff(self.minimum_claim(), epoch(), self.place_mode())?
+            }
             _ => return None,
         };
         if let Some(ticket) = self.ticket.take() {
@@ -485,6 +487,15 @@ impl Acquisition {
         } else {
             self.want.lease
         }
+    }
+
+    /// The mode of this waiter's fair place, on a backend whose places have
+    /// one (see [`Backend::places_have_modes`]): whether it reads.
+    fn place_mode(&self) -> Option<bool> {
+        let backend = self.runtime.backend();
+        backend
+            .places_have_modes()
+            .then(|| self.want.mode.is_read())
     }
 
     /// The shortest handoff claim this waiter may take without a round trip:

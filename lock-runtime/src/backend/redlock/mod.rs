@@ -518,7 +518,8 @@ impl Redlock {
             };
             quorum::renewal(masters, said(true), said(false))
         };
-        let calls = self.calls(|m| m.downgrade(lock_key, holder));
+        // (Plain: Redlock has no fair mode.)
+        let calls = self.calls(|m| m.downgrade(lock_key, holder, false));
         let answers = gather(calls, |answers| verdict(answers).is_some()).await;
         verdict(&answers).ok_or_else(|| self.no_quorum("downgrade", &answers))
     }
