@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{fence, with_lock, LockError, LockMode, LockRequest};
-use lock_tests::{on_every_backend, on_every_read_write_backend, wait_until, Kind};
+use lock_tests::{on_every_backend, wait_until, Kind};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 
-on_every_read_write_backend!(
+on_every_backend!(
     readers_share_a_key_across_runtimes,
     a_writer_excludes_readers_and_other_writers,
     exclusive_and_write_are_one_lock,
@@ -37,14 +37,15 @@ on_every_read_write_backend!(
 
 // Where a dropped guard's downgrade is sent in the background, ordered
 // before the release behind it: the embedded store, etcd and ZooKeeper.
-// The Redis family keeps such a hold a write hold until its read frames end
-// (more exclusive), so that no release can overtake the downgrade.
+// The Redis family (Redlock too) keeps such a hold a write hold until its
+// read frames end (more exclusive), so that no release can overtake the
+// downgrade.
 on_every_backend!(
     dropping_the_write_under_a_nested_read_downgrades_in_the_background skip(
         redis = "a background downgrade stays a write hold on Redis (by design, for now)",
         cluster = "a background downgrade stays a write hold on Redis (by design, for now)",
         sentinel = "a background downgrade stays a write hold on Redis (by design, for now)",
-        redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
+        redlock = "a background downgrade stays a write hold on Redis (by design, for now)",
     ),
 );
 
@@ -61,8 +62,6 @@ on_every_backend!(
         redlock = "Redlock has no fair mode"
     ),
 );
-
-on_every_backend!(read_and_write_holds_are_refused_where_not_built_yet);
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -819,31 +818,4 @@ async fn dropping_the_write_under_a_nested_read_downgrades_in_the_background(kin
     read.release().await.unwrap();
     let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
     assert!(next.fence() > token);
-}
-
-/// Until a backend's read-write support is built, it refuses read and
-/// write holds with an error naming the issue: it never serves a read as
-/// an exclusive hold, nor the other way round.
-async fn read_and_write_holds_are_refused_where_not_built_yet(kind: Kind) {
-    let runtime = kind.runtime(&lock_tests::unique("rw-refused")).await;
-    let read = runtime.lock("k").read().try_acquire().await;
-    let read_ok = matches!(read, Ok(Some(_)));
-    drop(read);
-    let write = runtime.lock("k").write().try_acquire().await;
-    let refused = |outcome: &Result<Option<lock_runtime::LockGuard>, LockError>| matches!(outcome, Err(LockError::InvalidConfig(why)) if why.contains("issue 28"));
-    match kind {
-        Kind::Redlock => {
-            let read = runtime.lock("k").read().try_acquire().await;
-            for outcome in [read, write] {
-                assert!(refused(&outcome), "{outcome:?}");
-            }
-        }
-        _ => {
-            assert!(read_ok);
-            assert!(matches!(write, Ok(Some(_))), "{write:?}");
-            return;
-        }
-    }
-    // The exclusive lock is unaffected.
-    assert!(runtime.lock("k").try_acquire().await.unwrap().is_some());
 }
