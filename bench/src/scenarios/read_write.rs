@@ -1,0 +1,343 @@
+//! S14: a read-heavy key. S3's shape (eight workers in two processes, one
+//! key, the bodies' counter on the data server), with 90 % of the calls
+//! reads and 10 % writes, each call's kind drawn from the task's seeded
+//! generator (`worker::read_write`), so every contender sees the same
+//! sequence of kinds per task.
+//!
+//! A read's body GETs the counter, yields and GETs it again (two values
+//! that differ are a violation: a writer got in beside the reader); a
+//! write's body is S3's GET and SET. Each repetition runs, one after the
+//! other:
+//!
+//! - `rw-plain`: ours, `fair(false)`, `.read()` / `.write()`;
+//! - `rw-default`: ours with `LockRuntime::builder()` as it comes,
+//!   `.read()` / `.write()`. Fair is the default, but until fair
+//!   read-write locks are built on Redis (issue 28, step 5) a read or write
+//!   request is served plain: the workers say how their holds were served,
+//!   and the row's metric carries it, so the row measures fair mode as
+//!   soon as it exists and says so;
+//! - `exclusive`: ours with the default builder, every call (read or
+//!   write body) taking the exclusive lock: what a user without read-write
+//!   locks has;
+//! - `limit`: no distributed lock, one process with the eight tasks on two
+//!   data connections (as S3's limit) and an in-process `tokio::sync::RwLock`,
+//!   whose queue is FIFO and so writer-preferring. It is the most a
+//!   read-write lock could give with this mix, and with writer preference.
+//!
+//! The issue's goal is the read-write rows at least 4x the exclusive row's
+//! acquisitions/s, with the writers' wait p99 bounded. The design
+//! (`docs/design/read-write.md` §6) predicts about 3.5x for a
+//! writer-preferring lock with this mix, and 4.7x as Amdahl's ceiling.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+use super::{Ctx, Output};
+use crate::config::Shape;
+use crate::read_write::{RwAnalysis, RwRecord};
+use crate::report::{Row, Target};
+use crate::stats::median_of;
+use crate::worker::read_write::Contender;
+use crate::worker::{self, WAIT_LIMIT};
+
+/// The seed of every run's call kinds (each task mixes in its number).
+const SEED: u64 = 14;
+/// Writes per thousand calls.
+const WRITE_PERMILLE: u64 = 100;
+/// The issue's goal: read-write acquisitions/s over exclusive ones.
+pub const GOAL: f64 = 4.0;
+/// Most lines a worker may print (bounds the parent's reading).
+const MAX_LINES: usize = 5_000_000;
+
+/// Figures of one run of one contender.
+#[derive(Clone, Debug)]
+pub struct RwRun {
+    /// What the records show.
+    pub analysis: RwAnalysis,
+    /// The counter the writes incremented.
+    pub counter: u64,
+    /// Acquires that gave up after [`WAIT_LIMIT`].
+    pub timeouts: u64,
+    /// Other failures the workers reported.
+    pub errors: u64,
+    /// Holds passed between tasks of a process without a round trip.
+    pub passed_locally: u64,
+    /// How the workers' holds were served (`fair`, `plain`, `local`; two
+    /// joined by `+` if the processes disagreed).
+    pub served: String,
+}
+
+impl RwRun {
+    /// Calls per second.
+    pub fn rate(&self) -> f64 {
+        self.analysis.per_second
+    }
+
+    /// |counter − recorded writes| plus timeouts and errors.
+    pub fn failures(&self) -> f64 {
+        (self.counter.abs_diff(self.analysis.writes as u64) + self.timeouts + self.errors) as f64
+    }
+
+    /// Torn reads plus writer overlaps.
+    pub fn violations(&self) -> f64 {
+        self.analysis.violations() as f64
+    }
+
+    /// As JSON, for the results file.
+    pub fn to_json(&self) -> Value {
+        let a = &self.analysis;
+        let ms = |v: f64| crate::report::finite(v / 1e3);
+        json!({
+            "served": self.served,
+            "acquisitions": a.total,
+            "writes": a.writes,
+            "per_second": a.per_second,
+            "writer_wait_ms": {
+                "p50": ms(a.writer_waits.p50()),
+                "p99": ms(a.writer_waits.p99()),
+                "max": ms(a.writer_waits.max()),
+            },
+            "reader_wait_ms": {
+                "p50": ms(a.reader_waits.p50()),
+                "p99": ms(a.reader_waits.p99()),
+                "max": ms(a.reader_waits.max()),
+            },
+            "torn_reads": a.torn_reads,
+            "writer_overlaps": a.writer_overlaps,
+            "peak_readers": a.peak_readers,
+            "mean_readers": crate::report::finite(a.mean_readers),
+            "counter": self.counter,
+            "timeouts": self.timeouts,
+            "errors": self.errors,
+            "passed_locally": self.passed_locally,
+        })
+    }
+}
+
+/// One run of `contender` in `shape`, its keys named apart by `run`.
+pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) -> Result<RwRun> {
+    let prefix = format!("s14:{run}:{}:", contender.name());
+    // The limit runs every task in one process (its lock is in-process),
+    // on one data connection per process of the shape, as S3's limit.
+    let (processes, tasks, connections) = if contender == Contender::Limit {
+        (1, shape.workers(), shape.processes)
+    } else {
+        (shape.processes, shape.tasks, 1)
+    };
+    let mut workers = Vec::new();
+    for p in 0..processes {
+        let args = [
+            "read-write".to_owned(),
+            contender.name().to_owned(),
+            ctx.lock_server.url(),
+            ctx.data_server.url(),
+            prefix.clone(),
+            tasks.to_string(),
+            (p * tasks).to_string(),
+            shape.duration.as_millis().to_string(),
+            connections.to_string(),
+            SEED.to_string(),
+            WRITE_PERMILLE.to_string(),
+        ];
+        workers.push(worker::start(&ctx.config.worker_exe, &args)?);
+    }
+    for w in &mut workers {
+        w.expect("ready", Duration::from_secs(60)).await?;
+    }
+    for w in &mut workers {
+        w.send("go")?;
+    }
+    let mut lines = Vec::new();
+    for w in &mut workers {
+        let limit = shape.duration + WAIT_LIMIT + Duration::from_secs(30);
+        lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
+    }
+    drop(workers);
+
+    let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
+    let mut served: Vec<String> = Vec::new();
+    for line in &lines {
+        let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
+        if let Some(record) = RwRecord::parse(line) {
+            records.push(record?);
+        } else if let Some(n) = line.strip_prefix("timeouts ") {
+            timeouts += count(n)?;
+        } else if let Some(n) = line.strip_prefix("errors ") {
+            errors += count(n)?;
+        } else if let Some(n) = line.strip_prefix("passed ") {
+            passed += count(n)?;
+        } else if let Some(how) = line.strip_prefix("served ") {
+            served.push(how.trim().to_owned());
+        } else {
+            bail!("unexpected worker line {line:?}");
+        }
+    }
+    served.sort();
+    served.dedup();
+    let mut data = redis::Client::open(ctx.data_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let counter: Option<u64> = data.get(format!("{prefix}counter")).await?;
+    Ok(RwRun {
+        analysis: RwAnalysis::of(records),
+        counter: counter.unwrap_or(0),
+        timeouts,
+        errors,
+        passed_locally: passed,
+        served: served.join("+"),
+    })
+}
+
+/// The scenario name of `contender`'s rows.
+fn group(contender: Contender) -> &'static str {
+    match contender {
+        Contender::ReadWritePlain => "S14 rw plain",
+        Contender::ReadWriteDefault => "S14 rw default",
+        Contender::Exclusive => "S14 exclusive",
+        Contender::Limit => "S14 limit",
+    }
+}
+
+/// How the runs' holds were served, in words for a metric.
+fn served(runs: &[RwRun]) -> String {
+    let mut all: Vec<&str> = runs.iter().map(|r| r.served.as_str()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.join(", then ")
+}
+
+/// Runs S14.
+pub async fn run(ctx: &Ctx) -> Result<Output> {
+    let shape = ctx.scale().s14;
+    let mut runs: Vec<Vec<RwRun>> = vec![Vec::new(); Contender::ALL.len()];
+    for run in 0..ctx.runs() {
+        for (i, contender) in Contender::ALL.into_iter().enumerate() {
+            runs[i].push(contend(ctx, contender, shape, run).await?);
+        }
+    }
+    let of = |c: Contender| {
+        let i = Contender::ALL.iter().position(|x| *x == c).unwrap_or(0);
+        &runs[i]
+    };
+    let exclusive = of(Contender::Exclusive);
+    let limit = of(Contender::Limit);
+    let worst = |runs: &[RwRun], f: fn(&RwRun) -> f64| runs.iter().map(f).fold(0.0, f64::max);
+    let ms = |v: f64| v / 1e3;
+    let mut rows = Vec::new();
+    for contender in Contender::ALL {
+        let these = of(contender);
+        let g = group(contender);
+        let rate = median_of(these, RwRun::rate);
+        let rate_row = Row::new(
+            g,
+            format!("acquisitions/s, 90 % reads (served {})", served(these)),
+            rate,
+        );
+        rows.push(match contender {
+            Contender::ReadWritePlain | Contender::ReadWriteDefault => rate_row
+                .vs(
+                    "exclusive, default builder",
+                    median_of(exclusive, RwRun::rate),
+                )
+                .target(Target::RatioAtLeast(GOAL)),
+            Contender::Limit => rate_row.vs(
+                "exclusive, default builder",
+                median_of(exclusive, RwRun::rate),
+            ),
+            Contender::Exclusive => rate_row,
+        });
+        if contender != Contender::Limit {
+            rows.push(
+                Row::new(g, "acquisitions/s vs the limit", rate)
+                    .vs("limit", median_of(limit, RwRun::rate)),
+            );
+        }
+        let wait = |q: fn(&RwAnalysis) -> f64| move |r: &RwRun| ms(q(&r.analysis));
+        rows.push(Row::new(
+            g,
+            "writer wait p50 (ms)",
+            median_of(these, wait(|a| a.writer_waits.p50())),
+        ));
+        let p99 = Row::new(
+            g,
+            "writer wait p99 (ms)",
+            median_of(these, wait(|a| a.writer_waits.p99())),
+        );
+        rows.push(if contender == Contender::Exclusive {
+            p99
+        } else {
+            p99.vs(
+                "exclusive",
+                median_of(exclusive, wait(|a| a.writer_waits.p99())),
+            )
+        });
+        rows.push(Row::new(
+            g,
+            "writer wait max (ms)",
+            median_of(these, wait(|a| a.writer_waits.max())),
+        ));
+        rows.push(Row::new(
+            g,
+            "reader wait p99 (ms)",
+            median_of(these, wait(|a| a.reader_waits.p99())),
+        ));
+        rows.push(Row::new(
+            g,
+            format!(
+                "readers at once while any read: mean (peak {})",
+                median_of(these, |r| r.analysis.peak_readers as f64)
+            ),
+            median_of(these, |r| r.analysis.mean_readers),
+        ));
+        rows.push(
+            Row::new(
+                g,
+                "torn reads + writer overlaps, worst run",
+                worst(these, RwRun::violations),
+            )
+            .target(Target::Exactly(0.0)),
+        );
+        rows.push(
+            Row::new(
+                g,
+                "|counter - writes| + timeouts + errors, worst run",
+                worst(these, RwRun::failures),
+            )
+            .target(Target::Exactly(0.0)),
+        );
+    }
+    let mut detail = serde_json::Map::new();
+    detail.insert(
+        "shape".to_owned(),
+        json!({
+            "processes": shape.processes,
+            "tasks": shape.tasks,
+            "seconds": shape.duration.as_secs_f64(),
+            "seed": SEED,
+            "writes_per_mille": WRITE_PERMILLE,
+        }),
+    );
+    for contender in Contender::ALL {
+        let these = of(contender);
+        let ratios: Vec<Value> = these
+            .iter()
+            .zip(exclusive)
+            .map(|(r, e)| crate::report::finite(r.rate() / e.rate()))
+            .collect();
+        detail.insert(
+            contender.name().to_owned(),
+            json!({
+                "runs": these.iter().map(RwRun::to_json).collect::<Vec<_>>(),
+                "rate_over_exclusive_per_run": ratios,
+            }),
+        );
+    }
+    Ok(Output {
+        rows,
+        detail: Value::Object(detail),
+        ..Output::default()
+    })
+}
