@@ -41,7 +41,7 @@ pub struct Summary {
     /// Where the JSON results went.
     pub json_path: PathBuf,
     /// Where the charts went (`handoff.svg`, `waits.svg` when S3 ran;
-    /// `limits.svg` when S3, S8 or S9 ran).
+    /// `limits.svg` when S3, S8 or S9 ran; `read_write.svg` when S14 ran).
     pub svg_paths: Vec<PathBuf>,
     /// Wall time of the whole run, seconds.
     pub seconds: f64,
@@ -70,6 +70,7 @@ pub async fn run(config: Config) -> Result<Summary> {
     let mut details = Map::new();
     let mut chart = None;
     let mut limits = Vec::new();
+    let mut own_charts = Vec::new();
     let mut contention_done = false;
     for scenario in &config.scenarios {
         let name = format!("{scenario:?}").to_lowercase();
@@ -102,6 +103,7 @@ pub async fn run(config: Config) -> Result<Summary> {
         );
         rows.extend(output.rows);
         limits.extend(output.limits);
+        own_charts.extend(output.svgs);
         details.insert(name, output.detail);
         if let (Some(handoffs), Some(waits)) = (output.handoffs, output.waits) {
             chart = Some(charts::S3Charts {
@@ -126,6 +128,11 @@ pub async fn run(config: Config) -> Result<Summary> {
             &limits,
             config.quick,
         )?);
+    }
+    for (name, svg) in own_charts {
+        let path = config.out_dir.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
+        svg_paths.push(path);
     }
     let json_path = config.out_dir.join("results.json");
     let results = json!({

@@ -175,6 +175,8 @@ pub struct Output {
     pub ping_p50: Option<f64>,
     /// Contenders against the limit, for the limit chart.
     pub limits: Vec<LimitGroup>,
+    /// Charts of the scenario's own: file name and SVG text.
+    pub svgs: Vec<(&'static str, String)>,
 }
 
 /// Microseconds in a `Duration`.

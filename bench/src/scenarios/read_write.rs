@@ -32,14 +32,15 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use super::{Ctx, Output};
+use super::{contention, Ctx, Output};
 use crate::config::Shape;
 use crate::read_write::{RwAnalysis, RwRecord};
 use crate::report::{Row, Target};
-use crate::stats::median_of;
+use crate::stats::{median_of, Samples};
 use crate::worker::read_write::Contender;
 use crate::worker::{self, WAIT_LIMIT};
 
@@ -65,6 +66,10 @@ pub struct RwRun {
     pub errors: u64,
     /// Holds passed between tasks of a process without a round trip.
     pub passed_locally: u64,
+    /// CPU time of the worker processes during the run, µs.
+    pub worker_cpu_us: u64,
+    /// CPU time of the Redis servers (lock and data) during the run, µs.
+    pub redis_cpu_us: f64,
     /// How the workers' holds were served (`fair`, `plain`, `local`; two
     /// joined by `+` if the processes disagreed).
     pub served: String,
@@ -79,6 +84,16 @@ impl RwRun {
     /// |counter − recorded writes| plus timeouts and errors.
     pub fn failures(&self) -> f64 {
         (self.counter.abs_diff(self.analysis.writes as u64) + self.timeouts + self.errors) as f64
+    }
+
+    /// Worker CPU per call, µs.
+    pub fn worker_cpu_per_call(&self) -> f64 {
+        self.worker_cpu_us as f64 / self.analysis.total.max(1) as f64
+    }
+
+    /// Redis CPU (both servers) per call, µs.
+    pub fn redis_cpu_per_call(&self) -> f64 {
+        self.redis_cpu_us / self.analysis.total.max(1) as f64
     }
 
     /// Torn reads plus writer overlaps.
@@ -113,6 +128,8 @@ impl RwRun {
             "timeouts": self.timeouts,
             "errors": self.errors,
             "passed_locally": self.passed_locally,
+            "worker_cpu_us": self.worker_cpu_us,
+            "redis_cpu_us": self.redis_cpu_us,
         })
     }
 }
@@ -147,6 +164,19 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
     for w in &mut workers {
         w.expect("ready", Duration::from_secs(60)).await?;
     }
+    let mut lock_info = ctx.plain.clone();
+    let mut data = redis::Client::open(ctx.data_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let redis_cpu = |lock: &mut MultiplexedConnection, data: &mut MultiplexedConnection| {
+        let (mut lock, mut data) = (lock.clone(), data.clone());
+        async move {
+            anyhow::Ok(
+                contention::redis_cpu(&mut lock).await? + contention::redis_cpu(&mut data).await?,
+            )
+        }
+    };
+    let redis_cpu_before = redis_cpu(&mut lock_info, &mut data).await?;
     for w in &mut workers {
         w.send("go")?;
     }
@@ -155,9 +185,11 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
         let limit = shape.duration + WAIT_LIMIT + Duration::from_secs(30);
         lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
     }
+    let redis_cpu_after = redis_cpu(&mut lock_info, &mut data).await?;
     drop(workers);
 
     let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
+    let mut worker_cpu_us = 0;
     let mut served: Vec<String> = Vec::new();
     for line in &lines {
         let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
@@ -169,6 +201,8 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
             errors += count(n)?;
         } else if let Some(n) = line.strip_prefix("passed ") {
             passed += count(n)?;
+        } else if let Some(n) = line.strip_prefix("cpu_us ") {
+            worker_cpu_us += count(n)?;
         } else if let Some(how) = line.strip_prefix("served ") {
             served.push(how.trim().to_owned());
         } else {
@@ -177,9 +211,6 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
     }
     served.sort();
     served.dedup();
-    let mut data = redis::Client::open(ctx.data_server.url())?
-        .get_multiplexed_async_connection()
-        .await?;
     let counter: Option<u64> = data.get(format!("{prefix}counter")).await?;
     Ok(RwRun {
         analysis: RwAnalysis::of(records),
@@ -187,6 +218,8 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
         timeouts,
         errors,
         passed_locally: passed,
+        worker_cpu_us,
+        redis_cpu_us: (redis_cpu_after - redis_cpu_before).max(0.0) * 1e6,
         served: served.join("+"),
     })
 }
@@ -295,6 +328,25 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         rows.push(
             Row::new(
                 g,
+                "worker CPU (us per call)",
+                median_of(these, RwRun::worker_cpu_per_call),
+            )
+            .vs(
+                "exclusive",
+                median_of(exclusive, RwRun::worker_cpu_per_call),
+            ),
+        );
+        rows.push(
+            Row::new(
+                g,
+                "Redis CPU, both servers (us per call)",
+                median_of(these, RwRun::redis_cpu_per_call),
+            )
+            .vs("exclusive", median_of(exclusive, RwRun::redis_cpu_per_call)),
+        );
+        rows.push(
+            Row::new(
+                g,
                 "torn reads + writer overlaps, worst run",
                 worst(these, RwRun::violations),
             )
@@ -335,9 +387,23 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             }),
         );
     }
+    let curves: Vec<(String, Samples)> = Contender::ALL
+        .into_iter()
+        .map(|c| {
+            let these = of(c);
+            let waits = these
+                .iter()
+                .flat_map(|r| r.analysis.writer_waits.sorted())
+                .copied()
+                .collect();
+            (format!("{} ({})", c.name(), served(these)), Samples::new(waits))
+        })
+        .collect();
+    let chart = crate::charts::writer_waits(&curves, ctx.config.quick)?;
     Ok(Output {
         rows,
         detail: Value::Object(detail),
+        svgs: vec![("read_write.svg", chart)],
         ..Output::default()
     })
 }

@@ -369,7 +369,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
 
 /// CPU time of this process so far (all threads, user + system), seconds;
 /// 0 where `/proc` cannot be read (the figure is a report, not a check).
-fn cpu_seconds() -> f64 {
+pub(super) fn cpu_seconds() -> f64 {
     lock_testkit::usage::cpu_seconds().unwrap_or(0.0)
 }
 

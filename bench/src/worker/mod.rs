@@ -19,8 +19,8 @@
 //!     `go`, each call's kind drawn from the task's generator seeded from
 //!     <seed>; <contender> is rw-plain, rw-default, exclusive, or limit (an
 //!     in-process `tokio::sync::RwLock`). Prints `rw` lines, then
-//!     `timeouts`, `errors`, `passed` and `served` (fair, plain or local:
-//!     how its holds were served).
+//!     `timeouts`, `errors`, `passed`, `cpu_us` and `served` (fair, plain
+//!     or local: how its holds were served).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```

@@ -26,7 +26,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
-use super::contend::{default_fair, now_us, WAIT_LIMIT};
+use super::contend::{cpu_seconds, default_fair, now_us, WAIT_LIMIT};
 use crate::keys::Rng;
 use crate::read_write::{Kind, RwRecord};
 
@@ -183,6 +183,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&guard);
+    let cpu_before = cpu_seconds();
     let end = Instant::now() + args.duration;
     let mut tasks = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
@@ -223,6 +224,8 @@ pub(super) async fn run(args: Args) -> Result<()> {
         "passed {}",
         passed_locally(&guard).saturating_sub(passed_before)
     ));
+    let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
+    lines.push(format!("cpu_us {cpu_us:.0}"));
     lines.push(format!("served {served}"));
     lines.push("done".to_owned());
     super::emit(lines)
