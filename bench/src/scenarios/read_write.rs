@@ -50,6 +50,17 @@ const SEED: u64 = 14;
 const WRITE_PERMILLE: u64 = 100;
 /// The goal: read-write acquisitions/s over exclusive ones.
 pub const GOAL: f64 = 4.0;
+/// How long each body pauses after its first command, µs:
+/// `LOCK_BENCH_S14_PAUSE_US` (tuning: bodies that take a while, where
+/// readers sharing pays off), else 0. Unset in the figures BENCHMARKS.md
+/// reports unless they say otherwise.
+fn pause_us() -> u64 {
+    std::env::var("LOCK_BENCH_S14_PAUSE_US")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Most lines a worker may print (bounds the parent's reading).
 const MAX_LINES: usize = 5_000_000;
 
@@ -158,6 +169,7 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
             connections.to_string(),
             SEED.to_string(),
             WRITE_PERMILLE.to_string(),
+            pause_us().to_string(),
         ];
         workers.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
@@ -260,13 +272,20 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
     let worst = |runs: &[RwRun], f: fn(&RwRun) -> f64| runs.iter().map(f).fold(0.0, f64::max);
     let ms = |v: f64| v / 1e3;
     let mut rows = Vec::new();
+    let paused = match pause_us() {
+        0 => String::new(),
+        us => format!(", bodies paused {us} us"),
+    };
     for contender in Contender::ALL {
         let these = of(contender);
         let g = group(contender);
         let rate = median_of(these, RwRun::rate);
         let rate_row = Row::new(
             g,
-            format!("acquisitions/s, 90 % reads (served {})", served(these)),
+            format!(
+                "acquisitions/s, 90 % reads{paused} (served {})",
+                served(these)
+            ),
             rate,
         );
         rows.push(match contender {
@@ -370,6 +389,7 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             "seconds": shape.duration.as_secs_f64(),
             "seed": SEED,
             "writes_per_mille": WRITE_PERMILLE,
+            "body_pause_us": pause_us(),
         }),
     );
     for contender in Contender::ALL {
@@ -396,7 +416,10 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
                 .flat_map(|r| r.analysis.writer_waits.sorted())
                 .copied()
                 .collect();
-            (format!("{} ({})", c.name(), served(these)), Samples::new(waits))
+            (
+                format!("{} ({})", c.name(), served(these)),
+                Samples::new(waits),
+            )
         })
         .collect();
     let chart = crate::charts::writer_waits(&curves, ctx.config.quick)?;

@@ -13,12 +13,13 @@
 //!     Prints `rec` lines, then `timeouts`, `errors`, `passed` (holds
 //!     passed locally, lock cohorting), `cpu_us` (the process's CPU time
 //!     during the run) and `switches` (its threads' context switches).
-//! --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille>
+//! --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille> <pause-us>
 //!     S14: <tasks> workers read (GET, yield, GET) and now and then write
 //!     (GET + SET) one key's counter on the data server for <millis> after
 //!     `go`, each call's kind drawn from the task's generator seeded from
 //!     <seed>; <contender> is rw-plain, rw-default, exclusive, or limit (an
-//!     in-process `tokio::sync::RwLock`). Prints `rw` lines, then
+//!     in-process `tokio::sync::RwLock`); a body pauses <pause-us> after
+//!     its first command (0: not at all). Prints `rw` lines, then
 //!     `timeouts`, `errors`, `passed`, `cpu_us` and `served` (fair, plain
 //!     or local: how its holds were served).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>

@@ -85,14 +85,16 @@ pub struct Args {
     seed: u64,
     /// Writes per thousand calls.
     write_permille: u64,
+    /// How long a body pauses after its first command (zero: no pause).
+    pause: Duration,
 }
 
 impl Args {
     pub(super) fn parse(args: &[String]) -> Result<Self> {
-        let [contender, lock_url, data_url, prefix, tasks, first_id, millis, connections, seed, writes] =
+        let [contender, lock_url, data_url, prefix, tasks, first_id, millis, connections, seed, writes, pause] =
             args
         else {
-            bail!("usage: --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille>");
+            bail!("usage: --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille> <pause-us>");
         };
         let Some(contender) = Contender::ALL.into_iter().find(|c| c.name() == contender) else {
             bail!("unknown contender {contender:?}");
@@ -108,6 +110,7 @@ impl Args {
             connections: super::parse("connections", connections)?,
             seed: super::parse("seed", seed)?,
             write_permille: super::parse("writes per mille", writes)?,
+            pause: Duration::from_micros(super::parse("pause", pause)?),
         })
     }
 }
@@ -166,16 +169,8 @@ pub(super) async fn run(args: Args) -> Result<()> {
     let mut scratch = TaskResult::default();
     for kind in [Kind::Write, Kind::Read] {
         let at = Call { worker: 0, kind };
-        once(
-            &guard,
-            &warm,
-            &warm_counter,
-            &data[0],
-            at,
-            &mut scratch,
-            true,
-        )
-        .await?;
+        let names = (warm.as_str(), warm_counter.as_str(), args.pause);
+        once(&guard, names, &data[0], at, &mut scratch, true).await?;
     }
     let served = served(args.contender, &guard, &warm).await?;
 
@@ -193,6 +188,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
         let counter = counter.clone();
         let mut kinds = kinds(args.seed, id);
         let write_share = args.write_permille as f64 / 1000.0;
+        let pause = args.pause;
         tasks.spawn(async move {
             let mut result = TaskResult::default();
             for _ in 0..MAX_PER_TASK {
@@ -205,7 +201,15 @@ pub(super) async fn run(args: Args) -> Result<()> {
                     Kind::Read
                 };
                 let at = Call { worker: id, kind };
-                once(&guard, KEY, &counter, &data, at, &mut result, false).await?;
+                once(
+                    &guard,
+                    (KEY, &counter, pause),
+                    &data,
+                    at,
+                    &mut result,
+                    false,
+                )
+                .await?;
             }
             anyhow::Ok(result)
         });
@@ -274,10 +278,19 @@ struct Call {
 }
 
 /// A read's or a write's body on `counter`: `(acquired, released, torn)`.
-async fn body(data: &MultiplexedConnection, counter: &str, kind: Kind) -> Result<(u64, u64, bool)> {
+async fn body(
+    data: &MultiplexedConnection,
+    counter: &str,
+    kind: Kind,
+    pause: Duration,
+) -> Result<(u64, u64, bool)> {
     let mut data = data.clone();
     let acquired = now_us();
     let first: Option<u64> = data.get(counter).await?;
+    if !pause.is_zero() {
+        // A body that works a while (tuning: where sharing pays off).
+        tokio::time::sleep(pause).await;
+    }
     let torn = match kind {
         Kind::Read => {
             // Give every other task of the process a turn between the two
@@ -294,12 +307,12 @@ async fn body(data: &MultiplexedConnection, counter: &str, kind: Kind) -> Result
     Ok((acquired, now_us(), torn))
 }
 
-/// One call on `key`, its body on `counter`; recorded under `at` unless
-/// `warmup` (which also turns every error into a failure).
+/// One call on `key`, its body on `counter` pausing `pause`; recorded
+/// under `at` unless `warmup` (which also turns every error into a
+/// failure).
 async fn once(
     guard: &Guard,
-    key: &str,
-    counter: &str,
+    (key, counter, pause): (&str, &str, Duration),
     data: &MultiplexedConnection,
     at: Call,
     result: &mut TaskResult,
@@ -314,16 +327,16 @@ async fn once(
                 (true, Kind::Read) => request.read(),
                 (true, Kind::Write) => request.write(),
             };
-            with_lock(request, body(data, counter, at.kind)).await
+            with_lock(request, body(data, counter, at.kind, pause)).await
         }
         Guard::Local(lock) => match at.kind {
             Kind::Read => {
                 let _shared = lock.read().await;
-                body(data, counter, at.kind).await
+                body(data, counter, at.kind, pause).await
             }
             Kind::Write => {
                 let _alone = lock.write().await;
-                body(data, counter, at.kind).await
+                body(data, counter, at.kind, pause).await
             }
         },
     };
