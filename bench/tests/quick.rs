@@ -94,6 +94,8 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S13", "S4 requests per acquisition on ZooKeeper"),
         ("S13", "S5 lock ops/s on ZooKeeper"),
         ("S13 peer", "Curator S1 p50"),
+        ("S14", "read-write, plain"),
+        ("S14", "read-write, default builder"),
         ("S14 rw plain", "acquisitions/s, 90 % reads"),
         ("S14 rw default", "acquisitions/s, 90 % reads"),
         ("S14 exclusive", "acquisitions/s, 90 % reads"),
