@@ -11,11 +11,10 @@
 //!
 //! - `rw-plain`: ours, `fair(false)`, `.read()` / `.write()`;
 //! - `rw-default`: ours with `LockRuntime::builder()` as it comes,
-//!   `.read()` / `.write()`. Fair is the default, but until fair
-//!   read-write locks are built on Redis (issue 28, step 5) a read or write
-//!   request is served plain: the workers say how their holds were served,
-//!   and the row's metric carries it, so the row measures fair mode as
-//!   soon as it exists and says so;
+//!   `.read()` / `.write()`: fair mode (the default). Before fair
+//!   read-write locks were built on Redis (issue 28, step 5) a read or
+//!   write request was served plain there: the workers say how their holds
+//!   were served, and the row's metric carries it;
 //! - `exclusive`: ours with the default builder, every call (read or
 //!   write body) taking the exclusive lock: what a user without read-write
 //!   locks has;
@@ -77,6 +76,8 @@ pub struct RwRun {
     pub errors: u64,
     /// Holds passed between tasks of a process without a round trip.
     pub passed_locally: u64,
+    /// Reads that joined a read hold of their process without a round trip.
+    pub joined_locally: u64,
     /// CPU time of the worker processes during the run, µs.
     pub worker_cpu_us: u64,
     /// CPU time of the Redis servers (lock and data) during the run, µs.
@@ -95,6 +96,12 @@ impl RwRun {
     /// |counter − recorded writes| plus timeouts and errors.
     pub fn failures(&self) -> f64 {
         (self.counter.abs_diff(self.analysis.writes as u64) + self.timeouts + self.errors) as f64
+    }
+
+    /// Reads that joined a read hold of their process, % of the reads.
+    pub fn joined_pct(&self) -> f64 {
+        let reads = self.analysis.total.saturating_sub(self.analysis.writes);
+        self.joined_locally as f64 * 100.0 / reads.max(1) as f64
     }
 
     /// Worker CPU per call, µs.
@@ -139,6 +146,7 @@ impl RwRun {
             "timeouts": self.timeouts,
             "errors": self.errors,
             "passed_locally": self.passed_locally,
+            "joined_locally": self.joined_locally,
             "worker_cpu_us": self.worker_cpu_us,
             "redis_cpu_us": self.redis_cpu_us,
         })
@@ -193,7 +201,7 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
     drop(workers);
 
     let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
-    let mut worker_cpu_us = 0;
+    let (mut worker_cpu_us, mut joined) = (0, 0);
     let mut served: Vec<String> = Vec::new();
     for line in &lines {
         let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
@@ -205,6 +213,8 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
             errors += count(n)?;
         } else if let Some(n) = line.strip_prefix("passed ") {
             passed += count(n)?;
+        } else if let Some(n) = line.strip_prefix("joined ") {
+            joined += count(n)?;
         } else if let Some(n) = line.strip_prefix("cpu_us ") {
             worker_cpu_us += count(n)?;
         } else if let Some(how) = line.strip_prefix("served ") {
@@ -222,6 +232,7 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
         timeouts,
         errors,
         passed_locally: passed,
+        joined_locally: joined,
         worker_cpu_us,
         redis_cpu_us: (redis_cpu_after - redis_cpu_before).max(0.0) * 1e6,
         served: served.join("+"),
@@ -357,6 +368,16 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             ),
             median_of(these, |r| r.analysis.mean_readers),
         ));
+        if matches!(
+            contender,
+            Contender::ReadWritePlain | Contender::ReadWriteDefault
+        ) {
+            rows.push(Row::new(
+                g,
+                "reads that joined a read hold of their process (%)",
+                median_of(these, RwRun::joined_pct),
+            ));
+        }
         rows.push(
             Row::new(
                 g,

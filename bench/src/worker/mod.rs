@@ -20,8 +20,9 @@
 //!     <seed>; <contender> is rw-plain, rw-default, exclusive, or limit (an
 //!     in-process `tokio::sync::RwLock`); a body pauses <pause-us> after
 //!     its first command (0: not at all). Prints `rw` lines, then
-//!     `timeouts`, `errors`, `passed`, `cpu_us` and `served` (fair, plain
-//!     or local: how its holds were served).
+//!     `timeouts`, `errors`, `passed`, `joined` (reads that joined a read
+//!     hold of the process), `cpu_us` and `served` (fair, plain or local:
+//!     how its holds were served).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```

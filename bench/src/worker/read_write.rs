@@ -14,8 +14,9 @@
 //! Besides its records the worker tells the parent how its read and write
 //! holds were served (`served fair` or `served plain`): a read-write
 //! request that does not ask for a fair mode gets the runtime's default,
-//! which on Redis stays plain until fair read-write locks are built (issue
-//! 28, step 5). The worker finds out by asking a fair read hold once.
+//! except on a backend that serves read-write holds in plain mode only
+//! (Redis did before issue 28's step 5, and refused a read that asked
+//! `fair(true)`). The worker finds out by asking a fair read hold once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,8 +42,8 @@ pub enum Contender {
     /// lock-runtime in plain mode (`fair(false)`), `.read()` / `.write()`.
     ReadWritePlain,
     /// lock-runtime as `LockRuntime::builder()` configures it,
-    /// `.read()` / `.write()`: fair once fair read-write locks are built on
-    /// Redis, plain until then (the worker reports which).
+    /// `.read()` / `.write()`: fair by default, where the backend serves
+    /// fair read-write holds (the worker reports how they were served).
     ReadWriteDefault,
     /// lock-runtime as the builder configures it, every call exclusive.
     Exclusive,
@@ -178,6 +179,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&guard);
+    let joined_before = joined_locally(&guard);
     let cpu_before = cpu_seconds();
     let end = Instant::now() + args.duration;
     let mut tasks = tokio::task::JoinSet::new();
@@ -228,6 +230,10 @@ pub(super) async fn run(args: Args) -> Result<()> {
         "passed {}",
         passed_locally(&guard).saturating_sub(passed_before)
     ));
+    lines.push(format!(
+        "joined {}",
+        joined_locally(&guard).saturating_sub(joined_before)
+    ));
     let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
     lines.push(format!("cpu_us {cpu_us:.0}"));
     lines.push(format!("served {served}"));
@@ -266,6 +272,15 @@ async fn served(contender: Contender, guard: &Guard, warm: &str) -> Result<&'sta
 fn passed_locally(guard: &Guard) -> u64 {
     match guard {
         Guard::Ours { runtime, .. } => runtime.stats().passed_locally,
+        Guard::Local(_) => 0,
+    }
+}
+
+/// Reads that joined a read hold of this process without a round trip so
+/// far.
+fn joined_locally(guard: &Guard) -> u64 {
+    match guard {
+        Guard::Ours { runtime, .. } => runtime.stats().joined_locally,
         Guard::Local(_) => 0,
     }
 }
