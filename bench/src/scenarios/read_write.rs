@@ -40,7 +40,7 @@ use crate::config::Shape;
 use crate::read_write::{RwAnalysis, RwRecord};
 use crate::report::{Row, Target};
 use crate::stats::{median_of, Samples};
-use crate::worker::read_write::Contender;
+use crate::worker::read_write::{cohort_tried, Contender};
 use crate::worker::{self, WAIT_LIMIT};
 
 /// The seed of every run's call kinds (each task mixes in its number).
@@ -282,10 +282,17 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
     let limit = of(Contender::Limit);
     let worst = |runs: &[RwRun], f: fn(&RwRun) -> f64| runs.iter().map(f).fold(0.0, f64::max);
     let ms = |v: f64| v / 1e3;
-    let paused = match pause_us() {
+    let mut variant = match pause_us() {
         0 => String::new(),
-        us => format!(", bodies paused {us} us"),
+        us => format!(", bodies variant {us} us"),
     };
+    if let Some(c) = cohort_tried() {
+        variant.push_str(&format!(
+            ", cohort {} / {} ms",
+            c.handoffs,
+            c.budget.as_millis()
+        ));
+    }
     // The goal first: each read-write row against the exclusive lock.
     let mut rows: Vec<Row> = [Contender::ReadWritePlain, Contender::ReadWriteDefault]
         .into_iter()
@@ -297,7 +304,7 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             Row::new(
                 "S14",
                 format!(
-                    "{what} (served {}): acquisitions/s, 90 % reads{paused}",
+                    "{what} (served {}): acquisitions/s, 90 % reads{variant}",
                     served(of(c))
                 ),
                 median_of(of(c), RwRun::rate),
@@ -313,7 +320,7 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
         let rate_row = Row::new(
             g,
             format!(
-                "acquisitions/s, 90 % reads{paused} (served {})",
+                "acquisitions/s, 90 % reads{variant} (served {})",
                 served(these)
             ),
             rate,
@@ -424,6 +431,10 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
             "seed": SEED,
             "writes_per_mille": WRITE_PERMILLE,
             "body_pause_us": pause_us(),
+            "cohort_tried": cohort_tried().map(|c| json!({
+                "handoffs": c.handoffs,
+                "budget_ms": c.budget.as_millis() as u64,
+            })),
         }),
     );
     for contender in Contender::ALL {

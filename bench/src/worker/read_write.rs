@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, Cohort, LockError, LockRuntime};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
@@ -133,6 +133,19 @@ struct TaskResult {
     errors: usize,
 }
 
+/// The cohort limits to try instead of the default in every runtime of
+/// S14 (joins of readers and passes of holds within a process both stop
+/// at them): `LOCK_BENCH_S14_COHORT=<handoffs>:<budget-ms>`. For tuning;
+/// unset in the figures BENCHMARKS.md reports unless they say otherwise.
+pub fn cohort_tried() -> Option<Cohort> {
+    let value = std::env::var("LOCK_BENCH_S14_COHORT").ok()?;
+    let (handoffs, millis) = value.trim().split_once(':')?;
+    Some(Cohort {
+        handoffs: handoffs.parse().ok()?,
+        budget: Duration::from_millis(millis.parse().ok()?),
+    })
+}
+
 /// The generator of task `id`'s call kinds in a run seeded `seed`.
 pub fn kinds(seed: u64, id: u32) -> Rng {
     Rng::new(seed.rotate_left(32) ^ u64::from(id))
@@ -147,7 +160,13 @@ pub(super) async fn run(args: Args) -> Result<()> {
                 .await?,
         );
     }
-    let builder = || LockRuntime::builder().redis(args.lock_url.as_str());
+    let builder = || {
+        let builder = LockRuntime::builder().redis(args.lock_url.as_str());
+        match cohort_tried() {
+            Some(c) => builder.cohort(c.handoffs, c.budget),
+            None => builder,
+        }
+    };
     let guard = match args.contender {
         Contender::Limit => Guard::Local(Arc::new(tokio::sync::RwLock::new(()))),
         Contender::ReadWritePlain => Guard::Ours {
