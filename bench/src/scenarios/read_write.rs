@@ -284,7 +284,7 @@ pub async fn run(ctx: &Ctx) -> Result<Output> {
     let ms = |v: f64| v / 1e3;
     let mut variant = match pause_us() {
         0 => String::new(),
-        us => format!(", bodies variant {us} us"),
+        us => format!(", bodies paused {us} us"),
     };
     if let Some(c) = cohort_tried() {
         variant.push_str(&format!(
