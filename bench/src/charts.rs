@@ -9,6 +9,9 @@
 //! the body of each curve and its tail, with the reference lines (round-trip
 //! limit, targets) drawn in. Drawn with `plotters`' SVG backend.
 //!
+//! S14's `read_write.svg` is the writers' waits on a read-heavy key, the
+//! same kind of CDF, one curve per contender.
+//!
 //! A third chart, `limits.svg`, puts every contender of S3, S8 and S9 (and
 //! their shared-server variants) against its scenario's limit: one bar per
 //! contender, its acquisitions/s over the limit's (medians), a dot per
@@ -151,6 +154,29 @@ pub fn write_limits(dir: &Path, groups: &[LimitGroup], quick: bool) -> Result<Pa
     let path = dir.join("limits.svg");
     std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
     Ok(path)
+}
+
+/// S14's chart (`read_write.svg`): the writers' waits to acquire of each
+/// contender (`(name, samples in µs)`, all repetitions together), a CDF
+/// like S3's wait chart.
+pub fn writer_waits(curves: &[(String, Samples)], quick: bool) -> Result<String> {
+    const COLOURS: [RGBColor; 4] = [OURS, FAIR, FAIR_COHORT, MARKER];
+    let suffix = if quick { " (quick run)" } else { "" };
+    let series: Vec<Series<'_>> = curves
+        .iter()
+        .zip(COLOURS.iter().cycle())
+        .map(|((name, samples), colour)| Series {
+            label: label(name, samples, "writes"),
+            colour: *colour,
+            samples,
+        })
+        .collect();
+    cdf_chart(
+        &format!("S14 writers' wait, 90 % reads, 8 workers in 2 processes{suffix}"),
+        "a writer asked for the lock → its body starts",
+        &series,
+        &[],
+    )
 }
 
 /// Share of a group's width its bars take (the rest separates groups).

@@ -41,11 +41,15 @@ pub enum Scenario {
     /// S1, S3/S4 and S5 on ZooKeeper, beside Redis, against ZooKeeper's
     /// own round trip, with Apache Curator as the peer.
     S13,
+    /// A read-heavy key: 8 workers in 2 processes, 90 % reads, under
+    /// read-write locks, the exclusive lock, and an in-process
+    /// read-write lock (the limit).
+    S14,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -59,6 +63,7 @@ impl Scenario {
         Scenario::S11,
         Scenario::S12,
         Scenario::S13,
+        Scenario::S14,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {
@@ -130,6 +135,8 @@ pub struct Scale {
     /// them), for a shorter time than S3's: a ZooKeeper handoff takes
     /// milliseconds, so 5 s give thousands of samples.
     pub s13: Shape,
+    /// S14: S3's workers on one read-heavy key, per contender and run.
+    pub s14: Shape,
 }
 
 impl Scale {
@@ -176,6 +183,12 @@ impl Scale {
         s10_window: Duration::from_secs(5),
         s13_ops: 1000,
         s13: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(5),
+        },
+        s14: Shape {
             processes: 2,
             tasks: 4,
             keys: KeyChoice::One,
@@ -231,6 +244,12 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_secs(1),
         },
+        s14: Shape {
+            processes: 2,
+            tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_millis(400),
+        },
     };
 }
 
@@ -250,7 +269,7 @@ pub struct Config {
 }
 
 /// Usage text.
-pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s13] [--quick] [--runs N] [--out DIR]\n\
+pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s14] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
@@ -339,8 +358,10 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s14".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 13);
+        assert!(Config::from_args(&["s15".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 14);
+        let s14 = Config::from_args(&["s14".to_owned()]).unwrap();
+        assert_eq!(s14.scenarios, [Scenario::S14]);
         let s13 = Config::from_args(&["s13".to_owned()]).unwrap();
         assert_eq!(s13.scenarios, [Scenario::S13]);
         let crowds = Config::from_args(&["s9".to_owned(), "s8".to_owned()]).unwrap();

@@ -2,7 +2,7 @@
 //! limit (Redis round trips) and against a polling peer (rslock), measured
 //! side by side in one run on a private `redis-server`.
 //!
-//! `cargo run --release -p lock-bench -- [s1 .. s13] [--quick]` runs the
+//! `cargo run --release -p lock-bench -- [s1 .. s14] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
 //! `target/bench/results.json` and the charts `target/bench/handoff.svg`,
 //! `target/bench/waits.svg` (S3) and `target/bench/limits.svg` (S3, S8, S9
@@ -15,6 +15,7 @@ pub mod curator;
 pub mod handoff;
 pub mod idle;
 pub mod keys;
+pub mod read_write;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
@@ -40,7 +41,7 @@ pub struct Summary {
     /// Where the JSON results went.
     pub json_path: PathBuf,
     /// Where the charts went (`handoff.svg`, `waits.svg` when S3 ran;
-    /// `limits.svg` when S3, S8 or S9 ran).
+    /// `limits.svg` when S3, S8 or S9 ran; `read_write.svg` when S14 ran).
     pub svg_paths: Vec<PathBuf>,
     /// Wall time of the whole run, seconds.
     pub seconds: f64,
@@ -69,6 +70,7 @@ pub async fn run(config: Config) -> Result<Summary> {
     let mut details = Map::new();
     let mut chart = None;
     let mut limits = Vec::new();
+    let mut own_charts = Vec::new();
     let mut contention_done = false;
     for scenario in &config.scenarios {
         let name = format!("{scenario:?}").to_lowercase();
@@ -92,6 +94,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S11 => scenarios::cluster::run(&ctx).await,
             Scenario::S12 => scenarios::etcd::run(&ctx).await,
             Scenario::S13 => scenarios::zookeeper::run(&ctx).await,
+            Scenario::S14 => scenarios::read_write::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(
@@ -100,6 +103,7 @@ pub async fn run(config: Config) -> Result<Summary> {
         );
         rows.extend(output.rows);
         limits.extend(output.limits);
+        own_charts.extend(output.svgs);
         details.insert(name, output.detail);
         if let (Some(handoffs), Some(waits)) = (output.handoffs, output.waits) {
             chart = Some(charts::S3Charts {
@@ -124,6 +128,11 @@ pub async fn run(config: Config) -> Result<Summary> {
             &limits,
             config.quick,
         )?);
+    }
+    for (name, svg) in own_charts {
+        let path = config.out_dir.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
+        svg_paths.push(path);
     }
     let json_path = config.out_dir.join("results.json");
     let results = json!({

@@ -94,6 +94,12 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S13", "S4 requests per acquisition on ZooKeeper"),
         ("S13", "S5 lock ops/s on ZooKeeper"),
         ("S13 peer", "Curator S1 p50"),
+        ("S14", "read-write, plain"),
+        ("S14", "read-write, default builder"),
+        ("S14 rw plain", "acquisitions/s, 90 % reads"),
+        ("S14 rw default", "acquisitions/s, 90 % reads"),
+        ("S14 exclusive", "acquisitions/s, 90 % reads"),
+        ("S14 limit", "acquisitions/s, 90 % reads"),
     ] {
         let row = find(rows, scenario, metric);
         assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);
@@ -102,13 +108,15 @@ fn every_scenario_runs_in_its_quick_form() {
     assert!(summary.json_path.exists());
     assert_eq!(
         summary.svg_paths.len(),
-        3,
-        "S3 ran: two charts, and the limit chart"
+        4,
+        "S3 ran: two charts, and the limit chart; S14 its own"
     );
     for path in &summary.svg_paths[..2] {
         let svg = std::fs::read_to_string(path).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));
     }
+    let read_write = std::fs::read_to_string(&summary.svg_paths[3]).unwrap();
+    assert!(read_write.starts_with("<svg") && read_write.contains("polyline"));
     let limits = std::fs::read_to_string(&summary.svg_paths[2]).unwrap();
     for scenario in ["S3", "S3 shared", "S8", "S8 shared", "S9"] {
         // plotters writes each text on a line of its own.

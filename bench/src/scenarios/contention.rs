@@ -629,7 +629,7 @@ async fn info_cpu(conn: &mut MultiplexedConnection) -> Result<String> {
 
 /// CPU seconds a Redis server has used so far (`INFO cpu`: its
 /// `used_cpu_sys` + `used_cpu_user`, all its threads).
-async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
+pub(super) async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
     let info = info_cpu(conn).await?;
     let field = |name: &str| {
         info.lines()

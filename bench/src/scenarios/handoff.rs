@@ -541,5 +541,6 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         waits: Some(curves(|a| &a.waits)),
         ping_p50: Some(ping.runtime),
         limits: vec![two.limits("S3"), shared.limits("S3 shared")],
+        svgs: Vec::new(),
     })
 }

@@ -13,9 +13,10 @@
 //! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
 //! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
 //! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
-//! `zookeeper_keys`); `baseline` measures the round-trip limit, and
-//! `limit` holds S3's, S8's and S9's contenders against their limit (the
-//! body alone, with no lock).
+//! `zookeeper_keys`), S14 `read_write` (a read-heavy key under read-write
+//! locks, the exclusive lock and an in-process read-write lock);
+//! `baseline` measures the round-trip limit, and `limit` holds S3's, S8's
+//! and S9's contenders against their limit (the body alone, with no lock).
 
 pub mod baseline;
 pub mod cluster;
@@ -27,6 +28,7 @@ pub mod handoff;
 pub mod limit;
 pub mod many_keys;
 pub mod memory;
+pub mod read_write;
 pub mod reentry;
 pub mod retention;
 pub mod uncontended;
@@ -173,6 +175,8 @@ pub struct Output {
     pub ping_p50: Option<f64>,
     /// Contenders against the limit, for the limit chart.
     pub limits: Vec<LimitGroup>,
+    /// Charts of the scenario's own: file name and SVG text.
+    pub svgs: Vec<(&'static str, String)>,
 }
 
 /// Microseconds in a `Duration`.

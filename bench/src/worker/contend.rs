@@ -125,12 +125,7 @@ impl Library {
     /// `LOCK_FAIR` says (`1` fair, `0` plain; the builder reads it), else
     /// [`DEFAULT_FAIR`].
     pub fn default_mode() -> Library {
-        let fair = match std::env::var("LOCK_FAIR").as_deref().map(str::trim) {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => DEFAULT_FAIR,
-        };
-        match (fair, DEFAULT_COHORT.is_on()) {
+        match (default_fair(), DEFAULT_COHORT.is_on()) {
             (false, false) => Library::Ours,
             (true, false) => Library::OursFair,
             (false, true) => Library::OursCohort,
@@ -160,6 +155,17 @@ impl Library {
             | Library::Serial => return builder,
         };
         builder.fair(fair).cohort(cohort.handoffs, cohort.budget)
+    }
+}
+
+/// Whether `LockRuntime::builder()` makes locks on one Redis server fair
+/// by default: as `LOCK_FAIR` says (`1` fair, `0` plain; the builder reads
+/// it), else [`DEFAULT_FAIR`].
+pub fn default_fair() -> bool {
+    match std::env::var("LOCK_FAIR").as_deref().map(str::trim) {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => DEFAULT_FAIR,
     }
 }
 
@@ -363,7 +369,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
 
 /// CPU time of this process so far (all threads, user + system), seconds;
 /// 0 where `/proc` cannot be read (the figure is a report, not a check).
-fn cpu_seconds() -> f64 {
+pub(super) fn cpu_seconds() -> f64 {
     lock_testkit::usage::cpu_seconds().unwrap_or(0.0)
 }
 
@@ -477,7 +483,7 @@ async fn once(
 /// Microseconds since the Unix epoch on the system clock. Unlike `Instant`,
 /// it is comparable between processes of one machine, which is what the
 /// cross-process handoff measurement needs.
-fn now_us() -> u64 {
+pub(super) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))

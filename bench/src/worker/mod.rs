@@ -13,6 +13,16 @@
 //!     Prints `rec` lines, then `timeouts`, `errors`, `passed` (holds
 //!     passed locally, lock cohorting), `cpu_us` (the process's CPU time
 //!     during the run) and `switches` (its threads' context switches).
+//! --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille> <pause-us>
+//!     S14: <tasks> workers read (GET, yield, GET) and now and then write
+//!     (GET + SET) one key's counter on the data server for <millis> after
+//!     `go`, each call's kind drawn from the task's generator seeded from
+//!     <seed>; <contender> is rw-plain, rw-default, exclusive, or limit (an
+//!     in-process `tokio::sync::RwLock`); a body pauses <pause-us> after
+//!     its first command (0: not at all). Prints `rw` lines, then
+//!     `timeouts`, `errors`, `passed`, `joined` (reads that joined a read
+//!     hold of the process), `cpu_us` and `served` (fair, plain or local:
+//!     how its holds were served).
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
@@ -22,6 +32,7 @@
 
 mod contend;
 mod memory;
+pub mod read_write;
 
 use std::io::Write;
 use std::path::Path;
@@ -43,7 +54,10 @@ pub async fn main(args: &[String]) -> Result<()> {
     match args {
         [mode, rest @ ..] if mode == "contend" => contend::run(contend::Args::parse(rest)?).await,
         [mode, rest @ ..] if mode == "memory" => memory::run(memory::Args::parse(rest)?).await,
-        _ => bail!("usage: lock-bench --worker (contend|memory) ..."),
+        [mode, rest @ ..] if mode == "read-write" => {
+            read_write::run(read_write::Args::parse(rest)?).await
+        }
+        _ => bail!("usage: lock-bench --worker (contend|memory|read-write) ..."),
     }
 }
 
