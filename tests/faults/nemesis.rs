@@ -293,6 +293,16 @@ impl Backend {
     fn passes_locally(self) -> bool {
         self == Backend::Redis
     }
+
+    /// Whether its read and write requests may ask for fair mode: etcd and
+    /// ZooKeeper are always fair; Redis serves read-write locks in plain
+    /// mode only for now (and refuses a fair one) until fair read-write
+    /// locks come there (issue 28, step 5). Then this says `true` for Redis
+    /// too, and the read-write keys follow the test's [`Mode`] like the
+    /// exclusive ones: plain, fair, or one plain process beside fair ones.
+    fn fair_read_write(self) -> bool {
+        self != Backend::Redis
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,6 +363,76 @@ async fn nemesis_on_zookeeper_keeps_every_promise() {
     run(Backend::ZooKeeper, Mode::Mixed).await;
 }
 
+/// What lock a key is. Every process takes a key as the same kind (in
+/// fair or plain mode, which may differ by process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyKind {
+    /// Every call exclusive: the mutex.
+    Exclusive,
+    /// Each call a read hold (70 %), a write hold or an exclusive one (the
+    /// same lock as a write), drawn by the worker from its seed.
+    ReadWrite,
+}
+
+/// How one process takes one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KeySpec {
+    kind: KeyKind,
+    fair: bool,
+}
+
+impl KeySpec {
+    /// The worker's word for it (`nk0:<word>`).
+    fn word(self) -> &'static str {
+        match (self.kind, self.fair) {
+            (KeyKind::Exclusive, false) => "plain",
+            (KeyKind::Exclusive, true) => "fair",
+            (KeyKind::ReadWrite, false) => "rw-plain",
+            (KeyKind::ReadWrite, true) => "rw-fair",
+        }
+    }
+}
+
+/// The keys' kinds: 2 or 3 keys, `nk0` exclusive, `nk1` read-write, `nk2`
+/// (when there is one) either, so that every run checks exclusive locks as
+/// before and read-write locks beside them.
+fn key_kinds(rng: &mut XorShift) -> Vec<KeyKind> {
+    let mut kinds = vec![KeyKind::Exclusive, KeyKind::ReadWrite];
+    if rng.below(2) == 0 {
+        kinds.push(if rng.below(2) == 0 {
+            KeyKind::Exclusive
+        } else {
+            KeyKind::ReadWrite
+        });
+    }
+    kinds
+}
+
+/// How each process takes each key: `[process][key]`. Fair or plain as
+/// the test's [`Mode`] says ([`key_modes`]), except where the backend
+/// serves no fair read-write lock ([`Backend::fair_read_write`]): there a
+/// read-write key is plain for every process.
+fn key_specs(
+    backend: Backend,
+    mode: Mode,
+    kinds: &[KeyKind],
+    rng: &mut XorShift,
+) -> Vec<Vec<KeySpec>> {
+    key_modes(mode, kinds.len(), rng)
+        .into_iter()
+        .map(|fair| {
+            kinds
+                .iter()
+                .zip(fair)
+                .map(|(&kind, fair)| KeySpec {
+                    kind,
+                    fair: fair && (kind == KeyKind::Exclusive || backend.fair_read_write()),
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Which keys each process takes in fair mode: `[process][key]`.
 fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>> {
     let plain_process: Vec<u64> = (0..key_count)
@@ -393,8 +473,9 @@ async fn run(backend: Backend, mode: Mode) {
     let seed = seed();
     let secs = secs(backend);
     let mut rng = XorShift::new(splitmix(seed));
-    let key_count = 1 + rng.below(3) as usize;
-    let modes = key_modes(mode, key_count, &mut rng);
+    let kinds = key_kinds(&mut rng);
+    let key_count = kinds.len();
+    let specs = key_specs(backend, mode, &kinds, &mut rng);
     let executors = executors(&mut rng);
     let stall_rng = XorShift::new(splitmix(seed ^ 0x5354_414c_4c53));
     let prefix = lock_tests::unique("nemesis");
@@ -403,6 +484,10 @@ async fn run(backend: Backend, mode: Mode) {
         Backend::ZooKeeper => format!("/{prefix}/"),
         Backend::Redis | Backend::Etcd => format!("{prefix}:"),
     };
+
+    // The keys' shared counters, one file each: the bodies' data.
+    let data_dir = std::env::temp_dir().join(&lock_tests::unique("nemesis-data"));
+    std::fs::create_dir_all(&data_dir).expect("create the nemesis data directory");
 
     let mut store = Store::start(backend);
     let mut links = Vec::new();
@@ -414,8 +499,8 @@ async fn run(backend: Backend, mode: Mode) {
     let changed = Arc::new(Notify::new());
     let mut workers = Vec::new();
     for (i, link) in links.iter().enumerate() {
-        let keys: Vec<(String, bool)> = (0..key_count)
-            .map(|k| (format!("nk{k}"), modes[i][k]))
+        let keys: Vec<(String, KeySpec)> = (0..key_count)
+            .map(|k| (format!("nk{k}"), specs[i][k]))
             .collect();
         let worker = spawn_worker(
             i,
@@ -424,6 +509,7 @@ async fn run(backend: Backend, mode: Mode) {
             seed.wrapping_add(i as u64),
             secs,
             &keys,
+            &data_dir,
             executors[i],
             changed.clone(),
         )
@@ -515,6 +601,8 @@ async fn run(backend: Backend, mode: Mode) {
         .leftovers(&prefix, backend.leftover_limit(), &mut violations)
         .await;
 
+    let _ = std::fs::remove_dir_all(&data_dir);
+
     let history = History::parse(&outputs, &ends, run_start, &mut violations);
     let coverage = check(&history, &faults, backend, &mut violations);
 
@@ -533,10 +621,28 @@ async fn run(backend: Backend, mode: Mode) {
             "no worker passed a hold between its tasks: cohorting went untested".to_owned(),
         ));
     }
+    // Read holds must share the key, or "readers may overlap" went
+    // untested (and readers would be served as writers).
+    if coverage.read_holds > 0 && coverage.readers_side_by_side == 0 {
+        violations.push(Violation::plain(
+            "readers never shared",
+            format!(
+                "{} read holds, none beside a read hold of another process",
+                coverage.read_holds
+            ),
+        ));
+    }
     println!(
-        "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, {} violations",
+        "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, \
+         {} read holds ({} beside another process's reader), {} write holds, {} data checks, \
+         {} upgrades refused, {} violations",
         faults.iter().filter(|f| f.counted).count(),
         history.passed_locally,
+        coverage.read_holds,
+        coverage.readers_side_by_side,
+        coverage.write_holds,
+        coverage.data_checks,
+        coverage.upgrades_refused,
         violations.len()
     );
     match backend {
@@ -556,7 +662,7 @@ async fn run(backend: Backend, mode: Mode) {
         let setup: Vec<String> = (0..PROCESSES)
             .map(|p| {
                 let keys: Vec<String> = (0..key_count)
-                    .map(|k| format!("nk{k}:{}", if modes[p][k] { "fair" } else { "plain" }))
+                    .map(|k| format!("nk{k}:{}", specs[p][k].word()))
                     .collect();
                 format!("p{p} {:?} executor, {}", executors[p], keys.join(","))
             })
