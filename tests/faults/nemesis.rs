@@ -35,7 +35,16 @@
 //!   server, and only then does the blocked one run again.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. Everything is chosen from one seed
+//! while the others take it fair. A run has two or three keys: `nk0` is an
+//! exclusive lock, `nk1` a read-write lock whose calls ask a read hold
+//! (70 %), a write hold or an exclusive one (the same lock as a write),
+//! and `nk2`, when there is one, either ([`KeyKind`]); on Redis the
+//! read-write keys are plain for every process ([`Backend::fair_read_write`]).
+//! Every outermost hold's body reads its key's counter (a file shared by
+//! the processes, out of the faults' reach) when it begins and when it
+//! ends, and a write or exclusive hold then writes it plus one: a reader
+//! beside a writer, or two writers at once, see it change.
+//! Everything is chosen from one seed
 //! (`LOCK_NEMESIS_SEED`, else the clock; printed), which replays the same
 //! choices — though not the same timing — and every event of every process
 //! carries `CLOCK_MONOTONIC`, the clock this process stamps the faults with.
@@ -46,19 +55,30 @@
 //!
 //! What is checked, and the bounds (named constants below):
 //! - exclusion: outermost holds of one key never overlap by more than
-//!   [`SLACK`], unless a data-losing fault came between the two acquisitions
+//!   [`SLACK`] when either is a write (or exclusive) hold (read holds may
+//!   overlap each other), unless a data-losing fault came between the two
+//!   acquisitions
 //!   (then the later token must be larger and the earlier holder must be
 //!   told (`lost`) or be done within [`stale_bound`] of the later
 //!   acquisition), or the earlier holder was frozen when it should have
 //!   learnt its hold was gone (then it must stop within [`RESUME`] of running
 //!   again);
-//! - fencing: a hold never enters with a token at or below one that a hold
-//!   of the same key surely entered with before (its entry was logged before
-//!   the poll that handed the later hold over began), whatever the faults:
-//!   no data loss, stop or stall excuses a token going backwards;
+//! - fencing: a write (or exclusive) hold never enters with a token at or
+//!   below one that a hold of the same key surely entered with before (its
+//!   entry was logged before the poll that handed the later hold over
+//!   began), a read hold never at or below an earlier write hold's (tokens
+//!   order nothing among readers), whatever the faults: no data loss, stop
+//!   or stall excuses a token going backwards;
+//! - data: a body whose key's counter changed between its start and its
+//!   end had a writer beside it whose overlap the faults excuse as above
+//!   (else the change is a violation, also when no writer logged a write
+//!   inside it);
 //! - nesting: inside one task, bodies of one key that overlap are ancestor
-//!   and descendant (sibling `join!` arms take turns), unless the earlier
-//!   one's hold was reported lost before the later one got it;
+//!   and descendant, or both read (sibling `join!` arms take turns unless
+//!   both read), unless the earlier one's hold was reported lost before
+//!   the later one got it; a write or exclusive call inside read holds of
+//!   its key and no write hold (an upgrade) ends at once with
+//!   `UpgradeRefused`;
 //! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`]
 //!   (+ the time its process was frozen), and none times out on a key that
 //!   was observably free for longer than [`FREE_BASE`] (+ how long its
@@ -70,7 +90,10 @@
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis (no key under the run's prefix in etcd, no contender node under
 //!   it in ZooKeeper) and every worker's runtime reports nothing held,
-//!   waiting or tracked.
+//!   waiting or tracked;
+//! - what was tested: on Redis some hold was passed between tasks (lock
+//!   cohorting), and read holds of two processes overlapped (readers
+//!   shared a key).
 //!
 //! The promises are the same on every backend; only the time a lock may
 //! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
