@@ -509,7 +509,7 @@ async fn run(backend: Backend, mode: Mode) {
     };
 
     // The keys' shared counters, one file each: the bodies' data.
-    let data_dir = std::env::temp_dir().join(&lock_tests::unique("nemesis-data"));
+    let data_dir = std::env::temp_dir().join(lock_tests::unique("nemesis-data"));
     std::fs::create_dir_all(&data_dir).expect("create the nemesis data directory");
 
     let mut store = Store::start(backend);

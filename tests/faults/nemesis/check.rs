@@ -590,7 +590,7 @@ pub(super) fn check_upgrades(
         coverage.upgrades_refused += u64::from(refused);
         // A call cancelled at once (its parent ended) had no time to be
         // refused: no verdict.
-        if refused && !late || (how == "cancelled" || how == "panicked") && !late {
+        if (refused || how == "cancelled" || how == "panicked") && !late {
             continue;
         }
         violations.push(Violation {
