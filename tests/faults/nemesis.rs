@@ -508,8 +508,17 @@ async fn run(backend: Backend, mode: Mode) {
         Backend::Redis | Backend::Etcd => format!("{prefix}:"),
     };
 
-    // The keys' shared counters, one file each: the bodies' data.
-    let data_dir = std::env::temp_dir().join(lock_tests::unique("nemesis-data"));
+    // The keys' shared counters, one file each: the bodies' data. In
+    // memory (tmpfs) where there is one: a write to a disk file may wait
+    // for the machine's writeback, which would stall a worker's executor
+    // beside the faults the test means.
+    let shm = std::path::Path::new("/dev/shm");
+    let data_dir = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+    .join(lock_tests::unique("nemesis-data"));
     std::fs::create_dir_all(&data_dir).expect("create the nemesis data directory");
 
     let mut store = Store::start(backend);
