@@ -522,14 +522,23 @@ pub(super) fn check_nesting(
                 {
                     continue;
                 }
+                // Told apart for the report: a write beside a read of the
+                // same hold, or two writers.
+                let class = if a.writes() && b.writes() {
+                    "siblings inside at once"
+                } else {
+                    "a writer beside a sibling's reader"
+                };
                 violations.push(Violation {
-                    class: "siblings inside at once",
+                    class,
                     detail: format!(
-                        "key nk{key}: body of p{proc} call {} entered at {:.3} s while call {} \
-                         (not its ancestor) was inside since {:.3} s, until {:.3} s",
+                        "key nk{key}: body of p{proc} call {} ({}) entered at {:.3} s while call \
+                         {} ({}, not its ancestor) was inside since {:.3} s, until {:.3} s",
                         b.id,
+                        b.mode_word(),
                         history.secs(b_enter),
                         a.id,
+                        a.mode_word(),
                         history.secs(a.body_enter.unwrap_or(0)),
                         history.secs(exit(a))
                     ),

@@ -607,7 +607,7 @@ fn checker_lets_sibling_readers_share_but_not_a_sibling_writer() {
     with_a_writer.extend(nested(3, "write", 250, 350));
     assert_eq!(
         verdict(vec![with_a_writer], &[]),
-        ["siblings inside at once"]
+        ["a writer beside a sibling's reader"]
     );
 }
 
