@@ -609,6 +609,20 @@ fn checker_lets_sibling_readers_share_but_not_a_sibling_writer() {
         verdict(vec![with_a_writer], &[]),
         ["a writer beside a sibling's reader"]
     );
+    // A write nested in one read sibling (re-entering the outer write
+    // hold) while the other read sibling is inside: the same.
+    let mut nested_writer = mode_hold(1, "write", 10, (100, 500), None);
+    nested_writer.extend(nested(2, "read", 200, 400));
+    nested_writer.extend(nested(3, "read", 210, 350));
+    let mut inner = nested(4, "write", 220, 300);
+    for line in &mut inner {
+        *line = line.replacen(" 4 1 ", " 4 3 ", 1);
+    }
+    nested_writer.extend(inner);
+    assert_eq!(
+        verdict(vec![nested_writer], &[]),
+        ["a writer beside a sibling's reader"]
+    );
 }
 
 #[test]
