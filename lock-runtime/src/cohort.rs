@@ -69,6 +69,9 @@ struct RunState {
     upto: u64,
     /// When the backend acquisition was sent.
     since: Instant,
+    /// When its reply came (this run was made): joins count from here, so
+    /// that a slow round trip does not use up their budget.
+    made: Instant,
     handoffs: u32,
 }
 
@@ -91,6 +94,7 @@ impl Run {
                 fence,
                 upto: upto.max(fence),
                 since,
+                made: Instant::now(),
                 handoffs: 0,
             }),
         }
@@ -118,6 +122,20 @@ impl Run {
         state.handoffs += 1;
         state.fence += 1;
         Some(state.fence)
+    }
+
+    /// Whether one more task of the process may join this read hold at
+    /// `now` by `limits` (the same count and budget as handoffs: a stream of
+    /// local readers must not keep a writer of another process out for
+    /// longer than a run of handoffs would); if so, counts it.
+    pub(crate) fn join(&self, limits: Cohort, now: Instant) -> bool {
+        let mut state = self.state();
+        let within = state.handoffs < limits.handoffs
+            && now.saturating_duration_since(state.made) < limits.budget;
+        if within {
+            state.handoffs += 1;
+        }
+        within
     }
 
     /// Local handoffs so far.

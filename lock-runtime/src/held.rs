@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::cohort::{Cohort, Run};
+use crate::cohort::{Cohort, Run, Terms};
 use crate::context::Runner;
 use crate::meter;
 use crate::mode::LockMode;
@@ -185,12 +185,7 @@ impl HeldLock {
             return None;
         }
         let now = tokio::time::Instant::now();
-        let left = self
-            .valid_until
-            .load(Ordering::Acquire)
-            .saturating_sub(clock::to_nanos(now));
-        let enough = (self.lease / 2).min(crate::cohort::LEFT_TO_PASS);
-        if self.is_lost() || !self.renew || Duration::from_nanos(left) < enough {
+        if self.is_lost() || !self.renew || !self.worth_sharing(now) {
             return None;
         }
         let fence = self.run.next(limits, now)?;
@@ -200,6 +195,36 @@ impl HeldLock {
         #[cfg(feature = "metrics")]
         self.taken_at.store(clock::now_nanos(), Ordering::Relaxed);
         Some(fence)
+    }
+
+    /// Whether a read on `terms` may join this read hold now (a task of the
+    /// process that is not in the holder's call chain: no round trip, the
+    /// hold's token): it is a renewed read hold on the same lease and mode,
+    /// fit to enter in connection epoch `epoch`, with enough of its
+    /// validity left to be worth sharing (as for a local handoff), and
+    /// within the cohort `limits`. Counts the join.
+    fn may_join(&self, terms: Terms, limits: Cohort, epoch: u32) -> bool {
+        let now = tokio::time::Instant::now();
+        terms.read
+            && self.mode().is_read()
+            && self.renew
+            && self.lease == terms.lease
+            && self.fair == terms.fair
+            && self.fit_to_enter(epoch)
+            && self.worth_sharing(now)
+            && self.run.join(limits, now)
+    }
+
+    /// Whether enough of the hold's client-side validity is left at `now`
+    /// for another task to enter it (passed or joined): half its lease, or
+    /// [`LEFT_TO_PASS`](crate::cohort::LEFT_TO_PASS) (a fair handoff's
+    /// claim is short until the first renewal).
+    fn worth_sharing(&self, now: tokio::time::Instant) -> bool {
+        let left = self
+            .valid_until
+            .load(Ordering::Acquire)
+            .saturating_sub(clock::to_nanos(now));
+        Duration::from_nanos(left) >= (self.lease / 2).min(crate::cohort::LEFT_TO_PASS)
     }
 
     /// Whether a task may enter this hold without a round trip now, the
@@ -445,6 +470,35 @@ impl HeldTable {
         let id = frame.id;
         frames.push(frame);
         Reentry::Held(held, id)
+    }
+
+    /// Joins a read hold of `lock_key` that another task of this process
+    /// has, for `scope` asking a read on `terms` (see
+    /// [`HeldLock::may_join`]): the hold and the new frame's id, or `None`
+    /// (ask the backend).
+    pub(crate) fn join(
+        &self,
+        lock_key: &str,
+        scope: &Node,
+        (terms, limits): (Terms, Cohort),
+        epoch: u32,
+    ) -> Option<(Arc<HeldLock>, u64)> {
+        let mut locks = self.locks();
+        let frames = locks.get_mut(lock_key)?;
+        // (The latest hold: the one with the most lease left.)
+        let held = frames
+            .iter()
+            .rev()
+            .map(|f| &f.held)
+            .find(|held| {
+                !held.closed.load(Ordering::Acquire) && held.may_join(terms, limits, epoch)
+            })?
+            .clone();
+        held.holds.fetch_add(1, Ordering::Relaxed);
+        let frame = new_frame(scope, held.clone(), LockMode::Read);
+        let id = frame.id;
+        frames.push(frame);
+        Some((held, id))
     }
 
     /// Waits until a frame of any lock goes (or `deadline` passes), after a
@@ -791,5 +845,80 @@ mod tests {
             "{waited:?}"
         );
         assert_eq!(warnings.all(), Vec::<String>::new());
+    }
+
+    /// A read joins another task's read hold only when that hold is a
+    /// renewed read hold on the same terms, fit to enter now (confirmed in
+    /// the current connection epoch, not lost), and within the cohort
+    /// limits.
+    #[test]
+    fn a_read_joins_only_a_confirmed_live_read_hold_on_its_terms_within_the_limits() {
+        use super::{HeldLock, HeldTable, Hold};
+        use crate::cohort::{Cohort, Terms};
+        use crate::mode::LockMode;
+        use crate::owner::Node;
+
+        let lease = Duration::from_secs(30);
+        let hold = |mode| {
+            HeldLock::new(Hold {
+                key: "k".to_owned(),
+                lock_key: "lock:{k}".to_owned(),
+                holder: format!("p:{mode:?}"),
+                owner: 1,
+                fence: 7,
+                upto: 7,
+                since: tokio::time::Instant::now(),
+                epoch: 3,
+                lease,
+                renew: true,
+                fair: true,
+                mode,
+            })
+        };
+        let terms = Terms {
+            lease,
+            fair: true,
+            read: true,
+        };
+        let limits = Cohort {
+            handoffs: 2,
+            budget: Duration::from_secs(60),
+        };
+        let table = HeldTable::default();
+        let read = hold(LockMode::Read);
+        table.insert(read.clone(), &Node::root());
+        let join = |terms, epoch| table.join("lock:{k}", &Node::root(), (terms, limits), epoch);
+        // A connection was lost since the hold was last confirmed (epoch 3).
+        assert!(join(terms, 4).is_none());
+        // Other terms.
+        let longer = Terms {
+            lease: lease * 2,
+            ..terms
+        };
+        assert!(join(longer, 3).is_none());
+        let write = Terms {
+            read: false,
+            ..terms
+        };
+        assert!(join(write, 3).is_none());
+        // Twice, then the limit.
+        let (held, _) = join(terms, 3).unwrap();
+        assert_eq!(held.fence(), 7);
+        assert!(join(terms, 3).is_some());
+        assert!(join(terms, 3).is_none(), "past the cohort limit");
+        // A lost hold is never joined.
+        let other = HeldTable::default();
+        let lost = hold(LockMode::Read);
+        other.insert(lost.clone(), &Node::root());
+        lost.mark_lost();
+        assert!(other
+            .join("lock:{k}", &Node::root(), (terms, limits), 3)
+            .is_none());
+        // Nor a write hold.
+        let writes = HeldTable::default();
+        writes.insert(hold(LockMode::Write), &Node::root());
+        assert!(writes
+            .join("lock:{k}", &Node::root(), (terms, limits), 3)
+            .is_none());
     }
 }

@@ -290,13 +290,6 @@ impl LockRequest {
         if let (Some(true), Some(why)) = (fair_asked, runtime.backend().fair_unsupported()) {
             return Err(LockError::InvalidConfig(why.to_owned()));
         }
-        let fair_asked = match mode {
-            LockMode::Exclusive => fair_asked,
-            _ => runtime
-                .backend()
-                .read_write_fair(fair_asked)
-                .map_err(LockError::InvalidConfig)?,
-        };
         let fair = runtime.backend().always_fair()
             || (fair_asked.unwrap_or(runtime.default_fair())
                 && runtime.backend().queues_across_processes());

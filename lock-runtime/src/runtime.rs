@@ -71,6 +71,8 @@ struct Inner {
     in_flight: Arc<InFlight>,
     /// See [`RuntimeStats::passed_locally`].
     passed_locally: std::sync::atomic::AtomicU64,
+    /// See [`RuntimeStats::joined_locally`].
+    joined_locally: std::sync::atomic::AtomicU64,
     describe: String,
     /// Dropped with the last handle: stops the worker thread.
     _stop: oneshot::Sender<()>,
@@ -110,6 +112,10 @@ pub struct RuntimeStats {
     /// Holds passed from one task of this process to another without a
     /// round trip so far (lock cohorting, [`LockRuntimeBuilder::cohort`](crate::LockRuntimeBuilder::cohort)).
     pub passed_locally: u64,
+    /// Reads that joined a read hold another task of this process had,
+    /// without a round trip (sharing its backend hold and token, within the
+    /// same limits as [`passed_locally`](Self::passed_locally)).
+    pub joined_locally: u64,
     /// Times the backend reported a lost connection (a server restarted, a
     /// failover, a network cut); holds are not passed between tasks again
     /// until a renewal confirms them after it.
@@ -137,6 +143,7 @@ impl LockRuntime {
                 settings,
                 in_flight: Arc::default(),
                 passed_locally: std::sync::atomic::AtomicU64::new(0),
+                joined_locally: std::sync::atomic::AtomicU64::new(0),
                 _stop: started.stop,
             }),
         }
@@ -402,6 +409,7 @@ impl LockRuntime {
             waiting: self.inner.waiters.waiting_tasks(),
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
+            joined_locally: self.inner.joined_locally.load(Ordering::Relaxed),
             connections_lost: u64::from(self.inner.waiters.connection_epoch()),
             lost_at_release: self.inner.lost_at_release.load(Ordering::Relaxed),
         }
@@ -410,6 +418,10 @@ impl LockRuntime {
     /// Counts a hold passed between tasks of this process.
     pub(crate) fn count_passed(&self) {
         self.inner.passed_locally.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_joined(&self) {
+        self.inner.joined_locally.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Backend name of `key` (prefix and, on Redis, hash tag applied), e.g.

@@ -61,6 +61,15 @@ pub(crate) async fn run(
         .await
         .map_err(|e| target.lock_failure(&e))?;
     match (json, released) {
+        (false, true) if info.mode.is_read() => out!(
+            "{key}: released, freeing {} (was held by {})",
+            readers(&info),
+            info.readers
+                .iter()
+                .map(|r| r.holder.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         (false, true) => out!(
             "{key}: released (was held by {}, fence {})",
             info.holder,
@@ -74,6 +83,8 @@ pub(crate) async fn run(
                 "released": released,
                 "holder": info.holder,
                 "fence": info.fence,
+                "mode": info.mode.as_str(),
+                "readers": info.readers.iter().map(|r| &r.holder).collect::<Vec<_>>(),
             })
         ),
     }
@@ -84,6 +95,15 @@ pub(crate) async fn run(
 /// reads `y`/`yes` from stdin (anything else, or the end of input, is no).
 fn confirm(info: &lock_runtime::LockInfo, who: Option<lock_runtime::ClientInfo>) -> bool {
     let who = who.map_or(String::new(), |c| format!(" ({})", report::client(&c)));
+    if info.mode.is_read() {
+        eprint!(
+            "release {} read by {} (the reader whose lease ends last: {}{who})? [y/N] ",
+            info.key,
+            readers(info),
+            info.holder
+        );
+        return said_yes();
+    }
     eprint!(
         "release {} held by {}{who} (fence {}, lease left {})? [y/N] ",
         info.key,
@@ -91,6 +111,19 @@ fn confirm(info: &lock_runtime::LockInfo, who: Option<lock_runtime::ClientInfo>)
         report::fence(info.fence),
         report::lease(info.remaining_lease)
     );
+    said_yes()
+}
+
+/// `3 readers`, `1 reader`.
+fn readers(info: &lock_runtime::LockInfo) -> String {
+    match info.readers.len() {
+        1 => "1 reader".to_owned(),
+        n => format!("{n} readers"),
+    }
+}
+
+/// Reads `y`/`yes` from stdin (anything else, or the end of input, is no).
+fn said_yes() -> bool {
     let mut answer = String::new();
     match std::io::stdin().lock().read_line(&mut answer) {
         Ok(_) => matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"),

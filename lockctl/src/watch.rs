@@ -6,8 +6,10 @@
 //! announces itself as such (`f`), and is printed as forced, not as the
 //! holder's. etcd and ZooKeeper announce no release: a watch on the lock's
 //! contenders says when they change, and the holder is read again then (a
-//! forced release shows there as a release). Bounded: it stops at ctrl-c,
-//! after `--for`, or after `--count` events.
+//! forced release shows there as a release). A read hold is its readers:
+//! each reader that comes or goes is one event (a reader leaving others
+//! behind sends no message; it is seen at the next look). Bounded: it stops
+//! at ctrl-c, after `--for`, or after `--count` events.
 
 use std::time::Duration;
 
@@ -29,11 +31,12 @@ pub(crate) struct Limits {
     pub(crate) interval: Duration,
 }
 
-/// The hold last seen: who, with which token.
+/// One hold seen: who, with which token; a read hold is one per reader.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
     holder: String,
     fence: Option<u64>,
+    read: bool,
 }
 
 /// Prints the lock's state, then one line per acquisition and release.
@@ -58,7 +61,7 @@ pub(crate) async fn run(
     };
     let first = target.inspect(&runtime, key).await?;
     printer.state(first.as_ref());
-    let mut last = first.map(|i| seen(&i));
+    let mut last = seen(first.as_ref());
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     while limits.count.is_none_or(|n| printer.events < n) {
@@ -79,26 +82,35 @@ pub(crate) async fn run(
             () = sleep_until(end) => break,
             _ = &mut ctrl_c => break,
         }
-        let now = target.inspect(&runtime, key).await?.map(|i| (seen(&i), i));
-        let now_seen = now.as_ref().map(|(s, _)| s.clone());
+        let now = target.inspect(&runtime, key).await?;
+        let now_seen = seen(now.as_ref());
+        let gone: Vec<&Seen> = last.iter().filter(|s| !now_seen.contains(s)).collect();
         if let Some(payload) = released.as_deref() {
-            // A release; whom it freed is the holder seen last (unknown when
-            // it came and went between two looks).
-            // On Redlock a message is news only if it ends the hold seen
+            // A release; whom it freed are the holds seen last that are
+            // gone (unknown when one came and went between two looks).
+            // On Redlock a message is news only if it ends a hold seen
             // last: the other masters' messages for the same release come
             // later, maybe after the next holder took it. (A hold that
             // came and went between two looks is not seen there.)
-            if !announced_by_each || (last.is_some() && last != now_seen) {
-                printer.released(last.as_ref(), handed_to(payload), payload == FORCED);
+            let (to, forced) = (handed_to(payload), payload == FORCED);
+            match gone.is_empty() {
+                true if !announced_by_each => printer.released(last.first(), to, forced),
+                true => {}
+                false => gone
+                    .iter()
+                    .for_each(|s| printer.released(Some(s), to, forced)),
             }
-        } else if last.is_some() && last != now_seen {
+        } else {
             // Gone or replaced without our seeing the message (a lease
-            // that ran out sends none).
-            printer.released(last.as_ref(), None, false);
+            // that ran out sends none, nor a reader leaving others behind).
+            gone.iter()
+                .for_each(|s| printer.released(Some(s), None, false));
         }
-        if let Some((s, info)) = &now {
-            if last.as_ref() != Some(s) && limits.count.is_none_or(|n| printer.events < n) {
-                printer.acquired(info);
+        if let Some(info) = &now {
+            for s in now_seen.iter().filter(|s| !last.contains(s)) {
+                if limits.count.is_none_or(|n| printer.events < n) {
+                    printer.acquired(s, info);
+                }
             }
         }
         last = now_seen;
@@ -117,11 +129,24 @@ async fn sleep_until(end: Option<Instant>) {
     }
 }
 
-fn seen(info: &LockInfo) -> Seen {
-    Seen {
-        holder: info.holder.clone(),
-        fence: info.fence,
+/// The holds of a lock: its writer, or each of its readers.
+fn seen(info: Option<&LockInfo>) -> Vec<Seen> {
+    let Some(info) = info else {
+        return Vec::new();
+    };
+    if !info.mode.is_read() {
+        return vec![Seen {
+            holder: info.holder.clone(),
+            fence: info.fence,
+            read: false,
+        }];
     }
+    let readers = info.readers.iter().map(|r| Seen {
+        holder: r.holder.clone(),
+        fence: r.fence,
+        read: true,
+    });
+    readers.collect()
 }
 
 /// The holder a fair release handed the lock to (`g <holder> <fence>`).
@@ -156,6 +181,14 @@ impl Printer<'_> {
                 "{}",
                 json!({ "event": "state", "at_ms": 0, "key": self.key, "held": false })
             ),
+            (Some(info), false) if info.mode.is_read() => out!(
+                "{:>8.3}s {}: held by {} ({}, lease left {})",
+                0.0,
+                self.key,
+                info.holder,
+                report::mode(info),
+                report::lease(info.remaining_lease)
+            ),
             (Some(info), false) => out!(
                 "{:>8.3}s {}: held by {} (fence {}, lease left {})",
                 0.0,
@@ -168,21 +201,29 @@ impl Printer<'_> {
         }
     }
 
-    fn acquired(&mut self, info: &LockInfo) {
+    /// `hold` came; `info` is the lock as seen with it.
+    fn acquired(&mut self, hold: &Seen, info: &LockInfo) {
         self.events += 1;
         let at = self.at_ms();
         if self.json {
             let mut event = report::info_json(info);
             event["event"] = json!("acquired");
             event["at_ms"] = json!(at);
+            event["holder"] = json!(hold.holder);
+            event["fence"] = json!(hold.fence);
             out!("{event}");
         } else {
+            let read = if hold.read {
+                format!(" ({})", report::mode(info))
+            } else {
+                String::new()
+            };
             out!(
-                "{:>8.3}s {}: acquired by {} (fence {})",
+                "{:>8.3}s {}: acquired by {} (fence {}){read}",
                 at as f64 / 1000.0,
                 self.key,
-                info.holder,
-                report::fence(info.fence)
+                hold.holder,
+                report::fence(hold.fence)
             );
         }
     }
@@ -199,6 +240,7 @@ impl Printer<'_> {
                     "key": self.key,
                     "holder": by.map(|s| &s.holder),
                     "fence": by.and_then(|s| s.fence),
+                    "mode": by.map(|s| if s.read { "read" } else { "write" }),
                     "handed_to": handed_to,
                     "forced": forced,
                 })

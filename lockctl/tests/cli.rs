@@ -388,6 +388,89 @@ async fn watch_says_a_forced_release_was_forced() {
     drop(guard);
 }
 
+/// `watch` on a read hold: each reader that comes or goes is one event
+/// (a second reader joining is not a release of the first, and a reader
+/// leaving another behind, which sends no message, is seen at the next
+/// look); the last reader's release frees the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_tells_each_reader_that_comes_and_goes() {
+    let prefix = unique("ctl-watch-readers");
+    let one = Kind::Redis.runtime(&prefix).await;
+    let two = Kind::Redis.runtime(&prefix).await;
+    let first = one.lock("k").read().acquire().await.unwrap();
+    let first_holder = one.inspect("k").await.unwrap().unwrap().holder;
+    let url = redis().url();
+    let args = ["--redis-url", &url, "--prefix", &prefix];
+    let watch = [&args[..], &["watch", "k", "--count", "3", "--for", "20s"]].concat();
+    let mut child = lockctl(&watch, &[]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = lines_of(child.stdout.take().unwrap());
+    let state = next_line(&mut lines).await;
+    assert!(
+        state.contains(&format!("k: held by {first_holder} (read×1")),
+        "{state}"
+    );
+    let second = two.lock("k").read().acquire().await.unwrap();
+    let joined = next_line(&mut lines).await;
+    assert!(
+        joined.contains("k: acquired by ")
+            && joined.contains(&second.fence().to_string())
+            && joined.contains("(read×2)"),
+        "{joined}"
+    );
+    first.release().await.unwrap();
+    let left = next_line(&mut lines).await;
+    assert!(
+        left.contains(&format!("k: released by {first_holder}")),
+        "{left}"
+    );
+    second.release().await.unwrap();
+    let last = next_line(&mut lines).await;
+    assert!(last.contains("k: released by "), "{last}");
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(FOUND));
+}
+
+/// `release` of a read hold frees every reader and says how many, as text
+/// and as JSON; each reader learns of its loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_a_read_hold_frees_and_names_every_reader() {
+    let prefix = unique("ctl-release-readers");
+    let one = Kind::Redis.runtime(&prefix).await;
+    let two = Kind::Redis.runtime(&prefix).await;
+    let a = one.lock("k").read().acquire().await.unwrap();
+    let b = two.lock("k").read().acquire().await.unwrap();
+    let info = one.inspect("k").await.unwrap().unwrap();
+    let url = redis().url();
+    let args = ["--redis-url", &url, "--prefix", &prefix];
+    let release = [&args[..], &["release", "k", "--force", "--yes"]].concat();
+    let freed = run_env(&release, &[], "").await;
+    assert_eq!(code(&freed), FOUND, "{}", stderr(&freed));
+    let out = stdout(&freed);
+    assert!(out.contains("k: released, freeing 2 readers"), "{out}");
+    for reader in &info.readers {
+        assert!(out.contains(&reader.holder), "{out}");
+    }
+    let writer = one.lock("k").write().try_acquire().await.unwrap();
+    assert!(writer.is_some(), "the key stayed held");
+    drop(writer);
+    for guard in [&a, &b] {
+        tokio::time::timeout(RUN_LIMIT, guard.lost())
+            .await
+            .expect("a reader was never told its hold was freed");
+    }
+
+    let c = one.lock("k").read().acquire().await.unwrap();
+    let json = [&args[..], &["release", "k", "--force", "--yes", "--json"]].concat();
+    let freed = run_env(&json, &[], "").await;
+    let value: Value = serde_json::from_str(&stdout(&freed)).unwrap();
+    assert_eq!(value["mode"], "read");
+    assert_eq!(value["readers"].as_array().unwrap().len(), 1, "{value}");
+    drop(c);
+}
+
 /// `--help` lists every exit code a script may see (3, partial, is checked
 /// on the topologies, `tests/topologies.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

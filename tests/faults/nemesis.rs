@@ -38,8 +38,8 @@
 //! while the others take it fair. A run has two or three keys: `nk0` is an
 //! exclusive lock, `nk1` a read-write lock whose calls ask a read hold
 //! (70 %), a write hold or an exclusive one (the same lock as a write),
-//! and `nk2`, when there is one, either ([`KeyKind`]); on Redis the
-//! read-write keys are plain for every process ([`Backend::fair_read_write`]).
+//! and `nk2`, when there is one, either ([`KeyKind`]), each plain, fair or
+//! mixed as the exclusive keys are.
 //! Every outermost hold's body reads its key's counter (a file shared by
 //! the processes, out of the faults' reach) when it begins and when it
 //! ends, and a write or exclusive hold then writes it plus one: a reader
@@ -316,16 +316,6 @@ impl Backend {
     fn passes_locally(self) -> bool {
         self == Backend::Redis
     }
-
-    /// Whether its read and write requests may ask for fair mode: etcd and
-    /// ZooKeeper are always fair; Redis serves read-write locks in plain
-    /// mode only for now (and refuses a fair one) until fair read-write
-    /// locks come there (issue 28, step 5). Then this says `true` for Redis
-    /// too, and the read-write keys follow the test's [`Mode`] like the
-    /// exclusive ones: plain, fair, or one plain process beside fair ones.
-    fn fair_read_write(self) -> bool {
-        self != Backend::Redis
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -431,26 +421,16 @@ fn key_kinds(rng: &mut XorShift) -> Vec<KeyKind> {
     kinds
 }
 
-/// How each process takes each key: `[process][key]`. Fair or plain as
-/// the test's [`Mode`] says ([`key_modes`]), except where the backend
-/// serves no fair read-write lock ([`Backend::fair_read_write`]): there a
-/// read-write key is plain for every process.
-fn key_specs(
-    backend: Backend,
-    mode: Mode,
-    kinds: &[KeyKind],
-    rng: &mut XorShift,
-) -> Vec<Vec<KeySpec>> {
+/// How each process takes each key: `[process][key]`, fair or plain as
+/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind.
+fn key_specs(mode: Mode, kinds: &[KeyKind], rng: &mut XorShift) -> Vec<Vec<KeySpec>> {
     key_modes(mode, kinds.len(), rng)
         .into_iter()
         .map(|fair| {
             kinds
                 .iter()
                 .zip(fair)
-                .map(|(&kind, fair)| KeySpec {
-                    kind,
-                    fair: fair && (kind == KeyKind::Exclusive || backend.fair_read_write()),
-                })
+                .map(|(&kind, fair)| KeySpec { kind, fair })
                 .collect()
         })
         .collect()
@@ -498,7 +478,7 @@ async fn run(backend: Backend, mode: Mode) {
     let mut rng = XorShift::new(splitmix(seed));
     let kinds = key_kinds(&mut rng);
     let key_count = kinds.len();
-    let specs = key_specs(backend, mode, &kinds, &mut rng);
+    let specs = key_specs(mode, &kinds, &mut rng);
     let executors = executors(&mut rng);
     let stall_rng = XorShift::new(splitmix(seed ^ 0x5354_414c_4c53));
     let prefix = lock_tests::unique("nemesis");

@@ -48,23 +48,6 @@ macro_rules! on_every_backend {
     };
 }
 
-/// [`on_every_backend!`] for the read-write behaviours (issue 28), leaving
-/// out the backends whose read-write support is not built yet. Transient,
-/// unlike every other skip: each backend's step of issue 28 deletes its
-/// line here, and the list goes when it is empty. Meanwhile
-/// `read_write_locks.rs` checks that these backends refuse read and write
-/// holds with an error naming the issue, never serve them as exclusive.
-#[macro_export]
-macro_rules! on_every_read_write_backend {
-    ($($name:ident),+ $(,)?) => {
-        $crate::on_every_backend!($(
-            $name skip(
-                redlock = "read-write locks not on Redlock yet (issue 28, step 6)",
-            )
-        ),+);
-    };
-}
-
 /// The tests of one behaviour: a local macro with one rule per backend
 /// left out, then the general rule, applied to every backend
 /// of [`backends!`]. (`$d` is a `$` handed in, so that this macro can

@@ -324,6 +324,51 @@ async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() 
     }
 }
 
+/// A read joins another local task's read hold only if the server confirmed
+/// that hold since the last lost connection. Process A holds a read; the
+/// server restarts empty and C takes the key for a write; A's next reader
+/// must not join the hold A had (unconfirmed since, or found lost: it would
+/// read beside C's write): it asks the server, and finds the key busy.
+/// (`held.rs` checks the join's rule itself, hold by hold.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_a_lost_connection_does_not_join_an_unconfirmed_read_hold() {
+    let mut server = RedisServer::start();
+    let prefix = unique("entry-join");
+    let lease = Duration::from_secs(10);
+    // Joins allowed for a minute: only the lost connection may stop one.
+    let a = LockRuntime::builder()
+        .redis(server.url())
+        .key_prefix(&prefix)
+        .default_lease(lease)
+        .cohort(32, Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let c = fair(&server, &prefix, lease).await;
+    let first = a.lock("k").read().acquire().await.unwrap();
+    let other = restart_and_take(&mut server, &a, &c).await;
+    let second = a
+        .lock("k")
+        .read()
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    let token = other.fence();
+    other.release().await.unwrap();
+    match second {
+        Ok(guard) => panic!(
+            "a read entered beside another process's write (its token {}, the writer's \
+             {token}; joined locally: {})",
+            guard.fence(),
+            a.stats().joined_locally
+        ),
+        Err(LockError::Timeout { .. }) => {}
+        Err(other) => panic!("unexpected outcome: {other:?}"),
+    }
+    assert_eq!(a.stats().joined_locally, 0);
+    drop(first);
+}
+
 /// Kills every client connection but the caller's (the server keeps its data).
 async fn kill_clients(con: &mut redis::aio::MultiplexedConnection) {
     for kind in ["normal", "pubsub"] {

@@ -5,7 +5,11 @@
 //! majorities, and the faults the quorum is for: two masters down, three
 //! down, a master restarted empty under a hold, a holder that loses its
 //! majority, a master flapping under contention, a majority reached past
-//! the validity limit, and acquires cancelled mid-vote.
+//! the validity limit, and acquires cancelled mid-vote. Read-write locks on
+//! the quorum: a read quorum with a master down, a master restarted empty
+//! under a writer that votes for no reader, readers on a bare majority that
+//! keep a writer out, and a downgrade done on a majority while a master
+//! that missed it keeps the write hold.
 //!
 //! The healthy tests share one fleet of masters; every fault test starts a
 //! fleet of its own and takes its turn (they measure timing, and the
@@ -1150,4 +1154,330 @@ async fn redlock_one_flapping_master_breaks_neither_exclusion_nor_token_order() 
             "{key}: hardly any progress with one master flapping"
         );
     }
+}
+
+/// The lock hash's `mode` field on `server` (`Some("r")`: a read hold).
+async fn mode_on(server: &RedisServer, name: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(name)
+        .arg("mode")
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap()
+}
+
+/// The readers' tokens (`f:` fields) the lock hash `name` records on
+/// `server`, sorted.
+async fn reader_tokens(server: &RedisServer, name: &str) -> Vec<u64> {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(name)
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+    let mut tokens: Vec<u64> = fields
+        .iter()
+        .filter(|(field, _)| field.starts_with("f:"))
+        .map(|(_, token)| token.parse().unwrap())
+        .collect();
+    tokens.sort_unstable();
+    tokens
+}
+
+/// Whether the lock hash `name` on `server` records the write token
+/// `token` within 200 ms (the acquire's vote and its token's write-back
+/// may still be on the way).
+async fn token_on(server: &RedisServer, name: &str, token: u64) -> bool {
+    for _ in 0..20 {
+        let fence: Option<u64> = redis::cmd("HGET")
+            .arg(name)
+            .arg("fence")
+            .query_async(&mut raw(server).await)
+            .await
+            .unwrap();
+        if fence == Some(token) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// A foreign write hold of `name` on `server` for a minute: that master
+/// answers busy to everyone else.
+async fn foreign_hold(server: &RedisServer, name: &str) {
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(name)
+        .arg("foreign:1")
+        .arg(1)
+        .arg("fence")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(60_000)
+        .ignore()
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+}
+
+/// Readers of two runtimes share a key on two masters of three (one is
+/// killed): a read hold needs a majority of read grants, and two masters
+/// are one. They are renewed there over several leases, a writer and an
+/// exclusive holder stay out meanwhile, inspect lists both readers with
+/// their tokens, and once they leave a writer enters with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
+    let _turn = timing_turn().await;
+    let mut fleet = fleet_of(3);
+    let (a, b) = two_runtimes(&fleet, "redlock-read-one-down").await;
+    fleet[0].kill();
+    let lease = Duration::from_secs(1);
+    let first = a.lock("k").read().lease(lease).acquire().await.unwrap();
+    let second = b.lock("k").read().lease(lease).acquire().await.unwrap();
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.mode, lock_runtime::LockMode::Read);
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    let mut expected = vec![Some(first.fence()), Some(second.fence())];
+    expected.sort();
+    assert_eq!(tokens, expected, "{info:?}");
+    // Renewed on the two masters left, over two and a half leases.
+    tokio::time::sleep(lease * 5 / 2).await;
+    assert!(
+        !first.is_lost() && !second.is_lost(),
+        "a reader lost its share"
+    );
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(a.lock("k").try_acquire().await.unwrap().is_none());
+    let readers = first.fence().max(second.fence());
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writer = b.lock("k").write().try_acquire().await.unwrap();
+    let writer = writer.expect("the key stayed taken after its readers");
+    assert!(writer.fence() > readers, "{} <= {readers}", writer.fence());
+    writer.release().await.unwrap();
+}
+
+/// The restart hazard for readers: of three masters a writer holds exactly
+/// masters 0 and 2 (a foreign hold keeps master 1 busy while it acquires),
+/// then master 0 restarts without its data and master 1 frees up. Masters
+/// 0 and 1 would make a majority of read grants beside the writer; master
+/// 0 must vote for no reader either while the writer's lease runs (its
+/// boot marker is gone: quarantined), and the reader gets in only once
+/// that lease has ended, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_master_restarted_empty_under_a_writer_votes_for_no_reader_until_the_lease_ends() {
+    let _turn = timing_turn().await;
+    let mut fleet = fleet_of(3);
+    let prefix = unique("redlock-amnesia-read");
+    let (a, b) = (
+        runtime(&fleet, &prefix).await,
+        runtime(&fleet, &prefix).await,
+    );
+    let lock_key = a.backend_key("k");
+    foreign_hold(&fleet[1], &lock_key).await;
+    let lease = Duration::from_secs(3);
+    let begun = Instant::now();
+    let held = Arc::new(
+        a.lock("k")
+            .write()
+            .lease(lease)
+            .watchdog(false)
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
+    fleet[0].restart().await;
+    let _: () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async(&mut raw(&fleet[1]).await)
+        .await
+        .unwrap();
+    let short = Duration::from_millis(500);
+    let request = b.lock("k").read().lease(short);
+    let early = request.wait(Duration::from_millis(300)).acquire().await;
+    assert!(
+        matches!(early, Err(LockError::Timeout { .. })),
+        "with master 0 back empty and master 1 free, a reader: {:?}",
+        early.map(|g| g.fence())
+    );
+    assert!(
+        !held.is_lost(),
+        "the writer's lease ran out during the test's setup"
+    );
+    let (since, until, _) = boot_marker(&fleet[0], &prefix)
+        .await
+        .expect("the reader's attempt recreated master 0's marker");
+    assert!(
+        until > since,
+        "master 0 is not quarantined: {since}..{until}"
+    );
+    let reader = {
+        let (b, held) = (b.clone(), held.clone());
+        tokio::spawn(async move {
+            let request = b.lock("k").read().lease(short);
+            let got = request.wait(Duration::from_secs(8)).acquire().await;
+            (got, held.is_lost(), Instant::now())
+        })
+    };
+    let (got, writer_knew, entered) = reader.await.unwrap();
+    let reader = got.expect("the reader got in once the writer's lease ended");
+    println!(
+        "redlock reader beside an amnesiac master: in {:?} after the writer's acquire \
+         (lease {lease:?})",
+        entered - begun
+    );
+    assert!(
+        writer_knew && entered - begun >= lease,
+        "the reader got in {:?} after the acquire, inside the writer's {lease:?} lease",
+        entered - begun
+    );
+    assert!(reader.fence() > held.fence());
+    reader.release().await.unwrap();
+}
+
+/// Readers that hold a bare majority (two of three masters: the third was
+/// busy with a foreign hold while they acquired, then freed) keep a writer
+/// out although it takes the third master: any two majorities meet. Both
+/// masters record each reader's one token (written back to the master
+/// whose own was smaller, in the reader's field). The writer waits while
+/// either reader reads on, and the last reader's release lets it in at
+/// once, with a token above both readers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_writer_waits_while_readers_hold_a_bare_majority() {
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let (a, b) = two_runtimes(&fleet, "redlock-read-majority").await;
+    let lock_key = a.backend_key("k");
+    foreign_hold(&fleet[2], &lock_key).await;
+    let first = a.lock("k").read().acquire().await.unwrap();
+    let second = b.lock("k").read().acquire().await.unwrap();
+    let mut tokens = vec![first.fence(), second.fence()];
+    tokens.sort_unstable();
+    for server in &fleet[..2] {
+        assert_eq!(mode_on(server, &lock_key).await.as_deref(), Some("r"));
+        assert_eq!(reader_tokens(server, &lock_key).await, tokens);
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(&lock_key)
+        .query_async(&mut raw(&fleet[2]).await)
+        .await
+        .unwrap();
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let guard = b
+                .lock("k")
+                .write()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            let entered = Instant::now();
+            let token = guard.fence();
+            guard.release().await?;
+            Ok::<_, LockError>((entered, token))
+        })
+    };
+    wait_until("the writer waits", || b.stats().waiting == 1).await;
+    // (Spans of time in which nothing may happen: many attempts' worth.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer entered beside two readers"
+    );
+    let readers = first.fence().max(second.fence());
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "the writer entered beside a reader");
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let (entered, token) = writer.await.unwrap().unwrap();
+    println!(
+        "redlock writer after the last reader: in {:?}",
+        entered - released
+    );
+    assert!(
+        entered - released < Duration::from_secs(1),
+        "the writer was not woken by the last reader's release"
+    );
+    assert!(token > readers, "{token} <= {readers}");
+}
+
+/// A downgrade is done once a majority downgraded: the holder's link to
+/// master 2 drops at the downgrade's call, so that master still records
+/// the write hold, and the awaited downgrade succeeds on masters 0 and 1
+/// all the same. A reader of another runtime enters on them (master 2
+/// refuses it: more exclusive, never less), a writer stays out, inspect
+/// lists both readers, and once both leave a writer enters with a larger
+/// token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_keeps_the_write_hold()
+{
+    let _turn = timing_turn().await;
+    let fleet = fleet_of(3);
+    let prefix = unique("redlock-downgrade-majority");
+    let proxy = FaultProxy::start(fleet[2].port()).await;
+    let through = vec![fleet[0].url(), fleet[1].url(), proxy.url()];
+    let a = redlock_runtime(through, &prefix, RESPONSE).await;
+    let b = runtime(&fleet, &prefix).await;
+    let lock_key = a.backend_key("k");
+    // A long lease: no renewal goes out while the proxy's drop is armed.
+    let lease = Duration::from_secs(30);
+    // Master 2 must record the hold, with its token, before the drop is
+    // armed (then the next call through the proxy is the downgrade). Its
+    // vote may be left out: a vote still out when the majority decided is
+    // dropped, and the client sends no command whose caller has gone. So
+    // take the hold again until master 2 has it (bounded).
+    let mut attempts = 0;
+    let write = loop {
+        attempts += 1;
+        let write = a.lock("k").write().lease(lease).acquire().await.unwrap();
+        if token_on(&fleet[2], &lock_key, write.fence()).await {
+            break write;
+        }
+        assert!(attempts < 20, "master 2 took none of 20 holds");
+        write.release().await.unwrap();
+    };
+    let token = write.fence();
+    proxy.drop_at_command("EVALSHA");
+    let read = write.downgrade().await.expect("a majority downgraded");
+    // (The majority may answer before the proxy sees the call to master 2.)
+    wait_until("the downgrade's call to master 2 is dropped", || {
+        proxy.dropped_at_command() == 1
+    })
+    .await;
+    assert_eq!(
+        (read.mode(), read.fence()),
+        (lock_runtime::LockMode::Read, token)
+    );
+    for server in &fleet[..2] {
+        assert_eq!(mode_on(server, &lock_key).await.as_deref(), Some("r"));
+    }
+    assert_eq!(
+        mode_on(&fleet[2], &lock_key).await,
+        None,
+        "master 2 should still record the write hold"
+    );
+    assert!(has_key(&fleet[2], &lock_key).await);
+    let other = b.lock("k").read().try_acquire().await.unwrap();
+    let other = other.expect("a reader was kept out of a hold downgraded on a majority");
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    let info = b.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.mode, lock_runtime::LockMode::Read, "{info:?}");
+    let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
+    tokens.sort();
+    let mut expected = vec![Some(token), Some(other.fence())];
+    expected.sort();
+    assert_eq!(tokens, expected, "{info:?}");
+    read.release().await.unwrap();
+    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    let readers = token.max(other.fence());
+    other.release().await.unwrap();
+    let next = b.lock("k").write().try_acquire().await.unwrap();
+    let next = next.expect("the key stayed taken after its readers");
+    assert!(next.fence() > readers, "{} <= {readers}", next.fence());
+    next.release().await.unwrap();
 }

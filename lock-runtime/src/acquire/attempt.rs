@@ -51,17 +51,19 @@ impl Acquisition {
         // Fair mode queues this process under one place per key; a first
         // attempt (no ticket yet) uses a fresh id, which may become the place.
         let (place, place_attempt) = match &self.ticket {
-            Some(ticket) if self.want.fair => match ticket.begin_attempt(self.handoff_lease()) {
-                // Shared with the script's task: the place stays in use
-                // until the script is answered, also if this future goes
-                // away first, so that no sibling's attempt and no give-back
-                // of the place overtakes it.
-                Some((id, attempt)) => (Some(id), Some(Arc::new(attempt))),
-                // A sibling's attempt with our place is out, and it is our
-                // last chance: that attempt stands for ours.
-                None if self.last_try => return Err(self.gave_up()),
-                None => return Ok(Attempted::PlaceInUse),
-            },
+            Some(ticket) if self.want.fair => {
+                match ticket.begin_attempt(self.handoff_lease(), self.place_mode()) {
+                    // Shared with the script's task: the place stays in use
+                    // until the script is answered, also if this future goes
+                    // away first, so that no sibling's attempt and no give-back
+                    // of the place overtakes it.
+                    Some((id, attempt)) => (Some(id), Some(Arc::new(attempt))),
+                    // A sibling's attempt with our place is out, and it is our
+                    // last chance: that attempt stands for ours.
+                    None if self.last_try => return Err(self.gave_up()),
+                    None => return Ok(Attempted::PlaceInUse),
+                }
+            }
             _ => (None, None),
         };
         let mut in_flight = InFlight {
@@ -335,10 +337,11 @@ impl Acquisition {
             let sent = in_flight.sent.take();
             let queued = in_flight.disarm();
             let lease = self.handoff_lease();
+            let read = self.want.mode.is_read();
             let adopted = self
                 .runtime
                 .in_flight()
-                .admit(sent, || ticket.adopt_place(queued, sent_at, lease))
+                .admit(sent, || ticket.adopt_place(queued, sent_at, lease, read))
                 .ok_or(LockError::ShutDown)?;
             if let Some(extra) = adopted {
                 let lock_key = self.want.lock_key.clone();

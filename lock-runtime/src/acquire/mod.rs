@@ -329,11 +329,18 @@ impl Acquisition {
         if let Reentry::Held(held, frame) = reentry {
             return Some(Ok(Taken::Frame(held, frame)));
         }
+        let now = epoch();
+        if let Some((held, frame)) = self.join_local_readers(now) {
+            return Some(Ok(Taken::Frame(held, frame)));
+        }
         // Fair mode: a release may have handed the lock to our place. (A
         // fixed lease longer than the handoff's claim is not taken from the
         // message: the next attempt claims it and sets the full lease.)
         let handoff = match &self.ticket {
-            Some(ticket) if self.want.fair => ticket.take_handoff(self.minimum_claim(), epoch())?,
+            Some(ticket) if self.want.fair => {
+                let epoch = self.runtime.waiters().connection_epoch();
+                ticket.take_handoff(self.minimum_claim(), epoch, self.place_mode())?
+            }
             _ => return None,
         };
         if let Some(ticket) = self.ticket.take() {
@@ -404,6 +411,31 @@ impl Acquisition {
             self.terms(),
             self.want.mode.is_read(),
         )
+    }
+
+    /// A read joins a read hold another task of this process has (see
+    /// `HeldTable::join`), unless a writer of the process waits ahead of it
+    /// or the hold is not fit to share now. Leaves the waiters' queue,
+    /// waking the next waiter (a reader behind may join too).
+    fn join_local_readers(&mut self, epoch: u32) -> Option<(Arc<HeldLock>, u64)> {
+        let limits = self.runtime.cohort();
+        let terms = self.terms()?;
+        if !terms.read || !limits.is_on() || self.held_back_by_a_local_writer() {
+            return None;
+        }
+        let table = self.runtime.table();
+        let joined = table.join(
+            &self.want.lock_key,
+            &self.want.scope,
+            (terms, limits),
+            epoch,
+        )?;
+        self.runtime.count_joined();
+        if let Some(ticket) = self.ticket.take() {
+            ticket.leave_with_lock(true);
+        }
+        tracing::debug!(key = %self.want.key, "a read joined a read hold of this process");
+        Some(joined)
     }
 
     /// Writer preference in the process: a read does not go to the backend
@@ -485,6 +517,15 @@ impl Acquisition {
         } else {
             self.want.lease
         }
+    }
+
+    /// The mode of this waiter's fair place, on a backend whose places have
+    /// one (see [`Backend::places_have_modes`]): whether it reads.
+    fn place_mode(&self) -> Option<bool> {
+        let backend = self.runtime.backend();
+        backend
+            .places_have_modes()
+            .then(|| self.want.mode.is_read())
     }
 
     /// The shortest handoff claim this waiter may take without a round trip:

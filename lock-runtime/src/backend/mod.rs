@@ -175,6 +175,9 @@ pub(crate) struct PlaceRefresh {
     pub(crate) holder: String,
     /// The lease a release hands the lock to it with.
     pub(crate) lease: Duration,
+    /// A reader's place (Redis: a reader is told to try when it may come
+    /// in beside other readers).
+    pub(crate) read: bool,
 }
 
 /// What a refresh found of one place.
@@ -396,43 +399,12 @@ impl Backend {
         matches!(self, Backend::Redis(_) | Backend::Sentinel(_)) || self.always_fair()
     }
 
-    /// How a read or write hold is served on this backend, given the fair
-    /// mode its request asked (`None`: it asked none, the runtime's default
-    /// applies): `Ok` with the fair mode to serve it in, or `Err(why)` when
-    /// it must be refused. Read-write locks come to the backends one at a
-    /// time (issue 28).
-    ///
-    /// Transient, until issue 28's step 5 (fair read-write locks on Redis):
-    /// Redis (one server or a Cluster) and Sentinel serve read and write
-    /// holds in plain mode only. A request that did not ask fair mode is
-    /// served plain even where the runtime's default is fair; one that asked
-    /// it explicitly is refused, rather than quietly served without the
-    /// queue it asked for.
-    pub(crate) fn read_write_fair(&self, fair_asked: Option<bool>) -> Result<Option<bool>, String> {
-        let name = match self {
-            Backend::Memory(_) => return Ok(fair_asked),
-            // (Always fair: its recipe queues by creation order.)
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => return Ok(fair_asked),
-            Backend::Redis(_) | Backend::Sentinel(_) if fair_asked != Some(true) => {
-                return Ok(Some(false))
-            }
-            Backend::Redis(_) | Backend::Sentinel(_) => {
-                return Err(
-                    "fair read-write locks are not available on Redis yet (issue 28, \
-                     step 5): leave `fair` unset or set it to false for read and write holds, \
-                     which are served in plain mode"
-                        .to_owned(),
-                )
-            }
-            Backend::Redlock(_) => "Redlock",
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => return Ok(fair_asked),
-        };
-        Err(format!(
-            "read-write locks are not available on {name} yet (issue 28): use the default, \
-             exclusive mode"
-        ))
+    /// Whether a process's fair place in a key's queue has a mode (read or
+    /// write): on Redis a release hands a read hold to a reader's place and
+    /// a write hold to a writer's. (etcd and ZooKeeper announce a reader's
+    /// turn as a release, so any waiter may use the place.)
+    pub(crate) fn places_have_modes(&self) -> bool {
+        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
     }
 
     /// Why a lock that asks for fair mode must be refused on this backend,
@@ -450,9 +422,8 @@ impl Backend {
     /// (a fixed lease must end on the server by itself: on etcd it gets an
     /// etcd lease of its own that nobody keeps alive).
     ///
-    /// `mode`: read holds share the key. Only backends that support them
-    /// get one ([`read_write_fair`](Self::read_write_fair) refuses the rest
-    /// before they ask); to the others a write is the exclusive lock.
+    /// `mode`: read holds share the key; a write is the exclusive lock
+    /// (every backend serves both).
     /// ZooKeeper also names its node by it (Curator's mutex node for
     /// exclusive, its read-write lock's for read and write).
     pub(crate) async fn acquire(
@@ -468,7 +439,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
             Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease, mode)),
-            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue).await,
+            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
             Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue, mode).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
@@ -487,22 +458,19 @@ impl Backend {
     /// now (its last write frame went while read frames remain): other
     /// readers may join it, writers still wait. `Ok(false)`: the backend no
     /// longer records the hold (it is lost). Until the backend answers it
-    /// still records a write hold: more exclusive, never less. So does a
-    /// backend that cannot downgrade a hold in place, which answers
-    /// `Ok(true)` without asking: Redis for a fair hold (its queue's
-    /// release would free every reader at once), Redlock until its read-write
-    /// support comes (issue 28).
+    /// still records a write hold: more exclusive, never less. Redlock's
+    /// is done on a majority of masters.
     pub(crate) async fn downgrade(&self, held: &HeldLock) -> Result<bool, BackendError> {
         let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
-            Backend::Redis(r) if !held.fair => r.downgrade(lock_key, holder).await,
-            Backend::Sentinel(s) if !held.fair => s.downgrade(lock_key, holder).await,
+            Backend::Redis(r) => r.downgrade(lock_key, holder, held.fair).await,
+            Backend::Sentinel(s) => s.downgrade(lock_key, holder, held.fair).await,
+            Backend::Redlock(r) => r.downgrade(lock_key, holder).await,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.downgrade(held).await,
-            _ => Ok(true),
         }
     }
 

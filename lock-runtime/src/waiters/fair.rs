@@ -21,6 +21,9 @@ pub(super) struct FairPlace {
     confirmed: Option<Instant>,
     /// Shortest lease asked with this id (the one a handoff may have used).
     lease: Option<Duration>,
+    /// Queued for a read hold (on a backend whose places have a mode: see
+    /// [`WaitTicket::begin_attempt`]).
+    read: bool,
     /// A handoff to `id` not yet taken by a local waiter.
     pub(super) handed: Option<Handed>,
     /// An attempt with `id` is out (see [`WaitTicket::begin_attempt`]).
@@ -238,15 +241,35 @@ impl WaitTicket {
     /// out: so the place is used up exactly once, by the reply of the one
     /// attempt or by [`take_handoff`](Self::take_handoff), and no attempt is
     /// ever still on its way with a place that was used up.
-    pub(crate) fn begin_attempt(&self, lease: Duration) -> Option<(String, Attempt)> {
+    ///
+    /// `read`: on a backend whose places have a mode (Redis: a release hands
+    /// a reader's place a read hold), whether this attempt is a read. A
+    /// place queued in the other mode (its waiter left before using it) is
+    /// given back, and a new one made: a hold handed to it could not serve
+    /// this waiter. `None`: the place has no mode.
+    pub(crate) fn begin_attempt(
+        &self,
+        lease: Duration,
+        read: Option<bool>,
+    ) -> Option<(String, Attempt)> {
         let mut place = self.entry.place();
         if place.attempting {
             return None;
+        }
+        let mut other_mode = None;
+        if let Some(read) = read {
+            if place.id.is_some() && place.read != read {
+                other_mode = place.reset();
+                if let Some(id) = &other_mode {
+                    place.retire(id.clone(), Instant::now());
+                }
+            }
         }
         if place.id.is_none() {
             place.reset();
             place.id = Some(crate::owner::new_holder_id());
             place.confirmed = Some(Instant::now());
+            place.read = read.unwrap_or(false);
         }
         place.lease = Some(place.lease.map_or(lease, |l| l.min(lease)));
         let id = place.id.clone()?;
@@ -256,6 +279,10 @@ impl WaitTicket {
             entry: self.entry.clone(),
             generation: place.generation,
         };
+        drop(place);
+        if let Some(old) = other_mode {
+            self.waiters.give_back(&self.channel, vec![old]);
+        }
         Some((id, attempt))
     }
 
@@ -298,6 +325,7 @@ impl WaitTicket {
         holder: String,
         sent_at: Instant,
         lease: Duration,
+        read: bool,
     ) -> Option<String> {
         let mut place = self.entry.place();
         if place.id.is_some() {
@@ -307,6 +335,7 @@ impl WaitTicket {
         place.id = Some(holder);
         place.confirmed = Some(sent_at);
         place.lease = Some(lease);
+        place.read = read;
         None
     }
 
@@ -345,14 +374,22 @@ impl WaitTicket {
     /// fails a check is dropped, and an attempt with the place finds out
     /// where the lock is (it confirms a handoff that is still good: the
     /// script answers "handed to you").
-    pub(crate) fn take_handoff(&self, minimum: Duration, epoch: u32) -> Option<Handoff> {
+    ///
+    /// `read` (see [`begin_attempt`](Self::begin_attempt)): a place of the
+    /// other mode is not taken; this waiter's attempt gives it back.
+    pub(crate) fn take_handoff(
+        &self,
+        minimum: Duration,
+        epoch: u32,
+        read: Option<bool>,
+    ) -> Option<Handoff> {
         let mut place = self.entry.place();
         let (Some(handed), Some(_), Some(since), Some(lease)) =
             (place.handed, &place.id, place.confirmed, place.lease)
         else {
             return None;
         };
-        if lease < minimum || place.attempting {
+        if lease < minimum || place.attempting || read.is_some_and(|read| read != place.read) {
             return None;
         }
         // Too little of the claim left by this process's count (it counts
@@ -428,6 +465,7 @@ impl Heartbeats for Waiters {
                     lock_key: lock,
                     holder: id,
                     lease,
+                    read: place.read,
                 });
             } else {
                 next = Some(next.map_or(at, |n| n.min(at)));

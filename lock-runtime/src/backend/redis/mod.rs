@@ -143,9 +143,8 @@ impl RedisBackend {
         &self.endpoint
     }
 
-    /// One acquire attempt: `acquire.lua` (plain), `fair.lua` (fair), or
-    /// for a read hold `read.lua` (plain only: fair read holds are issue
-    /// 28's step 5, and the request refuses them before they get here).
+    /// One acquire attempt: `acquire.lua` (plain), `read.lua` (a plain read
+    /// hold) or `fair.lua` (fair, either mode).
     pub(crate) async fn acquire(
         &self,
         lock_key: &str,
@@ -159,14 +158,10 @@ impl RedisBackend {
         let mut con = self.con.clone();
         // (The caller boxes this whole future, so it stays out of the state of
         // every waiting acquire.)
-        let reply: RedisResult<Vec<i64>> = if mode.is_read() {
-            if queue != Queue::No {
-                return Err(BackendError::msg(format!(
-                    "a fair read hold was asked of Redis at {}: read-write locks are served \
-                     in plain mode only (issue 28)",
-                    self.endpoint
-                )));
-            }
+        let reply: RedisResult<Vec<i64>> = if queue != Queue::No {
+            self.acquire_fair(&mut con, lock_key, holder, &lease, queue, mode)
+                .await
+        } else if mode.is_read() {
             eval(
                 &mut con,
                 &self.scripts.read,
@@ -174,7 +169,7 @@ impl RedisBackend {
                 &[holder, &lease, &self.window],
             )
             .await
-        } else if queue == Queue::No {
+        } else {
             eval(
                 &mut con,
                 &self.scripts.acquire,
@@ -182,9 +177,6 @@ impl RedisBackend {
                 &[holder, &lease, &self.window, &self.reserve],
             )
             .await
-        } else {
-            self.acquire_fair(&mut con, lock_key, holder, &lease, queue)
-                .await
         };
         let reply = reply.map_err(|e| self.failed("acquire failed", e))?;
         match reply[..] {
@@ -254,10 +246,17 @@ impl RedisBackend {
         holder: &str,
         lease: &str,
         queue: Queue,
+        mode: LockMode,
     ) -> RedisResult<Vec<i64>> {
         let (join, handoff_lease) = match queue {
             Queue::Join(lease) => ("1", ms(lease)),
             _ => ("0", "0".to_owned()),
+        };
+        // (A reader reserves no tokens: read holds never pass between tasks.)
+        let (reserve, mode) = if mode.is_read() {
+            ("0", "r")
+        } else {
+            (&*self.reserve, "w")
         };
         let args = [
             "acquire",
@@ -268,7 +267,8 @@ impl RedisBackend {
             &LockNames::channel(lock_key),
             &handoff_lease,
             &self.window,
-            &self.reserve,
+            reserve,
+            mode,
         ];
         by_sha(con, |sha| self.scripts.fair(sha, lock_key, &args)).await
     }
@@ -293,19 +293,26 @@ impl RedisBackend {
         })
     }
 
-    /// `downgrade.lua`: `holder`'s plain write hold becomes a read hold;
-    /// `false` when the hash does not record it.
+    /// `holder`'s write hold becomes a read hold: `downgrade.lua` (plain),
+    /// or `fair.lua`'s downgrade, which also lets in the readers first in
+    /// the key's queue; `false` when the hash does not record it.
     pub(crate) async fn downgrade(
         &self,
         lock_key: &str,
         holder: &str,
+        fair: bool,
     ) -> Result<bool, BackendError> {
         let channel = LockNames::channel(lock_key);
         let mut con = self.con.clone();
         let done: i64 = by_sha(&mut con, |sha| {
-            self.scripts
-                .downgrade
-                .call(sha, &[lock_key], &[holder, &channel])
+            if fair {
+                let args = ["downgrade", holder, &channel, &self.window];
+                self.scripts.fair(sha, lock_key, &args)
+            } else {
+                self.scripts
+                    .downgrade
+                    .call(sha, &[lock_key], &[holder, &channel])
+            }
         })
         .await
         .map_err(|e| self.failed("downgrade failed", e))?;

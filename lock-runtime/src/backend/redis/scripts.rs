@@ -108,7 +108,7 @@ impl Scripts {
         reserve: &str,
     ) -> Cmd {
         let mut keys = Vec::with_capacity(places.len() * 3);
-        let mut args = Vec::with_capacity(places.len() * 3 + 1);
+        let mut args = Vec::with_capacity(places.len() * 4 + 1);
         args.push(life.to_owned());
         for place in places {
             keys.push(place.lock_key.clone());
@@ -117,6 +117,7 @@ impl Scripts {
             args.push(place.holder.clone());
             args.push(place.lease.as_millis().max(1).to_string());
             args.push(reserve.to_owned());
+            args.push(if place.read { "r" } else { "w" }.to_owned());
         }
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use super::boot::BOOT_SCRIPT;
 use super::gather::{gather, Call};
+use super::read::READ_SCRIPT;
 use super::watches::RedlockWatches;
 use super::{
     quorum, reason, Connected, Inner, Master, Redlock, FENCE_SCRIPT, MIN_MASTERS, RECONNECT_MAX,
@@ -54,7 +55,7 @@ impl Redlock {
             let slot = Arc::new(OnceLock::new());
             match outcome {
                 Some(Ok((backend, watches))) => {
-                    load_fence_script(&backend).await;
+                    load_scripts(&backend).await;
                     let endpoint = backend.endpoint().to_owned();
                     let _ = slot.set(Connected { backend, watches });
                     masters.push(Master { endpoint, slot });
@@ -106,6 +107,7 @@ impl Redlock {
             timeout: settings.response_timeout,
             window: settings.fence_window.as_millis().max(1).to_string(),
             fence_script: redis::Script::new(FENCE_SCRIPT),
+            read_script: redis::Script::new(READ_SCRIPT),
             boot_script: redis::Script::new(BOOT_SCRIPT),
             worker: tokio::runtime::Handle::current(),
             marker,
@@ -137,18 +139,22 @@ fn endpoint_of(url: &str) -> Option<String> {
         .map(|info| info.addr().to_string())
 }
 
-/// Loads `redlock_fence.lua` into a master's script cache, so that its
-/// first write-back goes by SHA even if the acquire returns before it is
-/// answered (`redis::Script` falls back to the source on `NOSCRIPT`, but
-/// only while its call is awaited). A failure is left to that fallback.
-async fn load_fence_script(master: &RedisBackend) {
-    let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(FENCE_SCRIPT)
-        .query_async(&mut master.con.clone())
-        .await;
-    if let Err(error) = loaded {
-        tracing::debug!(%error, master = master.endpoint(), "Redlock: loading the fence script failed");
+/// Loads `redlock_fence.lua` and the Redlock read (`read.rs`) into a
+/// master's script cache, so that a write-back or a read vote goes by SHA
+/// even if the call is dropped before it is answered (`redis::Script` falls
+/// back to the source on `NOSCRIPT`, but only while its call is awaited,
+/// and a vote still out when the majority decided is dropped). A failure
+/// is left to that fallback.
+async fn load_scripts(master: &RedisBackend) {
+    for script in [FENCE_SCRIPT, READ_SCRIPT] {
+        let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query_async(&mut master.con.clone())
+            .await;
+        if let Err(error) = loaded {
+            tracing::debug!(%error, master = master.endpoint(), "Redlock: loading a script failed");
+        }
     }
 }
 
@@ -170,7 +176,7 @@ async fn reconnect(
             return;
         }
         if let Ok((backend, watches)) = connect(&url, &settings, wakeups.clone()).await {
-            load_fence_script(&backend).await;
+            load_scripts(&backend).await;
             let Some(inner) = redlock.upgrade() else {
                 return;
             };

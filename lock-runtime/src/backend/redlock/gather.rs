@@ -6,10 +6,13 @@
 //! slowest master. So the calls run side by side (polled from the caller's
 //! task, no spawn: the caller may be on any executor) and a `decided`
 //! predicate over the answers so far ends the wait early. The calls still
-//! out are dropped then; their commands were already handed to the
-//! masters' connections on the first poll, and each connection keeps its
-//! commands in order, so a later release on the same master still comes
-//! after them.
+//! out are dropped then. Their commands were handed to the masters'
+//! connections on the first poll, but one a connection has not written
+//! yet is then never sent (redis-rs skips a command whose caller has
+//! gone): a dropped vote may be left out, as if that master had not
+//! answered, and takes nothing. One already written runs, and each
+//! connection keeps its commands in order, so a later release on the same
+//! master still comes after it.
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;

@@ -52,6 +52,22 @@
 //! A master that said "not ours" while a majority renewed (it restarted
 //! empty, or stayed frozen past the lease) gets the hold back at once.
 //!
+//! **Read-write locks.** A read hold is a majority of masters granting a
+//! read (`read.lua` on each, behind the boot-marker check: `read.rs`), a
+//! write hold a majority granting a write; a master grants a read only
+//! while no write hold is there and a write only while nothing is, and any
+//! two majorities share a master, so a reader and a writer never both
+//! hold. A reader's token is written back like a writer's, into its own
+//! `f:<holder>` field (`redlock_fence.lua`), and raises the same counters:
+//! a writer's token exceeds every earlier reader's and writer's, a
+//! reader's every earlier writer's. Renewals and releases need no mode
+//! (each master's scripts go by what its hash records). A downgrade is
+//! best effort per master and done on a majority: a master that missed it
+//! still records our write hold, which keeps writers out as well, so the
+//! hold stands while a majority records it in either mode. Plain only:
+//! readers of other processes that overlap without a gap can keep a
+//! writer out (there is no queue to stop them).
+//!
 //! **Fair mode** is refused: its queue and handoff live in one server's
 //! lists and scripts, and independent masters would each hand the lock to a
 //! different waiter.
@@ -61,6 +77,7 @@ mod connect;
 mod fence;
 mod gather;
 pub(crate) mod quorum;
+mod read;
 mod renew;
 mod watches;
 
@@ -74,6 +91,7 @@ use tokio::time::Instant;
 use super::redis::{Ballot, BootCheck, RedisBackend, Vote};
 use super::{Acquire, Queue, Recorded, Release, Watches};
 use crate::error::BackendError;
+use crate::mode::LockMode;
 use gather::{gather, Call};
 
 /// Why fair mode is refused (the builder's and a fair request's error).
@@ -122,6 +140,8 @@ struct Inner {
     /// The fence counter's TTL in ms (the scripts' window).
     window: String,
     fence_script: redis::Script,
+    /// A read hold's vote on one master (`read.rs`).
+    read_script: redis::Script,
     /// Creates a master's boot marker (`boot.rs`).
     boot_script: redis::Script,
     /// The runtime's worker thread, where a failed attempt's undo runs.
@@ -313,6 +333,7 @@ impl Redlock {
         holder: &str,
         lease: Duration,
         queue: Queue,
+        mode: LockMode,
     ) -> Result<Acquire, BackendError> {
         if queue != Queue::No {
             return Err(BackendError::msg(FAIR_UNSUPPORTED));
@@ -321,7 +342,13 @@ impl Redlock {
         let quorum = self.inner.quorum;
         let ttl = quorum::padded(lease);
         let check = self.boot_check(ttl, false);
-        let calls = self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check));
+        // A read hold is a majority of read grants, a write (or exclusive)
+        // hold a majority of write grants: the rest is the same vote.
+        let calls = if mode.is_read() {
+            self.calls(|m| self.read_checked(m, lock_key, holder, ttl, check))
+        } else {
+            self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check))
+        };
         // Done when a majority said held; or when it can no longer, and it is
         // known whether that is because the lock is busy (a majority
         // answered) or because too few masters answer. A quarantined master
@@ -465,6 +492,38 @@ impl Redlock {
         }
     }
 
+    /// Turns `holder`'s write hold into a read hold on every master
+    /// (`downgrade.lua`): done when a majority downgraded it, `Ok(false)`
+    /// (lost) when more than a minority no longer record it, an error when
+    /// too few answered to tell.
+    ///
+    /// Best effort per master: one that did not answer, or answered late,
+    /// still records our write hold, which keeps writers out as the read
+    /// hold does (and readers too: more exclusive, never less). So the hold
+    /// stands while a majority records it in either mode, and is renewed
+    /// and released there as whatever each master records (`renew.lua` and
+    /// `release.lua` are mode-aware).
+    pub(crate) async fn downgrade(
+        &self,
+        lock_key: &str,
+        holder: &str,
+    ) -> Result<bool, BackendError> {
+        let masters = self.masters();
+        let verdict = |answers: &[Option<Answer<bool>>]| {
+            let said = |wanted: bool| {
+                answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(done)) if *done == wanted))
+                    .count()
+            };
+            quorum::renewal(masters, said(true), said(false))
+        };
+        // (Plain: Redlock has no fair mode.)
+        let calls = self.calls(|m| m.downgrade(lock_key, holder, false));
+        let answers = gather(calls, |answers| verdict(answers).is_some()).await;
+        verdict(&answers).ok_or_else(|| self.no_quorum("downgrade", &answers))
+    }
+
     pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
         for connected in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
             connected
@@ -542,13 +601,11 @@ impl Redlock {
                 .collect()
         };
         // Done once a majority answered and the masters still out cannot
-        // change the verdict (a holder has a majority, or none can get one).
+        // change the verdict (`quorum::record_settled`).
         let answers = gather(self.calls(|m| m.inspect(lock_key)), |answers| {
             let open = answers.iter().filter(|a| a.is_none()).count();
             let seen = records(answers);
-            seen.len() >= quorum
-                && (quorum::majority_record(&seen, quorum).is_some()
-                    || quorum::majority_record(&seen, quorum.saturating_sub(open)).is_none())
+            seen.len() >= quorum && quorum::record_settled(&seen, quorum, open)
         })
         .await;
         let seen = records(&answers);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::backend::Recorded;
+use crate::backend::{Recorded, RecordedReader};
 use crate::mode::LockMode;
 
 /// The fixed part of the clock-drift allowance: covers the resolution of
@@ -94,51 +94,178 @@ pub(crate) fn renewal(masters: usize, yes: usize, no: usize) -> Option<bool> {
     }
 }
 
-/// The record of the holder that a majority of `records` (one per master
-/// that answered; `None`: free there) names, if any: its remaining lease is
-/// how long a majority still has it, its token the one a majority records
-/// (an acquire returns once a majority records it; a master it reached
-/// late may show its own token until the write-back lands there), else the
-/// largest recorded.
-pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
-    let holders = records.iter().flatten();
-    holders.clone().find_map(|candidate| {
-        let same: Vec<&Recorded> = holders
-            .clone()
-            .filter(|r| r.holder == candidate.holder)
-            .collect();
-        if same.len() < quorum {
-            return None;
-        }
-        // A lease without expiry (None) outlasts every other.
-        let mut remaining: Vec<Duration> = same
+/// One holder's share of a lock as one master records it: a write hold's
+/// holder, or one reader of a read hold.
+struct Share<'a> {
+    holder: &'a str,
+    holds: u64,
+    remaining: Option<Duration>,
+    fence: Option<u64>,
+    write: bool,
+}
+
+/// Every share one master's record lists.
+fn shares(record: &Recorded) -> Vec<Share<'_>> {
+    if record.mode.is_read() {
+        return record
+            .readers
             .iter()
-            .map(|r| r.remaining.unwrap_or(Duration::MAX))
+            .map(|reader| Share {
+                holder: &reader.holder,
+                // (A record counts the holds of the reader it is described
+                // by only.)
+                holds: if reader.holder == record.holder {
+                    record.holds
+                } else {
+                    1
+                },
+                remaining: reader.remaining,
+                fence: reader.fence,
+                write: false,
+            })
             .collect();
-        remaining.sort_unstable_by(|a, b| b.cmp(a));
-        let remaining = remaining
-            .get(quorum.saturating_sub(1))
-            .copied()
-            .filter(|r| *r != Duration::MAX);
-        Some(Recorded {
-            holder: candidate.holder.clone(),
-            holds: same.iter().map(|r| r.holds).max().unwrap_or(0),
+    }
+    vec![Share {
+        holder: &record.holder,
+        holds: record.holds,
+        remaining: record.remaining,
+        fence: record.fence,
+        write: true,
+    }]
+}
+
+/// What one holder's `same` shares (one per master, at least `quorum`)
+/// say together: the most holds, how long a majority still has it (the
+/// `quorum`-th longest remaining lease; a lease without expiry outlasts
+/// every other), and its token.
+fn combined(same: &[&Share<'_>], quorum: usize) -> (u64, Option<Duration>, Option<u64>) {
+    let mut remaining: Vec<Duration> = same
+        .iter()
+        .map(|s| s.remaining.unwrap_or(Duration::MAX))
+        .collect();
+    remaining.sort_unstable_by(|a, b| b.cmp(a));
+    let remaining = remaining
+        .get(quorum.saturating_sub(1))
+        .copied()
+        .filter(|r| *r != Duration::MAX);
+    let fences: Vec<u64> = same.iter().filter_map(|s| s.fence).collect();
+    (
+        same.iter().map(|s| s.holds).max().unwrap_or(0),
+        remaining,
+        majority_fence(&fences, quorum),
+    )
+}
+
+/// The hold that a majority of `records` (one per master that answered;
+/// `None`: free there) names, if any.
+///
+/// A write hold: its holder recorded as the write holder on a majority;
+/// its remaining lease is how long a majority still has it, its token the
+/// one a majority records (an acquire returns once a majority records it;
+/// a master it reached late may show its own token until the write-back
+/// lands there), else the largest recorded.
+///
+/// Else a read hold: every reader recorded on a majority, in either mode
+/// (a downgrade is best effort per master: one still recording the write
+/// hold it came from keeps writers out as well), each with its lease and
+/// token worked out as a writer's; the hold is described by the reader
+/// whose lease a majority keeps longest, the one a writer waits for.
+pub(super) fn majority_record(records: &[Option<Recorded>], quorum: usize) -> Option<Recorded> {
+    let all: Vec<Vec<Share<'_>>> = records.iter().flatten().map(shares).collect();
+    let of = |holder: &str, write_only: bool| -> Vec<&Share<'_>> {
+        all.iter()
+            .filter_map(|master| {
+                master
+                    .iter()
+                    .find(|s| s.holder == holder && (s.write || !write_only))
+            })
+            .collect()
+    };
+    let mut holders: Vec<&str> = all.iter().flatten().map(|s| s.holder).collect();
+    holders.sort_unstable();
+    holders.dedup();
+    if let Some(writer) = holders.iter().find(|h| of(h, true).len() >= quorum) {
+        let (holds, remaining, fence) = combined(&of(writer, true), quorum);
+        return Some(Recorded {
+            holder: (*writer).to_owned(),
+            holds,
             remaining,
-            fence: majority_fence(&same, quorum),
+            fence,
             queue: Vec::new(),
             mode: LockMode::Write,
             readers: Vec::new(),
+        });
+    }
+    // (remaining, holds, reader) of every reader a majority records.
+    let mut readers: Vec<(Option<Duration>, u64, RecordedReader)> = holders
+        .iter()
+        .filter_map(|holder| {
+            let same = of(holder, false);
+            if same.len() < quorum {
+                return None;
+            }
+            let (holds, remaining, fence) = combined(&same, quorum);
+            let reader = RecordedReader {
+                holder: (*holder).to_owned(),
+                remaining,
+                fence,
+            };
+            Some((remaining, holds, reader))
         })
+        .collect();
+    // The longest lease first (no expiry: longest of all), then by holder.
+    let key = |r: &Option<Duration>| r.unwrap_or(Duration::MAX);
+    readers.sort_by(|a, b| {
+        key(&b.0)
+            .cmp(&key(&a.0))
+            .then_with(|| a.2.holder.cmp(&b.2.holder))
+    });
+    let (remaining, holds, last) = readers.first()?.clone();
+    Some(Recorded {
+        holder: last.holder,
+        holds,
+        remaining,
+        fence: last.fence,
+        queue: Vec::new(),
+        mode: LockMode::Read,
+        readers: readers.into_iter().map(|(.., reader)| reader).collect(),
     })
 }
 
-/// The token that `quorum` of `records` agree on, else the largest.
-pub(super) fn majority_fence(records: &[&Recorded], quorum: usize) -> Option<u64> {
-    let fences = records.iter().filter_map(|r| r.fence);
+/// Whether what [`majority_record`] makes of `records` can no longer
+/// change with the answers of the `open` masters still out: every holder
+/// seen (in either mode, and as a writer) is recorded on a majority
+/// already or cannot reach one, and the open masters are too few to make a
+/// majority for a holder not seen at all. (Not merely "some holder has a
+/// majority": a reader whose acquire returned on a bare majority may show
+/// on only one master that answered so far, its vote to another still on
+/// the way there.)
+pub(super) fn record_settled(records: &[Option<Recorded>], quorum: usize, open: usize) -> bool {
+    let all: Vec<Vec<Share<'_>>> = records.iter().flatten().map(shares).collect();
+    let decided = |count: usize| count >= quorum || count + open < quorum;
+    let count = |holder: &str, write_only: bool| {
+        all.iter()
+            .filter(|master| {
+                master
+                    .iter()
+                    .any(|s| s.holder == holder && (s.write || !write_only))
+            })
+            .count()
+    };
+    open < quorum
+        && all
+            .iter()
+            .flatten()
+            .all(|s| decided(count(s.holder, false)) && decided(count(s.holder, true)))
+}
+
+/// The token that `quorum` of `fences` agree on, else the largest.
+fn majority_fence(fences: &[u64], quorum: usize) -> Option<u64> {
     fences
-        .clone()
-        .find(|f| fences.clone().filter(|g| g == f).count() >= quorum)
-        .or_else(|| fences.max())
+        .iter()
+        .find(|f| fences.iter().filter(|g| g == f).count() >= quorum)
+        .or_else(|| fences.iter().max())
+        .copied()
 }
 
 #[cfg(test)]
@@ -241,5 +368,93 @@ mod tests {
         let found = majority_record(&agreed, 2).expect("a holds");
         assert_eq!(found.fence, Some(25), "what a majority records");
         assert_eq!(majority_record(&records[..4], 3), None, "only two say a");
+    }
+
+    /// A read hold as one master records it: `(holder, remaining ms,
+    /// token)` per reader, described by the first.
+    fn readers(list: &[(&str, u64, u64)]) -> Option<Recorded> {
+        let readers: Vec<RecordedReader> = list
+            .iter()
+            .map(|(holder, ms, fence)| RecordedReader {
+                holder: (*holder).to_owned(),
+                remaining: Some(Duration::from_millis(*ms)),
+                fence: Some(*fence),
+            })
+            .collect();
+        let first = readers.first().expect("a reader").clone();
+        Some(Recorded {
+            holder: first.holder,
+            holds: 2,
+            remaining: first.remaining,
+            fence: first.fence,
+            queue: Vec::new(),
+            mode: LockMode::Read,
+            readers,
+        })
+    }
+
+    #[test]
+    fn inspect_reports_the_readers_a_majority_records_in_either_mode() {
+        // Three masters: `a` downgraded on two of them (the third still
+        // records its write hold), `b` read on two, `c` on one only.
+        let records = [
+            readers(&[("a", 900, 10), ("b", 400, 12)]),
+            readers(&[("b", 500, 12), ("a", 800, 10), ("c", 950, 13)]),
+            record("a", 700, 10),
+        ];
+        let found = majority_record(&records, 2).expect("read-held");
+        assert_eq!(found.mode, LockMode::Read);
+        let listed: Vec<(&str, Option<Duration>, Option<u64>)> = found
+            .readers
+            .iter()
+            .map(|r| (r.holder.as_str(), r.remaining, r.fence))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a", Some(MS(800)), Some(10)),
+                ("b", Some(MS(400)), Some(12))
+            ],
+            "c has no majority; a majority keeps a 800 ms and b 400 ms"
+        );
+        assert_eq!((found.holder.as_str(), found.holds), ("a", 2));
+        assert_eq!((found.remaining, found.fence), (Some(MS(800)), Some(10)));
+        // A write hold a majority still records is reported as such.
+        let pending = [records[2].clone(), record("a", 600, 10), records[0].clone()];
+        let found = majority_record(&pending, 2).expect("write-held");
+        assert_eq!((found.mode, found.holder.as_str()), (LockMode::Write, "a"));
+        assert!(found.readers.is_empty());
+        assert_eq!(
+            majority_record(&[readers(&[("c", 1, 1)]), None, None], 2),
+            None
+        );
+    }
+
+    #[test]
+    fn inspect_waits_for_a_master_that_could_still_show_a_reader_a_majority() {
+        // `b` holds a bare majority of three, but of the two masters that
+        // answered one had not run its vote yet: the third decides.
+        let seen = [
+            readers(&[("a", 900, 10), ("b", 900, 12)]),
+            readers(&[("a", 900, 10)]),
+        ];
+        assert!(!record_settled(&seen, 2, 1));
+        assert!(record_settled(&seen, 2, 0), "all answered");
+        let both = [seen[0].clone(), seen[0].clone()];
+        assert!(record_settled(&both, 2, 1), "both readers have two");
+        assert!(record_settled(
+            &[record("a", 1, 1), record("a", 1, 1)],
+            2,
+            1
+        ));
+        assert!(
+            !record_settled(&[record("a", 1, 1), None], 2, 1),
+            "a may have two"
+        );
+        assert!(record_settled(&[None, None], 2, 1), "free on a majority");
+        assert!(
+            !record_settled(&[None, None], 3, 3),
+            "three out could make one"
+        );
     }
 }

@@ -84,9 +84,14 @@ impl Redlock {
             });
             let check = self.boot_check(lock.lease, true);
             calls.extend(self.calls_on(gone, |m| async move {
-                let taken = m
-                    .acquire_checked(&lock.lock_key, &lock.holder, lock.lease, check)
-                    .await?;
+                // (A read hold is taken back as a read hold.)
+                let taken = if lock.mode().is_read() {
+                    self.read_checked(m, &lock.lock_key, &lock.holder, lock.lease, check)
+                        .await?
+                } else {
+                    m.acquire_checked(&lock.lock_key, &lock.holder, lock.lease, check)
+                        .await?
+                };
                 self.learn(taken.longest);
                 if !matches!(taken.vote, Vote::Acquire(Acquire::Held { .. })) {
                     return Ok(false);

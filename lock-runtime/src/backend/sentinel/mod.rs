@@ -544,8 +544,9 @@ impl SentinelBackend {
         &self,
         lock_key: &str,
         holder: &str,
+        fair: bool,
     ) -> Result<bool, BackendError> {
-        self.on_primary(|p| async move { p.backend.downgrade(lock_key, holder).await })
+        self.on_primary(|p| async move { p.backend.downgrade(lock_key, holder, fair).await })
             .await
     }
 
