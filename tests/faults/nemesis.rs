@@ -35,7 +35,16 @@
 //!   server, and only then does the blocked one run again.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. Everything is chosen from one seed
+//! while the others take it fair. A run has two or three keys: `nk0` is an
+//! exclusive lock, `nk1` a read-write lock whose calls ask a read hold
+//! (70 %), a write hold or an exclusive one (the same lock as a write),
+//! and `nk2`, when there is one, either ([`KeyKind`]), each plain, fair or
+//! mixed as the exclusive keys are.
+//! Every outermost hold's body reads its key's counter (a file shared by
+//! the processes, out of the faults' reach) when it begins and when it
+//! ends, and a write or exclusive hold then writes it plus one: a reader
+//! beside a writer, or two writers at once, see it change.
+//! Everything is chosen from one seed
 //! (`LOCK_NEMESIS_SEED`, else the clock; printed), which replays the same
 //! choices — though not the same timing — and every event of every process
 //! carries `CLOCK_MONOTONIC`, the clock this process stamps the faults with.
@@ -46,19 +55,30 @@
 //!
 //! What is checked, and the bounds (named constants below):
 //! - exclusion: outermost holds of one key never overlap by more than
-//!   [`SLACK`], unless a data-losing fault came between the two acquisitions
+//!   [`SLACK`] when either is a write (or exclusive) hold (read holds may
+//!   overlap each other), unless a data-losing fault came between the two
+//!   acquisitions
 //!   (then the later token must be larger and the earlier holder must be
 //!   told (`lost`) or be done within [`stale_bound`] of the later
 //!   acquisition), or the earlier holder was frozen when it should have
 //!   learnt its hold was gone (then it must stop within [`RESUME`] of running
 //!   again);
-//! - fencing: a hold never enters with a token at or below one that a hold
-//!   of the same key surely entered with before (its entry was logged before
-//!   the poll that handed the later hold over began), whatever the faults:
-//!   no data loss, stop or stall excuses a token going backwards;
+//! - fencing: a write (or exclusive) hold never enters with a token at or
+//!   below one that a hold of the same key surely entered with before (its
+//!   entry was logged before the poll that handed the later hold over
+//!   began), a read hold never at or below an earlier write hold's (tokens
+//!   order nothing among readers), whatever the faults: no data loss, stop
+//!   or stall excuses a token going backwards;
+//! - data: a body whose key's counter changed between its start and its
+//!   end had a writer beside it whose overlap the faults excuse as above
+//!   (else the change is a violation, also when no writer logged a write
+//!   inside it);
 //! - nesting: inside one task, bodies of one key that overlap are ancestor
-//!   and descendant (sibling `join!` arms take turns), unless the earlier
-//!   one's hold was reported lost before the later one got it;
+//!   and descendant, or both read (sibling `join!` arms take turns unless
+//!   both read), unless the earlier one's hold was reported lost before
+//!   the later one got it; a write or exclusive call inside read holds of
+//!   its key and no write hold (an upgrade) ends at once with
+//!   `UpgradeRefused`;
 //! - waiting: no bounded wait ends later than its deadline + [`LATE_SLACK`]
 //!   (+ the time its process was frozen), and none times out on a key that
 //!   was observably free for longer than [`FREE_BASE`] (+ how long its
@@ -70,7 +90,10 @@
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis (no key under the run's prefix in etcd, no contender node under
 //!   it in ZooKeeper) and every worker's runtime reports nothing held,
-//!   waiting or tracked.
+//!   waiting or tracked;
+//! - what was tested: on Redis some hold was passed between tasks (lock
+//!   cohorting), and read holds of two processes overlapped (readers
+//!   shared a key).
 //!
 //! The promises are the same on every backend; only the time a lock may
 //! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
@@ -353,6 +376,66 @@ async fn nemesis_on_zookeeper_keeps_every_promise() {
     run(Backend::ZooKeeper, Mode::Mixed).await;
 }
 
+/// What lock a key is. Every process takes a key as the same kind (in
+/// fair or plain mode, which may differ by process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyKind {
+    /// Every call exclusive: the mutex.
+    Exclusive,
+    /// Each call a read hold (70 %), a write hold or an exclusive one (the
+    /// same lock as a write), drawn by the worker from its seed.
+    ReadWrite,
+}
+
+/// How one process takes one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KeySpec {
+    kind: KeyKind,
+    fair: bool,
+}
+
+impl KeySpec {
+    /// The worker's word for it (`nk0:<word>`).
+    fn word(self) -> &'static str {
+        match (self.kind, self.fair) {
+            (KeyKind::Exclusive, false) => "plain",
+            (KeyKind::Exclusive, true) => "fair",
+            (KeyKind::ReadWrite, false) => "rw-plain",
+            (KeyKind::ReadWrite, true) => "rw-fair",
+        }
+    }
+}
+
+/// The keys' kinds: 2 or 3 keys, `nk0` exclusive, `nk1` read-write, `nk2`
+/// (when there is one) either, so that every run checks exclusive locks as
+/// before and read-write locks beside them.
+fn key_kinds(rng: &mut XorShift) -> Vec<KeyKind> {
+    let mut kinds = vec![KeyKind::Exclusive, KeyKind::ReadWrite];
+    if rng.below(2) == 0 {
+        kinds.push(if rng.below(2) == 0 {
+            KeyKind::Exclusive
+        } else {
+            KeyKind::ReadWrite
+        });
+    }
+    kinds
+}
+
+/// How each process takes each key: `[process][key]`, fair or plain as
+/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind.
+fn key_specs(mode: Mode, kinds: &[KeyKind], rng: &mut XorShift) -> Vec<Vec<KeySpec>> {
+    key_modes(mode, kinds.len(), rng)
+        .into_iter()
+        .map(|fair| {
+            kinds
+                .iter()
+                .zip(fair)
+                .map(|(&kind, fair)| KeySpec { kind, fair })
+                .collect()
+        })
+        .collect()
+}
+
 /// Which keys each process takes in fair mode: `[process][key]`.
 fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>> {
     let plain_process: Vec<u64> = (0..key_count)
@@ -393,8 +476,9 @@ async fn run(backend: Backend, mode: Mode) {
     let seed = seed();
     let secs = secs(backend);
     let mut rng = XorShift::new(splitmix(seed));
-    let key_count = 1 + rng.below(3) as usize;
-    let modes = key_modes(mode, key_count, &mut rng);
+    let kinds = key_kinds(&mut rng);
+    let key_count = kinds.len();
+    let specs = key_specs(mode, &kinds, &mut rng);
     let executors = executors(&mut rng);
     let stall_rng = XorShift::new(splitmix(seed ^ 0x5354_414c_4c53));
     let prefix = lock_tests::unique("nemesis");
@@ -403,6 +487,19 @@ async fn run(backend: Backend, mode: Mode) {
         Backend::ZooKeeper => format!("/{prefix}/"),
         Backend::Redis | Backend::Etcd => format!("{prefix}:"),
     };
+
+    // The keys' shared counters, one file each: the bodies' data. In
+    // memory (tmpfs) where there is one: a write to a disk file may wait
+    // for the machine's writeback, which would stall a worker's executor
+    // beside the faults the test means.
+    let shm = std::path::Path::new("/dev/shm");
+    let data_dir = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+    .join(lock_tests::unique("nemesis-data"));
+    std::fs::create_dir_all(&data_dir).expect("create the nemesis data directory");
 
     let mut store = Store::start(backend);
     let mut links = Vec::new();
@@ -414,8 +511,8 @@ async fn run(backend: Backend, mode: Mode) {
     let changed = Arc::new(Notify::new());
     let mut workers = Vec::new();
     for (i, link) in links.iter().enumerate() {
-        let keys: Vec<(String, bool)> = (0..key_count)
-            .map(|k| (format!("nk{k}"), modes[i][k]))
+        let keys: Vec<(String, KeySpec)> = (0..key_count)
+            .map(|k| (format!("nk{k}"), specs[i][k]))
             .collect();
         let worker = spawn_worker(
             i,
@@ -424,6 +521,7 @@ async fn run(backend: Backend, mode: Mode) {
             seed.wrapping_add(i as u64),
             secs,
             &keys,
+            &data_dir,
             executors[i],
             changed.clone(),
         )
@@ -515,6 +613,8 @@ async fn run(backend: Backend, mode: Mode) {
         .leftovers(&prefix, backend.leftover_limit(), &mut violations)
         .await;
 
+    let _ = std::fs::remove_dir_all(&data_dir);
+
     let history = History::parse(&outputs, &ends, run_start, &mut violations);
     let coverage = check(&history, &faults, backend, &mut violations);
 
@@ -533,10 +633,28 @@ async fn run(backend: Backend, mode: Mode) {
             "no worker passed a hold between its tasks: cohorting went untested".to_owned(),
         ));
     }
+    // Read holds must share the key, or "readers may overlap" went
+    // untested (and readers would be served as writers).
+    if coverage.read_holds > 0 && coverage.readers_side_by_side == 0 {
+        violations.push(Violation::plain(
+            "readers never shared",
+            format!(
+                "{} read holds, none beside a read hold of another process",
+                coverage.read_holds
+            ),
+        ));
+    }
     println!(
-        "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, {} violations",
+        "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, \
+         {} read holds ({} beside another process's reader), {} write holds, {} data checks, \
+         {} upgrades refused, {} violations",
         faults.iter().filter(|f| f.counted).count(),
         history.passed_locally,
+        coverage.read_holds,
+        coverage.readers_side_by_side,
+        coverage.write_holds,
+        coverage.data_checks,
+        coverage.upgrades_refused,
         violations.len()
     );
     match backend {
@@ -556,7 +674,7 @@ async fn run(backend: Backend, mode: Mode) {
         let setup: Vec<String> = (0..PROCESSES)
             .map(|p| {
                 let keys: Vec<String> = (0..key_count)
-                    .map(|k| format!("nk{k}:{}", if modes[p][k] { "fair" } else { "plain" }))
+                    .map(|k| format!("nk{k}:{}", specs[p][k].word()))
                     .collect();
                 format!("p{p} {:?} executor, {}", executors[p], keys.join(","))
             })

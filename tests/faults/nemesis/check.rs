@@ -121,6 +121,19 @@ pub(super) struct Coverage {
     pub(super) nested_bodies: u64,
     pub(super) bounded_waits: u64,
     pub(super) timeouts_on_a_free_key_near_faults: u64,
+    /// Outermost read holds, and write or exclusive ones.
+    pub(super) read_holds: u64,
+    pub(super) write_holds: u64,
+    /// Pairs of read holds of two processes that overlapped: readers
+    /// shared the key.
+    pub(super) readers_side_by_side: u64,
+    /// Bodies that read their key's counter twice (and writers that
+    /// wrote it), and of them, those that saw it change beside a holder
+    /// the faults excuse.
+    pub(super) data_checks: u64,
+    pub(super) data_changes_excused: u64,
+    /// Writes asked inside a read hold of their key, refused.
+    pub(super) upgrades_refused: u64,
 }
 
 pub(super) fn check(
@@ -133,7 +146,9 @@ pub(super) fn check(
     let by_key = outer_holds(history, &mut coverage);
     check_fences(history, faults, &by_key, violations);
     check_exclusion(history, faults, &by_key, violations, &mut coverage);
+    check_data(history, faults, &by_key, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
+    check_upgrades(history, faults, violations, &mut coverage);
     check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
 }
@@ -153,10 +168,12 @@ pub(super) fn describe(history: &History, call: &Call) -> String {
         format!("entered at {:.3} s", history.secs(acquired))
     };
     format!(
-        "p{} t{} call {} (token {}, lease {} ms{}, asked at {:.3} s, {entry}, held until {:.3} s{})",
+        "p{} t{} call {} ({} hold, token {}, lease {} ms{}, asked at {:.3} s, {entry}, held \
+         until {:.3} s{})",
         call.proc,
         call.task,
         call.id,
+        call.mode_word(),
         call.fence,
         call.lease.as_millis(),
         if call.renew { "" } else { " fixed" },
@@ -204,6 +221,11 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
         if call.acquired.is_some() && call.outer {
             coverage.outer_holds += 1;
             coverage.holds_told_lost += u64::from(call.lost.is_some());
+            if call.writes() {
+                coverage.write_holds += 1;
+            } else {
+                coverage.read_holds += 1;
+            }
             let acquired = call.acquired.unwrap_or(0);
             coverage.entries_across_a_freeze +=
                 u64::from(acquired.saturating_sub(call.entered_from()) > 50_000_000);
@@ -216,10 +238,13 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
     by_key
 }
 
-/// Fencing tokens never go backwards: every hold of a key enters with a
-/// token larger than that of every hold that surely entered before it (its
-/// `acquired` line is older than the poll that handed the later hold over),
-/// whatever faults came between — also after data loss, a stop or a stall.
+/// Fencing tokens never go backwards: every write (or exclusive) hold of
+/// a key enters with a token larger than that of every hold that surely
+/// entered before it (its `acquired` line is older than the poll that
+/// handed the later hold over), and every read hold with a token larger
+/// than that of every write hold that surely entered before it (tokens
+/// order nothing among readers), whatever faults came between — also
+/// after data loss, a stop or a stall.
 fn check_fences(
     history: &History,
     faults: &[Fault],
@@ -227,20 +252,35 @@ fn check_fences(
     violations: &mut Vec<Violation>,
 ) {
     for (&key, holds) in by_key {
-        // The largest token entered up to each position (in logged order).
+        // The largest token entered up to each position (in logged order),
+        // of any hold and of write holds.
         let mut largest: Vec<&Call> = Vec::with_capacity(holds.len());
+        let mut largest_write: Vec<Option<&Call>> = Vec::with_capacity(holds.len());
         for &hold in holds {
             let top = match largest.last() {
                 Some(&top) if top.fence >= hold.fence => top,
                 _ => hold,
             };
             largest.push(top);
+            let top_write = match largest_write.last().copied().flatten() {
+                Some(top) if top.fence >= hold.fence || !hold.writes() => Some(top),
+                _ => Some(hold).filter(|h| h.writes()),
+            };
+            largest_write.push(top_write);
         }
         for &later in holds {
             let from = later.entered_from();
             let before = holds.partition_point(|c| c.acquired.unwrap_or(0) < from);
-            let Some(&top) = before.checked_sub(1).map(|i| &largest[i]) else {
+            let Some(i) = before.checked_sub(1) else {
                 continue;
+            };
+            let top = if later.writes() {
+                largest[i]
+            } else {
+                match largest_write[i] {
+                    Some(top) => top,
+                    None => continue,
+                }
             };
             if top.fence < later.fence {
                 continue;
@@ -264,7 +304,8 @@ fn check_fences(
 }
 
 /// Outermost holds of each key, across processes: no overlap (beyond
-/// [`SLACK`]) unless lock data was lost in between (then the later token is
+/// [`SLACK`]) of a write (or exclusive) hold with any other (two read
+/// holds may overlap) unless lock data was lost in between (then the later token is
 /// larger, and the earlier holder is told within [`stale_bound`]), or the
 /// earlier holder could not run (stopped, its executor blocked) when it
 /// should have learnt its hold was gone, and stopped acting within
@@ -286,12 +327,13 @@ fn check_exclusion(
                 if ends[i] <= acquired + ns(SLACK) {
                     continue;
                 }
+                if !earlier.writes() && !later.writes() {
+                    coverage.readers_side_by_side += u64::from(earlier.proc != later.proc);
+                    continue;
+                }
                 let around =
                     || faults_around(history, faults, earlier.acquired.unwrap_or(0), ends[i]);
-                let data_lost = faults.iter().any(|f| {
-                    f.loses_data && f.start < acquired && f.end > earlier.acquired.unwrap_or(0)
-                });
-                if data_lost {
+                if data_lost_between(faults, earlier, acquired) {
                     coverage.overlaps_after_data_loss += 1;
                     if later.fence <= earlier.fence {
                         violations.push(Violation {
@@ -322,7 +364,7 @@ fn check_exclusion(
                     }
                     continue;
                 }
-                if ends[i] <= act_by(faults, earlier.proc, acquired + ns(SLACK)) {
+                if frozen_past(faults, earlier, ends[i], acquired) {
                     coverage.overlaps_after_a_freeze += 1;
                     continue;
                 }
@@ -352,8 +394,96 @@ fn check_exclusion(
     }
 }
 
+/// Whether lock data was lost (a restart) between `earlier`'s entry and an
+/// entry at `later_acquired`: then the two holds may overlap for a while
+/// ([`stale_bound`]).
+fn data_lost_between(faults: &[Fault], earlier: &Call, later_acquired: u64) -> bool {
+    faults
+        .iter()
+        .any(|f| f.loses_data && f.start < later_acquired && f.end > earlier.acquired.unwrap_or(0))
+}
+
+/// Whether `earlier`, held until `earlier_end`, overlapped an entry at
+/// `later_acquired` only because its process could not run (stopped, its
+/// executor blocked) when it should have learnt its hold was gone, and it
+/// stopped within [`RESUME`] of running again.
+fn frozen_past(faults: &[Fault], earlier: &Call, earlier_end: u64, later_acquired: u64) -> bool {
+    earlier_end <= act_by(faults, earlier.proc, later_acquired + ns(SLACK))
+}
+
+/// The data: a body that saw its key's counter change between its start
+/// and its end (`data` event: a reader's two reads differ, or a writer's)
+/// had a writer beside it. That is a violation unless the change came from
+/// a writer whose overlap with it the faults excuse (as
+/// [`check_exclusion`] does: data lost between their entries, or the
+/// earlier one frozen); an overlap the exclusion check reports shows here
+/// too, seen through the data. A change with no writer inside the body at
+/// all is a violation as well (a write the log does not show).
+fn check_data(
+    history: &History,
+    faults: &[Fault],
+    by_key: &HashMap<usize, Vec<&Call>>,
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    for (&key, holds) in by_key {
+        for &call in holds {
+            let Some(data) = call.data else { continue };
+            coverage.data_checks += 1;
+            if data.seen == data.then {
+                continue;
+            }
+            let from = call.body_enter.unwrap_or(0);
+            // Writers that wrote, or may have, inside this body.
+            let writers: Vec<&Call> = holds
+                .iter()
+                .copied()
+                .filter(|w| !std::ptr::eq(*w, call) && w.writes())
+                .filter_map(|w| {
+                    let wrote = w.data?;
+                    (w.body_enter.unwrap_or(0) < data.t && wrote.t > from).then_some(w)
+                })
+                .collect();
+            let excused = writers.iter().any(|w| {
+                let (earlier, later) =
+                    if (w.acquired, w.proc, w.id) < (call.acquired, call.proc, call.id) {
+                        (*w, call)
+                    } else {
+                        (call, *w)
+                    };
+                let later_acquired = later.acquired.unwrap_or(0);
+                data_lost_between(faults, earlier, later_acquired)
+                    || frozen_past(faults, earlier, history.hold_end(earlier), later_acquired)
+            });
+            if excused {
+                coverage.data_changes_excused += 1;
+                continue;
+            }
+            let beside: Vec<String> = writers.iter().map(|w| describe(history, w)).collect();
+            violations.push(Violation {
+                class: "data changed under a holder",
+                detail: format!(
+                    "key nk{key}: {} found the counter at {} when its body began and at {} when \
+                     it ended; writers inside: {}; {}",
+                    describe(history, call),
+                    data.seen,
+                    data.then,
+                    if beside.is_empty() {
+                        "none logged".to_owned()
+                    } else {
+                        beside.join(", ")
+                    },
+                    faults_around(history, faults, from, data.t)
+                ),
+                at: Some((key, from)),
+            });
+        }
+    }
+}
+
 /// Inside one task (one tree of calls), bodies of one key that overlap are
-/// ancestor and descendant: sibling `join!` arms take turns. Pairs of two
+/// ancestor and descendant, or both readers: sibling `join!` arms take
+/// turns unless both read. Pairs of two
 /// outermost holds are left to the exclusion check (tasks of one process
 /// are checked there too, through their outermost holds).
 pub(super) fn check_nesting(
@@ -379,7 +509,7 @@ pub(super) fn check_nesting(
             let b = bodies[j];
             let b_enter = b.body_enter.unwrap_or(0);
             for a in &bodies[..j] {
-                if exit(a) <= b_enter || (a.outer && b.outer) {
+                if exit(a) <= b_enter || (a.outer && b.outer) || !(a.writes() || b.writes()) {
                     continue;
                 }
                 if history.is_ancestor(a, b) || history.is_ancestor(b, a) {
@@ -392,14 +522,23 @@ pub(super) fn check_nesting(
                 {
                     continue;
                 }
+                // Told apart for the report: a write beside a read of the
+                // same hold, or two writers.
+                let class = if a.writes() && b.writes() {
+                    "siblings inside at once"
+                } else {
+                    "a writer beside a sibling's reader"
+                };
                 violations.push(Violation {
-                    class: "siblings inside at once",
+                    class,
                     detail: format!(
-                        "key nk{key}: body of p{proc} call {} entered at {:.3} s while call {} \
-                         (not its ancestor) was inside since {:.3} s, until {:.3} s",
+                        "key nk{key}: body of p{proc} call {} ({}) entered at {:.3} s while call \
+                         {} ({}, not its ancestor) was inside since {:.3} s, until {:.3} s",
                         b.id,
+                        b.mode_word(),
                         history.secs(b_enter),
                         a.id,
+                        a.mode_word(),
                         history.secs(a.body_enter.unwrap_or(0)),
                         history.secs(exit(a))
                     ),
@@ -407,6 +546,75 @@ pub(super) fn check_nesting(
                 });
             }
         }
+    }
+}
+
+/// How long an upgrade refusal may take: none waits or goes to the
+/// backend, so only scheduling delays it (plus the time its process was
+/// frozen).
+const REFUSAL: Duration = Duration::from_millis(200);
+
+/// A write (or exclusive) call nested inside read holds of its key and in
+/// no write hold of it (an upgrade) is refused at once with
+/// `UpgradeRefused`: it never holds, never waits. Calls under a hold told
+/// lost are left out (a lost hold is not re-entered).
+pub(super) fn check_upgrades(
+    history: &History,
+    faults: &[Fault],
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    for call in history.calls.iter().filter(|c| c.writes()) {
+        let mut readers = 0;
+        let mut writer = false;
+        let mut lost = false;
+        let mut node = history.parent_of(call);
+        // Bounded by the nesting depth; the count guards against a cycle.
+        for _ in 0..64 {
+            let Some(n) = node else { break };
+            if n.key == call.key && n.acquired.is_some() {
+                readers += u64::from(!n.writes());
+                writer |= n.writes();
+                lost |= n.lost.is_some();
+            }
+            node = history.parent_of(n);
+        }
+        if readers == 0 || writer || lost {
+            continue;
+        }
+        let (t, how) = match (call.acquired, &call.ended) {
+            (Some(t), _) => (t, "acquired".to_owned()),
+            (None, Some((t, kind))) => (
+                *t,
+                match &call.error {
+                    Some(what) => format!("{kind} {what}"),
+                    None => kind.clone(),
+                },
+            ),
+            (None, None) => (history.ends[call.proc], "nothing".to_owned()),
+        };
+        let late = t.saturating_sub(call.begin)
+            > ns(REFUSAL) + frozen_within(faults, call.proc, call.begin, t);
+        let refused = how == "error upgrade_refused";
+        coverage.upgrades_refused += u64::from(refused);
+        // A call cancelled at once (its parent ended) had no time to be
+        // refused: no verdict.
+        if (refused || how == "cancelled" || how == "panicked") && !late {
+            continue;
+        }
+        violations.push(Violation {
+            class: "upgrade not refused at once",
+            detail: format!(
+                "key nk{}: p{} call {} asked a {} hold inside {readers} read hold(s) of its key; \
+                 {} ms after it asked: {how}",
+                call.key,
+                call.proc,
+                call.id,
+                call.mode_word(),
+                t.saturating_sub(call.begin) / 1_000_000
+            ),
+            at: Some((call.key, t)),
+        });
     }
 }
 

@@ -410,3 +410,266 @@ fn checker_lets_a_lock_linger_as_long_as_its_backend_may_keep_it() {
     assert!(run(Backend::ZooKeeper, 5650).is_empty());
     assert_eq!(run(Backend::ZooKeeper, 5750), ["timed out on a free key"]);
 }
+
+/// A renewed 3 s hold of key 0 in `mode` (read, write or exclusive) by
+/// `call` from `from` to `to` ms, released; its body found the counter at
+/// `seen` and at `then` (`None`: logged no data).
+fn mode_hold(
+    call: u64,
+    mode: &str,
+    fence: u64,
+    (from, to): (u64, u64),
+    data: Option<(u64, u64)>,
+) -> Vec<String> {
+    let mut lines = vec![
+        ev(
+            from.saturating_sub(1),
+            0,
+            call,
+            0,
+            "begin",
+            &format!("api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort mode={mode}"),
+        ),
+        ev(
+            from,
+            0,
+            call,
+            0,
+            "acquired",
+            &format!("fence={fence} outer=1 polled={}", from * 1_000_000),
+        ),
+        ev(from, 0, call, 0, "body_enter", ""),
+    ];
+    if let Some((seen, then)) = data {
+        let wrote = if mode == "read" {
+            "-".to_owned()
+        } else {
+            (then + 1).to_string()
+        };
+        lines.push(ev(
+            to,
+            0,
+            call,
+            0,
+            "data",
+            &format!("seen={seen} then={then} wrote={wrote}"),
+        ));
+    }
+    lines.push(ev(to, 0, call, 0, "body_exit", "how=done"));
+    lines.push(ev(to, 0, call, 0, "released", ""));
+    lines
+}
+
+#[test]
+fn checker_lets_readers_overlap_but_no_writer_beside_anyone() {
+    let readers = verdict(
+        vec![
+            mode_hold(1, "read", 10, (100, 300), None),
+            mode_hold(1, "read", 11, (200, 400), None),
+            mode_hold(2, "read", 12, (250, 350), None),
+        ],
+        &[],
+    );
+    assert!(readers.is_empty(), "{readers:?}");
+    for (first, second) in [("read", "write"), ("write", "read"), ("exclusive", "read")] {
+        let found = verdict(
+            vec![
+                mode_hold(1, first, 10, (100, 300), None),
+                mode_hold(1, second, 11, (200, 400), None),
+            ],
+            &[],
+        );
+        assert_eq!(found, ["two holders at once"], "{first} then {second}");
+    }
+    // A writer after the readers, and readers after the writer: apart.
+    let turns = verdict(
+        vec![
+            mode_hold(1, "read", 10, (100, 300), None),
+            mode_hold(1, "read", 11, (200, 400), None),
+            mode_hold(2, "write", 12, (400, 500), None),
+            mode_hold(3, "read", 13, (500, 600), None),
+        ],
+        &[],
+    );
+    assert!(turns.is_empty(), "{turns:?}");
+    // Told lost in time, a reader may be overlapped by a writer.
+    let mut told = mode_hold(1, "read", 10, (100, 204), None);
+    told.pop();
+    told.push(ev(204, 0, 1, 0, "lost", ""));
+    let lost_reader = verdict(vec![told, mode_hold(1, "write", 11, (200, 400), None)], &[]);
+    assert!(lost_reader.is_empty(), "{lost_reader:?}");
+}
+
+#[test]
+fn checker_holds_writer_tokens_above_all_earlier_and_reader_tokens_above_earlier_writers() {
+    let run = |holds: &[(&str, u64)]| {
+        let lines = holds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &(mode, fence))| {
+                let from = 100 + 100 * i as u64;
+                mode_hold(i as u64 + 1, mode, fence, (from, from + 50), None)
+            })
+            .collect();
+        verdict(vec![lines], &[])
+    };
+    // Readers' tokens order nothing among themselves.
+    assert!(run(&[("write", 10), ("read", 30), ("read", 20), ("write", 31)]).is_empty());
+    // A writer below an earlier reader's token.
+    assert_eq!(
+        run(&[("write", 10), ("read", 30), ("write", 20)]),
+        ["fence went backwards"]
+    );
+    assert_eq!(
+        run(&[("read", 30), ("exclusive", 30)]),
+        ["fence went backwards"]
+    );
+    // A reader below an earlier writer's token.
+    assert_eq!(
+        run(&[("write", 10), ("write", 20), ("read", 15)]),
+        ["fence went backwards"]
+    );
+}
+
+#[test]
+fn checker_sees_the_counter_change_under_a_holder() {
+    // Readers beside readers see the counter stand still: no violation.
+    let shared = verdict(
+        vec![
+            mode_hold(1, "read", 10, (100, 300), Some((4, 4))),
+            mode_hold(1, "read", 11, (200, 400), Some((4, 4))),
+        ],
+        &[],
+    );
+    assert!(shared.is_empty(), "{shared:?}");
+    // A writer beside a reader: the reader saw it write.
+    let beside = verdict(
+        vec![
+            mode_hold(1, "read", 10, (100, 300), Some((4, 5))),
+            mode_hold(1, "write", 11, (150, 250), Some((4, 4))),
+        ],
+        &[],
+    );
+    assert_eq!(
+        beside,
+        ["data changed under a holder", "two holders at once"]
+    );
+    // A change with no writer logged inside the body.
+    let unlogged = verdict(
+        vec![
+            mode_hold(1, "read", 10, (100, 300), Some((4, 5))),
+            mode_hold(1, "write", 11, (300, 400), Some((5, 5))),
+        ],
+        &[],
+    );
+    assert_eq!(unlogged, ["data changed under a holder"]);
+    // A stale writer after a restart that lost the lock, told within its
+    // bound: the change is excused, as the overlap is.
+    let mut stale_writer = mode_hold(1, "write", 10, (100, 1600), Some((4, 4)));
+    stale_writer.pop();
+    stale_writer.push(ev(1600, 0, 1, 0, "lost", ""));
+    let excused = verdict(
+        vec![
+            stale_writer,
+            mode_hold(1, "read", 11, (200, 1700), Some((4, 5))),
+        ],
+        &[restart_at(150)],
+    );
+    assert!(excused.is_empty(), "{excused:?}");
+}
+
+#[test]
+fn checker_lets_sibling_readers_share_but_not_a_sibling_writer() {
+    let nested = |call: u64, mode: &str, from: u64, to: u64| {
+        vec![
+            ev(
+                from,
+                0,
+                call,
+                1,
+                "begin",
+                &format!(
+                    "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort mode={mode}"
+                ),
+            ),
+            ev(from, 0, call, 1, "acquired", "fence=10 outer=0"),
+            ev(from, 0, call, 1, "body_enter", ""),
+            ev(to, 0, call, 1, "body_exit", "how=done"),
+            ev(to, 0, call, 1, "released", ""),
+        ]
+    };
+    let mut readers = mode_hold(1, "write", 10, (100, 500), None);
+    readers.extend(nested(2, "read", 200, 300));
+    readers.extend(nested(3, "read", 250, 350));
+    assert!(verdict(vec![readers], &[]).is_empty());
+    let mut with_a_writer = mode_hold(1, "write", 10, (100, 500), None);
+    with_a_writer.extend(nested(2, "read", 200, 300));
+    with_a_writer.extend(nested(3, "write", 250, 350));
+    assert_eq!(
+        verdict(vec![with_a_writer], &[]),
+        ["a writer beside a sibling's reader"]
+    );
+    // A write nested in one read sibling (re-entering the outer write
+    // hold) while the other read sibling is inside: the same.
+    let mut nested_writer = mode_hold(1, "write", 10, (100, 500), None);
+    nested_writer.extend(nested(2, "read", 200, 400));
+    nested_writer.extend(nested(3, "read", 210, 350));
+    let mut inner = nested(4, "write", 220, 300);
+    for line in &mut inner {
+        *line = line.replacen(" 4 1 ", " 4 3 ", 1);
+    }
+    nested_writer.extend(inner);
+    assert_eq!(
+        verdict(vec![nested_writer], &[]),
+        ["a writer beside a sibling's reader"]
+    );
+}
+
+#[test]
+fn checker_sees_an_upgrade_that_is_not_refused_at_once() {
+    // Call 2 asks a write hold inside call 1's read hold of the key.
+    let upgrade = |end: Vec<String>| {
+        let mut lines = mode_hold(1, "read", 10, (100, 1000), None);
+        lines.push(ev(
+            200,
+            0,
+            2,
+            1,
+            "begin",
+            "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort mode=write",
+        ));
+        lines.extend(end);
+        verdict(vec![lines], &[])
+    };
+    assert!(upgrade(vec![ev(201, 0, 2, 1, "error", "what=upgrade_refused")]).is_empty());
+    assert_eq!(
+        upgrade(vec![ev(900, 0, 2, 1, "error", "what=upgrade_refused")]),
+        ["upgrade not refused at once"]
+    );
+    assert_eq!(
+        upgrade(vec![ev(900, 0, 2, 1, "timeout", "waited=700")]),
+        ["upgrade not refused at once"]
+    );
+    assert_eq!(
+        upgrade(vec![
+            ev(201, 0, 2, 1, "acquired", "fence=10 outer=0"),
+            ev(201, 0, 2, 1, "body_enter", ""),
+            ev(300, 0, 2, 1, "body_exit", "how=done"),
+            ev(300, 0, 2, 1, "released", ""),
+        ]),
+        ["upgrade not refused at once"]
+    );
+    // Inside a write hold (a writer may read, and re-enter): no upgrade.
+    let mut in_a_writer = mode_hold(1, "write", 10, (100, 1000), None);
+    in_a_writer.push(ev(
+        200,
+        0,
+        2,
+        1,
+        "begin",
+        "api=with wait=5000 bound=0 lease=3000 renew=1 fair=0 lost=abort mode=write",
+    ));
+    in_a_writer.push(ev(201, 0, 2, 1, "acquired", "fence=10 outer=0"));
+    in_a_writer.push(ev(300, 0, 2, 1, "released", ""));
+    assert!(verdict(vec![in_a_writer], &[]).is_empty());
+}

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lock_runtime::LockMode;
+
 use super::check::Violation;
 
 /// One locked call, as its process logged it.
@@ -18,6 +20,8 @@ pub(super) struct Call {
     pub(super) wait: Option<Duration>,
     pub(super) lease: Duration,
     pub(super) renew: bool,
+    /// What it asked for: exclusive, read or write.
+    pub(super) mode: LockMode,
     /// When its process logged the entry (at the latest the entry).
     pub(super) acquired: Option<u64>,
     /// When the poll began that handed the hold over (`polled=`): at the
@@ -32,6 +36,19 @@ pub(super) struct Call {
     pub(super) released: Option<u64>,
     /// The first of timeout, error, cancelled, panicked.
     pub(super) ended: Option<(u64, String)>,
+    /// An error's `what=`.
+    pub(super) error: Option<String>,
+    /// An outermost hold's counter, as its body found it.
+    pub(super) data: Option<Data>,
+}
+
+/// The counter of a key as an outermost hold's body found it when it
+/// began (`seen`) and when it ended (`then`, logged at `t`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Data {
+    pub(super) t: u64,
+    pub(super) seen: u64,
+    pub(super) then: u64,
 }
 
 /// One event line, kept for the report.
@@ -54,6 +71,21 @@ pub(super) struct History {
 }
 
 impl Call {
+    /// Whether it asked for a hold that excludes every other: a write or
+    /// exclusive hold (one lock).
+    pub(super) fn writes(&self) -> bool {
+        self.mode != LockMode::Read
+    }
+
+    /// "read", "write" or "exclusive".
+    pub(super) fn mode_word(&self) -> &'static str {
+        match self.mode {
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+            _ => "exclusive",
+        }
+    }
+
     /// The earliest moment its entry can have happened.
     pub(super) fn entered_from(&self) -> u64 {
         let acquired = self.acquired.unwrap_or(self.begin);
@@ -158,6 +190,19 @@ impl History {
                 call.lease =
                     Duration::from_millis(field("lease").and_then(|v| v.parse().ok()).unwrap_or(0));
                 call.renew = field("renew") == Some("1");
+                call.mode = match field("mode") {
+                    Some("read") => LockMode::Read,
+                    Some("write") => LockMode::Write,
+                    _ => LockMode::Exclusive,
+                };
+            }
+            "data" => {
+                let number = |name: &str| field(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+                call.data = Some(Data {
+                    t,
+                    seen: number("seen"),
+                    then: number("then"),
+                });
             }
             "acquired" => {
                 call.acquired = Some(t);
@@ -175,6 +220,7 @@ impl History {
             }
             "timeout" | "error" | "cancelled" | "panicked" if call.ended.is_none() => {
                 call.ended = Some((t, (*kind).to_owned()));
+                call.error = field("what").map(str::to_owned);
             }
             _ => {} // late_lost, late_error: for the report only
         }

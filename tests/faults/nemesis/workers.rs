@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::Notify;
 
-use super::{TASKS, TIMEOUT};
+use super::{KeySpec, TASKS, TIMEOUT};
 
 /// How a worker runs its tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,8 +230,8 @@ impl Live {
     }
 }
 
-/// Starts worker `index` with its own key modes (`fair[k]`) and executor,
-/// and waits until it is ready.
+/// Starts worker `index` with its own key kinds and modes, its counter
+/// files in `data_dir`, and its executor, and waits until it is ready.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn spawn_worker(
     index: usize,
@@ -239,13 +239,14 @@ pub(super) async fn spawn_worker(
     prefix: &str,
     seed: u64,
     secs: u64,
-    keys: &[(String, bool)],
+    keys: &[(String, KeySpec)],
+    data_dir: &std::path::Path,
     executor: Executor,
     changed: Arc<Notify>,
 ) -> Worker {
     let key_list: Vec<String> = keys
         .iter()
-        .map(|(name, fair)| format!("{name}:{}", if *fair { "fair" } else { "plain" }))
+        .map(|(name, spec)| format!("{name}:{}", spec.word()))
         .collect();
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"));
     command.args([
@@ -256,6 +257,7 @@ pub(super) async fn spawn_worker(
         &TASKS.to_string(),
         &TIMEOUT.as_millis().to_string(),
         &key_list.join(","),
+        data_dir.to_str().expect("a UTF-8 temp path"),
         executor.arg(),
     ]);
     let (mut child, mut lines) = pipes::spawn(&mut command).expect("spawn nemesis_worker");
@@ -288,7 +290,7 @@ pub(super) async fn spawn_worker(
             pid,
             id,
             executor,
-            fair: keys.iter().map(|(_, fair)| *fair).collect(),
+            fair: keys.iter().map(|(_, spec)| spec.fair).collect(),
             live,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
         }),

@@ -6,16 +6,25 @@
 //!
 //! ```text
 //! Usage:
-//!   nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <executor>
+//!   nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> <key>[,<key>...] <data-dir> <executor>
 //!       where `<url>` is a Redis URL, `etcd://host:port[,host:port...]`
 //!       (the etcd backend, one endpoint per member) or
 //!       `zookeeper://host:port[,host:port...]` (the ZooKeeper backend, its
 //!       connect string; `<prefix>` is a path then), each key is
-//!       `<name>:fair` or `<name>:plain` (the mode this process asks for it
-//!       with; processes may differ; on etcd and ZooKeeper every lock is
-//!       fair whatever it asks), and `<executor>` is `current` (the tasks run on a
-//!       `current_thread` tokio runtime: one blocked poll stops them all) or
-//!       `multi` (two worker threads).
+//!       `<name>:fair` or `<name>:plain` (an exclusive lock, in the mode this
+//!       process asks for it with; processes may differ; on etcd and
+//!       ZooKeeper every lock is fair whatever it asks) or `<name>:rw-plain`
+//!       or `<name>:rw-fair` (a read-write lock: each call asks a read hold
+//!       (70 %), a write hold or an exclusive one, which is the same lock),
+//!       `<data-dir>` holds one file per key, `<name>`, with the key's
+//!       shared counter (created when missing), and `<executor>` is
+//!       `current` (the tasks run on a `current_thread` tokio runtime: one
+//!       blocked poll stops them all) or `multi` (two worker threads).
+//!
+//! The data: every outermost hold reads its key's counter when its body
+//! begins and again when it ends; a write or exclusive hold then writes
+//! the counter plus one. A reader beside a writer, or two writers at once,
+//! see the counter change under them (`data` event).
 //!
 //! It builds a lock runtime (connect and response timeouts of
 //! `<timeout-ms>`), prints `ready <id>` (`<id>`: the process part of its
@@ -47,16 +56,22 @@
 //! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
 //! key's index, and `<kind>` one of:
 //!   begin     the request goes out; `api=with|guard wait=<ms>|forever
-//!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue`
+//!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue
+//!             mode=exclusive|read|write`
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
 //!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between)
 //!   body_enter, body_exit `how=done|dropped`
+//!   data      `seen=<n> then=<n> wrote=<n>|-`: an outermost hold's counter
+//!             when its body began and when it ended (and what a writer
+//!             wrote then); logged right after, before `released`, and
+//!             only by a holder not told its hold was lost
 //!   lost      the holder was told its lock is gone
 //!   released  the holder stops acting; its release goes out right after
-//!   timeout   `waited=<ms>`; error `what=<text>`; cancelled; panicked
+//!   timeout   `waited=<ms>`; error `what=<text>` (`what=upgrade_refused`
+//!             for a write asked inside a read hold); cancelled; panicked
 //!   late_lost the release found the lock gone (information only)
 //! ```
 
@@ -67,7 +82,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
+use lock_runtime::{fence, with_lock, LockError, LockMode, LockRuntime, OnLost};
 use tokio::time::Instant;
 
 /// A top-level call still running after this is cancelled (and logged so).
@@ -126,6 +141,58 @@ impl Rng {
 struct Key {
     name: String,
     fair: bool,
+    /// A read-write lock: calls ask read, write or exclusive holds (else
+    /// every call is exclusive).
+    read_write: bool,
+    /// The key's shared counter (in `<data-dir>/<name>`).
+    data: std::fs::File,
+}
+
+impl Key {
+    /// `<name>:<kind>` from the command line, its counter file in `dir`.
+    fn parse(arg: &str, dir: &std::path::Path) -> Key {
+        let (name, kind) = arg.rsplit_once(':').expect("key:kind");
+        let (read_write, fair) = match kind {
+            "plain" => (false, false),
+            "fair" => (false, true),
+            "rw-plain" => (true, false),
+            "rw-fair" => (true, true),
+            other => panic!("key kind {other:?}: plain, fair, rw-plain or rw-fair"),
+        };
+        let data = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(name))
+            .expect("open the key's counter file");
+        Key {
+            name: name.to_owned(),
+            fair,
+            read_write,
+            data,
+        }
+    }
+
+    /// The counter (0 before the first write). One `pread` of 8 bytes
+    /// from offset 0: it sees a `pwrite` of the same bytes whole or not
+    /// at all.
+    fn read(&self) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = [0u8; 8];
+        match self.data.read_exact_at(&mut bytes, 0) {
+            Ok(()) => u64::from_le_bytes(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => panic!("read the counter of {}: {e}", self.name),
+        }
+    }
+
+    fn write(&self, value: u64) {
+        use std::os::unix::fs::FileExt;
+        self.data
+            .write_all_at(&value.to_le_bytes(), 0)
+            .unwrap_or_else(|e| panic!("write the counter of {}: {e}", self.name));
+    }
 }
 
 /// What every task shares.
@@ -135,11 +202,55 @@ struct Ctx {
     next_call: AtomicU64,
 }
 
+/// The data of an outermost hold: the counter as its body found it.
+struct Data {
+    key: usize,
+    seen: u64,
+}
+
+impl Data {
+    /// Reads the counter at the body's start, for an outermost hold.
+    fn begin(ctx: &Ctx, key: usize, outer: bool) -> Option<Data> {
+        outer.then(|| Data {
+            key,
+            seen: ctx.keys[key].read(),
+        })
+    }
+
+    /// At the body's end (only when its holder was not told the hold was
+    /// lost: a holder that knows stops touching the resource): reads the
+    /// counter again, a writer writes it plus one, and logs both.
+    /// Synchronous, so no cancellation splits it.
+    fn end(self, ctx: &Ctx, rec: &Rec, mode: LockMode) {
+        let key = &ctx.keys[self.key];
+        let then = key.read();
+        let wrote = if mode == LockMode::Read {
+            "-".to_owned()
+        } else {
+            key.write(then + 1);
+            (then + 1).to_string()
+        };
+        rec.emit(
+            "data",
+            &format!("seen={} then={then} wrote={wrote}", self.seen),
+        );
+    }
+}
+
 /// An enclosing hold: calls nested inside it re-enter it.
 #[derive(Clone)]
 struct Frame {
     key: usize,
     fence: u64,
+}
+
+/// The mode's word in the log.
+fn mode_word(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Read => "read",
+        LockMode::Write => "write",
+        _ => "exclusive",
+    }
 }
 
 /// Where a call runs: its task, its parent call, the holds around it.
@@ -306,13 +417,16 @@ struct Plan {
     wait: Option<Duration>,
     bound: Duration,
     on_lost: OnLost,
+    /// Read (70 %), write or exclusive on a read-write key; exclusive on
+    /// another.
+    mode: LockMode,
 }
 
 impl Plan {
     /// Random options; `sibling`: a `join!` arm, always a `with_lock` (a
     /// guard is not a call of its own: it belongs to the scope it is taken
     /// in, which both arms share, so two guards there re-enter each other).
-    fn random(rng: &mut Rng, nested: bool, sibling: bool) -> Plan {
+    fn random(rng: &mut Rng, nested: bool, sibling: bool, read_write: bool) -> Plan {
         let api = if !sibling && rng.chance(30) {
             Api::Guard
         } else {
@@ -339,6 +453,13 @@ impl Plan {
         } else {
             OnLost::Abort
         };
+        // Writes ask `write` twice as often as `exclusive`: one lock.
+        let mode = match rng.below(100) {
+            _ if !read_write => LockMode::Exclusive,
+            0..=69 => LockMode::Read,
+            70..=89 => LockMode::Write,
+            _ => LockMode::Exclusive,
+        };
         Plan {
             api,
             lease,
@@ -346,12 +467,13 @@ impl Plan {
             wait,
             bound,
             on_lost,
+            mode,
         }
     }
 
     fn describe(&self, fair: bool) -> String {
         format!(
-            "api={} wait={} bound={} lease={} renew={} fair={} lost={}",
+            "api={} wait={} bound={} lease={} renew={} fair={} lost={} mode={}",
             if self.api == Api::With {
                 "with"
             } else {
@@ -368,6 +490,7 @@ impl Plan {
             } else {
                 "continue"
             },
+            mode_word(self.mode),
         )
     }
 }
@@ -384,8 +507,8 @@ fn call(cx: Cx, rng: Rng, key: usize, depth: u32) -> Boxed {
 fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed {
     Box::pin(async move {
         let ctx = cx.ctx.clone();
-        let plan = Plan::random(&mut rng, depth > 0, sibling);
         let spec = &ctx.keys[key];
+        let plan = Plan::random(&mut rng, depth > 0, sibling, spec.read_write);
         let rec = Arc::new(Rec {
             task: cx.task,
             id: ctx.next_call.fetch_add(1, Ordering::Relaxed),
@@ -399,6 +522,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
             .lease(plan.lease)
             .watchdog(plan.renew)
             .fair(spec.fair)
+            .mode(plan.mode)
             .on_lost(plan.on_lost);
         request = match plan.wait {
             Some(wait) => request.wait(wait),
@@ -457,6 +581,7 @@ fn finish_error(rec: &Rec, error: &LockError) {
         LockError::Timeout { waited, .. } => {
             rec.finish("timeout", &format!("waited={}", waited.as_millis()));
         }
+        LockError::UpgradeRefused { .. } => rec.finish("error", "what=upgrade_refused"),
         other => rec.finish("error", &format!("what={}", one_word(other))),
     }
 }
@@ -488,19 +613,19 @@ fn locked_body(
     plan: &Plan,
 ) -> impl Future<Output = Result<(), BodyError>> + Send + 'static {
     let watch = plan.on_lost == OnLost::Continue;
+    let mode = plan.mode;
     let user_error = rng.chance(5);
     async move {
         let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
+        let outer = outer(&cx.frames, key, token);
         rec.set(Phase::Holding);
         rec.emit(
             "acquired",
-            &format!(
-                "fence={token} outer={} polled={entered}",
-                u8::from(outer(&cx.frames, key, token))
-            ),
+            &format!("fence={token} outer={} polled={entered}", u8::from(outer)),
         );
         rec.emit("body_enter", "");
+        let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
             done: false,
@@ -515,6 +640,7 @@ fn locked_body(
                 .runtime
                 .lock(spec.name.as_str())
                 .fair(spec.fair)
+                .mode(mode)
                 .wait(Duration::ZERO)
                 .acquire()
                 .await;
@@ -531,7 +657,8 @@ fn locked_body(
             None
         };
         let steps = steps(inner, rng.fork(), key, depth);
-        match &probe {
+        // Told the hold was lost (the probe found it so, or it came).
+        let told = match &probe {
             Some(guard) => {
                 let mut steps = std::pin::pin!(steps);
                 // Until the steps end; the loss, if it comes, is reported
@@ -544,10 +671,17 @@ fn locked_body(
                     rec.emit("lost", "");
                     steps.await;
                 }
+                told
             }
-            None => steps.await,
-        }
+            None => {
+                steps.await;
+                watch
+            }
+        };
         drop(probe);
+        if let (Some(data), false) = (data, told) {
+            data.end(&cx.ctx, &rec, mode);
+        }
         exit.done = true;
         drop(exit);
         rec.finish("released", "");
@@ -630,15 +764,14 @@ async fn guarded(
     };
     let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
+    let outer = outer(&cx.frames, key, token);
     rec.set(Phase::Holding);
     rec.emit(
         "acquired",
-        &format!(
-            "fence={token} outer={} polled={polled}",
-            u8::from(outer(&cx.frames, key, token))
-        ),
+        &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
     );
     rec.emit("body_enter", "");
+    let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
         done: false,
@@ -661,6 +794,9 @@ async fn guarded(
                 }
             }
         }
+    }
+    if let (Some(data), false) = (data, told) {
+        data.end(&cx.ctx, &rec, plan.mode);
     }
     exit.done = true;
     drop(exit);
@@ -920,26 +1056,19 @@ fn main() {
 }
 
 async fn run(args: Vec<String>) {
-    let [url, prefix, seed, secs, tasks, timeout_ms, keys, _executor] = args.as_slice() else {
+    let [url, prefix, seed, secs, tasks, timeout_ms, keys, data_dir, _executor] = args.as_slice()
+    else {
         panic!(
             "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> \
-             <key:fair|plain,...> <current|multi>"
+             <key:fair|plain|rw-plain|rw-fair,...> <data-dir> <current|multi>"
         );
     };
     let seed: u64 = seed.parse().expect("seed");
     let secs: u64 = secs.parse().expect("secs");
     let tasks: u32 = tasks.parse().expect("tasks");
     let timeout = Duration::from_millis(timeout_ms.parse().expect("timeout-ms"));
-    let keys: Vec<Key> = keys
-        .split(',')
-        .map(|k| {
-            let (name, mode) = k.rsplit_once(':').expect("key:mode");
-            Key {
-                name: name.to_owned(),
-                fair: mode == "fair",
-            }
-        })
-        .collect();
+    let data_dir = std::path::Path::new(data_dir);
+    let keys: Vec<Key> = keys.split(',').map(|k| Key::parse(k, data_dir)).collect();
     let (runtime, id) = start_runtime(url, prefix, timeout).await;
     println!("ready {id}");
 
