@@ -424,10 +424,13 @@ impl HeldTable {
     ///
     /// The hold is the one of the innermost frame of that ancestry. A write
     /// re-enters only a write hold (inside a read hold it is an upgrade:
-    /// [`Reentry::Refused`]), and only while that ancestry's frame is the
-    /// hold's innermost; a read re-enters a read hold always (readers
-    /// share), and a write hold unless a sibling writes inside it after that
-    /// frame. Otherwise a sibling is inside: [`Reentry::Sibling`].
+    /// [`Reentry::Refused`]), and only while no frame of another branch
+    /// (a scope not in this ancestry) is in the hold, before or after that
+    /// ancestry's frames; when this ancestry's innermost frame is a read
+    /// and another branch is inside, it is an upgrade too, refused. A read
+    /// re-enters a read hold always (readers share), and a write hold unless
+    /// a sibling writes inside it after that frame. Otherwise a sibling is
+    /// inside: [`Reentry::Sibling`].
     pub(crate) fn reenter(
         &self,
         lock_key: &str,
@@ -449,13 +452,24 @@ impl HeldTable {
         if !mode.is_read() && held.mode().is_read() {
             return Reentry::Refused;
         }
-        let mut inside = frames[at + 1..]
-            .iter()
-            .filter(|f| Arc::ptr_eq(&f.held, &held) && !scope.descends_from(f.owner));
+        let sibling = |f: &&Frame| Arc::ptr_eq(&f.held, &held) && !scope.descends_from(f.owner);
         let sibling_inside = if mode.is_read() {
-            inside.any(|f| !f.mode.is_read())
+            frames[at + 1..]
+                .iter()
+                .filter(sibling)
+                .any(|f| !f.mode.is_read())
         } else {
-            inside.next().is_some()
+            // A write enters only while no other branch is inside the hold,
+            // wherever its frame is: a sibling's read taken before this
+            // branch's own read frame is still inside. Asked inside a read
+            // frame of its own (a read nested in a write hold) beside such
+            // a sibling, it is an upgrade: two branches doing it at once
+            // would wait for each other for ever, so it is refused.
+            let any = frames.iter().any(|f| sibling(&f));
+            if any && frames[at].mode.is_read() {
+                return Reentry::Refused;
+            }
+            any
         };
         if sibling_inside {
             return Reentry::Sibling;

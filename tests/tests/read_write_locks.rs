@@ -21,6 +21,7 @@ on_every_backend!(
     a_readers_release_wakes_the_writer_it_kept_out,
     reads_reenter_the_read_or_write_hold_of_their_call_chain,
     a_write_inside_a_read_hold_is_refused_at_once,
+    a_write_inside_a_read_branch_beside_a_reading_sibling_is_refused,
     a_waiting_writer_holds_back_new_readers_of_its_process,
     readers_queued_behind_a_writer_enter_together,
     inspect_shows_the_readers_and_the_writer,
@@ -290,6 +291,55 @@ async fn a_write_inside_a_read_hold_is_refused_at_once(kind: Kind) {
     })
     .await
     .unwrap();
+}
+
+/// Inside a write hold, a write nested in one branch's read while another
+/// branch reads the same hold is an upgrade beside a reader: refused at
+/// once (it must not enter beside the other branch's read, and waiting for
+/// it could deadlock two branches doing the same). With no other branch
+/// inside, write → read → write re-enters.
+async fn a_write_inside_a_read_branch_beside_a_reading_sibling_is_refused(kind: Kind) {
+    let runtime = kind
+        .runtime(&lock_tests::unique("rw-sibling-upgrade"))
+        .await;
+    let rt = &runtime;
+    let outer = rt.lock("k").write().acquire().await.unwrap();
+    let (a_inside, a_in) = tokio::sync::oneshot::channel::<()>();
+    let (b_done, b_out) = tokio::sync::oneshot::channel::<()>();
+    let a = with_lock(rt.lock("k").read(), async move {
+        a_inside.send(()).unwrap();
+        let _ = b_out.await;
+        Ok::<_, LockError>(())
+    });
+    let b = with_lock(rt.lock("k").read(), async move {
+        a_in.await.unwrap();
+        let started = Instant::now();
+        let nested = with_lock(rt.lock("k").write().wait(WAIT), async {
+            Ok::<_, LockError>(())
+        })
+        .await;
+        b_done.send(()).unwrap();
+        Ok::<_, LockError>((nested, started.elapsed()))
+    });
+    let (a, b) = outer.scope(async { tokio::join!(a, b) }).await;
+    a.unwrap();
+    let (nested, took) = b.unwrap();
+    assert!(
+        matches!(&nested, Err(LockError::UpgradeRefused { key }) if key == "k"),
+        "{nested:?}"
+    );
+    assert!(took < Duration::from_secs(1), "it waited {took:?}");
+    // Alone: write → read → write re-enters.
+    let alone = outer
+        .scope(with_lock(rt.lock("k").read(), async {
+            with_lock(rt.lock("k").write().wait(WAIT), async {
+                Ok::<_, LockError>(fence())
+            })
+            .await
+        }))
+        .await;
+    assert_eq!(alone.unwrap(), Some(outer.fence()));
+    outer.release().await.unwrap();
 }
 
 /// Once a writer of this process waits for the key, new readers of the
