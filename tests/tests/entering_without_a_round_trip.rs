@@ -480,3 +480,125 @@ async fn a_locked_body_is_not_polled_past_its_client_side_lease_end() {
         "{most_past} polls past the lease end, worst {worst} us"
     );
 }
+
+/// The server's clock in milliseconds (queue entries carry server time).
+async fn server_ms(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Queues `holder` in the key's fair queue as a process that went quiet
+/// would have left it: entry `entry` (`{expiry}` is replaced by server time
+/// + `life_ms`, which may be negative: an entry that ran out).
+async fn queue_ghost(
+    con: &mut redis::aio::MultiplexedConnection,
+    hash: &str,
+    holder: &str,
+    entry: &str,
+    life_ms: i64,
+) {
+    let expiry = server_ms(con).await as i64 + life_ms;
+    let entry = entry.replace("{expiry}", &expiry.to_string());
+    let _: () = con.rpush(format!("{hash}:queue"), holder).await.unwrap();
+    let _: () = con
+        .hset(format!("{hash}:queued"), holder, entry)
+        .await
+        .unwrap();
+    for key in [format!("{hash}:queue"), format!("{hash}:queued")] {
+        let _: () = con.pexpire(key, 30_000).await.unwrap();
+    }
+}
+
+/// Fair mode's writer preference reads every queue entry a writer may have
+/// left: a live writer entry of an earlier version (`<expiry>:<lease>`, no
+/// reserve, no mode) keeps a new reader out of a read-held key, a writer
+/// entry that ran out does not, and a live writer queued behind one that
+/// ran out still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_reader_does_not_pass_a_live_writer_entry_of_any_form() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-ghosts");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    let try_read = || async { b.lock("k").read().try_acquire().await.unwrap() };
+
+    queue_ghost(&mut con, &hash, "old-writer", "{expiry}:3000", 20_000).await;
+    assert!(
+        try_read().await.is_none(),
+        "a reader passed a queued writer's entry of an earlier version"
+    );
+    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
+    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+
+    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    let beside = try_read()
+        .await
+        .expect("a writer entry that ran out kept a reader out");
+    assert_eq!(b.stats().joined_locally, 0);
+    beside.release().await.unwrap();
+
+    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    queue_ghost(&mut con, &hash, "live-writer", "{expiry}:3000:0", 20_000).await;
+    assert!(
+        try_read().await.is_none(),
+        "a reader passed a live writer queued behind a dead one"
+    );
+    // Not queued by a try: the queue is the ghosts only.
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    assert!(
+        queued.iter().all(|id| id.ends_with("-writer")),
+        "{queued:?}"
+    );
+    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
+    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// A reader queued behind a writer whose process went quiet (its entry
+/// runs out, nobody releases anything) comes in beside the readers inside
+/// once the entry has run out: its place's refresh tells it to try
+/// (`refresh.lua`), rather than the reader sleeping until the readers
+/// inside leave. The reader inside stays inside all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_queued_behind_a_writer_that_went_quiet_enters_beside_the_readers_inside() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-quiet-writer");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    queue_ghost(&mut con, &hash, "quiet-writer", "{expiry}:3000:0", 600).await;
+    let started = Instant::now();
+    let reader = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock("k")
+                .read()
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .await
+        })
+    };
+    // Queued behind the writer's entry (the key is only read-held).
+    until_queued(&mut con, &hash, 2).await;
+    let reader = tokio::time::timeout(Duration::from_secs(9), reader)
+        .await
+        .expect("the reader never came in")
+        .unwrap()
+        .expect("the reader waited until its deadline behind a writer entry that ran out");
+    let took = started.elapsed();
+    eprintln!("the reader came in after {took:?}");
+    assert!(!held.is_lost());
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    // Well before the reader inside would have left (its lease is 10 s).
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    reader.release().await.unwrap();
+    held.release().await.unwrap();
+}
