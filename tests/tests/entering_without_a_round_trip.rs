@@ -602,3 +602,83 @@ async fn a_reader_queued_behind_a_writer_that_went_quiet_enters_beside_the_reade
     reader.release().await.unwrap();
     held.release().await.unwrap();
 }
+
+/// A read hold handed to a process's place whose only waiter is cancelled
+/// before it runs again goes on at once: the place is given back, and the
+/// writer of another process queued behind it enters well before the
+/// handoff's claim (3 s) would have run out. B's reader waits on an
+/// executor that stalls; A's release hands B's place a read hold; the
+/// reader is cancelled; when B's executor runs again, C's writer enters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_once() {
+    use lock_runtime::LockMode;
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-cancelled-reader");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+
+    let held = a.lock("k").write().acquire().await.unwrap();
+    let executor = StallableExecutor::start();
+    let reader = {
+        let b = b.clone();
+        executor.handle.spawn(async move {
+            let got = b
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            got.map(|g| g.fence())
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let guard = c
+                .lock("k")
+                .write()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    until_queued(&mut con, &hash, 2).await;
+    let resume = executor.stall();
+    held.release().await.unwrap();
+    // The key goes to B's place as a read hold (C's writer stays queued).
+    let mut handed = false;
+    for _ in 0..400 {
+        let info = a.inspect("k").await.unwrap();
+        if info.is_some_and(|info| info.mode == LockMode::Read) {
+            handed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(handed, "the release did not hand B's place a read hold");
+    reader.abort();
+    let resumed = Instant::now();
+    resume.send(()).unwrap();
+    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("C's writer never entered")
+        .unwrap()
+        .unwrap();
+    let took = entered.duration_since(resumed);
+    eprintln!("C's writer entered {took:?} after B's executor ran again");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the read hold handed to a cancelled reader sat unused for {took:?}"
+    );
+    let info = a.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Write, "{info:?}");
+    assert!(info.readers.is_empty(), "{info:?}");
+    guard.release().await.unwrap();
+    drop(executor);
+}
