@@ -34,6 +34,14 @@ on_every_backend!(
     local_readers_share_one_backend_hold,
     joins_stop_at_the_cohort_limits,
     a_read_racing_the_last_readers_release_is_inside_a_backend_hold,
+    a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error,
+);
+
+// The same race on a fair hold (Redis: `fair.lua`'s downgrade).
+on_every_backend!(
+    a_fair_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error skip(
+        redlock = "Redlock has no fair mode"
+    ),
 );
 
 // Shutdown ends every hold, joined reads too (on the embedded store the
@@ -896,4 +904,54 @@ async fn shutdown_ends_joined_reads_and_frees_the_key(kind: Kind) {
     assert!(writer.fence() > token);
     writer.release().await.unwrap();
     drop(readers);
+}
+
+/// The release of a write guard (an awaited downgrade: a read is nested in
+/// it) and the release of that read, moved to another task, race: whichever
+/// goes first, both succeed, no guard reports a loss, and the key is free
+/// for a writer of another process at once (not after a lease). Twenty
+/// races.
+async fn a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error(kind: Kind) {
+    downgrade_races_release(kind, false).await;
+}
+
+/// [`a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error`]
+/// in fair mode.
+async fn a_fair_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error(
+    kind: Kind,
+) {
+    downgrade_races_release(kind, true).await;
+}
+
+async fn downgrade_races_release(kind: Kind, fair: bool) {
+    let (first, second) = kind.two("rw-downgrade-race").await;
+    for round in 0..20 {
+        let write = first.lock("k").write().fair(fair).acquire().await.unwrap();
+        let read = write
+            .scope(first.lock("k").read().fair(fair).acquire())
+            .await
+            .unwrap();
+        let token = write.fence();
+        let (write_done, read_done) = tokio::join!(
+            tokio::spawn(write.release()),
+            tokio::spawn(read.release())
+        );
+        write_done
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the write's release: {e:?}"));
+        read_done
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the read's release: {e:?}"));
+        assert_eq!(first.stats().held, 0, "round {round}");
+        let next = second
+            .lock("k")
+            .write()
+            .fair(fair)
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the key was left held: {e:?}"));
+        assert!(next.fence() > token, "round {round}");
+        next.release().await.unwrap();
+    }
 }
