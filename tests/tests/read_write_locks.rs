@@ -932,10 +932,8 @@ async fn downgrade_races_release(kind: Kind, fair: bool) {
             .await
             .unwrap();
         let token = write.fence();
-        let (write_done, read_done) = tokio::join!(
-            tokio::spawn(write.release()),
-            tokio::spawn(read.release())
-        );
+        let (write_done, read_done) =
+            tokio::join!(tokio::spawn(write.release()), tokio::spawn(read.release()));
         write_done
             .unwrap()
             .unwrap_or_else(|e| panic!("round {round}: the write's release: {e:?}"));
