@@ -682,3 +682,80 @@ async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_on
     guard.release().await.unwrap();
     drop(executor);
 }
+
+/// Fair mode: a writer queued between the readers inside and a reader of
+/// another process gives up (its wait is cancelled, its place given back);
+/// the reader behind it comes in beside the readers inside at once, not at
+/// its place's next refresh (most of a second later: a reader that could
+/// read would sit asleep behind an entry that is gone). `fair.lua`: a place
+/// given back lets in the readers it leaves first in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_queued_behind_a_writer_that_gives_up_comes_in_at_once() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-writer-gives-up");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock("k")
+                .write()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let reader = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let guard = c
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    until_queued(&mut con, &hash, 2).await;
+    // Once C's place has settled (its first refresh rewrote its entry: no
+    // attempt of C's is left in flight that could find the writer gone by
+    // itself), B's writer gives up: only what that does can let C in.
+    let place: String = con.lindex(format!("{hash}:queue"), 1).await.unwrap();
+    let entries = format!("{hash}:queued");
+    let first: String = con.hget(&entries, &place).await.unwrap();
+    let mut refreshed = false;
+    for _ in 0..600 {
+        let now: String = con.hget(&entries, &place).await.unwrap();
+        if now != first {
+            refreshed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(refreshed, "C's place was never refreshed");
+    let gave_up = Instant::now();
+    writer.abort();
+    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader never came in")
+        .unwrap()
+        .unwrap();
+    let took = entered.duration_since(gave_up);
+    eprintln!("the reader came in {took:?} after the writer ahead of it gave up");
+    assert!(
+        took < Duration::from_millis(300),
+        "the reader sat behind a writer that had given up for {took:?}"
+    );
+    assert!(!held.is_lost());
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    guard.release().await.unwrap();
+    held.release().await.unwrap();
+}
