@@ -759,3 +759,57 @@ async fn a_reader_queued_behind_a_writer_that_gives_up_comes_in_at_once() {
     guard.release().await.unwrap();
     held.release().await.unwrap();
 }
+
+/// Fair mode, cancellation at every step of a reader's wait: a reader of
+/// process B waits behind A's write and is cancelled after 0, 0.25, 0.5 …
+/// 10 ms (before, during and after its attempts; its place queued or
+/// not, its script answered or not). Whatever it left behind, A's release
+/// is followed at once by C's writer (not by a handoff claim of 3 s sitting
+/// on a place nobody waits on), and nothing is left queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_cancelled_at_any_step_leaves_nothing_that_holds_up_a_writer() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-cancel-steps");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let mut slowest = Duration::ZERO;
+    for step in 0..40u64 {
+        let held = a.lock("k").write().acquire().await.unwrap();
+        let after = Duration::from_micros(step * 250);
+        let read = b.lock("k").read().wait(Duration::from_secs(10)).acquire();
+        if let Ok(got) = tokio::time::timeout(after, read).await {
+            panic!("step {step}: B's read entered beside A's write: {got:?}");
+        }
+        held.release().await.unwrap();
+        let started = Instant::now();
+        let writer = c
+            .lock("k")
+            .write()
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("step {step}: {e:?}"));
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            took < Duration::from_millis(1000),
+            "step {step}: C's writer waited {took:?} after A's release"
+        );
+        writer.release().await.unwrap();
+    }
+    eprintln!("slowest writer after a cancelled reader: {slowest:?}");
+    let mut empty = false;
+    for _ in 0..200 {
+        let queued: usize = con.llen(format!("{hash}:queue")).await.unwrap();
+        if queued == 0 {
+            empty = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(empty, "places of cancelled readers stayed queued");
+}
