@@ -813,3 +813,59 @@ async fn a_reader_cancelled_at_any_step_leaves_nothing_that_holds_up_a_writer() 
     }
     assert!(empty, "places of cancelled readers stayed queued");
 }
+
+/// A fair *read* handoff is only good in the connection epoch it arrived
+/// in, as a write handoff is: B's reader is queued behind A's write; B's
+/// executor stalls; A's release hands B's place a read hold; Redis restarts
+/// empty and C takes the key (a write). When B's executor runs again, its
+/// reader must not enter on the recorded handoff beside C's write: it
+/// queues on the fresh server and enters after C, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_read_handoff_from_before_a_server_restart_is_not_entered() {
+    let mut server = RedisServer::start();
+    let prefix = unique("hostile-rw-read-handoff-restart");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+
+    let held = a.lock("k").write().acquire().await.unwrap();
+    let executor = StallableExecutor::start();
+    let (entered_tx, mut entered_rx) = oneshot::channel();
+    let reader = {
+        let b = b.clone();
+        executor.handle.spawn(async move {
+            let got = b
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            let _ = entered_tx.send(got.as_ref().map(|g| g.fence()).ok());
+            got.map(|g| (g.fence(), g.is_lost()))
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let resume = executor.stall();
+    held.release().await.unwrap();
+    let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    let other = restart_and_take(&mut server, &b, &c).await;
+    let token = other.fence();
+    resume.send(()).unwrap();
+    let mut con = server.connection().await;
+    tokio::select! {
+        entered = &mut entered_rx => panic!(
+            "B's reader entered on a read handoff from before the restart while C writes \
+             (B's token {:?}, C's {token})",
+            entered.ok().flatten()
+        ),
+        () = until_queued(&mut con, &hash, 1) => {}
+    }
+    other.release().await.unwrap();
+    let (fence, lost) = reader.await.unwrap().unwrap();
+    assert!(fence > token, "tokens went back: {fence} after {token}");
+    assert!(!lost, "entered a lost hold");
+    drop(executor);
+}
