@@ -35,6 +35,7 @@ on_every_backend!(
     joins_stop_at_the_cohort_limits,
     a_read_racing_the_last_readers_release_is_inside_a_backend_hold,
     a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error,
+    a_read_nested_in_a_joined_read_keeps_the_shared_hold_until_the_last_frame,
 );
 
 // The same race on a fair hold (Redis: `fair.lua`'s downgrade).
@@ -952,4 +953,50 @@ async fn downgrade_races_release(kind: Kind, fair: bool) {
         assert!(next.fence() > token, "round {round}");
         next.release().await.unwrap();
     }
+}
+
+/// A read nested in a read that joined another task's hold re-enters that
+/// one shared hold; frames of the two tasks go in any order, and the
+/// backend hold stands (a writer of another process stays out) until the
+/// last of them.
+async fn a_read_nested_in_a_joined_read_keeps_the_shared_hold_until_the_last_frame(kind: Kind) {
+    let (first, second) = kind.two("rw-join-nested").await;
+    let owner = first.lock("k").read().acquire().await.unwrap();
+    let joined_before = first.stats().joined_locally;
+    let rt = first.clone();
+    let joined = tokio::spawn(async move { rt.lock("k").read().acquire().await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.stats().joined_locally, joined_before + 1);
+    let nested = joined
+        .scope(first.lock("k").read().acquire())
+        .await
+        .unwrap();
+    assert_eq!(nested.fence(), owner.fence());
+    assert_eq!(first.stats().held, 1, "one backend hold");
+    let writer_kept_out = || async {
+        second
+            .lock("k")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    };
+    owner.release().await.unwrap();
+    assert!(
+        writer_kept_out().await,
+        "the owner's release freed the shared hold"
+    );
+    joined.release().await.unwrap();
+    assert!(!nested.is_lost());
+    assert!(
+        writer_kept_out().await,
+        "the joined read's release freed the hold its nested read is in"
+    );
+    nested.release().await.unwrap();
+    assert_eq!(first.stats().held, 0);
+    let writer = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    writer.release().await.unwrap();
 }
