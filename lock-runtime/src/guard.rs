@@ -255,6 +255,9 @@ impl LockGuard {
             let downgraded = self.runtime.backend().downgrade(&held);
             match self.runtime.run(downgraded).await {
                 Ok(true) => {}
+                // (No frame left: the read's release overtook the downgrade
+                // and freed the key; see `HeldTable::has_frames`.)
+                Ok(false) if !self.runtime.table().has_frames(&held) => {}
                 Ok(false) => held.mark_lost(),
                 Err(e) => return Err(e.into()),
             }

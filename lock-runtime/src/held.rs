@@ -690,6 +690,17 @@ impl HeldTable {
         })
     }
 
+    /// Whether any frame of `held` is left in the table. A downgrade that
+    /// found nothing is a loss only while one is: once the last read frame
+    /// went, its release may have reached the backend before the downgrade
+    /// (both were decided here, under the table's lock, in that order), and
+    /// the key was freed by its holder, not lost.
+    pub(crate) fn has_frames(&self, held: &Arc<HeldLock>) -> bool {
+        self.locks()
+            .get(&held.lock_key)
+            .is_some_and(|frames| frames.iter().any(|f| Arc::ptr_eq(&f.held, held)))
+    }
+
     /// Takes every frame out of the table and returns each lock held (once),
     /// marked closed: its guards will not release it again. For shutdown.
     pub(crate) fn close_all(&self) -> Vec<Arc<HeldLock>> {

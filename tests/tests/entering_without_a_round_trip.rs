@@ -480,3 +480,392 @@ async fn a_locked_body_is_not_polled_past_its_client_side_lease_end() {
         "{most_past} polls past the lease end, worst {worst} us"
     );
 }
+
+/// The server's clock in milliseconds (queue entries carry server time).
+async fn server_ms(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Queues `holder` in the key's fair queue as a process that went quiet
+/// would have left it: entry `entry` (`{expiry}` is replaced by server time
+/// + `life_ms`, which may be negative: an entry that ran out).
+async fn queue_ghost(
+    con: &mut redis::aio::MultiplexedConnection,
+    hash: &str,
+    holder: &str,
+    entry: &str,
+    life_ms: i64,
+) {
+    let expiry = server_ms(con).await as i64 + life_ms;
+    let entry = entry.replace("{expiry}", &expiry.to_string());
+    let _: () = con.rpush(format!("{hash}:queue"), holder).await.unwrap();
+    let _: () = con
+        .hset(format!("{hash}:queued"), holder, entry)
+        .await
+        .unwrap();
+    for key in [format!("{hash}:queue"), format!("{hash}:queued")] {
+        let _: () = con.pexpire(key, 30_000).await.unwrap();
+    }
+}
+
+/// Fair mode's writer preference reads every queue entry a writer may have
+/// left: a live writer entry of an earlier version (`<expiry>:<lease>`, no
+/// reserve, no mode) keeps a new reader out of a read-held key, a writer
+/// entry that ran out does not, and a live writer queued behind one that
+/// ran out still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_reader_does_not_pass_a_live_writer_entry_of_any_form() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-ghosts");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    let try_read = || async { b.lock("k").read().try_acquire().await.unwrap() };
+
+    queue_ghost(&mut con, &hash, "old-writer", "{expiry}:3000", 20_000).await;
+    assert!(
+        try_read().await.is_none(),
+        "a reader passed a queued writer's entry of an earlier version"
+    );
+    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
+    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+
+    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    let beside = try_read()
+        .await
+        .expect("a writer entry that ran out kept a reader out");
+    assert_eq!(b.stats().joined_locally, 0);
+    beside.release().await.unwrap();
+
+    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    queue_ghost(&mut con, &hash, "live-writer", "{expiry}:3000:0", 20_000).await;
+    assert!(
+        try_read().await.is_none(),
+        "a reader passed a live writer queued behind a dead one"
+    );
+    // Not queued by a try: the queue is the ghosts only.
+    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    assert!(
+        queued.iter().all(|id| id.ends_with("-writer")),
+        "{queued:?}"
+    );
+    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
+    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// A reader queued behind a writer whose process went quiet (its entry
+/// runs out, nobody releases anything) comes in beside the readers inside
+/// once the entry has run out: its place's refresh tells it to try
+/// (`refresh.lua`), rather than the reader sleeping until the readers
+/// inside leave. The reader inside stays inside all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_queued_behind_a_writer_that_went_quiet_enters_beside_the_readers_inside() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-quiet-writer");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    queue_ghost(&mut con, &hash, "quiet-writer", "{expiry}:3000:0", 600).await;
+    let started = Instant::now();
+    let reader = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock("k")
+                .read()
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .await
+        })
+    };
+    // Queued behind the writer's entry (the key is only read-held).
+    until_queued(&mut con, &hash, 2).await;
+    let reader = tokio::time::timeout(Duration::from_secs(9), reader)
+        .await
+        .expect("the reader never came in")
+        .unwrap()
+        .expect("the reader waited until its deadline behind a writer entry that ran out");
+    let took = started.elapsed();
+    eprintln!("the reader came in after {took:?}");
+    assert!(!held.is_lost());
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    // Well before the reader inside would have left (its lease is 10 s).
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    reader.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// A read hold handed to a process's place whose only waiter is cancelled
+/// before it runs again goes on at once: the place is given back, and the
+/// writer of another process queued behind it enters well before the
+/// handoff's claim (3 s) would have run out. B's reader waits on an
+/// executor that stalls; A's release hands B's place a read hold; the
+/// reader is cancelled; when B's executor runs again, C's writer enters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_once() {
+    use lock_runtime::LockMode;
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-cancelled-reader");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+
+    let held = a.lock("k").write().acquire().await.unwrap();
+    let executor = StallableExecutor::start();
+    let reader = {
+        let b = b.clone();
+        executor.handle.spawn(async move {
+            let got = b
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            got.map(|g| g.fence())
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let guard = c
+                .lock("k")
+                .write()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    until_queued(&mut con, &hash, 2).await;
+    let resume = executor.stall();
+    held.release().await.unwrap();
+    // The key goes to B's place as a read hold (C's writer stays queued).
+    let mut handed = false;
+    for _ in 0..400 {
+        let info = a.inspect("k").await.unwrap();
+        if info.is_some_and(|info| info.mode == LockMode::Read) {
+            handed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(handed, "the release did not hand B's place a read hold");
+    reader.abort();
+    let resumed = Instant::now();
+    resume.send(()).unwrap();
+    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("C's writer never entered")
+        .unwrap()
+        .unwrap();
+    let took = entered.duration_since(resumed);
+    eprintln!("C's writer entered {took:?} after B's executor ran again");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the read hold handed to a cancelled reader sat unused for {took:?}"
+    );
+    let info = a.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Write, "{info:?}");
+    assert!(info.readers.is_empty(), "{info:?}");
+    guard.release().await.unwrap();
+    drop(executor);
+}
+
+/// Fair mode: a writer queued between the readers inside and a reader of
+/// another process gives up (its wait is cancelled, its place given back);
+/// the reader behind it comes in beside the readers inside at once, not at
+/// its place's next refresh (most of a second later: a reader that could
+/// read would sit asleep behind an entry that is gone). `fair.lua`: a place
+/// given back lets in the readers it leaves first in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_queued_behind_a_writer_that_gives_up_comes_in_at_once() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-writer-gives-up");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let held = a.lock("k").read().acquire().await.unwrap();
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock("k")
+                .write()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let reader = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let guard = c
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    until_queued(&mut con, &hash, 2).await;
+    // Once C's place has settled (its first refresh rewrote its entry: no
+    // attempt of C's is left in flight that could find the writer gone by
+    // itself), B's writer gives up: only what that does can let C in.
+    let place: String = con.lindex(format!("{hash}:queue"), 1).await.unwrap();
+    let entries = format!("{hash}:queued");
+    let first: String = con.hget(&entries, &place).await.unwrap();
+    let mut refreshed = false;
+    for _ in 0..600 {
+        let now: String = con.hget(&entries, &place).await.unwrap();
+        if now != first {
+            refreshed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(refreshed, "C's place was never refreshed");
+    let gave_up = Instant::now();
+    writer.abort();
+    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader never came in")
+        .unwrap()
+        .unwrap();
+    let took = entered.duration_since(gave_up);
+    eprintln!("the reader came in {took:?} after the writer ahead of it gave up");
+    assert!(
+        took < Duration::from_millis(300),
+        "the reader sat behind a writer that had given up for {took:?}"
+    );
+    assert!(!held.is_lost());
+    let info = a.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    guard.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
+/// Fair mode, cancellation at every step of a reader's wait: a reader of
+/// process B waits behind A's write and is cancelled after 0, 0.25, 0.5 …
+/// 10 ms (before, during and after its attempts; its place queued or
+/// not, its script answered or not). Whatever it left behind, A's release
+/// is followed at once by C's writer (not by a handoff claim of 3 s sitting
+/// on a place nobody waits on), and nothing is left queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_cancelled_at_any_step_leaves_nothing_that_holds_up_a_writer() {
+    let server = RedisServer::start();
+    let prefix = unique("hostile-rw-cancel-steps");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+    let mut slowest = Duration::ZERO;
+    for step in 0..40u64 {
+        let held = a.lock("k").write().acquire().await.unwrap();
+        let after = Duration::from_micros(step * 250);
+        let read = b.lock("k").read().wait(Duration::from_secs(10)).acquire();
+        if let Ok(got) = tokio::time::timeout(after, read).await {
+            panic!("step {step}: B's read entered beside A's write: {got:?}");
+        }
+        held.release().await.unwrap();
+        let started = Instant::now();
+        let writer = c
+            .lock("k")
+            .write()
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("step {step}: {e:?}"));
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            took < Duration::from_millis(1000),
+            "step {step}: C's writer waited {took:?} after A's release"
+        );
+        writer.release().await.unwrap();
+    }
+    eprintln!("slowest writer after a cancelled reader: {slowest:?}");
+    let mut empty = false;
+    for _ in 0..200 {
+        let queued: usize = con.llen(format!("{hash}:queue")).await.unwrap();
+        if queued == 0 {
+            empty = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(empty, "places of cancelled readers stayed queued");
+}
+
+/// A fair *read* handoff is only good in the connection epoch it arrived
+/// in, as a write handoff is: B's reader is queued behind A's write; B's
+/// executor stalls; A's release hands B's place a read hold; Redis restarts
+/// empty and C takes the key (a write). When B's executor runs again, its
+/// reader must not enter on the recorded handoff beside C's write: it
+/// queues on the fresh server and enters after C, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_read_handoff_from_before_a_server_restart_is_not_entered() {
+    let mut server = RedisServer::start();
+    let prefix = unique("hostile-rw-read-handoff-restart");
+    let lease = Duration::from_secs(10);
+    let a = fair(&server, &prefix, lease).await;
+    let b = fair(&server, &prefix, lease).await;
+    let c = fair(&server, &prefix, lease).await;
+    let hash = a.backend_key("k");
+    let mut con = server.connection().await;
+
+    let held = a.lock("k").write().acquire().await.unwrap();
+    let executor = StallableExecutor::start();
+    let (entered_tx, mut entered_rx) = oneshot::channel();
+    let reader = {
+        let b = b.clone();
+        executor.handle.spawn(async move {
+            let got = b
+                .lock("k")
+                .read()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            let _ = entered_tx.send(got.as_ref().map(|g| g.fence()).ok());
+            got.map(|g| (g.fence(), g.is_lost()))
+        })
+    };
+    until_queued(&mut con, &hash, 1).await;
+    let resume = executor.stall();
+    held.release().await.unwrap();
+    let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    let other = restart_and_take(&mut server, &b, &c).await;
+    let token = other.fence();
+    resume.send(()).unwrap();
+    let mut con = server.connection().await;
+    tokio::select! {
+        entered = &mut entered_rx => panic!(
+            "B's reader entered on a read handoff from before the restart while C writes \
+             (B's token {:?}, C's {token})",
+            entered.ok().flatten()
+        ),
+        () = until_queued(&mut con, &hash, 1) => {}
+    }
+    other.release().await.unwrap();
+    let (fence, lost) = reader.await.unwrap().unwrap();
+    assert!(fence > token, "tokens went back: {fence} after {token}");
+    assert!(!lost, "entered a lost hold");
+    drop(executor);
+}

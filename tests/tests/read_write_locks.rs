@@ -34,6 +34,24 @@ on_every_backend!(
     a_dropped_write_guard_and_its_nested_read_leave_the_key_free,
     local_readers_share_one_backend_hold,
     joins_stop_at_the_cohort_limits,
+    a_read_racing_the_last_readers_release_is_inside_a_backend_hold,
+    a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error,
+    a_read_nested_in_a_joined_read_keeps_the_shared_hold_until_the_last_frame,
+);
+
+// The same race on a fair hold (Redis: `fair.lua`'s downgrade).
+on_every_backend!(
+    a_fair_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error skip(
+        redlock = "Redlock has no fair mode"
+    ),
+);
+
+// Shutdown ends every hold, joined reads too (on the embedded store the
+// store lives in the runtime that shuts down: nobody is left to look).
+on_every_backend!(
+    shutdown_ends_joined_reads_and_frees_the_key skip(
+        memory = "the embedded store ends with its runtime"
+    ),
 );
 
 // Where a dropped guard's downgrade is sent in the background, ordered
@@ -868,4 +886,167 @@ async fn dropping_the_write_under_a_nested_read_downgrades_in_the_background(kin
     read.release().await.unwrap();
     let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
     assert!(next.fence() > token);
+}
+
+/// A read that races the release of the process's last read frame either
+/// joins the hold before the release (which then frees nothing) or takes a
+/// backend hold of its own: either way it is inside a hold the store has.
+/// A join decided on a hold whose release is out would read beside a
+/// writer of another process (the peer's try-once write must fail while
+/// the read is held). Thirty races, each on two tasks.
+async fn a_read_racing_the_last_readers_release_is_inside_a_backend_hold(kind: Kind) {
+    let (first, second) = kind.two("rw-join-race").await;
+    let joined = first.stats().joined_locally;
+    for round in 0..30 {
+        let guard = first.lock("k").read().acquire().await.unwrap();
+        let releasing = tokio::spawn(guard.release());
+        let rt = first.clone();
+        let reading = tokio::spawn(async move { rt.lock("k").read().wait(WAIT).acquire().await });
+        let reader = reading.await.unwrap().unwrap();
+        releasing.await.unwrap().unwrap();
+        assert!(!reader.is_lost(), "round {round}: the read's hold is lost");
+        let writer = second.lock("k").write().try_acquire().await.unwrap();
+        assert!(
+            writer.is_none(),
+            "round {round}: a writer entered beside a read that raced the last release \
+             (joined so far: {})",
+            first.stats().joined_locally - joined
+        );
+        let info = first.inspect("k").await.unwrap().expect("read-held");
+        assert_eq!(info.mode, LockMode::Read, "round {round}: {info:?}");
+        reader.release().await.unwrap();
+    }
+    assert_eq!(first.stats().held, 0);
+}
+
+/// Shutdown with a read hold that other tasks joined: every guard on it
+/// reports the hold lost (the joined ones too: no body may go on reading
+/// after the backend hold went back), and a writer of another process gets
+/// the key.
+async fn shutdown_ends_joined_reads_and_frees_the_key(kind: Kind) {
+    let (first, second) = kind.two("rw-join-shutdown").await;
+    let joined = first.stats().joined_locally;
+    let readers: Vec<_> = {
+        let mut readers = Vec::new();
+        for _ in 0..3 {
+            let rt = first.clone();
+            let reader = tokio::spawn(async move { rt.lock("k").read().acquire().await });
+            readers.push(reader.await.unwrap().unwrap());
+        }
+        readers
+    };
+    assert_eq!(first.stats().joined_locally, joined + 2, "two reads joined");
+    assert_eq!(first.stats().held, 1);
+    let token = readers[0].fence();
+    first.shutdown().await.unwrap();
+    for (i, reader) in readers.iter().enumerate() {
+        assert!(
+            reader.is_lost(),
+            "reader {i} still counts its hold after shutdown"
+        );
+    }
+    let late = first.lock("k").read().try_acquire().await;
+    assert!(
+        matches!(late, Err(LockError::ShutDown)),
+        "a read after shutdown: {:?}",
+        late.map(|g| g.map(|g| g.fence()))
+    );
+    let writer = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    assert!(writer.fence() > token);
+    writer.release().await.unwrap();
+    drop(readers);
+}
+
+/// The release of a write guard (an awaited downgrade: a read is nested in
+/// it) and the release of that read, moved to another task, race: whichever
+/// goes first, both succeed, no guard reports a loss, and the key is free
+/// for a writer of another process at once (not after a lease). Twenty
+/// races.
+async fn a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error(kind: Kind) {
+    downgrade_races_release(kind, false).await;
+}
+
+/// [`a_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error`]
+/// in fair mode.
+async fn a_fair_downgrade_racing_the_nested_reads_release_frees_the_key_without_an_error(
+    kind: Kind,
+) {
+    downgrade_races_release(kind, true).await;
+}
+
+async fn downgrade_races_release(kind: Kind, fair: bool) {
+    let (first, second) = kind.two("rw-downgrade-race").await;
+    for round in 0..20 {
+        let write = first.lock("k").write().fair(fair).acquire().await.unwrap();
+        let read = write
+            .scope(first.lock("k").read().fair(fair).acquire())
+            .await
+            .unwrap();
+        let token = write.fence();
+        let (write_done, read_done) =
+            tokio::join!(tokio::spawn(write.release()), tokio::spawn(read.release()));
+        write_done
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the write's release: {e:?}"));
+        read_done
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the read's release: {e:?}"));
+        assert_eq!(first.stats().held, 0, "round {round}");
+        let next = second
+            .lock("k")
+            .write()
+            .fair(fair)
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the key was left held: {e:?}"));
+        assert!(next.fence() > token, "round {round}");
+        next.release().await.unwrap();
+    }
+}
+
+/// A read nested in a read that joined another task's hold re-enters that
+/// one shared hold; frames of the two tasks go in any order, and the
+/// backend hold stands (a writer of another process stays out) until the
+/// last of them.
+async fn a_read_nested_in_a_joined_read_keeps_the_shared_hold_until_the_last_frame(kind: Kind) {
+    let (first, second) = kind.two("rw-join-nested").await;
+    let owner = first.lock("k").read().acquire().await.unwrap();
+    let joined_before = first.stats().joined_locally;
+    let rt = first.clone();
+    let joined = tokio::spawn(async move { rt.lock("k").read().acquire().await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.stats().joined_locally, joined_before + 1);
+    let nested = joined
+        .scope(first.lock("k").read().acquire())
+        .await
+        .unwrap();
+    assert_eq!(nested.fence(), owner.fence());
+    assert_eq!(first.stats().held, 1, "one backend hold");
+    let writer_kept_out = || async {
+        second
+            .lock("k")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    };
+    owner.release().await.unwrap();
+    assert!(
+        writer_kept_out().await,
+        "the owner's release freed the shared hold"
+    );
+    joined.release().await.unwrap();
+    assert!(!nested.is_lost());
+    assert!(
+        writer_kept_out().await,
+        "the joined read's release freed the hold its nested read is in"
+    );
+    nested.release().await.unwrap();
+    assert_eq!(first.stats().held, 0);
+    let writer = second.lock("k").write().wait(WAIT).acquire().await.unwrap();
+    writer.release().await.unwrap();
 }

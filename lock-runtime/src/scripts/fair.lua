@@ -33,8 +33,9 @@
 --           {0, pttl}   busy (queued, or its entry refreshed, when ARGV[4] is '1')
 -- ARGV[1] = 'release': ARGV[2] holder id, ARGV[3] release channel, ARGV[4]
 --           window ms (the counter's TTL, for a handoff)
---   returns -1  not held (a queued holder id leaves the queue instead; a
---               reader whose lease had passed)
+--   returns -1  not held (a queued holder id leaves the queue instead, and
+--               readers it leaves first in line come in beside the readers
+--               inside; a reader whose lease had passed)
 --            0  freed: handed to the first live queued holder ("g <holder>
 --               <fence> <upto>" on the channel, one per reader when readers
 --               are first in line), or, with nobody queued, "1" on the
@@ -320,6 +321,11 @@ if op == 'release' then
   local holds = tonumber(redis.call('hget', lock, holder))
   if not holds then
     leave_queue(holder)
+    -- A writer that gave up may leave readers first in line while the key
+    -- is read-held: they come in now, not at their next refresh.
+    if hold() == 'r' then
+      admit_readers(channel)
+    end
     return -1
   end
   if redis.call('hget', lock, 'mode') ~= 'r' then
