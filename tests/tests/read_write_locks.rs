@@ -414,7 +414,12 @@ async fn readers_queued_behind_a_writer_enter_together(kind: Kind) {
 /// it, though the key is only read-held; the writer enters when the reader
 /// inside leaves, before the reader that came after it.
 async fn a_queued_writer_of_another_process_holds_back_new_readers(kind: Kind) {
-    let (first, second) = kind.two("rw-fair-prefer").await;
+    let prefix = lock_tests::unique("rw-fair-prefer");
+    let first = kind.runtime(&prefix).await;
+    let second = kind.peer(&first, &prefix).await;
+    // The late readers are of a third process: one of the first would join
+    // its read hold, within the cohort limits (see `local_readers_share_…`).
+    let third = kind.peer(&first, &prefix).await;
     let reader = first.lock("k").read().fair(true).acquire().await.unwrap();
     let rt = second.clone();
     let writer = tokio::spawn(async move {
@@ -425,15 +430,15 @@ async fn a_queued_writer_of_another_process_holds_back_new_readers(kind: Kind) {
     });
     // Waiting: its first attempt found the key busy and queued it.
     wait_until("the writer waits", || second.stats().waiting == 1).await;
-    let late = first.lock("k").read().fair(true).try_acquire().await;
+    let late = third.lock("k").read().fair(true).try_acquire().await;
     assert!(late.unwrap().is_none(), "a reader passed the queued writer");
-    let rt = first.clone();
+    let rt = third.clone();
     let waiting_reader = tokio::spawn(async move {
         let guard = rt.lock("k").read().fair(true).wait(WAIT).acquire().await?;
         Ok::<_, LockError>(guard.fence())
     });
-    let both = [first.clone(), second.clone()];
-    wait_until("the late reader waits", || waiting(kind, &both) == 2).await;
+    let all = [first.clone(), second.clone(), third.clone()];
+    wait_until("the late reader waits", || waiting(kind, &all) == 2).await;
     reader.release().await.unwrap();
     let written = writer.await.unwrap().unwrap();
     let read = waiting_reader.await.unwrap().unwrap();
@@ -996,7 +1001,7 @@ async fn downgrade_races_release(kind: Kind, fair: bool) {
             .lock("k")
             .write()
             .fair(fair)
-            .wait(Duration::from_secs(2))
+            .wait(WAIT)
             .acquire()
             .await
             .unwrap_or_else(|e| panic!("round {round}: the key was left held: {e:?}"));

@@ -301,6 +301,9 @@ if op == 'acquire' then
   if read and held == 'r' and not writer_ahead(holder) then
     leave_queue(holder)
     local fence = take_read(holder, lease)
+    -- Readers it leaves first in line come in with it, not at their next
+    -- refresh.
+    admit_readers(channel)
     return {1, fence, fence}
   end
   if ARGV[4] == '1' then
