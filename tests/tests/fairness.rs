@@ -863,7 +863,10 @@ async fn a_handoff_whose_message_was_lost_with_the_connection_is_taken_at_once()
     proxy.drop_connections();
     proxy.resume();
     let (got, acquired, _waiter) = task.await.unwrap();
-    got.unwrap().release().await.unwrap();
+    // (Its release may meet a connection the proxy's cut reached after the
+    // claim: what is checked here is how soon the lock was taken; the key
+    // is freed by its lease either way.)
+    let _ = got.unwrap().release().await;
     let waited = acquired - released;
     println!("took the lock {waited:?} after the release");
     assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
