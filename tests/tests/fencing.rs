@@ -258,8 +258,22 @@ async fn a_hold_longer_than_the_window_keeps_its_token_and_the_counter_expires()
 /// it (even when it is ahead of the clock), and it gets a TTL on first use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_counter_of_an_earlier_version_keeps_counting_and_expires() {
-    let prefix = unique("retain-upgrade");
-    let runtime = windowed(&prefix, false).await;
+    a_counter_ahead_of_the_clock_keeps_counting(false).await;
+}
+
+/// The same in fair mode, whose uncontended acquire takes its own path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_counter_of_an_earlier_version_keeps_counting_and_expires_in_fair_mode() {
+    a_counter_ahead_of_the_clock_keeps_counting(true).await;
+}
+
+async fn a_counter_ahead_of_the_clock_keeps_counting(fair: bool) {
+    let prefix = unique(if fair {
+        "retain-upgrade-fair"
+    } else {
+        "retain-upgrade"
+    });
+    let runtime = windowed(&prefix, fair).await;
     let fence = format!("{}:fence", runtime.backend_key("k"));
     let mut con = redis().connection().await;
     let now_us = SystemTime::now()

@@ -63,6 +63,35 @@
 -- dropped before anything is decided (as read.lua does).
 local lock, fences, queue, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op = ARGV[1]
+
+-- The uncontended cases first, before the helpers below exist: making their
+-- closures costs Redis about 2 µs a call, more than these paths' own work.
+-- Each does exactly what the general path does in the same state, and
+-- leaves every other state to it untouched.
+if op == 'acquire' and ARGV[10] ~= 'r' and redis.call('exists', lock, queue) == 0 then
+  -- Free, nobody queued: a write hold, its token as next_token makes it.
+  local t = redis.call('time')
+  local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = tonumber(redis.call('get', fences) or '0') + 1
+  if clock > fence then
+    fence = clock
+  end
+  local upto = fence + (tonumber(ARGV[9]) or 0)
+  redis.call('set', fences, string.format('%.0f', upto), 'px', ARGV[8])
+  redis.call('hset', lock, ARGV[2], 1, 'fence', string.format('%.0f', fence))
+  redis.call('pexpire', lock, ARGV[3])
+  return {1, fence, upto}
+end
+if op == 'release' then
+  -- The last frame of a write hold, nobody queued: free, and said so.
+  -- (HGETs, not HMGET: the commands an ACL user needs stay those listed.)
+  if redis.call('hget', lock, ARGV[2]) == '1' and redis.call('hget', lock, 'mode') ~= 'r'
+    and redis.call('exists', queue) == 0 then
+    redis.call('del', lock)
+    redis.call('publish', ARGV[3], '1')
+    return 0
+  end
+end
 local window = op == 'acquire' and ARGV[8] or ARGV[4]
 local READER_RUN = 64
 
