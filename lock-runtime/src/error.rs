@@ -263,6 +263,13 @@ impl BackendError {
 }
 
 impl BackendError {
+    /// The same error, with `note` after what failed: what the runtime does
+    /// about it.
+    pub(crate) fn noting(mut self, note: &str) -> Self {
+        self.context = format!("{} ({note})", self.context);
+        self
+    }
+
     /// What failed and why, without the "lock backend error" in front (for
     /// a message that says whose error it is already).
     pub(crate) fn what_failed(&self) -> String {

@@ -294,17 +294,31 @@ impl LockGuard {
                     .release(&held.lock_key, &held.holder, held.fair),
             )
             .await;
-        pending.done();
         tracing::debug!(key = %held.key, fence = held.fence(), ?outcome, "lock released");
         match outcome {
-            Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => Ok(()),
-            Ok(Release::NotHeld) if !held.is_lost() => Err(LockError::NotHeld {
-                key: held.key.clone(),
-            }),
-            Ok(_) => Err(LockError::Lost {
-                key: held.key.clone(),
-            }),
-            Err(e) => Err(e.into()),
+            Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => {
+                pending.done();
+                Ok(())
+            }
+            Ok(Release::NotHeld) if !held.is_lost() => {
+                pending.done();
+                Err(LockError::NotHeld {
+                    key: held.key.clone(),
+                })
+            }
+            Ok(_) => {
+                pending.done();
+                Err(LockError::Lost {
+                    key: held.key.clone(),
+                })
+            }
+            // Unanswered (a connection lost on the way, a response timeout):
+            // `pending` sends the release again in the background, so the
+            // key does not stay taken until its lease ends.
+            Err(e) => {
+                drop(pending);
+                Err(e.noting(RETRIED).into())
+            }
         }
     }
 }
@@ -375,6 +389,10 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
     }
     passed
 }
+
+/// What a release that got no answer adds to its error.
+const RETRIED: &str = "the release is sent again in the background; the lease frees the key at \
+                       the latest";
 
 struct PendingRelease<'a> {
     runtime: &'a LockRuntime,

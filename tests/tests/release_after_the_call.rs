@@ -3,7 +3,9 @@
 //! `with_lock`): one round trip per uncontended call. What that must not
 //! cost: the key is free for this process's next call and for its peers at
 //! once, and a hold the release finds gone still reaches someone (counted
-//! and logged; an error with `on_lost = "confirm"`).
+//! and logged; an error with `on_lost = "confirm"`). A release that gets no
+//! answer, awaited or not, is sent again in the background: the key does not
+//! stay taken until its lease ends.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -370,4 +372,75 @@ async fn a_confirmed_call_whose_release_is_never_answered_does_not_return_ok() {
         outcome.is_err(),
         "on_lost = \"confirm\" returned {outcome:?} for a release nobody answered"
     );
+}
+
+/// An awaited release whose connection closes as it is sent ends in an error
+/// that says it is sent again, and it is: a peer gets the key at once, not
+/// when the lease runs out. Fair mode (the `release` operation of
+/// `fair.lua`) and plain mode (`release.lua`, found by its SHA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_is_sent_again_so_the_key_does_not_wait_for_its_lease() {
+    let plain_release =
+        redis::Script::new(include_str!("../../lock-runtime/src/scripts/release.lua"))
+            .get_hash()
+            .to_owned();
+    let server = RedisServer::start();
+    for (fair, command) in [(true, "release"), (false, plain_release.as_str())] {
+        let proxy = FaultProxy::start(server.port()).await;
+        let prefix = unique("release-unanswered");
+        let builder = |url: String| {
+            LockRuntime::builder()
+                .redis(url)
+                .key_prefix(prefix.clone())
+                .fair(fair)
+                .build()
+        };
+        let (holder, peer) = (
+            builder(proxy.url()).await.unwrap(),
+            builder(server.url()).await.unwrap(),
+        );
+        let key = unique("release-unanswered-key");
+        let lease = Duration::from_secs(60);
+        let guard = holder.lock(&key).lease(lease).acquire().await.unwrap();
+        let first = guard.fence();
+        proxy.drop_at_command(command);
+        let error = guard
+            .release()
+            .await
+            .expect_err("a release whose connection closed was answered");
+        assert_eq!(proxy.dropped_at_command(), 1, "fair {fair}: not dropped");
+        assert!(
+            error.to_string().contains("sent again in the background"),
+            "fair {fair}: {error}"
+        );
+
+        let started = Instant::now();
+        let again = peer
+            .lock(&key)
+            .lease(lease)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("fair {fair}: the key stayed taken: {e}"));
+        assert!(again.fence() > first, "fair {fair}: token did not grow");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "fair {fair}: the peer waited {:?}",
+            started.elapsed()
+        );
+        again.release().await.unwrap();
+        // The holder's own process takes it again too.
+        holder
+            .lock(&key)
+            .lease(lease)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        holder.shutdown().await.unwrap();
+        peer.shutdown().await.unwrap();
+    }
 }
