@@ -1059,8 +1059,13 @@ async fn redlock_majority_reached_past_the_validity_limit_is_given_back() {
     eprintln!(
         "held after {took:?}; told lost {lost_at:?} after the send; {still} masters still hold it"
     );
+    // The masters got the key 150 ms after the send, so they hold it until
+    // 150 ms past `lease`, and the holder must be told before that (checked
+    // below by reading them). The bound here, 100 ms past `lease`, allows
+    // for a timer that fires late on a loaded machine and leaves 50 ms for
+    // those reads.
     assert!(
-        lost_at <= lease + Duration::from_millis(50),
+        lost_at <= lease + Duration::from_millis(100),
         "told lost late: {lost_at:?}"
     );
     assert!(
