@@ -68,17 +68,27 @@ local op = ARGV[1]
 -- closures costs Redis about 2 µs a call, more than these paths' own work.
 -- Each does exactly what the general path does in the same state, and
 -- leaves every other state to it untouched.
-if op == 'acquire' and ARGV[10] ~= 'r' and redis.call('exists', lock, queue) == 0 then
-  -- Free, nobody queued: a write hold, its token as next_token makes it.
+if op == 'acquire' and redis.call('exists', lock, queue) == 0 then
+  -- Free, nobody queued: a write hold as take_write makes it, or a read
+  -- hold as take_read does (no tokens reserved for a reader).
   local t = redis.call('time')
   local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local fence = tonumber(redis.call('get', fences) or '0') + 1
   if clock > fence then
     fence = clock
   end
+  local token = string.format('%.0f', fence)
+  if ARGV[10] == 'r' then
+    redis.call('set', fences, token, 'px', ARGV[8])
+    local ends = math.floor(clock / 1000) + tonumber(ARGV[3])
+    redis.call('hset', lock, 'mode', 'r', ARGV[2], 1,
+      'x:' .. ARGV[2], string.format('%.0f', ends), 'f:' .. ARGV[2], token)
+    redis.call('pexpire', lock, ARGV[3])
+    return {1, fence, fence}
+  end
   local upto = fence + (tonumber(ARGV[9]) or 0)
   redis.call('set', fences, string.format('%.0f', upto), 'px', ARGV[8])
-  redis.call('hset', lock, ARGV[2], 1, 'fence', string.format('%.0f', fence))
+  redis.call('hset', lock, ARGV[2], 1, 'fence', token)
   redis.call('pexpire', lock, ARGV[3])
   return {1, fence, upto}
 end
