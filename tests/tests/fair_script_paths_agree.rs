@@ -564,6 +564,9 @@ fn run(
 fn fair_script_fast_paths_do_what_its_general_path_does_in_every_state() {
     let server = RedisServer::start();
     let mut con = server.client().get_connection().unwrap();
+    // (Bounded: a server that stops answering fails the test.)
+    con.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     let general = general_path_only();
     assert!(
         general.len() < FAIR.len(),

@@ -444,3 +444,71 @@ async fn an_unanswered_release_is_sent_again_so_the_key_does_not_wait_for_its_le
         peer.shutdown().await.unwrap();
     }
 }
+
+/// The other half of an unanswered release: it reached the server, which
+/// applied it, and only its answer came too late (the server frozen past
+/// the response timeout). The release sent again then finds nothing: the
+/// waiting peer that the first one let in (handed the lock, in fair mode)
+/// keeps its hold, and no loss is counted. (In fair mode the first copy
+/// hands the lock to the queued peer within its own script, so the second
+/// always meets the peer's hold; in plain mode the peer's acquire mostly
+/// comes after the second copy.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_the_first_was_applied_leaves_the_next_holder_alone() {
+    for fair in [true, false] {
+        let server = RedisServer::start();
+        let prefix = unique("release-late-answer");
+        let runtime = |timeout: Duration| {
+            LockRuntime::builder()
+                .redis(server.url())
+                .key_prefix(prefix.clone())
+                .fair(fair)
+                .response_timeout(timeout)
+                .build()
+        };
+        let holder = runtime(Duration::from_millis(300)).await.unwrap();
+        let peer = runtime(Duration::from_secs(5)).await.unwrap();
+        let key = unique("release-late-answer-key");
+        let lease = Duration::from_secs(60);
+        let guard = holder.lock(&key).lease(lease).acquire().await.unwrap();
+        let request = peer.lock(&key).lease(lease).wait(Duration::from_secs(20));
+        let waiter = tokio::spawn(async move { request.acquire().await });
+        if fair {
+            let mut admin = server.connection().await;
+            until_queued(&mut admin, &holder.backend_key(&key), 1).await;
+        } else {
+            wait_until("the peer waits", || peer.stats().waiting == 1).await;
+        }
+
+        server.freeze();
+        let error = guard
+            .release()
+            .await
+            .expect_err("a frozen server answered the release");
+        assert!(
+            error.to_string().contains("sent again in the background"),
+            "fair {fair}: {error}"
+        );
+        // Both copies are on their way; the server applies the first, lets
+        // the peer in, then finds nothing to release in the second.
+        server.thaw();
+        let next = waiter
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("fair {fair}: the peer never got the key: {e}"));
+        // Shutdown waits until the background release was answered.
+        holder.shutdown().await.unwrap();
+        assert_eq!(holder.stats().lost_at_release, 0, "fair {fair}");
+        let recorded = peer
+            .inspect(&key)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("fair {fair}: the peer's hold was released"));
+        assert_eq!(recorded.fence, Some(next.fence()), "fair {fair}");
+        assert!(!next.is_lost(), "fair {fair}");
+        next.release()
+            .await
+            .unwrap_or_else(|e| panic!("fair {fair}: the peer's release: {e}"));
+        peer.shutdown().await.unwrap();
+    }
+}
