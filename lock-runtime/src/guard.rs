@@ -391,8 +391,7 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
 }
 
 /// What a release that got no answer adds to its error.
-const RETRIED: &str = "the release is sent again in the background; the lease frees the key at \
-                       the latest";
+const RETRIED: &str = "the release is sent again in the background until the backend answers";
 
 struct PendingRelease<'a> {
     runtime: &'a LockRuntime,
