@@ -560,6 +560,18 @@ async fn a_server_restarted_from_its_data_keeps_the_hold_and_its_tokens_grow() {
     })
     .await;
     assert!(!guard.is_lost(), "the restart lost the hold");
+    // `b` holds nothing, so no renewal shows when its session is back; a
+    // try sent before that gets no answer within its 250 ms (failed once
+    // in CI). Its session answers a ping first (bounded: 50 × 100 ms).
+    let mut answered = false;
+    for _ in 0..50 {
+        if b.ping().await.is_ok() {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered, "b's session did not come back after the restart");
     assert!(b.lock("k").try_acquire().await.unwrap().is_none());
     guard.release().await.unwrap();
     let next = b.lock("k").acquire().await.unwrap();
