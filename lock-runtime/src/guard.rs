@@ -295,30 +295,21 @@ impl LockGuard {
             )
             .await;
         tracing::debug!(key = %held.key, fence = held.fence(), ?outcome, "lock released");
+        // Unanswered (a connection lost on the way, a response timeout):
+        // `pending`, dropped, sends the release again in the background, so
+        // the key does not stay taken until its lease ends.
+        if outcome.is_ok() {
+            pending.done();
+        }
         match outcome {
-            Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => {
-                pending.done();
-                Ok(())
-            }
-            Ok(Release::NotHeld) if !held.is_lost() => {
-                pending.done();
-                Err(LockError::NotHeld {
-                    key: held.key.clone(),
-                })
-            }
-            Ok(_) => {
-                pending.done();
-                Err(LockError::Lost {
-                    key: held.key.clone(),
-                })
-            }
-            // Unanswered (a connection lost on the way, a response timeout):
-            // `pending` sends the release again in the background, so the
-            // key does not stay taken until its lease ends.
-            Err(e) => {
-                drop(pending);
-                Err(e.noting(RETRIED).into())
-            }
+            Ok(Release::Freed | Release::StillHeld) if !held.is_lost() => Ok(()),
+            Ok(Release::NotHeld) if !held.is_lost() => Err(LockError::NotHeld {
+                key: held.key.clone(),
+            }),
+            Ok(_) => Err(LockError::Lost {
+                key: held.key.clone(),
+            }),
+            Err(e) => Err(e.noting(RETRIED).into()),
         }
     }
 }
