@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::backend::Release;
 use crate::cohort::Terms;
 use crate::error::LockError;
+use crate::gate::{self, Evidence, Verdict, Way};
 use crate::held::{HeldLock, Released};
 use crate::mode::LockMode;
 use crate::owner::{self, Node, Scope};
@@ -57,15 +58,15 @@ impl LockGuard {
     /// `attempt`: the in-flight attempt that took it (claimed now). `None`:
     /// the runtime is shut down and the hold was not admitted (what the
     /// attempt took is given back by shutdown; a handoff's caller gives it
-    /// back itself).
+    /// back itself). The hold is not entered yet: see [`Unentered`].
     pub(crate) fn adopt(
         runtime: &LockRuntime,
         held: Arc<HeldLock>,
-        scope: Arc<Node>,
+        (scope, way): (Arc<Node>, Way),
         sent_at: Instant,
         in_force: Duration,
         attempt: Option<u64>,
-    ) -> Option<LockGuard> {
+    ) -> Option<Unentered> {
         let waiters = runtime.waiters();
         let others_waiting = waiters.waiting_keys() > 0;
         // Under the gate, so that shutdown either finds the hold in the
@@ -75,7 +76,10 @@ impl LockGuard {
         // keep renewing a closed hold.
         let frame = runtime.in_flight().admit(attempt, || {
             runtime.watchdog().add(held.clone(), sent_at, in_force);
-            runtime.table().insert(held.clone(), &scope)
+            // Only news of the current connection says that other holds of
+            // the key this process counts as live are gone on the server.
+            let current = held.confirmed_in(waiters.connection_epoch());
+            runtime.table().insert(held.clone(), &scope, current)
         })?;
         if others_waiting {
             // The key's other waiters sleep no longer than this hold's lease
@@ -88,34 +92,37 @@ impl LockGuard {
             waiters.wake_owner(&held.lock_key, held.owner());
         }
         let mode = held.mode();
-        Some(LockGuard::new(runtime.clone(), held, frame, scope, mode))
+        Some(LockGuard::new(
+            runtime.clone(),
+            held,
+            frame,
+            (scope, mode),
+            way,
+        ))
     }
 
-    /// A guard for a new frame of a hold already in the table (re-entry).
+    /// A guard for frame `frame` of a hold in the table (a re-entry, a
+    /// join, a passed hold, a fresh hold), not entered yet.
     pub(crate) fn new(
         runtime: LockRuntime,
         held: Arc<HeldLock>,
         frame: u64,
-        scope: Arc<Node>,
-        mode: LockMode,
-    ) -> Self {
-        LockGuard {
+        (scope, mode): (Arc<Node>, LockMode),
+        way: Way,
+    ) -> Unentered {
+        let guard = LockGuard {
             runtime,
             held,
             frame,
             scope,
             mode,
             released: false,
-        }
+        };
+        Unentered { guard, way }
     }
 
     pub(crate) fn runtime(&self) -> &LockRuntime {
         &self.runtime
-    }
-
-    /// This hold's frame in the runtime's table.
-    pub(crate) fn frame(&self) -> u64 {
-        self.frame
     }
 
     pub(crate) fn held(&self) -> &Arc<HeldLock> {
@@ -370,8 +377,14 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
             });
             let (fence, frame) = passed.flatten()?;
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
-            let mode = held.mode();
-            let guard = LockGuard::new(runtime.clone(), held.clone(), frame, scope.clone(), mode);
+            let (scope, mode) = (scope.clone(), held.mode());
+            let guard = LockGuard::new(
+                runtime.clone(),
+                held.clone(),
+                frame,
+                (scope, mode),
+                Way::Passed,
+            );
             Some(Box::new(guard) as Passed)
         });
     if passed {
@@ -379,6 +392,88 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
         runtime.waiters().wake_owner(&held.lock_key, held.owner());
     }
     passed
+}
+
+/// A hold some way in produced (an acquire's answer, a handoff, a passed
+/// hold, a join, a re-entry) that no task has entered yet. The only way to
+/// the [`LockGuard`] inside is [`enter`](Self::enter), which enters on the
+/// evidence present at that moment (`gate.rs`); dropped, it gives the hold
+/// back like an unused guard.
+#[derive(Debug)]
+pub(crate) struct Unentered {
+    guard: LockGuard,
+    way: Way,
+}
+
+impl Unentered {
+    pub(crate) fn held(&self) -> &Arc<HeldLock> {
+        &self.guard.held
+    }
+
+    /// The hold's frame in the runtime's table.
+    pub(crate) fn frame(&self) -> u64 {
+        self.guard.frame
+    }
+
+    /// The gate, without waiting: `Ok(Some(guard))` if the hold may be
+    /// entered now, `Ok(None)` if it was given back (ask the server anew),
+    /// `Err(self)` if it needs a confirmation first ([`enter`](Self::enter)).
+    pub(crate) fn enter_now(self) -> Result<Option<LockGuard>, Unentered> {
+        let epoch = self.guard.runtime.waiters().connection_epoch();
+        match gate::verdict(Evidence::of(&self.guard.held, epoch, self.way)) {
+            Verdict::Enter => Ok(Some(self.guard)),
+            Verdict::Back => {
+                tracing::debug!(
+                    key = %self.guard.key(), way = ?self.way,
+                    "a hold not known valid at entry is given back; asking the server"
+                );
+                Ok(None)
+            }
+            Verdict::Confirm => Err(self),
+        }
+    }
+
+    /// The gate: the guard, if the hold may be entered now. A hold the
+    /// backend confirmed only before a lost connection is renewed at once,
+    /// and entered once that renewal found it in place (waiting at most
+    /// until `bound`). `None`: the hold was given back (lost, unconfirmed
+    /// by `bound`, or a fixed lease that nothing can confirm); ask the
+    /// server anew.
+    pub(crate) async fn enter(self, bound: Option<Instant>) -> Option<LockGuard> {
+        let mut unentered = self;
+        loop {
+            match unentered.enter_now() {
+                Ok(entered) => return entered,
+                Err(unconfirmed) => {
+                    if !unconfirmed.guard.confirmed(bound).await {
+                        return None;
+                    }
+                    unentered = unconfirmed;
+                }
+            }
+        }
+    }
+}
+
+impl LockGuard {
+    /// Renews the hold at once and waits (until `bound`) for a renewal to
+    /// confirm it in the current connection epoch, or for its loss:
+    /// `false` if `bound` passed or the runtime shut down first.
+    async fn confirmed(&self, bound: Option<Instant>) -> bool {
+        if self.runtime.is_shut_down() {
+            return false;
+        }
+        self.runtime.watchdog().renew_now(self.held.id);
+        let waiters = self.runtime.waiters();
+        let confirmed = self.held.confirmed_or_lost(|| waiters.connection_epoch());
+        match bound {
+            Some(bound) => tokio::time::timeout_at(bound, confirmed).await.is_ok(),
+            None => {
+                confirmed.await;
+                true
+            }
+        }
+    }
 }
 
 /// What a release that got no answer adds to its error.

@@ -243,6 +243,12 @@ impl HeldLock {
         self.confirmed_in.load(Ordering::Acquire) == epoch
     }
 
+    /// The connection epoch of the backend's last word on this hold (see
+    /// `gate.rs`).
+    pub(crate) fn confirmed_epoch(&self) -> u32 {
+        self.confirmed_in.load(Ordering::Acquire)
+    }
+
     /// Counts the end of the current holder's hold.
     fn hold_ended(&self) {
         #[cfg(feature = "metrics")]
@@ -360,10 +366,6 @@ pub(crate) enum Reentry {
     /// A hold of an ancestor scope is there, but a sibling's frame is
     /// innermost: wait for the frames to change.
     Sibling,
-    /// The innermost hold is this scope's ancestry's, but a connection was
-    /// lost since the backend last confirmed it: wait for the watchdog's
-    /// renewal to confirm it (or find it lost), then ask again.
-    Unconfirmed(Arc<HeldLock>),
     /// A write (or exclusive) hold was asked inside a read hold of this
     /// scope's ancestry: an upgrade, refused (two readers upgrading at once
     /// would wait for each other for ever).
@@ -419,8 +421,8 @@ impl HeldTable {
 
     /// Re-enters `lock_key` for `scope`, asking for `mode`, when a live hold
     /// of the key belongs to `scope` or an ancestor of it (strict nesting),
-    /// and the backend confirmed that hold in connection epoch `epoch` (the
-    /// current one): a new frame owned by `scope`, no round trip.
+    /// a new frame owned by `scope`, no round trip (not entered yet: the
+    /// caller passes it through the entry gate, `gate.rs`).
     ///
     /// The hold is the one of the innermost frame of that ancestry. A write
     /// re-enters only a write hold (inside a read hold it is an upgrade:
@@ -431,13 +433,7 @@ impl HeldTable {
     /// re-enters a read hold always (readers share), and a write hold unless
     /// a sibling writes inside it after that frame. Otherwise a sibling is
     /// inside: [`Reentry::Sibling`].
-    pub(crate) fn reenter(
-        &self,
-        lock_key: &str,
-        scope: &Node,
-        epoch: u32,
-        mode: LockMode,
-    ) -> Reentry {
+    pub(crate) fn reenter(&self, lock_key: &str, scope: &Node, mode: LockMode) -> Reentry {
         let mut locks = self.locks();
         let Some(frames) = locks.get_mut(lock_key) else {
             return Reentry::No;
@@ -474,11 +470,8 @@ impl HeldTable {
         if sibling_inside {
             return Reentry::Sibling;
         }
-        // (A fixed lease has no renewal that could confirm it: it is
-        // re-entered on its lease alone, see docs/guarantees.md.)
-        if held.renew && !held.confirmed_in(epoch) {
-            return Reentry::Unconfirmed(held);
-        }
+        // (Whether the backend confirmed it since the last lost connection
+        // is the entry gate's to ask, when the task enters: `gate.rs`.)
         held.holds.fetch_add(1, Ordering::Relaxed);
         let frame = new_frame(scope, held.clone(), mode);
         let id = frame.id;
@@ -522,14 +515,13 @@ impl HeldTable {
         lock_key: &str,
         scope: &Node,
         deadline: Option<tokio::time::Instant>,
-        epoch: impl Fn() -> u32,
         mode: LockMode,
     ) -> Reentry {
         self.sibling_waiters.fetch_add(1, Ordering::AcqRel);
         let _waiting = SiblingWait(self);
         loop {
             let changed = self.frames_changed.notified();
-            match self.reenter(lock_key, scope, epoch(), mode) {
+            match self.reenter(lock_key, scope, mode) {
                 Reentry::Sibling => {}
                 other => return other,
             }
@@ -552,7 +544,11 @@ impl HeldTable {
     /// again by this acquire), so it is marked lost here. Otherwise it
     /// could still be passed to a local waiter or re-entered, beside the
     /// new hold. Read holds are the exception: two of them share the key.
-    pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node) -> u64 {
+    /// (`current`: the backend's word on the new hold is of the current
+    /// connection epoch. News from before a lost connection says nothing
+    /// about the server of now: the hold must first be confirmed, see
+    /// `gate.rs`, and no other hold is marked lost for it.)
+    pub(crate) fn insert(&self, held: Arc<HeldLock>, owner: &Node, current: bool) -> u64 {
         let mode = held.mode();
         let frame = new_frame(owner, held, mode);
         let id = frame.id;
@@ -562,7 +558,8 @@ impl HeldTable {
             let frames = locks.entry(frame.held.lock_key.clone()).or_default();
             for other in frames.iter() {
                 let shared = mode.is_read() && other.held.mode().is_read();
-                if other.held.holder != frame.held.holder
+                if current
+                    && other.held.holder != frame.held.holder
                     && !shared
                     && !other.held.is_lost()
                     && !gone.iter().any(|g| Arc::ptr_eq(g, &other.held))
@@ -911,7 +908,7 @@ mod tests {
         };
         let table = HeldTable::default();
         let read = hold(LockMode::Read);
-        table.insert(read.clone(), &Node::root());
+        table.insert(read.clone(), &Node::root(), true);
         let join = |terms, epoch| table.join("lock:{k}", &Node::root(), (terms, limits), epoch);
         // A connection was lost since the hold was last confirmed (epoch 3).
         assert!(join(terms, 4).is_none());
@@ -934,14 +931,14 @@ mod tests {
         // A lost hold is never joined.
         let other = HeldTable::default();
         let lost = hold(LockMode::Read);
-        other.insert(lost.clone(), &Node::root());
+        other.insert(lost.clone(), &Node::root(), true);
         lost.mark_lost();
         assert!(other
             .join("lock:{k}", &Node::root(), (terms, limits), 3)
             .is_none());
         // Nor a write hold.
         let writes = HeldTable::default();
-        writes.insert(hold(LockMode::Write), &Node::root());
+        writes.insert(hold(LockMode::Write), &Node::root(), true);
         assert!(writes
             .join("lock:{k}", &Node::root(), (terms, limits), 3)
             .is_none());

@@ -78,6 +78,7 @@ mod cohort;
 mod context;
 mod env;
 mod error;
+mod gate;
 mod guard;
 mod held;
 mod inflight;

@@ -106,6 +106,6 @@ mod tests {
         let acquire = runtime.lock("k").acquire();
         let size = std::mem::size_of_val(&acquire);
         eprintln!("an acquire() future: {size} bytes");
-        assert!(size <= 1280, "an acquire() future takes {size} bytes");
+        assert!(size <= 1024, "an acquire() future takes {size} bytes");
     }
 }

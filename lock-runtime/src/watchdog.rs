@@ -113,6 +113,18 @@ impl Watchdog {
         }
     }
 
+    /// Renews the lock `id` at the next tick: a hold the backend confirmed
+    /// only before a lost connection, about to be entered (`gate.rs`).
+    pub(crate) fn renew_now(&self, id: u64) {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = entries.map.get_mut(&id) {
+            entry.due = entry.due.min(now);
+        }
+        drop(entries);
+        self.changed.notify_one();
+    }
+
     /// Stops watching the lock `id` (it is about to be released).
     pub(crate) fn remove(&self, id: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);

@@ -23,8 +23,10 @@ use redis::AsyncCommands;
 pub mod backends;
 pub mod pki;
 pub mod proxy;
+pub mod stall;
 pub use pki::TestPki;
 pub use proxy::FaultProxy;
+pub use stall::StallableExecutor;
 
 /// The shared server of this test binary, started on first use.
 pub fn redis() -> &'static RedisServer {

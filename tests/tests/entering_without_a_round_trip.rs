@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{unique, wait_until};
+use lock_tests::{unique, wait_until, StallableExecutor};
 
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
@@ -62,68 +62,6 @@ async fn restart_and_take(
         .unwrap()
 }
 
-/// An executor of its own (a `current_thread` runtime on a thread) that the
-/// test can stall: [`stall`](Self::stall) blocks its only thread until
-/// resumed, as CPU work blocks a busy service's executor.
-struct StallableExecutor {
-    handle: tokio::runtime::Handle,
-    stall: Option<tokio::sync::mpsc::UnboundedSender<Stall>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// A stall request: the executor says it stalled, then waits for `resume`.
-struct Stall {
-    stalled: std_mpsc::Sender<()>,
-    resume: std_mpsc::Receiver<()>,
-}
-
-impl StallableExecutor {
-    fn start() -> StallableExecutor {
-        let (handle_tx, handle_rx) = std_mpsc::channel();
-        let (stall_tx, mut stall_rx) = tokio::sync::mpsc::unbounded_channel::<Stall>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            handle_tx.send(rt.handle().clone()).unwrap();
-            rt.block_on(async move {
-                while let Some(stall) = stall_rx.recv().await {
-                    stall.stalled.send(()).unwrap();
-                    // Blocks the executor's only thread: no task of it runs.
-                    let _ = stall.resume.recv_timeout(Duration::from_secs(30));
-                }
-            });
-        });
-        StallableExecutor {
-            handle: handle_rx.recv().unwrap(),
-            stall: Some(stall_tx),
-            thread: Some(thread),
-        }
-    }
-
-    /// Blocks the executor's thread; returns the sender that resumes it.
-    fn stall(&self) -> std_mpsc::Sender<()> {
-        let (stalled, stalled_rx) = std_mpsc::channel();
-        let (resume_tx, resume) = std_mpsc::channel();
-        if let Some(stall) = &self.stall {
-            stall.send(Stall { stalled, resume }).unwrap();
-        }
-        tokio::task::block_in_place(|| stalled_rx.recv_timeout(Duration::from_secs(10)))
-            .expect("the executor stalled");
-        resume_tx
-    }
-}
-
-impl Drop for StallableExecutor {
-    fn drop(&mut self) {
-        self.stall = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// A fair handoff is only good in the connection epoch it arrived in.
 /// Process B's waiter is queued; B's executor stalls; A releases, and Redis
 /// hands the key to B's place (B's runtime thread records the message);
@@ -146,7 +84,7 @@ async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
     let (entered_tx, mut entered_rx) = oneshot::channel();
     let waiter = {
         let b = b.clone();
-        executor.handle.spawn(async move {
+        executor.handle().spawn(async move {
             let got = b.lock("k").wait(Duration::from_secs(30)).acquire().await;
             let fence = got.as_ref().map(|g| g.fence()).ok();
             let _ = entered_tx.send(fence);
@@ -218,7 +156,7 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
     // before the second task can run.
     let first = {
         let a = a.clone();
-        executor.handle.spawn(async move {
+        executor.handle().spawn(async move {
             let guard = a.lock("k").acquire().await.unwrap();
             let _ = release_rx.await;
             guard.release().await.unwrap();
@@ -229,7 +167,7 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
     };
     let second = {
         let a = a.clone();
-        executor.handle.spawn(async move {
+        executor.handle().spawn(async move {
             let called = with_lock(a.lock("k").wait(Duration::from_secs(30)), async {
                 let _ = entered_tx.send(lock_runtime::fence());
                 Ok::<_, LockError>(lock_runtime::fence())
@@ -625,7 +563,7 @@ async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_on
     let executor = StallableExecutor::start();
     let reader = {
         let b = b.clone();
-        executor.handle.spawn(async move {
+        executor.handle().spawn(async move {
             let got = b
                 .lock("k")
                 .read()
@@ -836,7 +774,7 @@ async fn a_fair_read_handoff_from_before_a_server_restart_is_not_entered() {
     let (entered_tx, mut entered_rx) = oneshot::channel();
     let reader = {
         let b = b.clone();
-        executor.handle.spawn(async move {
+        executor.handle().spawn(async move {
             let got = b
                 .lock("k")
                 .read()

@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use super::{Acquisition, ERROR_BACKOFF_MIN};
 use crate::backend::{Acquire, Queue};
 use crate::error::{BackendError, LockError};
-use crate::guard::LockGuard;
+use crate::gate::Way;
+use crate::guard::{LockGuard, Unentered};
 use crate::held::HeldLock;
 use crate::inflight::{Abandoned, Taken};
 use crate::owner;
@@ -18,8 +19,8 @@ use crate::waiters::PlaceAttempt;
 
 /// What one attempt found.
 pub(super) enum Attempted {
-    /// The lock is ours.
-    Held(LockGuard),
+    /// The lock is ours (not entered yet).
+    Held(Unentered),
     /// Busy; the holder's remaining lease as the reply gave it.
     Busy(Option<Duration>),
     /// This was the first miss: now a registered waiter, try again at once.
@@ -257,9 +258,9 @@ impl Acquisition {
             ticket.leave_with_lock(self.want.fair || self.want.mode.is_read());
         }
         let held = HeldLock::new(self.hold(holder, (fence, upto), sent_at));
-        let (scope, lease) = (self.want.scope.clone(), held.lease);
-        match LockGuard::adopt(&self.runtime, held.clone(), scope, sent_at, lease, sent) {
-            Some(guard) => Ok(Attempted::Held(guard)),
+        let (owner, lease) = ((self.want.scope.clone(), Way::Answer), held.lease);
+        match LockGuard::adopt(&self.runtime, held.clone(), owner, sent_at, lease, sent) {
+            Some(unentered) => Ok(Attempted::Held(unentered)),
             None => {
                 // Shut down meanwhile. A fresh id's lock is given back by
                 // shutdown (or the attempt's task); a place's, claimed above

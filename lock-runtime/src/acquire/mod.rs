@@ -26,7 +26,8 @@ use tokio::time::Instant;
 use crate::backend::QUEUE_ENTRY_LIFE;
 use crate::cohort::Terms;
 use crate::error::{BackendError, LockError, TimeoutCause};
-use crate::guard::LockGuard;
+use crate::gate::Way;
+use crate::guard::{LockGuard, Unentered};
 use crate::held::{HeldLock, Hold, Reentry};
 use crate::meter::{self, Outcome};
 use crate::mode::LockMode;
@@ -117,14 +118,6 @@ fn ended(
     outcome
 }
 
-/// What was taken without a round trip.
-enum Taken {
-    /// A new frame of a hold this scope's ancestry has (re-entry).
-    Frame(Arc<HeldLock>, u64),
-    /// A lock handed to this process's fair place.
-    Guard(LockGuard),
-}
-
 /// One acquisition in progress: what it wants, and where its wait stands.
 pub(crate) struct Acquisition {
     runtime: LockRuntime,
@@ -144,6 +137,8 @@ pub(crate) struct Acquisition {
     /// The backend's connection epoch when the last attempt was sent (see
     /// `Heartbeats::connection_epoch`).
     epoch: u32,
+    /// The entry gate sent this acquisition back to the server once.
+    sent_back: bool,
     /// The backend's failures during this wait, for its timeout to name.
     /// (Boxed: rare, and kept out of every waiting acquire's state.)
     trouble: Option<Box<Trouble>>,
@@ -173,6 +168,7 @@ impl Acquisition {
             first: true,
             last_try: false,
             epoch: 0,
+            sent_back: false,
             trouble: None,
         }
     }
@@ -184,68 +180,26 @@ impl Acquisition {
     pub(crate) fn run(mut self) -> impl Future<Output = Result<LockGuard, LockError>> {
         async move {
             let outcome = 'run: loop {
-                match self.take_without_round_trip().await {
-                    Some(Ok(Taken::Frame(held, frame))) => {
-                        // The runtime and scope move into the guard: no
-                        // clone on the re-entry path (bench S2).
-                        let guard = LockGuard::new(
-                            self.runtime,
-                            held,
-                            frame,
-                            self.want.scope,
-                            self.want.mode,
-                        );
-                        break 'run Ok(guard);
-                    }
-                    Some(Ok(Taken::Guard(guard))) => break 'run Ok(guard),
+                let unentered = match self.take_without_round_trip().await {
+                    Some(Ok(unentered)) => unentered,
                     Some(Err(error)) => break 'run Err(error),
-                    None => {}
-                }
-                if let Err(error) = self.check_deadline() {
-                    break 'run Err(error);
-                }
-                let queued_behind = self.queue_behind_local_waiters();
-                // Listen before trying, so a release between the try and the
-                // sleep is not missed.
-                let slot = self.ticket.as_ref().map(|t| t.slot().clone());
-                let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
-                if let Some(woken) = woken.as_mut().as_pin_mut() {
-                    woken.enable();
-                }
-                let now = Instant::now();
-                let alarm = if queued_behind {
-                    self.lease_alarm(now, None)
-                } else if self.held_back_by_a_local_writer() {
-                    if self.try_once || self.last_try {
-                        break 'run Err(self.gave_up());
-                    }
-                    if self.ticket.is_none() {
-                        // (A writer queued since this read last looked: take
-                        // a place behind it, and sleep on it from the next
-                        // turn. Without one there is nothing to sleep on.)
-                        self.ticket = Some(self.register());
-                        continue;
-                    }
-                    self.lease_alarm(now, None)
-                } else {
-                    let attempted = match self.attempt().await {
-                        Ok(attempted) => attempted,
+                    None => match self.from_the_backend().await {
+                        Ok(Some(unentered)) => unentered,
+                        Ok(None) => continue,
                         Err(error) => break 'run Err(error),
-                    };
-                    match attempted {
-                        Attempted::Held(guard) => break 'run Ok(guard),
-                        Attempted::Registered => continue,
-                        Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
-                        Attempted::PlaceInUse => self.place_alarm(now),
-                        Attempted::Failed(error) => {
-                            if let Err(error) = self.back_off(error).await {
-                                break 'run Err(error);
-                            }
-                            continue;
-                        }
-                    }
+                    },
                 };
-                self.wait_for_wake_up(woken.as_mut(), alarm).await;
+                // Every way in passes the entry gate: the hold is entered on
+                // the evidence present now, or given back (`gate.rs`).
+                let entered = match unentered.enter_now() {
+                    Ok(entered) => entered,
+                    // (Boxed: a rare path, kept out of every acquire's state.)
+                    Err(unconfirmed) => Box::pin(unconfirmed.enter(self.entry_bound())).await,
+                };
+                match entered {
+                    Some(guard) => break 'run Ok(guard),
+                    None => self.sent_back(),
+                }
             };
             // Every way out passes here once: reported, then returned.
             ended(
@@ -258,84 +212,134 @@ impl Acquisition {
         }
     }
 
+    /// Steps 2 to 4: the deadline, then an attempt at the backend (or a
+    /// place behind this process's own waiters), then a wait for a wake-up.
+    /// `Ok(None)`: go round again.
+    async fn from_the_backend(&mut self) -> Result<Option<Unentered>, LockError> {
+        self.check_deadline()?;
+        let queued_behind = self.queue_behind_local_waiters();
+        // Listen before trying, so a release between the try and the sleep
+        // is not missed.
+        let slot = self.ticket.as_ref().map(|t| t.slot().clone());
+        let mut woken = pin!(slot.as_ref().map(|s| s.wake.notified()));
+        if let Some(woken) = woken.as_mut().as_pin_mut() {
+            woken.enable();
+        }
+        let now = Instant::now();
+        let alarm = if queued_behind {
+            self.lease_alarm(now, None)
+        } else if self.held_back_by_a_local_writer() {
+            if self.try_once || self.last_try {
+                return Err(self.gave_up());
+            }
+            if self.ticket.is_none() {
+                // (A writer queued since this read last looked: take a place
+                // behind it, and sleep on it from the next turn. Without one
+                // there is nothing to sleep on.)
+                self.ticket = Some(self.register());
+                return Ok(None);
+            }
+            self.lease_alarm(now, None)
+        } else {
+            // (Boxed: a waiting acquire holds no attempt, and the attempt's
+            // state must not grow every waiting acquire's.)
+            match Box::pin(self.attempt()).await? {
+                Attempted::Held(unentered) => return Ok(Some(unentered)),
+                Attempted::Registered => return Ok(None),
+                Attempted::Busy(ttl) => self.lease_alarm(Instant::now(), ttl),
+                Attempted::PlaceInUse => self.place_alarm(now),
+                Attempted::Failed(error) => {
+                    self.back_off(error).await?;
+                    return Ok(None);
+                }
+            }
+        };
+        self.wait_for_wake_up(woken.as_mut(), alarm).await;
+        Ok(None)
+    }
+
+    /// How long the entry gate may wait for a hold's confirmation: until
+    /// the wait's deadline, and at least a try's bound (a try-once's
+    /// deadline is its start). No deadline: until the hold is confirmed or
+    /// lost, which its lease bounds.
+    fn entry_bound(&self) -> Option<Instant> {
+        let least = Instant::now() + self.runtime.try_timeout();
+        self.deadline.map(|deadline| deadline.max(least))
+    }
+
+    /// The entry gate gave the hold back (news from before a lost
+    /// connection that a renewal did not confirm, a hold lost before its
+    /// task ran): ask the server anew. That was no busy key, so a try-once
+    /// (or a last try) gets one more try, once.
+    fn sent_back(&mut self) {
+        if !std::mem::replace(&mut self.sent_back, true) {
+            self.last_try = false;
+        }
+    }
+
     /// Step 1: what needs no round trip. Shutdown ends the wait; a hold of
     /// this scope's ancestry is re-entered (after waiting for a sibling
-    /// scope that is inside); in fair mode, a handoff to this process's
-    /// place is taken.
-    async fn take_without_round_trip(&mut self) -> Option<Result<Taken, LockError>> {
+    /// scope that is inside); a read joins a read hold of the process; in
+    /// fair mode, a handoff to this process's place is taken. Each is a hold
+    /// not entered yet (see `run`).
+    async fn take_without_round_trip(&mut self) -> Option<Result<Unentered, LockError>> {
         if self.runtime.is_shut_down() {
             return Some(Err(LockError::ShutDown));
         }
         // A hold passed by another task of this process (lock cohorting).
-        if let Some(guard) = self.take_passed() {
-            return Some(Ok(Taken::Guard(guard)));
+        if let Some(passed) = self.take_passed() {
+            return Some(Ok(passed));
         }
         // Re-entry, strict nesting: only below the innermost hold.
         let table = self.runtime.table();
-        let waiters = self.runtime.waiters();
-        let epoch = || waiters.connection_epoch();
-        let mode = self.want.mode;
-        let mut reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch(), mode);
-        loop {
-            match &reentry {
-                Reentry::Unconfirmed(held) => {
-                    // A connection was lost since the backend last confirmed
-                    // the hold (the server may have restarted without it):
-                    // re-enter once the watchdog's renewal confirmed it, or
-                    // find it lost. (Boxed: a rare path.)
-                    let confirmed = Box::pin(held.confirmed_or_lost(epoch));
-                    let in_time = match self.deadline {
-                        Some(d) => tokio::time::timeout_at(d, confirmed).await.is_ok(),
-                        None => {
-                            confirmed.await;
-                            true
-                        }
-                    };
-                    if !in_time {
-                        return Some(Err(self.gave_up()));
-                    }
+        let (lock_key, scope, mode) = (&self.want.lock_key, &self.want.scope, self.want.mode);
+        let reentry = match table.reenter(lock_key, scope, mode) {
+            Reentry::Sibling => {
+                // A sibling scope is inside: wait for it in the process.
+                // (Boxed: a rare path, kept out of every waiting acquire's
+                // state.)
+                let changed = table.frames_changed(lock_key, scope, self.deadline, mode);
+                let changed = Box::pin(changed).await;
+                if self.runtime.is_shut_down() {
+                    // Shutdown closed the sibling's frame: no backend
+                    // attempt now. (A frame `changed` took is closed too.)
+                    return Some(Err(LockError::ShutDown));
                 }
-                Reentry::Sibling => {
-                    // A sibling scope is inside: wait for it in the process.
-                    // (Boxed: a rare path, kept out of every waiting
-                    // acquire's state.)
-                    let (lock_key, scope) = (&self.want.lock_key, &self.want.scope);
-                    let changed = table.frames_changed(lock_key, scope, self.deadline, epoch, mode);
-                    let changed = Box::pin(changed).await;
-                    if self.runtime.is_shut_down() {
-                        // Shutdown closed the sibling's frame: no backend
-                        // attempt now. (A frame `changed` took is closed too.)
-                        return Some(Err(LockError::ShutDown));
-                    }
-                    if let Reentry::Sibling = changed {
-                        return Some(Err(self.gave_up()));
-                    }
-                    // (It asked the table again: its answer stands.)
-                    reentry = changed;
-                    continue;
-                }
-                Reentry::Refused => {
-                    return Some(Err(LockError::UpgradeRefused {
-                        key: self.want.key.clone(),
-                    }))
-                }
-                Reentry::Held(..) | Reentry::No => break,
+                changed
             }
-            if self.runtime.is_shut_down() {
-                return Some(Err(LockError::ShutDown));
+            other => other,
+        };
+        match reentry {
+            Reentry::Held(held, frame) => {
+                return Some(Ok(self.frame_of(held, frame, Way::Reentry)))
             }
-            reentry = table.reenter(&self.want.lock_key, &self.want.scope, epoch(), mode);
+            // (Still a sibling inside: the deadline passed.)
+            Reentry::Sibling => return Some(Err(self.gave_up())),
+            Reentry::Refused => {
+                return Some(Err(LockError::UpgradeRefused {
+                    key: self.want.key.clone(),
+                }))
+            }
+            Reentry::No => {}
         }
-        if let Reentry::Held(held, frame) = reentry {
-            return Some(Ok(Taken::Frame(held, frame)));
-        }
-        let now = epoch();
+        let now = self.runtime.waiters().connection_epoch();
         if let Some((held, frame)) = self.join_local_readers(now) {
-            return Some(Ok(Taken::Frame(held, frame)));
+            return Some(Ok(self.frame_of(held, frame, Way::Joined)));
         }
-        // Fair mode: a release may have handed the lock to our place. (A
-        // fixed lease longer than the handoff's claim is not taken from the
-        // message: the next attempt claims it and sets the full lease.)
+        self.take_handoff().map(Ok)
+    }
+
+    /// A new frame of a hold in the table (re-entered or joined), for this
+    /// acquisition's scope and mode.
+    fn frame_of(&self, held: Arc<HeldLock>, frame: u64, way: Way) -> Unentered {
+        let owner = (self.want.scope.clone(), self.want.mode);
+        LockGuard::new(self.runtime.clone(), held, frame, owner, way)
+    }
+
+    /// Fair mode: a release may have handed the lock to our place. (A fixed
+    /// lease longer than the handoff's claim is not taken from the message:
+    /// the next attempt claims it and sets the full lease.)
+    fn take_handoff(&mut self) -> Option<Unentered> {
         let handoff = match &self.ticket {
             Some(ticket) if self.want.fair => {
                 let epoch = self.runtime.waiters().connection_epoch();
@@ -350,24 +354,22 @@ impl Acquisition {
         // shortest that the place's entry carried); the watchdog counts from
         // there.
         let tokens = (handoff.fence, handoff.upto);
-        // Confirmed by the message, in the epoch it came in (the current one).
+        // Confirmed by the message, in the epoch it came in.
         self.epoch = handoff.epoch;
         // (The run of local handoffs counts from now: the claim's `since`
         // may be a second old.)
         let held = HeldLock::new(self.hold(handoff.holder, tokens, Instant::now()));
-        let scope = self.want.scope.clone();
+        let owner = (self.want.scope.clone(), Way::Handoff);
         let (since, lease) = (handoff.since, handoff.lease);
-        match LockGuard::adopt(&self.runtime, held.clone(), scope, since, lease, None) {
-            Some(guard) => Some(Ok(Taken::Guard(guard))),
-            None => {
-                // Shut down meanwhile: the handoff goes back.
-                let (lock_key, holder) = (held.lock_key.clone(), held.holder.clone());
-                self.runtime
-                    .backend()
-                    .release_in_background(lock_key, holder, true);
-                Some(Err(LockError::ShutDown))
-            }
+        let adopted = LockGuard::adopt(&self.runtime, held.clone(), owner, since, lease, None);
+        if adopted.is_none() {
+            // Shut down meanwhile: the handoff goes back.
+            let (lock_key, holder) = (held.lock_key.clone(), held.holder.clone());
+            self.runtime
+                .backend()
+                .release_in_background(lock_key, holder, true);
         }
+        adopted
     }
 
     /// Step 2: a deadline that passed allows one last try, then ends the
@@ -557,24 +559,13 @@ impl Acquisition {
     }
 
     /// A hold another task of this process passed to this waiter (lock
-    /// cohorting), taken: its frame is in the table already. Only if it is
-    /// still good to enter now (see `HeldLock::fit_to_enter`): it was
-    /// passed a while ago perhaps (the process stopped, the executor
-    /// stalled). One that is not is given back (dropping its guard releases
-    /// it: nobody else can take it either), and this waiter asks the backend.
-    fn take_passed(&mut self) -> Option<LockGuard> {
+    /// cohorting), taken: its frame is in the table already. It was passed
+    /// a while ago perhaps (the process stopped, the executor stalled):
+    /// whether it is still good to enter is the entry gate's to say.
+    fn take_passed(&mut self) -> Option<Unentered> {
         let passed = self.ticket.as_ref()?.take_passed()?;
-        // (Only `guard.rs` passes holds, and only guards.)
-        let guard = *passed.downcast::<LockGuard>().ok()?;
-        let epoch = self.runtime.waiters().connection_epoch();
-        if !guard.held().fit_to_enter(epoch) {
-            tracing::debug!(
-                key = %self.want.key,
-                "a hold passed to this waiter is no longer good to enter; asking the backend"
-            );
-            drop(guard);
-            return None;
-        }
+        // (Only `guard.rs` passes holds, and only unentered ones.)
+        let passed = *passed.downcast::<Unentered>().ok()?;
         // Fair mode: a place still queued stays for the next local waiter,
         // who need not try now; without one (the handoff that brought the
         // lock here used it up), the next waiter must queue the process
@@ -583,20 +574,23 @@ impl Acquisition {
             let wake_next = self.want.fair && !ticket.has_place();
             ticket.leave_with_lock(wake_next);
         }
+        let lock_key = &passed.held().lock_key;
         self.runtime
             .table()
-            .taken(&guard.held().lock_key, guard.frame(), &self.want.scope);
-        Some(guard)
+            .taken(lock_key, passed.frame(), &self.want.scope);
+        Some(passed)
     }
 
-    /// The hold this acquisition becomes (it ends here: the key moves out):
+    /// The hold this acquisition becomes:
     /// `tokens` are its token and the last one reserved with it, `since`
     /// when the backend acquisition was sent.
     fn hold(&mut self, holder: String, tokens: (u64, u64), since: Instant) -> Hold {
         let (fence, upto) = tokens;
+        // (Copies: the entry gate may send this acquisition back to the
+        // server.)
         Hold {
-            key: std::mem::take(&mut self.want.key),
-            lock_key: std::mem::take(&mut self.want.lock_key),
+            key: self.want.key.clone(),
+            lock_key: self.want.lock_key.clone(),
             holder,
             owner: self.want.scope.id,
             fence,
