@@ -92,7 +92,7 @@ impl LockGuard {
             waiters.wake_owner(&held.lock_key, held.owner());
         }
         let mode = held.mode();
-        Some(LockGuard::new(
+        Some(LockGuard::unentered(
             runtime.clone(),
             held,
             frame,
@@ -103,7 +103,7 @@ impl LockGuard {
 
     /// A guard for frame `frame` of a hold in the table (a re-entry, a
     /// join, a passed hold, a fresh hold), not entered yet.
-    pub(crate) fn new(
+    pub(crate) fn unentered(
         runtime: LockRuntime,
         held: Arc<HeldLock>,
         frame: u64,
@@ -378,7 +378,7 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
             let (fence, frame) = passed.flatten()?;
             tracing::debug!(key = %held.key, fence, "lock passed to a local waiter");
             let (scope, mode) = (scope.clone(), held.mode());
-            let guard = LockGuard::new(
+            let guard = LockGuard::unentered(
                 runtime.clone(),
                 held.clone(),
                 frame,

@@ -183,7 +183,7 @@ impl Acquisition {
                 let unentered = match self.take_without_round_trip().await {
                     Some(Ok(unentered)) => unentered,
                     Some(Err(error)) => break 'run Err(error),
-                    None => match self.from_the_backend().await {
+                    None => match self.ask_the_backend().await {
                         Ok(Some(unentered)) => unentered,
                         Ok(None) => continue,
                         Err(error) => break 'run Err(error),
@@ -215,7 +215,7 @@ impl Acquisition {
     /// Steps 2 to 4: the deadline, then an attempt at the backend (or a
     /// place behind this process's own waiters), then a wait for a wake-up.
     /// `Ok(None)`: go round again.
-    async fn from_the_backend(&mut self) -> Result<Option<Unentered>, LockError> {
+    async fn ask_the_backend(&mut self) -> Result<Option<Unentered>, LockError> {
         self.check_deadline()?;
         let queued_behind = self.queue_behind_local_waiters();
         // Listen before trying, so a release between the try and the sleep
@@ -333,7 +333,7 @@ impl Acquisition {
     /// acquisition's scope and mode.
     fn frame_of(&self, held: Arc<HeldLock>, frame: u64, way: Way) -> Unentered {
         let owner = (self.want.scope.clone(), self.want.mode);
-        LockGuard::new(self.runtime.clone(), held, frame, owner, way)
+        LockGuard::unentered(self.runtime.clone(), held, frame, owner, way)
     }
 
     /// Fair mode: a release may have handed the lock to our place. (A fixed
