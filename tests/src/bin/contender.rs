@@ -243,7 +243,7 @@ async fn soak(
                 let counter_key = format!("{prefix}count:{key}");
                 let mut con = con.clone();
                 let violations = &violations;
-                with_lock(
+                let locked = with_lock(
                     runtime.lock(key.as_str()).wait(Duration::from_secs(30)),
                     async {
                         let inside: i64 = con.incr(&occ_key, 1).await?;
@@ -258,7 +258,13 @@ async fn soak(
                         Ok::<_, Error>(())
                     },
                 )
-                .await?;
+                .await;
+                if let Err(Error::Lock(LockError::Timeout { .. })) = &locked {
+                    // A wait this long in a 5 s run is a defect: say who
+                    // held the key and what this process was doing then.
+                    eprintln!("{}", stuck(&runtime, &mut con.clone(), &key).await);
+                }
+                locked?;
                 counts[i].fetch_add(1, Ordering::SeqCst);
             }
             Ok::<_, Error>(())
@@ -276,4 +282,31 @@ async fn soak(
     println!("violations {}", violations.load(Ordering::SeqCst));
     println!("done");
     Ok(())
+}
+
+/// What a soak task that waited its whole wait found: the key as
+/// `inspect` reads it, the lock's names in Redis, and this runtime's
+/// counters.
+async fn stuck(
+    runtime: &LockRuntime,
+    con: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> String {
+    let hash = runtime.backend_key(key);
+    let info = runtime.inspect(key).await;
+    let held: Vec<(String, String)> = con.hgetall(&hash).await.unwrap_or_default();
+    let ttl: i64 = con.pttl(&hash).await.unwrap_or(-3);
+    let queue: Vec<String> = con
+        .lrange(format!("{hash}:queue"), 0, -1)
+        .await
+        .unwrap_or_default();
+    let queued: Vec<(String, String)> = con
+        .hgetall(format!("{hash}:queued"))
+        .await
+        .unwrap_or_default();
+    format!(
+        "stuck on {key}: inspect {info:?}; {hash} = {held:?} (pttl {ttl}); queue {queue:?}; \
+         queued {queued:?}; stats {:?}",
+        runtime.stats()
+    )
 }
