@@ -80,6 +80,10 @@ on_every_backend!(
     a_writer_behind_a_reader_that_gave_up_waiting_enters_as_a_writer skip(
         redlock = "Redlock has no fair mode"
     ),
+    a_place_never_serves_two_modes skip(
+        memory = "the embedded store queues no places (one process)",
+        redlock = "Redlock has no fair mode"
+    ),
 );
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -524,6 +528,64 @@ async fn a_writer_behind_a_reader_that_gave_up_waiting_enters_as_a_writer(kind: 
     );
     writer.release().await.unwrap();
     stalled.shutdown_background();
+}
+
+/// Fair mode: a process's place in a key's queue serves one mode. Its
+/// writer queues it and is cancelled; the reader of the process behind it,
+/// first now, does not wait under the writer's place (on etcd a writer's key
+/// once became a reader in place there, and a handoff computed from it as a
+/// writer's let a writer of the process enter beside readers of others): it
+/// queues a place of its own, a new holder id, and enters with that one.
+async fn a_place_never_serves_two_modes(kind: Kind) {
+    let (first, second) = kind.two("rw-place-mode").await;
+    let held = first.lock("k").write().fair(true).acquire().await.unwrap();
+    let rt = second.clone();
+    let writer =
+        tokio::spawn(async move { rt.lock("k").write().fair(true).wait(WAIT).acquire().await });
+    let writers_place = queued_alone(&first, None).await;
+    let rt = second.clone();
+    let reader =
+        tokio::spawn(async move { rt.lock("k").read().fair(true).wait(WAIT).acquire().await });
+    wait_until("the reader waits behind the writer", || {
+        second.stats().waiting == 2
+    })
+    .await;
+    writer.abort();
+    assert!(writer.await.unwrap_err().is_cancelled());
+    let readers_place = queued_alone(&first, Some(&writers_place)).await;
+    held.release().await.unwrap();
+    let reader = tokio::time::timeout(WAIT, reader)
+        .await
+        .expect("the reader did not enter")
+        .unwrap()
+        .unwrap();
+    let info = first.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.mode, LockMode::Read, "{info:?}");
+    let holders: Vec<&str> = info.readers.iter().map(|r| r.holder.as_str()).collect();
+    assert_eq!(holders, [readers_place.as_str()], "{info:?}");
+    let late = first.lock("k").write().fair(true).try_acquire().await;
+    assert!(
+        late.unwrap().is_none(),
+        "a writer entered beside the reader"
+    );
+    reader.release().await.unwrap();
+}
+
+/// Waits (bounded) until one holder id is queued for `k`, other than
+/// `not` (a place given back may stay queued a moment), and returns it.
+async fn queued_alone(runtime: &lock_runtime::LockRuntime, not: Option<&str>) -> String {
+    let mut last = None;
+    for _ in 0..500 {
+        let queue = runtime.inspect("k").await.unwrap().map(|i| i.queue);
+        if let Some([one]) = queue.as_deref() {
+            if not != Some(one.as_str()) {
+                return one.clone();
+            }
+        }
+        last = queue;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never one place queued other than {not:?}: the queue is {last:?}");
 }
 
 /// A read of another task of the process joins the read hold there is: no

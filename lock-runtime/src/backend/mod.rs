@@ -400,11 +400,17 @@ impl Backend {
     }
 
     /// Whether a process's fair place in a key's queue has a mode (read or
-    /// write): on Redis a release hands a read hold to a reader's place and
-    /// a write hold to a writer's. (etcd and ZooKeeper announce a reader's
-    /// turn as a release, so any waiter may use the place.)
+    /// write): the mode of the waiter that queued it, kept for the place's
+    /// life. A head waiter of the other mode gives the place back and
+    /// queues a new one (a new holder id). So a holder id serves one mode:
+    /// on Redis a release hands a read hold to a reader's place and a write
+    /// hold to a writer's; on etcd a key, on ZooKeeper a node, is never
+    /// used by an attempt of the other mode (an etcd handoff computed from
+    /// a writer's key could otherwise be entered by a writer after a
+    /// reader's attempt made that key a reader: a reader of another process
+    /// then entered beside it). Every backend that queues has places.
     pub(crate) fn places_have_modes(&self) -> bool {
-        matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
+        self.queues_across_processes()
     }
 
     /// Why a lock that asks for fair mode must be refused on this backend,

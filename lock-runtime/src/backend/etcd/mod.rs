@@ -17,14 +17,17 @@
 //!   watches the key before it.
 //! - release: delete our key (the next key's watcher sees it).
 //! - renew: a keep-alive of the lease (`lease.rs`) and one transaction of
-//!   reads confirming every held key still stands with its revision.
+//!   reads confirming every held key still stands with its revision, in
+//!   the hold's mode (`modes.rs`).
 //!
 //! Read holds (`readers.rs`): a reader's key is `name/read/<holder id>`,
 //! which a writer waits for like any older key; a reader holds when no
 //! writer key is older than its own, and waits for the last such one.
 //! A downgrade gives the holder's write key the value `r` (a reader now,
-//! still before the writers queued after it, with its token). A release
-//! deletes both names of the holder: it needs no mode.
+//! still before the writers queued after it, with its token): the only
+//! change of a key's mode. A holder id serves one mode (`modes.rs`): an
+//! attempt never turns a place of the other mode. A release deletes both
+//! names of the holder: it needs no mode.
 //!
 //! Every lock is fair here (see `Backend::always_fair`); a try-once
 //! acquire puts its key only if the directory is empty (one transaction;
@@ -33,6 +36,7 @@
 //! process (lock cohorting is off on etcd).
 
 mod lease;
+mod modes;
 mod readers;
 mod tomb;
 mod wait;
@@ -228,8 +232,6 @@ enum Step {
     Found(Own, Decide),
     /// Trying once, kept out: nothing put.
     Busy,
-    /// Our place was of the other mode and is deleted: once more.
-    Again,
 }
 
 /// What decides whether our key holds.
@@ -671,20 +673,9 @@ impl EtcdBackend {
             Some(self.inner.leases.fixed(lease).await?)
         };
         let put_on = fixed.unwrap_or(on.id);
-        // (A second round only after a place of the other mode was
-        // deleted: the next one puts it anew.)
-        let mut step = self.step(lock, holder, put_on, joins, read).await?;
-        if matches!(step, Step::Again) {
-            step = self.step(lock, holder, put_on, joins, read).await?;
-        }
-        let (own, decide) = match step {
+        let (own, decide) = match self.step(lock, holder, put_on, joins, read).await? {
             Step::Found(own, decide) => (own, decide),
             Step::Busy => return Ok(Acquire::Busy { ttl: None }),
-            Step::Again => {
-                return Err(BackendError::msg(format!(
-                    "etcd: the place {holder} of {lock} changed under its attempt"
-                )))
-            }
         };
         let mine = own.created;
         let held = match decide {
@@ -724,13 +715,9 @@ impl EtcdBackend {
 
     /// One transaction of an attempt (`acquire_txn`), and what it found.
     ///
-    /// A process's place in a queue is used by whichever of its waiters is
-    /// first, in that waiter's mode. A place made by a writer is made a
-    /// reader in place (value `r`: it keeps its place, and only lets more
-    /// readers in); one made by a reader, or a writer's place made a reader
-    /// before, is deleted and made anew for a writer (`Step::Again`): a
-    /// reader key never turns writer, which could put a writer before
-    /// readers that already entered.
+    /// A holder id serves one mode (`modes.rs`): an attempt that finds its
+    /// holder's key of the other mode changes nothing and fails, and the
+    /// waiters give that place back (its keys deleted) and queue a new id.
     async fn step(
         &self,
         lock: &str,
@@ -739,10 +726,10 @@ impl EtcdBackend {
         joins: bool,
         read: bool,
     ) -> Result<Step, BackendError> {
-        let (ours, other) = if read {
-            (read_node(lock, holder), node(lock, holder))
+        let ours = if read {
+            read_node(lock, holder)
         } else {
-            (node(lock, holder), read_node(lock, holder))
+            node(lock, holder)
         };
         let txn = acquire_txn(lock, holder, put_on, joins, read);
         let out = self.inner.unanswered.put_out(&ours, put_on);
@@ -759,64 +746,22 @@ impl EtcdBackend {
         }
         let pages = reads.split_off(2);
         let found = |i: usize| reads.get(i).and_then(|r| r.kvs().first());
-        match (found(0), found(1)) {
-            // A reader's place (made reader in place) cannot serve a writer.
-            (Some(kv), _) if !read && kv.value() == READER => {
-                self.delete_place(lock, holder, &ours, kv.create_revision())
-                    .await?;
-                Ok(Step::Again)
-            }
-            (Some(kv), stray) => {
-                if let Some(stray) = stray {
-                    // Both keys: the other mode's is a put of an earlier
-                    // attempt that arrived late; it would only be in the
-                    // way (before ours, even).
-                    self.delete_place(lock, holder, &other, stray.create_revision())
-                        .await?;
-                }
-                Ok(Step::Found(Own::stands(ours, kv, read), Decide::By(pages)))
-            }
-            (None, Some(kv)) if read => {
-                if kv.value() != READER {
-                    // A writer's place: a reader now, in place.
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            other.as_str(),
-                            CompareOp::Equal,
-                            kv.create_revision(),
-                        )])
-                        .and_then([TxnOp::put(
-                            other.as_str(),
-                            READER,
-                            Some(PutOptions::new().with_ignore_lease()),
-                        )]);
-                    if !self.inner.txn(txn).await?.succeeded() {
-                        return Ok(Step::Again);
-                    }
-                }
-                let mut own = Own::stands(other, kv, true);
-                own.value = READER.to_vec();
-                Ok(Step::Found(own, Decide::By(pages)))
-            }
-            (None, Some(kv)) => {
-                self.delete_place(lock, holder, &other, kv.create_revision())
-                    .await?;
-                Ok(Step::Again)
-            }
+        match modes::own_key(lock, holder, read, found(0), found(1))? {
+            Some(kv) => Ok(Step::Found(Own::stands(ours, kv, read), Decide::By(pages))),
             // Waiting: neither made nor there, so the holder's tombstone
             // stands; its id is not to be used again.
-            (None, None) if joins => Err(BackendError::msg(format!(
+            None if joins => Err(BackendError::msg(format!(
                 "etcd: the holder id {holder} of {lock} was given up before; a new \
                  attempt takes a new one"
             ))),
             // A read trying once, with writer keys in the directory: if all
             // are readers (downgraded holds), it may enter after them.
-            (None, None) if read && readers::blocked(lock, &pages, i64::MAX) == Some(false) => {
+            None if read && readers::blocked(lock, &pages, i64::MAX) == Some(false) => {
                 self.read_after_readers(lock, holder, put_on, revision)
                     .await
             }
             // Not ours, and (trying once) something keeps it out.
-            (None, None) => Ok(Step::Busy),
+            None => Ok(Step::Busy),
         }
     }
 
@@ -857,22 +802,6 @@ impl EtcdBackend {
             Own::made(ours, revision, put_on, true),
             Decide::Held,
         ))
-    }
-
-    /// Deletes `holder`'s place `key` (created at `created`) of the other
-    /// mode, so that the next round makes it anew; its wait stops.
-    async fn delete_place(
-        &self,
-        lock: &str,
-        holder: &str,
-        key: &str,
-        created: i64,
-    ) -> Result<(), BackendError> {
-        self.inner.waits.stop(lock, holder);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, created)])
-            .and_then([TxnOp::delete(key, None)]);
-        self.inner.txn(txn).await.map(drop)
     }
 
     /// Puts `key` (created at `mine`, valued `value`) on the lease `lease`,
@@ -1109,7 +1038,8 @@ impl EtcdBackend {
     }
 
     /// Keeps the leases of `batch` alive and confirms that every key still
-    /// stands with its create revision (see the module docs).
+    /// stands with its create revision, in the hold's mode (see the module
+    /// docs).
     pub(crate) async fn renew_many(
         &self,
         batch: &[Arc<HeldLock>],
@@ -1135,16 +1065,22 @@ impl EtcdBackend {
                 let reads = gets(&answer);
                 for (lock, pair) in chunk.iter().zip(reads.chunks(2)) {
                     let fence = i64::try_from(lock.fence()).unwrap_or(-1);
+                    // The hold's mode as of the answer (a downgrade turns it
+                    // read before it is sent): a write hold stands only on a
+                    // key that is still a writer (`modes.rs`).
+                    let mode = lock.mode();
                     let (names, kvs) = (
                         [
-                            node(&lock.lock_key, &lock.holder),
-                            read_node(&lock.lock_key, &lock.holder),
+                            (node(&lock.lock_key, &lock.holder), false),
+                            (read_node(&lock.lock_key, &lock.holder), true),
                         ],
                         pair.iter().map(|g| g.kvs().first()),
                     );
-                    found.push(names.into_iter().zip(kvs).find_map(|(name, kv)| {
-                        kv.filter(|kv| kv.create_revision() == fence)
-                            .map(|kv| (name, kv.lease(), kv.value().to_vec()))
+                    found.push(names.into_iter().zip(kvs).find_map(|((name, read), kv)| {
+                        kv.filter(|kv| {
+                            kv.create_revision() == fence && modes::carries(mode, read, kv.value())
+                        })
+                        .map(|kv| (name, kv.lease(), kv.value().to_vec()))
                     }));
                 }
             }
@@ -1512,53 +1448,101 @@ mod tests {
             .map(|kv| (kv.create_revision(), kv.value().to_vec()))
     }
 
-    /// A process's place in a queue serves whichever of its waiters is
-    /// first, in that waiter's mode: a writer's place becomes a reader in
-    /// place (the same key and create revision, valued `r`: its turn kept),
-    /// and a reader's place is made anew for a writer (a new key, last in
-    /// the queue: a reader's key never turns writer).
+    /// A holder id serves one mode: an attempt of the other mode with a
+    /// holder id whose key stands is refused and changes nothing (a
+    /// writer's key is not made a reader, a reader's key is not deleted),
+    /// and the key then holds in its own mode with its own token.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_place_serves_a_waiter_of_either_mode() {
+    async fn a_holder_id_never_serves_two_modes() {
         use super::{read_node, Acquire, LockMode, Queue};
         let cluster = lock_testkit::etcd::EtcdCluster::start(1);
         let backend = backend(&cluster).await;
         let (join, renewed) = (Queue::Join(LEASE), (LEASE, true));
         let busy = Acquire::Busy { ttl: None };
+        for (lock, mode, other) in [
+            ("writer-place", LockMode::Write, LockMode::Read),
+            ("reader-place", LockMode::Read, LockMode::Write),
+        ] {
+            let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+            assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
+            let place = backend.acquire(lock, "p", renewed, join, mode);
+            assert_eq!(place.await.unwrap(), busy, "{lock}");
+            let key = match mode {
+                LockMode::Read => read_node(lock, "p"),
+                _ => node(lock, "p"),
+            };
+            let before = key_of(&backend, &key).await.unwrap();
+            let refused = backend.acquire(lock, "p", renewed, join, other).await;
+            assert!(refused.is_err(), "{lock}: {refused:?}");
+            assert_eq!(key_of(&backend, &key).await, Some(before.clone()), "{lock}");
+            let other_key = match mode {
+                LockMode::Read => node(lock, "p"),
+                _ => read_node(lock, "p"),
+            };
+            assert_eq!(key_of(&backend, &other_key).await, None, "{lock}");
+            backend.release(lock, "w", true).await.unwrap();
+            let token = u64::try_from(before.0).unwrap();
+            let held = backend
+                .acquire(lock, "p", renewed, join, mode)
+                .await
+                .unwrap();
+            assert!(
+                matches!(held, Acquire::Held { fence, .. } if fence == token),
+                "{lock}: {held:?}"
+            );
+            backend.release(lock, "p", true).await.unwrap();
+        }
+    }
 
-        let lock = "writer-place";
-        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
-        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
-        let place = backend.acquire(lock, "p", renewed, join, LockMode::Write);
-        assert_eq!(place.await.unwrap(), busy);
-        let (created, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
-        assert_eq!(value, b"");
-        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
-        assert_eq!(read.await.unwrap(), busy);
-        let now = key_of(&backend, &node(lock, "p")).await;
-        assert_eq!(now, Some((created, b"r".to_vec())));
-        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
-        backend.release(lock, "w", true).await.unwrap();
-        let read = backend.acquire(lock, "p", renewed, join, LockMode::Read);
-        let token = u64::try_from(created).unwrap();
-        assert!(
-            matches!(read.await.unwrap(), Acquire::Held { fence, .. } if fence == token),
-            "the reader did not hold with its place's token"
-        );
-        backend.release(lock, "p", true).await.unwrap();
-
-        let lock = "reader-place";
-        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
-        assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
-        let place = backend.acquire(lock, "p", renewed, join, LockMode::Read);
-        assert_eq!(place.await.unwrap(), busy);
-        let (created, _) = key_of(&backend, &read_node(lock, "p")).await.unwrap();
-        let write = backend.acquire(lock, "p", renewed, join, LockMode::Write);
-        assert_eq!(write.await.unwrap(), busy);
-        assert_eq!(key_of(&backend, &read_node(lock, "p")).await, None);
-        let (made, value) = key_of(&backend, &node(lock, "p")).await.unwrap();
-        assert!(made > created && value.is_empty(), "{made} {value:?}");
-        backend.release(lock, "w", true).await.unwrap();
-        backend.release(lock, "p", true).await.unwrap();
+    /// A write hold is renewed only while its key is a writer: a key made
+    /// a reader under it (by anything but its own downgrade, which turns
+    /// the hold read first) lets readers in, so the hold is reported lost.
+    /// A read hold stands on its key either way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_hold_whose_key_turned_reader_is_not_renewed() {
+        use super::{downgrade_txn, Acquire, LockMode, Queue};
+        use crate::held::{HeldLock, Hold};
+        let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+        let backend = backend(&cluster).await;
+        let lock = "turned";
+        let held = backend
+            .acquire(
+                lock,
+                "h",
+                (LEASE, true),
+                Queue::Join(LEASE),
+                LockMode::Write,
+            )
+            .await
+            .unwrap();
+        let Acquire::Held { fence, .. } = held else {
+            panic!("not held: {held:?}");
+        };
+        let hold = |mode| {
+            HeldLock::new(Hold {
+                key: lock.to_owned(),
+                lock_key: lock.to_owned(),
+                holder: "h".to_owned(),
+                owner: 0,
+                fence,
+                upto: fence,
+                since: tokio::time::Instant::now(),
+                epoch: 0,
+                lease: LEASE,
+                renew: true,
+                fair: true,
+                mode,
+            })
+        };
+        let (write, read) = (hold(LockMode::Write), hold(LockMode::Read));
+        let both = [write.clone(), read.clone()];
+        let renewed = backend.renew_many(&both).await.unwrap();
+        assert_eq!(renewed, [Some(true), Some(true)]);
+        let turned = backend.inner.txn(downgrade_txn(lock, "h", fence)).await;
+        assert!(turned.unwrap().succeeded());
+        let renewed = backend.renew_many(&both).await.unwrap();
+        assert_eq!(renewed, [Some(false), Some(true)], "write, read");
+        backend.release(lock, "h", true).await.unwrap();
     }
 
     #[test]

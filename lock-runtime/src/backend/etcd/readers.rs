@@ -7,16 +7,14 @@
 //! directory) waits for it as for any key. A write key `<lock>/<holder>`
 //! whose value is `r` is a reader too: a downgraded hold (its name and
 //! create revision kept, so it still stands before the writers queued
-//! after it), or a place made by a writer and then used by a reader.
-//! Everything else is a writer: our write and exclusive keys, and
-//! `etcdctl`'s `<lock>/<lease id>`.
+//! after it). Everything else is a writer: our write and exclusive keys,
+//! and `etcdctl`'s `<lock>/<lease id>`.
 //!
 //! A reader holds when no writer was created before it; it waits for the
 //! *last* writer before it (etcd's `recipes/rwmutex.go` rule). A value
-//! only ever turns from writer to `r`, never back (a place that must be a
-//! writer again is deleted and made anew, last in the queue): a reader
+//! only ever turns from writer to `r` (a downgrade), never back: a reader
 //! that entered because a key before it was `r` is never overtaken by that
-//! key becoming a writer.
+//! key becoming a writer. No attempt changes a key's mode (`modes.rs`).
 //!
 //! Writers are read from the two ranges of the directory outside `read/`:
 //! `[<lock>/, <lock>/read/)` and `[<lock>/read0, <lock>0)` (`read0` and

@@ -10,8 +10,9 @@
 //! transaction, its own key and the key it now waits for: that one is
 //! watched in turn; none means the lock is the place's, and the waiters
 //! are told it was handed over (a writer's) or freed (a reader's: the
-//! place may be taken by a local writer, which must not be handed a read
-//! key, so the first waiter makes an attempt in its own mode). This read is the
+//! first waiter claims it with an attempt). A handoff is of the key as
+//! read here: it stays a writer, since no attempt changes a key's mode
+//! (`modes.rs`). This read is the
 //! check the Jepsen analysis of etcd 3.4 asked for: the lock is only
 //! claimed after the server confirmed, after the predecessor's delete, that
 //! the place's own key still stands (etcd's own Lock RPC could grant a lock

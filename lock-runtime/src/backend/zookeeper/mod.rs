@@ -802,9 +802,12 @@ impl ZookeeperBackend {
                     // while a hold of this lease would still count on it.
                     // ZooKeeper moves no node to another session: the place
                     // queues again on this lease's (its turn is lost). So
-                    // does a place queued by a waiter of another mode: the
-                    // node's name is its mode (Curator reads it), and
-                    // ZooKeeper renames no node.
+                    // does a place queued by an exclusive waiter and used by
+                    // a write one (or back): the node's name is its mode
+                    // (Curator reads it), and ZooKeeper renames no node. (A
+                    // place never serves a read and a write: the waiters
+                    // queue a new id for the other one, see
+                    // `Backend::places_have_modes`.)
                     inner.waits.stop(lock, holder);
                     inner.delete(lock, holder).await?;
                     let (place, children) = inner.create(&session, lock, holder, mode).await?;
