@@ -107,6 +107,12 @@ pub struct RuntimeStats {
     pub waiting_keys: usize,
     /// Acquires of this runtime waiting for a lock now (over every key).
     pub waiting: usize,
+    /// Of [`waiting_keys`](Self::waiting_keys), those whose watch the
+    /// backend confirmed (on Redis, the release channel's subscription):
+    /// their waiters are woken by a release and can be passed a hold. A key
+    /// that stays unwatched has waiters that learn of a release only from
+    /// the holder's lease end.
+    pub watched_keys: usize,
     /// The watchdog's counters.
     pub watchdog: WatchdogStats,
     /// Holds passed from one task of this process to another without a
@@ -407,6 +413,7 @@ impl LockRuntime {
             held: self.inner.table.len(),
             waiting_keys: self.inner.waiters.waiting_keys(),
             waiting: self.inner.waiters.waiting_tasks(),
+            watched_keys: self.inner.waiters.watched_keys(),
             watchdog: self.inner.watchdog.stats(),
             passed_locally: self.inner.passed_locally.load(Ordering::Relaxed),
             joined_locally: self.inner.joined_locally.load(Ordering::Relaxed),

@@ -236,7 +236,9 @@ async fn cohort_loss_reaches_the_task_that_holds_the_passed_lock() {
         let rt = rt.clone();
         tokio::spawn(async move { rt.lock("k").lease(lease).acquire().await })
     };
-    wait_until("the second task waits", || rt.stats().waiting_keys == 1).await;
+    // (Watched: a hold is passed only to a waiter whose release channel
+    // the server confirmed; in plain mode that comes after its first try.)
+    wait_until("the second task waits", || rt.stats().watched_keys == 1).await;
     let token = first.fence();
     first.release().await.unwrap();
     let second = second.await.unwrap().unwrap();

@@ -379,6 +379,17 @@ impl Waiters {
         self.keys().len()
     }
 
+    /// Keys with local waiters whose watch the backend has confirmed (on
+    /// Redis: the release channel's subscription): only these waiters can
+    /// be passed a hold or woken by a release message.
+    pub(crate) fn watched_keys(&self) -> usize {
+        let entries: Vec<Arc<KeyWaiters>> = self.keys().values().cloned().collect();
+        entries
+            .iter()
+            .filter(|entry| entry.ready.load(Ordering::Acquire))
+            .count()
+    }
+
     /// Waiters queued now, over every key.
     pub(crate) fn waiting_tasks(&self) -> usize {
         let entries: Vec<Arc<KeyWaiters>> = self.keys().values().cloned().collect();
