@@ -456,16 +456,16 @@ impl Unentered {
 }
 
 impl LockGuard {
-    /// Renews the hold at once and waits (until `bound`) for a renewal to
-    /// confirm it in the current connection epoch, or for its loss:
-    /// `false` if `bound` passed or the runtime shut down first.
+    /// Renews the hold at once and waits (until `bound`) for a renewal
+    /// sent from now on to find it in place, or for its loss: `false` if
+    /// `bound` passed or the runtime shut down first.
     async fn confirmed(&self, bound: Option<Instant>) -> bool {
         if self.runtime.is_shut_down() {
             return false;
         }
+        let seen = self.held.renewals();
         self.runtime.watchdog().renew_now(self.held.id);
-        let waiters = self.runtime.waiters();
-        let confirmed = self.held.confirmed_or_lost(|| waiters.connection_epoch());
+        let confirmed = self.held.renewed_after(seen);
         match bound {
             Some(bound) => tokio::time::timeout_at(bound, confirmed).await.is_ok(),
             None => {

@@ -25,6 +25,8 @@ struct Span {
     end: Instant,
     fence: u64,
     lost: bool,
+    /// What the release answered, when it was an error.
+    release_error: Option<String>,
 }
 
 /// Two holders on one runtime (abort mode on `ka`, continue mode on `kc`),
@@ -95,14 +97,15 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
             let fence = guard.fence();
             tokio::time::sleep(HOLD).await;
             let end = Instant::now();
-            let lost = guard.release().await.is_err();
+            let release_error = guard.release().await.err().map(|e| e.to_string());
             Span {
                 who: format!("waiter {n}"),
                 key,
                 start,
                 end,
                 fence,
-                lost,
+                lost: release_error.is_some(),
+                release_error,
             }
         }));
     }
@@ -166,6 +169,7 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
             end: a_end,
             fence: a_fence,
             lost: true,
+            release_error: None,
         },
         Span {
             who: "continue holder".to_owned(),
@@ -174,6 +178,7 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
             end: c_end,
             fence: c_fence,
             lost: true,
+            release_error: None,
         },
     ];
     for task in waiting {
@@ -209,8 +214,8 @@ async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences
         let old = if span.key == ka { a_fence } else { c_fence };
         assert!(
             !span.lost,
-            "{} on {} lost its lock: {span:?}",
-            span.who, span.key
+            "{} on {} lost its lock (its release said {:?}): {span:?}",
+            span.who, span.key, span.release_error
         );
         assert!(
             span.start >= killed_at,

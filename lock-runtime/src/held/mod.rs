@@ -56,6 +56,8 @@ pub(crate) struct HeldLock {
     /// The backend's connection epoch in which the hold was last confirmed
     /// (acquired or renewed; see `Heartbeats::connection_epoch`).
     confirmed_in: std::sync::atomic::AtomicU32,
+    /// Renewals that found the hold in place (the entry gate waits for one).
+    renewals: AtomicU64,
     /// Client-side lease end (see [`clock`]): past it the hold counts as lost
     /// even before the watchdog gets to mark it.
     valid_until: AtomicU64,
@@ -138,6 +140,7 @@ impl HeldLock {
             owner: AtomicU64::new(hold.owner),
             run: Run::new(hold.fence, hold.upto, hold.since),
             confirmed_in: std::sync::atomic::AtomicU32::new(hold.epoch),
+            renewals: AtomicU64::new(0),
             lease: hold.lease,
             renew: hold.renew,
             fair: hold.fair,
@@ -219,11 +222,33 @@ impl HeldLock {
     /// [`LEFT_TO_PASS`](crate::cohort::LEFT_TO_PASS) (a fair handoff's
     /// claim is short until the first renewal).
     fn worth_sharing(&self, now: tokio::time::Instant) -> bool {
-        let left = self
-            .valid_until
-            .load(Ordering::Acquire)
-            .saturating_sub(clock::to_nanos(now));
-        Duration::from_nanos(left) >= (self.lease / 2).min(crate::cohort::LEFT_TO_PASS)
+        self.validity_left(now) >= (self.lease / 2).min(crate::cohort::LEFT_TO_PASS)
+    }
+
+    /// How much of the hold's client-side validity is left at `now`.
+    pub(crate) fn validity_left(&self, now: tokio::time::Instant) -> Duration {
+        let until = self.valid_until.load(Ordering::Acquire);
+        Duration::from_nanos(until.saturating_sub(clock::to_nanos(now)))
+    }
+
+    /// How many renewals found the hold in place so far.
+    pub(crate) fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Acquire)
+    }
+
+    /// Resolves once a renewal after the `seen`-th found the hold in place
+    /// (see [`renewals`](Self::renewals)), or the hold is lost.
+    pub(crate) async fn renewed_after(&self, seen: u64) {
+        loop {
+            let changed = self.lost_changed.notified();
+            if self.renewals() > seen {
+                return;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = self.lost() => return,
+            }
+        }
     }
 
     /// Whether a task may enter this hold without a round trip now, the
@@ -275,26 +300,10 @@ impl HeldLock {
 
     /// A renewal sent in connection epoch `epoch` found the hold in place.
     pub(crate) fn confirm(&self, epoch: u32) {
-        if self.confirmed_in.swap(epoch, Ordering::AcqRel) != epoch {
-            // Re-entries wait for this after a lost connection.
-            self.lost_changed.notify_waiters();
-        }
-    }
-
-    /// Resolves once the hold is confirmed in the connection epoch that
-    /// `epoch` reads (the current one), is lost, or has no frame left
-    /// (released meanwhile: the caller asks the table again).
-    pub(crate) async fn confirmed_or_lost(&self, epoch: impl Fn() -> u32) {
-        loop {
-            let changed = self.lost_changed.notified();
-            if self.confirmed_in(epoch()) || self.holds.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            tokio::select! {
-                () = changed => {}
-                () = self.lost() => return,
-            }
-        }
+        self.confirmed_in.swap(epoch, Ordering::AcqRel);
+        self.renewals.fetch_add(1, Ordering::AcqRel);
+        // The entry gate may wait for this (`renewed_after`).
+        self.lost_changed.notify_waiters();
     }
 
     /// Marks the lock lost and wakes everyone watching for that.
