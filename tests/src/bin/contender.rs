@@ -68,7 +68,7 @@ async fn main() -> Result<(), Error> {
         ("count", [key, counter, n]) => {
             let n: u64 = n.parse().map_err(|_| Error::Usage)?;
             let client = redis::Client::open(url.as_str())?;
-            let con = client.get_multiplexed_async_connection().await?;
+            let con = counter_connection(&client).await?;
             for _ in 0..n {
                 let mut con = con.clone();
                 with_lock(runtime.lock(key.as_str()), async {
@@ -125,7 +125,7 @@ async fn herd(
     hold_ms: u64,
 ) -> Result<(), Error> {
     let client = redis::Client::open(url)?;
-    let con = client.get_multiplexed_async_connection().await?;
+    let con = counter_connection(&client).await?;
     let occ_key = format!("{prefix}occ:{key}");
     let started = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(n);
@@ -216,7 +216,7 @@ async fn soak(
     secs: u64,
 ) -> Result<(), Error> {
     let client = redis::Client::open(url)?;
-    let con = client.get_multiplexed_async_connection().await?;
+    let con = counter_connection(&client).await?;
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
     let violations = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs(secs);
@@ -309,4 +309,17 @@ async fn stuck(
          queued {queued:?}; stats {:?}",
         runtime.stats()
     )
+}
+
+/// The connection a contender keeps its counters on. Its commands are the
+/// test's own bookkeeping, not the lock's: a loaded machine (two cores,
+/// four contenders, a server) may keep one waiting past the client's
+/// default response timeout, which would end the contender with a Redis
+/// error that says nothing about the lock; it waits 10 s.
+async fn counter_connection(
+    client: &redis::Client,
+) -> Result<redis::aio::MultiplexedConnection, Error> {
+    let mut con = client.get_multiplexed_async_connection().await?;
+    con.set_response_timeout(Duration::from_secs(10));
+    Ok(con)
 }
