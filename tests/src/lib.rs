@@ -21,8 +21,10 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 pub mod backends;
+pub mod own;
 pub mod pki;
 pub mod proxy;
+pub use own::OwnServers;
 pub use pki::TestPki;
 pub use proxy::FaultProxy;
 

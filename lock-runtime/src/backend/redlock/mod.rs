@@ -571,6 +571,22 @@ impl Redlock {
         let _ = gather(settled, |_| false).await;
     }
 
+    /// See `Backend::record_given_up_releases`: on every master.
+    pub(crate) fn record_given_up_releases(&self) {
+        for master in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
+            master.backend.pending().record_given_up();
+        }
+    }
+
+    /// The locks of which a background release is unconfirmed on any
+    /// master (shutdown waits for every master, as it does for the drain).
+    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
+        let masters = self.inner.masters.iter().filter_map(|m| m.slot.get());
+        masters
+            .flat_map(|master| master.backend.pending().unconfirmed())
+            .collect()
+    }
+
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         let quorum = self.inner.quorum;
         let answers = gather(self.calls(|m| m.ping()), |answers| {

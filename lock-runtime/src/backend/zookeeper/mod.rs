@@ -60,8 +60,9 @@ use sessions::{Session, Sessions};
 /// Most reads in one multi-read.
 const MULTI_OPS: usize = 128;
 
-/// How often a background release is tried before it stops counting as
-/// pending (it goes on trying, less often, while the session lives).
+/// How often a background release is tried before this process's acquires
+/// of its lock stop waiting for it (it goes on trying, less often, while
+/// the session lives, and shutdown waits for it).
 const RELEASE_ATTEMPTS: u32 = 5;
 
 /// How often a background release is tried in all.
@@ -1264,18 +1265,21 @@ impl Inner {
     }
 }
 
-/// Deletes one node, retrying while the session lives; it stops counting as
-/// pending after a few attempts (this process's next acquire of the lock
-/// then goes ahead; the node goes on being deleted).
+/// Deletes one node, retrying while the session lives. After a few attempts
+/// it stops holding up this process's next acquire of the lock (which then
+/// goes ahead; the node goes on being deleted), but it stays unanswered
+/// for shutdown, which promised to confirm it, until it is answered.
 async fn release_retrying(
     inner: Weak<Inner>,
     lock: String,
     holder: String,
     pending: Arc<PendingReleases>,
 ) {
-    let mut counted = true;
+    let mut blocking = true;
+    let mut given_up = true;
     for attempt in 1..=RELEASE_ATTEMPTS_MAX {
         let Some(backend) = inner.upgrade() else {
+            given_up = false; // (the runtime is gone, and its session)
             break;
         };
         let still_ours = backend
@@ -1284,10 +1288,14 @@ async fn release_retrying(
         if !still_ours {
             // Its session expired: the node went with it.
             backend.forget(&lock, &holder);
+            given_up = false;
             break;
         }
         match backend.delete(&lock, &holder).await {
-            Ok(_) => break,
+            Ok(_) => {
+                given_up = false;
+                break;
+            }
             Err(error) => {
                 drop(backend);
                 if attempt == RELEASE_ATTEMPTS {
@@ -1296,8 +1304,8 @@ async fn release_retrying(
                         lock,
                         "background release failed; still trying while the session lives"
                     );
-                    pending.done([lock.as_str()]);
-                    counted = false;
+                    pending.unblock(&lock);
+                    blocking = false;
                 }
                 let pause = if attempt < RELEASE_ATTEMPTS {
                     Duration::from_millis(50 * u64::from(attempt))
@@ -1308,8 +1316,11 @@ async fn release_retrying(
             }
         }
     }
-    if counted {
-        pending.done([lock.as_str()]);
+    match (blocking, given_up) {
+        (true, false) => pending.done([lock.as_str()]),
+        (true, true) => pending.given_up([lock.as_str()]),
+        (false, false) => pending.done_nonblocking(&lock),
+        (false, true) => pending.given_up_nonblocking(&lock),
     }
 }
 
