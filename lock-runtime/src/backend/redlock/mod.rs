@@ -319,12 +319,19 @@ impl Redlock {
                 Some(Ok(_)) => None,
             })
             .collect();
+        // Masters that refused for lack of a permission will refuse again:
+        // when too many did for a quorum, so does the fleet.
+        let denied = answers
+            .iter()
+            .filter(|a| matches!(a, Some(Err(e)) if e.is_permission_denied()))
+            .count();
         BackendError::msg(format!(
             "Redlock {what}: only {answered} of {} masters answered, a quorum is {} ({})",
             self.masters(),
             self.inner.quorum,
             reasons.join("; ")
         ))
+        .denied_if(denied > self.masters() - self.inner.quorum)
     }
 
     pub(crate) async fn acquire(

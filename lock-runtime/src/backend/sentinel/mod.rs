@@ -492,7 +492,10 @@ impl SentinelBackend {
             };
             let error = match outcome {
                 Ok(value) => return Ok(value),
-                Err(error) if error.is_replica_sync_failure() => return Err(error),
+                // (Neither is the sign of a switch.)
+                Err(error) if error.is_replica_sync_failure() || error.is_permission_denied() => {
+                    return Err(error)
+                }
                 Err(error) => error,
             };
             self.shared.suspect.notify_one();

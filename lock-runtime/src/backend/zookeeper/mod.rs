@@ -179,11 +179,15 @@ impl Inner {
             .unwrap_or(Err(zookeeper_client::Error::Timeout))
     }
 
+    /// `error` as a [`BackendError`]: `NoAuth` (an ACL on the path that
+    /// does not let our session do what it asked) is a refusal for good.
     fn failed(&self, what: &str, error: zookeeper_client::Error) -> BackendError {
+        let denied = matches!(error, zookeeper_client::Error::NoAuth);
         BackendError::new(
             format!("{what} on ZooKeeper at {}", self.sessions.shown()),
             error,
         )
+        .denied_if(denied)
     }
 
     /// The children of `lock` (none when it does not exist).
@@ -287,7 +291,8 @@ impl Inner {
                 Err(zookeeper_client::Error::NoNode) => {
                     let parents = CreateMode::Container.with_acls(Acls::anyone_all());
                     if let Err(error) = self.within(client.mkdir(lock, &parents)).await {
-                        return Err(self.failed("creating the lock path failed", error));
+                        let what = format!("creating the lock path {lock} failed");
+                        return Err(self.failed(&what, error));
                     }
                 }
                 Err(
@@ -302,11 +307,14 @@ impl Inner {
                     }
                     last = Some(error);
                 }
-                Err(error) => return Err(self.failed("creating a lock node failed", error)),
+                Err(error) => {
+                    let what = format!("creating a lock node under {lock} failed");
+                    return Err(self.failed(&what, error));
+                }
             }
         }
         Err(match last {
-            Some(error) => self.failed("creating a lock node failed", error),
+            Some(error) => self.failed(&format!("creating a lock node under {lock} failed"), error),
             None => BackendError::msg(format!(
                 "creating a lock node under {lock} failed on ZooKeeper at {}: \
                  the lock path kept vanishing",
@@ -1294,6 +1302,15 @@ async fn release_retrying(
         match backend.delete(&lock, &holder).await {
             Ok(_) => {
                 given_up = false;
+                break;
+            }
+            Err(error) if error.is_permission_denied() => {
+                // (An ACL on the lock's path: it would be refused again.)
+                tracing::warn!(
+                    %error,
+                    lock,
+                    "background release refused for lack of a permission: given up"
+                );
                 break;
             }
             Err(error) => {
