@@ -118,7 +118,37 @@ pub enum LockError {
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(String),
 
-    /// The backend failed (Redis unreachable, refused, or answered something unexpected).
+    /// The backend refused the lock for good: the user this runtime
+    /// connects as has no permission on the lock's name (a Redis ACL user
+    /// without the key pattern or a command, `NOPERM`; an etcd user whose
+    /// role does not cover the name, "permission denied"; a ZooKeeper ACL
+    /// on the lock's path, `NoAuth`). Waiting would not change that, so the
+    /// acquire fails at once, whatever its wait. Grant the permission
+    /// (docs/deploying.md lists what each backend needs); `source` is the
+    /// backend's answer.
+    ///
+    /// ```
+    /// # fn handle(error: lock_runtime::LockError) {
+    /// if let lock_runtime::LockError::PermissionDenied { key, source } = &error {
+    ///     eprintln!("this service may not lock `{key}`: {source}");
+    /// }
+    /// # }
+    /// ```
+    #[error(
+        "permission denied for lock `{key}`: the lock backend refused it ({}); waiting would \
+         not change that, so the acquire failed at once: give the user this runtime connects \
+         as access to the lock's names (docs/deploying.md)",
+        .source.what_failed()
+    )]
+    PermissionDenied {
+        /// The key as the caller gave it.
+        key: String,
+        /// The backend's refusal.
+        source: BackendError,
+    },
+
+    /// The backend failed (unreachable, refused, or answered something
+    /// unexpected).
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
@@ -212,6 +242,8 @@ pub struct BackendError {
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     /// A failed `sync_replicas` check (see [`BackendError::is_replica_sync_failure`]).
     replica_sync: bool,
+    /// A refusal for lack of a permission (see [`BackendError::is_permission_denied`]).
+    denied: bool,
 }
 
 impl BackendError {
@@ -223,6 +255,7 @@ impl BackendError {
             context: context.into(),
             source: Some(Box::new(source)),
             replica_sync: false,
+            denied: false,
         }
     }
 
@@ -231,6 +264,7 @@ impl BackendError {
             context: context.into(),
             source: None,
             replica_sync: false,
+            denied: false,
         }
     }
 
@@ -241,6 +275,33 @@ impl BackendError {
             replica_sync: true,
             ..BackendError::msg(context)
         }
+    }
+
+    /// The same error, marked as a refusal for lack of a permission when
+    /// `denied`: each backend says so where it turns its client's errors
+    /// into this type (Redis `NOPERM`, etcd's "permission denied",
+    /// ZooKeeper's `NoAuth`), and an acquire ends at once on it.
+    pub(crate) fn denied_if(mut self, denied: bool) -> Self {
+        self.denied = denied;
+        self
+    }
+
+    /// Whether the backend refused for good: the user the runtime connects
+    /// as has no permission on the names (or for a command) the operation
+    /// needs. Trying again does not help; an acquire refused so ends at once
+    /// with [`LockError::PermissionDenied`].
+    ///
+    /// ```
+    /// # fn handle(error: lock_runtime::LockError) {
+    /// if let lock_runtime::LockError::Backend(e) = &error {
+    ///     if e.is_permission_denied() {
+    ///         eprintln!("check the lock backend's ACLs: {e}");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn is_permission_denied(&self) -> bool {
+        self.denied
     }
 
     /// Whether the lock was taken, but fewer replicas than

@@ -186,9 +186,12 @@ impl LockRuntime {
     /// requests in flight. Returns how many locks it released.
     ///
     /// - Every held lock leaves the watchdog and is released at once, and
-    ///   the call waits until the backend has answered those releases and
-    ///   any queued by dropped guards (at most twice the response timeout;
-    ///   after that, [`LockError::Backend`], and leases free what is left).
+    ///   the call waits until the backend has confirmed those releases and
+    ///   any queued by dropped guards, on every backend, for at most twice
+    ///   the response timeout (the drain limit). A release not confirmed by
+    ///   then, or given up before (a server that refuses connections), makes
+    ///   it return [`LockError::Backend`] naming those locks; their leases
+    ///   free them.
     /// - A locked body still running is told its lock is lost: with
     ///   `on_lost = "abort"` it is stopped at its next `.await` and its call
     ///   returns [`LockError::ShutDown`]; its guard's `is_lost()` is true.
@@ -212,6 +215,9 @@ impl LockRuntime {
     /// ```
     pub async fn shutdown(&self) -> Result<usize, LockError> {
         let inner = &self.inner;
+        // A release given up from now on (its retries failed before the
+        // drain limit) is named in the result, never `Ok`.
+        inner.backend.record_given_up_releases();
         // Closed under the gate: every hold is in the table now, or will be
         // refused. What answered acquires took and nobody claimed goes back.
         for taken in inner.in_flight.close(|| {}) {
@@ -255,14 +261,12 @@ impl LockRuntime {
             inner.waiters.give_back_places();
             inner.waiters.wake_all();
         }
-        match drained {
-            Ok(()) => Ok(holds.len()),
-            Err(_) => Err(BackendError::msg(format!(
-                "shutdown: the backend did not confirm every release within {limit:?}; \
-                 their leases will free the locks left"
-            ))
-            .into()),
+        let mut unconfirmed = inner.backend.unconfirmed_releases();
+        unconfirmed.extend(inner.behind.unconfirmed());
+        if drained.is_ok() && unconfirmed.is_empty() {
+            return Ok(holds.len());
         }
+        Err(BackendError::msg(unconfirmed_message(&inner.describe, limit, &unconfirmed)).into())
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.
@@ -489,6 +493,38 @@ impl LockRuntime {
     }
 }
 
+/// Locks a shutdown error names at most.
+const SHOWN_UNCONFIRMED: usize = 10;
+
+/// What a shutdown whose releases were not all confirmed says: the backend,
+/// the drain limit, and the locks (backend names) left to their leases.
+fn unconfirmed_message(
+    backend: &str,
+    limit: Duration,
+    unconfirmed: &std::collections::BTreeSet<String>,
+) -> String {
+    if unconfirmed.is_empty() {
+        return format!(
+            "shutdown: {backend} did not answer the acquires in flight within the drain \
+             limit ({limit:?}); their leases free whatever they took"
+        );
+    }
+    let mut shown: Vec<&str> = unconfirmed
+        .iter()
+        .take(SHOWN_UNCONFIRMED)
+        .map(String::as_str)
+        .collect();
+    if unconfirmed.len() > shown.len() {
+        shown.push("…");
+    }
+    format!(
+        "shutdown: {backend} did not confirm the release of {} lock(s) within the drain \
+         limit ({limit:?}): {}; they stay held until their leases end",
+        unconfirmed.len(),
+        shown.join(", ")
+    )
+}
+
 /// Shuts the global runtime down ([`LockRuntime::shutdown`]): releases
 /// every lock it holds and takes no more. `Ok(0)` when none is installed.
 ///
@@ -514,28 +550,33 @@ pub async fn shutdown() -> Result<usize, LockError> {
 /// dropped unanswered (the worker stopped).
 struct Behind {
     pending: Arc<PendingReleases>,
-    /// `None`: counted as ordered.
-    lock_key: Option<String>,
+    lock_key: String,
+    /// Whether this process's acquires of the lock wait for it (not when
+    /// it goes out ahead of them on the same connection).
+    blocking: bool,
 }
 
 impl Behind {
     fn new(pending: Arc<PendingReleases>, lock_key: &str, ordered: bool) -> Self {
-        let lock_key = if ordered {
-            pending.add_ordered();
-            None
+        if ordered {
+            pending.add_nonblocking(lock_key);
         } else {
             pending.add(lock_key);
-            Some(lock_key.to_owned())
-        };
-        Behind { pending, lock_key }
+        }
+        Behind {
+            pending,
+            lock_key: lock_key.to_owned(),
+            blocking: !ordered,
+        }
     }
 }
 
 impl Drop for Behind {
     fn drop(&mut self) {
-        match self.lock_key.take() {
-            None => self.pending.done_ordered(),
-            Some(lock_key) => self.pending.done([lock_key.as_str()]),
+        if self.blocking {
+            self.pending.done([self.lock_key.as_str()]);
+        } else {
+            self.pending.done_nonblocking(&self.lock_key);
         }
     }
 }

@@ -21,9 +21,11 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 pub mod backends;
+pub mod own;
 pub mod pki;
 pub mod proxy;
 pub mod stall;
+pub use own::OwnServers;
 pub use pki::TestPki;
 pub use proxy::FaultProxy;
 pub use stall::StallableExecutor;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
 use lock_tests::{
-    block_on, fair_runtime, on_every_backend, queue_len, redis, unique, until_exists, until_queued,
-    wait_until, FaultProxy, Kind,
+    block_on, fair_runtime, on_every_backend, queue_len, redis, timing_turn, unique, until_exists,
+    until_queued, wait_until, FaultProxy, Kind,
 };
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
@@ -23,6 +23,8 @@ on_every_backend!(
     shutdown_racing_acquires_releases_and_bodies_gives_everything_back,
     no_hold_adopted_during_shutdown_stays_in_the_watchdog,
     shutdown_called_inside_a_locked_body_returns,
+    shutdown_with_the_servers_frozen_fails_within_its_limit_naming_the_lock
+        skip(memory = "the embedded store has no server to freeze: it frees at once"),
 );
 
 /// `shutdown()` gives back every lock the runtime holds (nested ones once),
@@ -69,6 +71,54 @@ async fn shutdown_releases_every_held_lock_and_refuses_new_ones(kind: Kind) {
             "`{key}` was still locked after shutdown"
         );
     }
+}
+
+/// Every server of the backend freezes (SIGSTOP) while a lock is held:
+/// nothing can confirm its release. `shutdown()` keeps its promise (`Ok`
+/// only once the backend confirmed every release, docs/operating.md): it
+/// returns `Err` naming the lock by its drain limit (twice the response
+/// timeout), whether the release's retries give up before the limit or go
+/// on after it.
+async fn shutdown_with_the_servers_frozen_fails_within_its_limit_naming_the_lock(kind: Kind) {
+    let servers = kind.own_servers().expect("a backend with servers");
+    let prefix = unique("frozen-shutdown");
+    let response = Duration::from_secs(2);
+    // A short lease makes a short ZooKeeper session, whose client gives it
+    // up (expired, as it cannot reach a server) within the drain limit:
+    // from then on every try of the release fails at once, and a releaser
+    // that gives up after a few tries has given up before the limit.
+    let runtime = servers
+        .builder(&prefix)
+        .response_timeout(response)
+        .default_lease(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let guard = runtime.lock("held").acquire().await.unwrap();
+    let lock_key = runtime.backend_key("held");
+
+    let turn = timing_turn().await;
+    servers.freeze();
+    let started = Instant::now();
+    let shut = runtime.shutdown().await;
+    let took = started.elapsed();
+    servers.thaw();
+    drop(turn);
+    eprintln!("{kind:?}: shutdown with the servers frozen: {shut:?} after {took:?}");
+    let limit = response * 2;
+    assert!(
+        took < limit + Duration::from_millis(1500),
+        "shutdown took {took:?}, its drain limit is {limit:?}"
+    );
+    match shut {
+        Err(LockError::Backend(e)) => {
+            let message = e.to_string();
+            assert!(message.contains(&lock_key), "{message}");
+            assert!(message.contains("did not confirm"), "{message}");
+        }
+        other => panic!("shutdown with every server frozen: {other:?}"),
+    }
+    assert!(guard.is_lost());
 }
 
 /// Sixteen tasks take, nest, drop and release locks on four keys (guards,

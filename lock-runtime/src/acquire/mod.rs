@@ -456,8 +456,14 @@ impl Acquisition {
 
     /// Step 4 (on backend failure): a bounded wait rides out backend
     /// trouble until its deadline, backing off; an unbounded one reports it
-    /// at once, and so does every wait a failed replica sync.
+    /// at once, and so does every wait a failed replica sync or a refusal
+    /// for lack of a permission.
     async fn back_off(&mut self, error: BackendError) -> Result<(), LockError> {
+        if error.is_permission_denied() {
+            // Refused for good: the wait would end as a timeout, later.
+            let key = self.want.key.clone();
+            return Err(LockError::PermissionDenied { key, source: error });
+        }
         let Some(deadline) = self.deadline else {
             return Err(error.into());
         };

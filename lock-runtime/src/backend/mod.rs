@@ -703,6 +703,38 @@ impl Backend {
         }
     }
 
+    /// From now on, background releases given up unanswered are named by
+    /// [`unconfirmed_releases`](Self::unconfirmed_releases) (shutdown
+    /// begins).
+    pub(crate) fn record_given_up_releases(&self) {
+        match self {
+            Backend::Redis(r) => r.pending().record_given_up(),
+            Backend::Redlock(r) => r.record_given_up_releases(),
+            Backend::Sentinel(s) => s.record_given_up_releases(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.pending().record_given_up(),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.pending().record_given_up(),
+            Backend::Memory(_) => {}
+        }
+    }
+
+    /// The locks (backend names) of which a background release is not
+    /// answered, or was given up unanswered since
+    /// [`record_given_up_releases`](Self::record_given_up_releases).
+    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
+        match self {
+            Backend::Redis(r) => r.pending().unconfirmed(),
+            Backend::Redlock(r) => r.unconfirmed_releases(),
+            Backend::Sentinel(s) => s.unconfirmed_releases(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.pending().unconfirmed(),
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(z) => z.pending().unconfirmed(),
+            Backend::Memory(_) => std::collections::BTreeSet::new(),
+        }
+    }
+
     /// Splits the locks due for renewal into batches of at most `most` that
     /// are renewed (and time out) independently. On a Redis Cluster a batch
     /// never spans two slots, so a frozen master delays only its own locks'

@@ -10,7 +10,7 @@
 //! (briefly, see `request.rs`) for the key's queued releases to be answered,
 //! and a runtime being shut down or dropped waits for all of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -112,64 +112,139 @@ impl ReleaseQueue<ReleaseJob> {
     }
 }
 
-/// Releases handed to the background releaser and not yet answered.
+/// Releases handed to the background releaser (or sent behind a locked
+/// call) and not yet answered.
+///
+/// Two counts per lock. The releases an acquire of the lock in this
+/// process waits for (*blocking*): not one that went out ahead of the
+/// acquire on the same connection (`add_nonblocking`), nor one tried a few
+/// times in vain that goes on being tried (`unblock`, ZooKeeper): the
+/// acquire goes ahead. And every release not answered yet (*unanswered*):
+/// what `shutdown` waits for, and names when its drain limit runs out. A
+/// release ends answered (`done`) or given up unanswered (`given_up`); the
+/// locks of those given up once shutdown began are named too
+/// ([`unconfirmed`](Self::unconfirmed)): shutdown promised to confirm them.
 #[derive(Debug, Default)]
 pub(crate) struct PendingReleases {
-    /// How many, over all locks (a lock-free check for the common case).
+    /// Unanswered releases, over all locks (a lock-free check for the
+    /// common case).
     total: AtomicUsize,
-    /// How many per lock hash.
-    by_lock: Mutex<HashMap<String, usize>>,
-    /// Notified whenever a batch of them is answered.
+    counts: Mutex<Counts>,
+    /// Notified whenever a batch of them is answered (or given up).
     answered: Notify,
 }
 
+#[derive(Debug, Default)]
+struct Counts {
+    /// Per lock: the releases its acquires wait for.
+    blocking: HashMap<String, usize>,
+    /// Per lock: the releases not answered yet (blocking or not).
+    unanswered: HashMap<String, usize>,
+    /// The locks whose release was given up unanswered since
+    /// [`record_given_up`](PendingReleases::record_given_up) (`None`
+    /// before: nobody asks).
+    given_up: Option<BTreeSet<String>>,
+}
+
+/// One less of `lock` in `counts`; whether it was there.
+fn take_one(counts: &mut HashMap<String, usize>, lock: &str) -> bool {
+    let Some(count) = counts.get_mut(lock) else {
+        return false;
+    };
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(lock);
+    }
+    true
+}
+
 impl PendingReleases {
-    fn by_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.by_lock.lock().unwrap_or_else(PoisonError::into_inner)
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records a release of `lock_key` about to be queued.
     pub(crate) fn add(&self, lock_key: &str) {
-        *self.by_lock().entry(lock_key.to_owned()).or_default() += 1;
+        let mut counts = self.counts();
+        *counts.blocking.entry(lock_key.to_owned()).or_default() += 1;
+        *counts.unanswered.entry(lock_key.to_owned()).or_default() += 1;
         self.total.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Records a release that went out on the connection this process's
-    /// next command on its lock goes through, ahead of that command (a
-    /// locked call's release, `LockRuntime::release_behind`): the server
-    /// applies it first, so an acquire need not wait for its answer. Counted
-    /// for [`all_settled`](Self::all_settled) only.
-    pub(crate) fn add_ordered(&self) {
+    /// Records a release of `lock_key` that went out on the connection
+    /// this process's next command on its lock goes through, ahead of that
+    /// command (a locked call's release, `LockRuntime::release_behind`):
+    /// the server applies it first, so an acquire need not wait for its
+    /// answer. Shutdown still does.
+    pub(crate) fn add_nonblocking(&self, lock_key: &str) {
+        *self
+            .counts()
+            .unanswered
+            .entry(lock_key.to_owned())
+            .or_default() += 1;
         self.total.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Records that a release counted by [`add_ordered`](Self::add_ordered)
-    /// was answered (or handed to the background releaser).
-    pub(crate) fn done_ordered(&self) {
-        self.total.fetch_sub(1, Ordering::AcqRel);
+    /// A release of `lock_key` counted by [`add`](Self::add) no longer holds
+    /// up this process's acquires of the lock (it failed a few times and
+    /// goes on being tried); it ends with
+    /// [`done_nonblocking`](Self::done_nonblocking) or
+    /// [`given_up_nonblocking`](Self::given_up_nonblocking).
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    pub(crate) fn unblock(&self, lock_key: &str) {
+        take_one(&mut self.counts().blocking, lock_key);
         self.answered.notify_waiters();
     }
 
-    /// Records that the releases of `hashes` were answered (or given up).
+    /// Records that the releases of `hashes` were answered.
     pub(crate) fn done<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) {
+        self.end(hashes, true, false);
+    }
+
+    /// Records that the releases of `hashes` were given up unanswered
+    /// (their locks are left to their leases).
+    pub(crate) fn given_up<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) {
+        self.end(hashes, true, true);
+    }
+
+    /// Records that a release counted by
+    /// [`add_nonblocking`](Self::add_nonblocking) (or
+    /// [`unblock`](Self::unblock)ed) was answered (or handed to the
+    /// background releaser, which counts it again).
+    pub(crate) fn done_nonblocking(&self, lock_key: &str) {
+        self.end([lock_key], false, false);
+    }
+
+    /// Records that a release [`unblock`](Self::unblock)ed was given up.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    pub(crate) fn given_up_nonblocking(&self, lock_key: &str) {
+        self.end([lock_key], false, true);
+    }
+
+    fn end<'a>(&self, hashes: impl IntoIterator<Item = &'a str>, blocking: bool, given_up: bool) {
         {
-            let mut by_lock = self.by_lock();
+            let mut counts = self.counts();
             for lock_key in hashes {
-                if let Some(count) = by_lock.get_mut(lock_key) {
-                    *count -= 1;
-                    if *count == 0 {
-                        by_lock.remove(lock_key);
-                    }
+                if blocking {
+                    take_one(&mut counts.blocking, lock_key);
+                }
+                if take_one(&mut counts.unanswered, lock_key) {
                     self.total.fetch_sub(1, Ordering::AcqRel);
+                }
+                if given_up {
+                    if let Some(locks) = &mut counts.given_up {
+                        locks.insert(lock_key.to_owned());
+                    }
                 }
             }
         }
         self.answered.notify_waiters();
     }
 
-    /// Whether a release of `lock_key` is queued and not yet answered.
+    /// Whether a release of `lock_key` that its acquires wait for is queued
+    /// and not yet answered.
     pub(crate) fn is_pending(&self, lock_key: &str) -> bool {
-        self.total.load(Ordering::Acquire) > 0 && self.by_lock().contains_key(lock_key)
+        self.total.load(Ordering::Acquire) > 0 && self.counts().blocking.contains_key(lock_key)
     }
 
     /// Resolves once no release of `lock_key` is pending (at once when none is).
@@ -184,15 +259,15 @@ impl PendingReleases {
         }
     }
 
-    /// How many releases are pending, and the first `shown` of their locks.
+    /// How many releases are unanswered, and the first `shown` of their locks.
     pub(crate) fn summary(&self, shown: usize) -> (usize, Vec<String>) {
-        let by_lock = self.by_lock();
-        let mut locks: Vec<String> = by_lock.keys().take(shown).cloned().collect();
+        let counts = self.counts();
+        let mut locks: Vec<String> = counts.unanswered.keys().take(shown).cloned().collect();
         locks.sort();
         (self.total.load(Ordering::Acquire), locks)
     }
 
-    /// Resolves once no release at all is pending.
+    /// Resolves once no release at all is unanswered.
     pub(crate) async fn all_settled(&self) {
         loop {
             let mut answered = pin!(self.answered.notified());
@@ -202,6 +277,22 @@ impl PendingReleases {
             }
             answered.await;
         }
+    }
+
+    /// From now on, the locks of releases given up unanswered are kept for
+    /// [`unconfirmed`](Self::unconfirmed) (shutdown calls it first: it must
+    /// not report `Ok` for a release nobody confirmed).
+    pub(crate) fn record_given_up(&self) {
+        self.counts().given_up.get_or_insert_with(BTreeSet::new);
+    }
+
+    /// The locks (backend names, sorted) of which a release is unanswered,
+    /// or was given up since [`record_given_up`](Self::record_given_up).
+    pub(crate) fn unconfirmed(&self) -> BTreeSet<String> {
+        let counts = self.counts();
+        let mut locks: BTreeSet<String> = counts.unanswered.keys().cloned().collect();
+        locks.extend(counts.given_up.iter().flatten().cloned());
+        locks
     }
 }
 
@@ -287,7 +378,7 @@ mod tests {
     #[tokio::test]
     async fn an_ordered_release_is_waited_for_by_shutdown_only() {
         let pending = std::sync::Arc::new(PendingReleases::default());
-        pending.add_ordered();
+        pending.add_nonblocking("a");
         assert!(!pending.is_pending("a"));
         pending.settled("a").await;
         let all = tokio::spawn({
@@ -296,7 +387,46 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!all.is_finished());
-        pending.done_ordered();
+        assert_eq!(pending.unconfirmed().into_iter().collect::<Vec<_>>(), ["a"]);
+        pending.done_nonblocking("a");
         all.await.unwrap();
+        assert!(pending.unconfirmed().is_empty());
+    }
+
+    /// A release that stops holding up acquires after failed tries is
+    /// still unconfirmed for shutdown until it is answered.
+    #[tokio::test]
+    async fn an_unblocked_release_is_unconfirmed_until_answered() {
+        let pending = PendingReleases::default();
+        pending.add("a");
+        pending.add("a");
+        pending.unblock("a");
+        assert!(
+            pending.is_pending("a"),
+            "the other release of `a` still blocks"
+        );
+        pending.done(["a"]);
+        assert!(!pending.is_pending("a"));
+        pending.settled("a").await;
+        assert_eq!(pending.unconfirmed().into_iter().collect::<Vec<_>>(), ["a"]);
+        pending.done_nonblocking("a");
+        pending.all_settled().await;
+        assert!(pending.unconfirmed().is_empty());
+    }
+
+    /// A release given up unanswered is unconfirmed once shutdown began
+    /// recording (before, it was an outage that leases dealt with).
+    #[tokio::test]
+    async fn a_release_given_up_after_shutdown_began_stays_unconfirmed() {
+        let pending = PendingReleases::default();
+        pending.add("before");
+        pending.given_up(["before"]);
+        pending.record_given_up();
+        pending.add("a");
+        pending.add("b");
+        pending.given_up(["a"]);
+        pending.done(["b"]);
+        pending.all_settled().await;
+        assert_eq!(pending.unconfirmed().into_iter().collect::<Vec<_>>(), ["a"]);
     }
 }

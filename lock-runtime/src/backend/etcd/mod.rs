@@ -72,6 +72,10 @@ const TXN_OPS: usize = 128;
 /// warning (it goes on trying).
 const RELEASE_ATTEMPTS: u32 = 5;
 
+/// gRPC's status code `PERMISSION_DENIED`: etcd's answer to a call on a
+/// key that no role of the user covers ("etcdserver: permission denied").
+const GRPC_PERMISSION_DENIED: i32 = 7;
+
 /// Where the etcd servers are, and who we are to them.
 #[derive(Clone, Debug)]
 pub(crate) struct EtcdConfig {
@@ -338,10 +342,14 @@ impl Inner {
             }
             Ok(Err(error)) => {
                 self.failed(&error);
-                Err(BackendError::new(
-                    format!("etcd transaction at {}", self.endpoints),
-                    error,
-                ))
+                // A user whose roles do not cover a name of the transaction
+                // is refused for good.
+                let denied = matches!(&error, etcd_client::Error::GRpcStatus(status)
+                    if i32::from(status.code()) == GRPC_PERMISSION_DENIED);
+                Err(
+                    BackendError::new(format!("etcd transaction at {}", self.endpoints), error)
+                        .denied_if(denied),
+                )
             }
             Err(_) => {
                 self.healthy.store(false, Ordering::Release);
@@ -1197,7 +1205,8 @@ impl EtcdBackend {
 /// delete fails does not end by itself (the runtime's lease is kept alive
 /// for its other keys), so a batch is tried until etcd answers, backing
 /// off, for as long as the runtime lives; an outage is logged once per
-/// batch, not per try.
+/// batch, not per try. (A delete refused for lack of a permission is given
+/// up: see [`release_batch`].)
 ///
 /// Downgrades of dropped guards come through here too, so that each is
 /// sent before any release of its holder queued after it: a batch's
@@ -1256,38 +1265,98 @@ async fn releaser(
         if keys.is_empty() {
             continue;
         }
-        let (inner, pending) = (inner.clone(), pending.clone());
-        tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(50);
-            let mut tries = 0u32;
-            loop {
-                let Some(backend) = inner.upgrade() else {
-                    break; // the runtime is gone: so is its lease, soon
-                };
-                match backend.delete_keys(&keys).await {
-                    Ok(_) => break,
-                    Err(error) => {
-                        tries += 1;
-                        if tries == RELEASE_ATTEMPTS {
-                            tracing::warn!(
-                                %error,
-                                locks = keys.len(),
-                                "background release failed; retrying until etcd answers"
-                            );
-                        } else {
-                            tracing::debug!(%error, "background release failed; retrying");
-                        }
-                    }
+        // Each holder's keys with the lock names of its jobs (each counted
+        // as pending).
+        let jobs: Vec<((String, String), Vec<String>)> = keys
+            .into_iter()
+            .map(|key| {
+                let of_key = batch.iter().filter(|job| {
+                    matches!(job.op, Op::Release { .. })
+                        && job.lock_key == key.0
+                        && job.holder == key.1
+                });
+                let names = of_key.map(|job| job.lock_key.clone()).collect();
+                (key, names)
+            })
+            .collect();
+        tokio::spawn(release_batch(inner.clone(), jobs, pending.clone()));
+    }
+}
+
+/// How a background delete ended.
+#[derive(Clone, Copy)]
+enum Deleted {
+    /// etcd answered (or the runtime is gone, and its lease with it).
+    Answered,
+    /// Refused for lack of a permission: it would be refused again.
+    Refused,
+}
+
+/// Deletes the holders of `jobs` in one transaction, then marks their jobs
+/// answered. A transaction refused for lack of a permission is tried again
+/// holder by holder, so that one refused key does not keep the others: a
+/// holder refused alone is given up (its put was most likely refused
+/// too; a key it did put stays until this runtime's etcd lease ends).
+async fn release_batch(
+    inner: Weak<Inner>,
+    jobs: Vec<((String, String), Vec<String>)>,
+    pending: Arc<PendingReleases>,
+) {
+    let keys: Vec<(String, String)> = jobs.iter().map(|(key, _)| key.clone()).collect();
+    let outcomes = match delete_until_answered(&inner, &keys).await {
+        Deleted::Refused if keys.len() > 1 => {
+            let alone = keys.chunks(1).map(|key| delete_until_answered(&inner, key));
+            futures_util::future::join_all(alone).await
+        }
+        outcome => vec![outcome; keys.len()],
+    };
+    for ((_, names), outcome) in jobs.iter().zip(outcomes) {
+        let names = names.iter().map(String::as_str);
+        match outcome {
+            Deleted::Answered => pending.done(names),
+            Deleted::Refused => pending.given_up(names),
+        }
+    }
+}
+
+/// Deletes `keys` in one transaction, tried until etcd answers, backing
+/// off, for as long as the runtime lives; an outage is logged once, not
+/// per try.
+async fn delete_until_answered(inner: &Weak<Inner>, keys: &[(String, String)]) -> Deleted {
+    let mut backoff = Duration::from_millis(50);
+    let mut tries = 0u32;
+    loop {
+        let Some(backend) = inner.upgrade() else {
+            return Deleted::Answered; // the runtime is gone: so is its lease, soon
+        };
+        match backend.delete_keys(keys).await {
+            Ok(_) => return Deleted::Answered,
+            Err(error) if error.is_permission_denied() => {
+                if let [(lock, _)] = keys {
+                    tracing::warn!(
+                        %error,
+                        lock,
+                        "background release refused for lack of a permission: given up"
+                    );
                 }
-                drop(backend);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                return Deleted::Refused;
             }
-            let released = batch
-                .iter()
-                .filter(|job| matches!(job.op, Op::Release { .. }));
-            pending.done(released.map(|job| job.lock_key.as_str()));
-        });
+            Err(error) => {
+                tries += 1;
+                if tries == RELEASE_ATTEMPTS {
+                    tracing::warn!(
+                        %error,
+                        locks = keys.len(),
+                        "background release failed; retrying until etcd answers"
+                    );
+                } else {
+                    tracing::debug!(%error, "background release failed; retrying");
+                }
+            }
+        }
+        drop(backend);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
 

@@ -134,8 +134,11 @@ fn millis(n: i64) -> Duration {
 }
 
 impl RedisBackend {
-    fn failed(&self, what: &str, source: RedisError) -> BackendError {
-        BackendError::new(format!("{what} on Redis at {}", self.endpoint), source)
+    /// `source` as a [`BackendError`]: `NOPERM` (an ACL user without the
+    /// key pattern, channel or command) is a refusal for good.
+    pub(crate) fn failed(&self, what: &str, source: RedisError) -> BackendError {
+        let denied = source.code() == Some("NOPERM");
+        BackendError::new(format!("{what} on Redis at {}", self.endpoint), source).denied_if(denied)
     }
 
     /// `host:port` of the server (no credentials).

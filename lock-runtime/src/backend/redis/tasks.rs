@@ -198,17 +198,16 @@ pub(super) async fn releaser(
         let sending = release_batch(con.clone(), scripts.clone(), window.clone(), batch);
         let (pending, outage) = (pending.clone(), outage.clone());
         tokio::spawn(async move {
-            let batch = match sending.await {
+            match sending.await {
                 Ok(batch) => {
                     outage.went_through();
-                    batch
+                    pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
                 }
                 Err((batch, error)) => {
                     outage.given_up(&error, batch.len(), &pending);
-                    batch
+                    pending.given_up(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
                 }
-            };
-            pending.done(batch.iter().map(|(lock_key, _, _)| lock_key.as_str()));
+            }
         });
     }
 }

@@ -112,13 +112,7 @@ impl Redlock {
             .arg("lease")
             .query_async(&mut master.con.clone())
             .await
-            .map_err(|e| {
-                let what = format!(
-                    "reading the boot marker failed on Redis at {}",
-                    master.endpoint()
-                );
-                BackendError::new(what, e)
-            })?;
+            .map_err(|e| master.failed("reading the boot marker failed", e))?;
         Ok(match fields {
             (Some(since), Some(until), lease) => Some(Marker {
                 since,
@@ -145,13 +139,7 @@ impl Redlock {
             .arg(whole_ms(longest))
             .invoke_async(&mut master.con.clone())
             .await
-            .map_err(|e| {
-                let what = format!(
-                    "creating the boot marker failed on Redis at {}",
-                    master.endpoint()
-                );
-                BackendError::new(what, e)
-            })?;
+            .map_err(|e| master.failed("creating the boot marker failed", e))?;
         let [since, until, lease, created] = reply[..] else {
             return Err(BackendError::msg(format!(
                 "creating the boot marker failed on Redis at {}: unexpected reply {reply:?}",

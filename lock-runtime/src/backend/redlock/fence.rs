@@ -71,12 +71,7 @@ impl Redlock {
             .arg(&self.inner.window)
             .invoke_async(&mut con)
             .await
-            .map_err(|e| {
-                BackendError::new(
-                    format!("fence write-back failed on Redis at {}", master.endpoint()),
-                    e,
-                )
-            })?;
+            .map_err(|e| master.failed("fence write-back failed", e))?;
         Ok(recorded == 1)
     }
 }

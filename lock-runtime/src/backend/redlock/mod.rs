@@ -319,12 +319,19 @@ impl Redlock {
                 Some(Ok(_)) => None,
             })
             .collect();
+        // Masters that refused for lack of a permission will refuse again:
+        // when too many did for a quorum, so does the fleet.
+        let denied = answers
+            .iter()
+            .filter(|a| matches!(a, Some(Err(e)) if e.is_permission_denied()))
+            .count();
         BackendError::msg(format!(
             "Redlock {what}: only {answered} of {} masters answered, a quorum is {} ({})",
             self.masters(),
             self.inner.quorum,
             reasons.join("; ")
         ))
+        .denied_if(denied > self.masters() - self.inner.quorum)
     }
 
     pub(crate) async fn acquire(
@@ -569,6 +576,22 @@ impl Redlock {
             .map(|c| Box::pin(c.backend.pending().all_settled()) as Call<'_, ()>)
             .collect();
         let _ = gather(settled, |_| false).await;
+    }
+
+    /// See `Backend::record_given_up_releases`: on every master.
+    pub(crate) fn record_given_up_releases(&self) {
+        for master in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
+            master.backend.pending().record_given_up();
+        }
+    }
+
+    /// The locks of which a background release is unconfirmed on any
+    /// master (shutdown waits for every master, as it does for the drain).
+    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
+        let masters = self.inner.masters.iter().filter_map(|m| m.slot.get());
+        masters
+            .flat_map(|master| master.backend.pending().unconfirmed())
+            .collect()
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {

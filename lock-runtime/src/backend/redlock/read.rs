@@ -92,12 +92,7 @@ impl Redlock {
             .arg(if check.retake { "1" } else { "0" })
             .invoke_async(&mut master.con.clone())
             .await
-            .map_err(|e| {
-                BackendError::new(
-                    format!("read acquire failed on Redis at {}", master.endpoint()),
-                    e,
-                )
-            })?;
+            .map_err(|e| master.failed("read acquire failed", e))?;
         ballot(&reply).ok_or_else(|| {
             BackendError::msg(format!(
                 "read acquire failed on Redis at {}: unexpected reply {reply:?}",

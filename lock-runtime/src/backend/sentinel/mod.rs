@@ -57,6 +57,7 @@ mod resolve;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -182,6 +183,9 @@ struct Shared {
     /// Told when the primary was replaced: calls still waiting for the old
     /// one run again on the new one, and waits for its releases end.
     switched: Notify,
+    /// Shutdown began: every new primary records the releases it gives up
+    /// (see `Backend::record_given_up_releases`).
+    recording: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -257,6 +261,7 @@ pub(crate) async fn connect(
         announced: Mutex::new(None),
         news: Notify::new(),
         switched: Notify::new(),
+        recording: AtomicBool::new(false),
     });
     tokio::spawn(monitor(Arc::downgrade(&shared), suspect));
     tokio::spawn(events::listen(Arc::downgrade(&shared)));
@@ -407,6 +412,11 @@ impl Shared {
             let mut current = self.primary.write().unwrap_or_else(PoisonError::into_inner);
             std::mem::replace(&mut *current, primary.clone())
         };
+        // (After the switch: a shutdown that began meanwhile records on the
+        // new primary itself, or is seen here.)
+        if self.recording.load(Ordering::SeqCst) {
+            primary.backend.pending().record_given_up();
+        }
         tracing::warn!(
             service = %self.service,
             from = %old.address,
@@ -482,7 +492,10 @@ impl SentinelBackend {
             };
             let error = match outcome {
                 Ok(value) => return Ok(value),
-                Err(error) if error.is_replica_sync_failure() => return Err(error),
+                // (Neither is the sign of a switch.)
+                Err(error) if error.is_replica_sync_failure() || error.is_permission_denied() => {
+                    return Err(error)
+                }
                 Err(error) => error,
             };
             self.shared.suspect.notify_one();
@@ -616,11 +629,34 @@ impl SentinelBackend {
             .await;
     }
 
-    /// Resolves once every background release queued so far on the current
-    /// primary has been answered, or that primary was replaced.
+    /// Resolves once every background release queued so far has been
+    /// answered (or given up) by the primary current then. A switch of
+    /// primary queues the old one's recent releases on the new one: those
+    /// are waited for there.
     pub(crate) async fn all_releases_settled(&self) {
-        self.until_switched(|p| async move { p.backend.pending().all_settled().await })
-            .await;
+        loop {
+            let switched = self.shared.switched.notified();
+            let mut switched = std::pin::pin!(switched);
+            switched.as_mut().enable();
+            let primary = self.shared.current();
+            tokio::select! {
+                () = primary.backend.pending().all_settled() => return,
+                () = switched => {}
+            }
+        }
+    }
+
+    /// See `Backend::record_given_up_releases`: on this primary and every
+    /// later one.
+    pub(crate) fn record_given_up_releases(&self) {
+        self.shared.recording.store(true, Ordering::SeqCst);
+        self.shared.current().backend.pending().record_given_up();
+    }
+
+    /// The locks of which a background release is unconfirmed on the
+    /// current primary.
+    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
+        self.shared.current().backend.pending().unconfirmed()
     }
 
     /// Runs `wait` on the current primary until it ends or that primary is

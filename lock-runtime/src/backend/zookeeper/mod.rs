@@ -60,8 +60,9 @@ use sessions::{Session, Sessions};
 /// Most reads in one multi-read.
 const MULTI_OPS: usize = 128;
 
-/// How often a background release is tried before it stops counting as
-/// pending (it goes on trying, less often, while the session lives).
+/// How often a background release is tried before this process's acquires
+/// of its lock stop waiting for it (it goes on trying, less often, while
+/// the session lives, and shutdown waits for it).
 const RELEASE_ATTEMPTS: u32 = 5;
 
 /// How often a background release is tried in all.
@@ -178,11 +179,15 @@ impl Inner {
             .unwrap_or(Err(zookeeper_client::Error::Timeout))
     }
 
+    /// `error` as a [`BackendError`]: `NoAuth` (an ACL on the path that
+    /// does not let our session do what it asked) is a refusal for good.
     fn failed(&self, what: &str, error: zookeeper_client::Error) -> BackendError {
+        let denied = matches!(error, zookeeper_client::Error::NoAuth);
         BackendError::new(
             format!("{what} on ZooKeeper at {}", self.sessions.shown()),
             error,
         )
+        .denied_if(denied)
     }
 
     /// The children of `lock` (none when it does not exist).
@@ -286,7 +291,8 @@ impl Inner {
                 Err(zookeeper_client::Error::NoNode) => {
                     let parents = CreateMode::Container.with_acls(Acls::anyone_all());
                     if let Err(error) = self.within(client.mkdir(lock, &parents)).await {
-                        return Err(self.failed("creating the lock path failed", error));
+                        let what = format!("creating the lock path {lock} failed");
+                        return Err(self.failed(&what, error));
                     }
                 }
                 Err(
@@ -301,11 +307,14 @@ impl Inner {
                     }
                     last = Some(error);
                 }
-                Err(error) => return Err(self.failed("creating a lock node failed", error)),
+                Err(error) => {
+                    let what = format!("creating a lock node under {lock} failed");
+                    return Err(self.failed(&what, error));
+                }
             }
         }
         Err(match last {
-            Some(error) => self.failed("creating a lock node failed", error),
+            Some(error) => self.failed(&format!("creating a lock node under {lock} failed"), error),
             None => BackendError::msg(format!(
                 "creating a lock node under {lock} failed on ZooKeeper at {}: \
                  the lock path kept vanishing",
@@ -1267,18 +1276,21 @@ impl Inner {
     }
 }
 
-/// Deletes one node, retrying while the session lives; it stops counting as
-/// pending after a few attempts (this process's next acquire of the lock
-/// then goes ahead; the node goes on being deleted).
+/// Deletes one node, retrying while the session lives. After a few attempts
+/// it stops holding up this process's next acquire of the lock (which then
+/// goes ahead; the node goes on being deleted), but it stays unanswered
+/// for shutdown, which promised to confirm it, until it is answered.
 async fn release_retrying(
     inner: Weak<Inner>,
     lock: String,
     holder: String,
     pending: Arc<PendingReleases>,
 ) {
-    let mut counted = true;
+    let mut blocking = true;
+    let mut given_up = true;
     for attempt in 1..=RELEASE_ATTEMPTS_MAX {
         let Some(backend) = inner.upgrade() else {
+            given_up = false; // (the runtime is gone, and its session)
             break;
         };
         let still_ours = backend
@@ -1287,10 +1299,23 @@ async fn release_retrying(
         if !still_ours {
             // Its session expired: the node went with it.
             backend.forget(&lock, &holder);
+            given_up = false;
             break;
         }
         match backend.delete(&lock, &holder).await {
-            Ok(_) => break,
+            Ok(_) => {
+                given_up = false;
+                break;
+            }
+            Err(error) if error.is_permission_denied() => {
+                // (An ACL on the lock's path: it would be refused again.)
+                tracing::warn!(
+                    %error,
+                    lock,
+                    "background release refused for lack of a permission: given up"
+                );
+                break;
+            }
             Err(error) => {
                 drop(backend);
                 if attempt == RELEASE_ATTEMPTS {
@@ -1299,8 +1324,8 @@ async fn release_retrying(
                         lock,
                         "background release failed; still trying while the session lives"
                     );
-                    pending.done([lock.as_str()]);
-                    counted = false;
+                    pending.unblock(&lock);
+                    blocking = false;
                 }
                 let pause = if attempt < RELEASE_ATTEMPTS {
                     Duration::from_millis(50 * u64::from(attempt))
@@ -1311,8 +1336,11 @@ async fn release_retrying(
             }
         }
     }
-    if counted {
-        pending.done([lock.as_str()]);
+    match (blocking, given_up) {
+        (true, false) => pending.done([lock.as_str()]),
+        (true, true) => pending.given_up([lock.as_str()]),
+        (false, false) => pending.done_nonblocking(&lock),
+        (false, true) => pending.given_up_nonblocking(&lock),
     }
 }
 
