@@ -82,6 +82,9 @@ async fn main() -> Result<(), Error> {
                 })
                 .await?;
             }
+            // (Its last call returned before its release was answered:
+            // shutdown sends it, as a process that exits must.)
+            runtime.shutdown().await?;
             println!("done");
             Ok(())
         }
@@ -280,6 +283,10 @@ async fn soak(
         println!("key {i} {}", count.load(Ordering::SeqCst));
     }
     println!("violations {}", violations.load(Ordering::SeqCst));
+    // A locked call returns before its release is answered: a process that
+    // exits without `shutdown` leaves its last key taken until the lease
+    // ends (30 s), and another contender's wait for it ran out.
+    runtime.shutdown().await?;
     println!("done");
     Ok(())
 }
