@@ -257,6 +257,10 @@ pub(super) async fn run(args: Args) -> Result<()> {
     lines.push(format!("cpu_us {cpu_us:.0}"));
     lines.push(format!("served {served}"));
     lines.push("done".to_owned());
+    // (The last releases go out before the process exits: see `contend`.)
+    if let Guard::Ours { runtime, .. } = &guard {
+        runtime.shutdown().await?;
+    }
     super::emit(lines)
 }
 
