@@ -293,11 +293,15 @@ async fn a_queued_waiter_tries_when_the_holder_lease_ends(kind: Kind) {
     // The head: will hold with a fixed 600 ms lease and never release.
     let head = spawn_waiter(Duration::from_millis(600), true);
     wait_until("the head waits", || runtime.stats().waiting_keys == 1).await;
-    // Two more queue behind it.
+    // Two more queue behind it, in this order. (Each waits until the one
+    // before it is queued: a task spawned first may still be queued
+    // second on a loaded machine, and a third that got the key before the
+    // second would hold it until the end, as the test only releases it
+    // after the second's turn.)
     let second = spawn_waiter(Duration::from_secs(30), false);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until("the second waits", || runtime.stats().waiting == 2).await;
     let third = spawn_waiter(Duration::from_secs(30), false);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until("the third waits", || runtime.stats().waiting == 3).await;
     first.release().await.unwrap();
     let (head_guard, head_at) = head.await.unwrap();
     let head_guard = head_guard.unwrap();
