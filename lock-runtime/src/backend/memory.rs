@@ -393,13 +393,17 @@ mod tests {
         let first = token(&store, lock_key, "h:1", LEASE);
         assert_eq!(store.release(lock_key, "h:1"), Release::Freed);
         past_the_window();
-        let second = token(&store, lock_key, "h:2", Duration::from_millis(30));
+        // (A lease of ten windows: a loaded machine may oversleep 15 ms by
+        // more than a window, and the hold must not run out between two
+        // renewals here.)
+        let lease = Duration::from_millis(300);
+        let second = token(&store, lock_key, "h:2", lease);
         assert!(second > first, "{second} <= {first}");
         // Renewed past the window: the key's record expires, the hold keeps
         // its token for a re-entry.
         for _ in 0..4 {
             std::thread::sleep(Duration::from_millis(15));
-            assert!(store.renew(lock_key, "h:2", Duration::from_millis(30)));
+            assert!(store.renew(lock_key, "h:2", lease));
         }
         assert_eq!(token(&store, lock_key, "h:2", LEASE), second, "re-entry");
         assert_eq!(store.release(lock_key, "h:2"), Release::StillHeld);
