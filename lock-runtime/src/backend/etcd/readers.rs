@@ -164,7 +164,7 @@ pub(super) async fn last_writer_upto(
     for _ in 0..PAGES_MAX {
         let txn = etcd_client::Txn::new().and_then(last_writers(lock, upto).to_vec());
         let answer = inner.txn(txn).await?;
-        match last_writer(lock, &super::gets(&answer)) {
+        match last_writer(lock, &super::txn::gets(&answer)) {
             Scan::Writer(key, created, modded) => return Ok(Some((key, created, modded))),
             Scan::None => return Ok(None),
             Scan::Below(below) if below < upto => upto = below,
