@@ -21,6 +21,9 @@
 //! `<lock>0` end the prefixes `read/` and `<lock>/`). Keys valued `r` in
 //! them are skipped on the client; pages of [`PAGE`] keys keep one read
 //! small, and more pages are read only when a page is all `r`.
+//!
+//! Owns the reading of a directory's writers and readers; puts and deletes
+//! no key.
 
 use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, TxnOp};
 
