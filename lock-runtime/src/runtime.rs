@@ -4,7 +4,7 @@
 //! of held locks, its waiters and its watchdog. Its background work — the
 //! watchdog, the backend's connection, subscription and release tasks — runs
 //! on one dedicated thread with a small tokio runtime of its own, started by
-//! the builder (`builder.rs`). That keeps locks working whatever runtime the
+//! the builder (`builder/worker.rs`). That keeps locks working whatever runtime the
 //! caller uses and however many there are (one per `#[tokio::test]`, say),
 //! and lets a dropped guard queue its release without any tokio context. The
 //! thread stops when the last handle is dropped.
@@ -43,7 +43,7 @@ pub(crate) struct Settings {
     pub(crate) cohort: crate::cohort::Cohort,
 }
 
-/// What the worker thread started (see `builder.rs`).
+/// What the worker thread started (see `builder/worker.rs`).
 pub(crate) struct Started {
     /// The worker's tokio runtime: context for callers that have none.
     pub(crate) handle: tokio::runtime::Handle,

@@ -15,6 +15,8 @@
 //!
 //! The price: a holder that dies frees its locks when the etcd lease runs
 //! out, up to 1.5 leases after its last keep-alive (Redis: one lease).
+//!
+//! Owns the etcd leases and their keep-alives; writes no key.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

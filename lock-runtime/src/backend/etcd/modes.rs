@@ -16,6 +16,8 @@
 //! caller was cancelled, would be entered as a writer while etcd records a
 //! reader, and a reader of another process would come in beside it. So a
 //! renewal counts a write hold only while its key is still a writer.
+//!
+//! Owns the rule of modes, as pure functions; sends nothing to etcd.
 
 use etcd_client::KeyValue;
 

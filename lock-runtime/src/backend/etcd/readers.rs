@@ -21,6 +21,9 @@
 //! `<lock>0` end the prefixes `read/` and `<lock>/`). Keys valued `r` in
 //! them are skipped on the client; pages of [`PAGE`] keys keep one read
 //! small, and more pages are read only when a page is all `r`.
+//!
+//! Owns the reading of a directory's writers and readers; puts and deletes
+//! no key.
 
 use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, SortOrder, SortTarget, TxnOp};
 
@@ -164,7 +167,7 @@ pub(super) async fn last_writer_upto(
     for _ in 0..PAGES_MAX {
         let txn = etcd_client::Txn::new().and_then(last_writers(lock, upto).to_vec());
         let answer = inner.txn(txn).await?;
-        match last_writer(lock, &super::gets(&answer)) {
+        match last_writer(lock, &super::txn::gets(&answer)) {
             Scan::Writer(key, created, modded) => return Ok(Some((key, created, modded))),
             Scan::None => return Ok(None),
             Scan::Below(below) if below < upto => upto = below,

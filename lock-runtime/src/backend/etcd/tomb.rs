@@ -24,6 +24,9 @@
 //! cannot happen: a holder id whose attempt failed is never put again (the
 //! waiters make a new place, see `WaitTicket::abandon_place`), and a key is
 //! only deleted after the last put of its id.
+//!
+//! Owns the record of unanswered puts and the tombstone's key; sends no
+//! transaction itself (`release.rs` writes the tombstones).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -19,6 +19,9 @@
 //! whose lease had expired, etcd#11456). A place whose key is gone (its
 //! lease lost, a force-unlock) tells its waiters the key was released: the
 //! next attempt queues it again.
+//!
+//! Owns the wait task of each queued place; puts and deletes no key (a place
+//! given back is `release.rs`'s).
 
 use std::sync::Weak;
 use std::time::Duration;

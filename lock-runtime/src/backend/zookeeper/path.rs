@@ -31,6 +31,8 @@
 //! each sorting the other's last, so a Java service uses one recipe per
 //! path; our own processes order all three names by sequence and exclude
 //! in any mix).
+//!
+//! Owns names and order, as pure functions; sends nothing to ZooKeeper.
 
 use crate::error::LockError;
 use crate::mode::LockMode;

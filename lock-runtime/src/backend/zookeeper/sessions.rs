@@ -27,6 +27,8 @@
 //! node of the session is gone (the next renewal of its holds finds it and
 //! marks them lost), the waiters are told, and a new session with the same
 //! timeout replaces it.
+//!
+//! Owns the sessions and their clients; creates and deletes no lock node.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

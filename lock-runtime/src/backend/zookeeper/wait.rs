@@ -17,6 +17,8 @@
 //! see `ZookeeperBackend::acquire`). A place whose node is gone (its
 //! session expired, a force unlock) tells its waiters the lock was
 //! released: their next attempt queues again.
+//!
+//! Owns the wait task of each queued node; creates and deletes no node.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

@@ -7,22 +7,30 @@
 //! tasks) and the watchdog, and hands back a [`LockRuntime`] handle. When
 //! the last handle is dropped the thread sends the releases still queued,
 //! then stops.
+//!
+//! A section per backend's configuration (`redis.rs`, `etcd.rs`,
+//! `zookeeper.rs`), the checks every backend shares (`check.rs`), and the
+//! thread (`worker.rs`); this file holds the builder, its common setters
+//! and `build`.
 
-use std::sync::{Arc, Weak};
+mod check;
+mod etcd;
+mod redis;
+mod worker;
+mod zookeeper;
+
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::backend::releases::PendingReleases;
 use crate::backend::sentinel::{NodeAuth, SentinelConfig};
-use crate::backend::{Backend, BackendConfig, ConnectSettings, Heartbeats, Wakeups};
+use crate::backend::{BackendConfig, ConnectSettings};
 use crate::cohort::Cohort;
 use crate::error::{BackendError, LockError};
 use crate::names::LockNames;
 use crate::runtime::{LockRuntime, Settings, Started};
-use crate::waiters::Waiters;
-use crate::watchdog::{self, Watchdog};
 use crate::who::Identity;
+use worker::{worker, Parts};
 
 /// Default lease: how long a lock outlives a holder that stopped renewing it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -197,183 +205,6 @@ impl Default for LockRuntimeBuilder {
 }
 
 impl LockRuntimeBuilder {
-    /// Use the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`,
-    /// or `rediss://` for TLS). Needs Redis 6 or later (RESP3).
-    pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.choice = Choice::Redis(url.into());
-        self
-    }
-
-    /// Use a Redis Cluster, given the URLs of some of its nodes
-    /// (`redis://[user[:password]@]host:port`, or `rediss://` for TLS; one
-    /// reachable node is enough, the client learns the others and the
-    /// slots from it). Needs Redis 7 or later (sharded pub/sub). Every name
-    /// of one lock shares a hash tag, so each lock lives on one node; see
-    /// `docs/deploying.md`.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-    /// let runtime = lock_runtime::LockRuntime::builder()
-    ///     .redis_cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
-    ///     .build()
-    ///     .await?;
-    /// # drop(runtime); Ok(()) }
-    /// ```
-    pub fn redis_cluster<U: Into<String>>(mut self, urls: impl IntoIterator<Item = U>) -> Self {
-        self.choice = Choice::RedisCluster(urls.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Use Redlock over these independent Redis masters (each
-    /// `redis://…` or `rediss://…`, at least three; an odd count is best, as
-    /// N and N+1 masters tolerate the same number of failures): a lock is
-    /// held while a majority (N/2+1) of them hold it, so it survives the loss
-    /// of a minority. Fair mode is not available on it: `build` refuses a
-    /// builder whose `fair` is on (also by `LOCK_FAIR=1`). `docs/deploying.md`
-    /// says what it guarantees.
-    ///
-    /// ```
-    /// # async fn demo() {
-    /// let built = lock_runtime::LockRuntime::builder()
-    ///     .redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
-    ///     .fair(false)
-    ///     .build()
-    ///     .await;
-    /// assert!(built.unwrap_err().to_string().contains("at least 3 masters"));
-    /// # }
-    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo());
-    /// ```
-    pub fn redlock<I>(mut self, urls: I) -> Self
-    where
-        I: IntoIterator,
-        I::Item: Into<String>,
-    {
-        self.choice = Choice::Redlock(urls.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Use the primary of a Redis Sentinel service, and follow it across
-    /// failovers: `sentinels` are the sentinels' addresses
-    /// (`redis://[user:password@]host:port`, or `host:port`; a password in
-    /// one authenticates to that sentinel), `service` the name they monitor
-    /// (`sentinel monitor <service> …`). The primary and replicas are
-    /// reached with [`sentinel_auth`](Self::sentinel_auth) and
-    /// [`sentinel_db`](Self::sentinel_db). See `docs/deploying.md`, "Redis Sentinel".
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-    /// use std::time::Duration;
-    /// let runtime = lock_runtime::LockRuntime::builder()
-    ///     .redis_sentinel(["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"], "mymaster")
-    ///     .sentinel_auth(None, "data-node-password")
-    ///     .sync_replicas(1, Duration::from_millis(100))
-    ///     .build()
-    ///     .await?;
-    /// println!("{}", runtime.describe()); // redis sentinel service mymaster, primary at …
-    /// # Ok(()) }
-    /// ```
-    pub fn redis_sentinel(
-        mut self,
-        sentinels: impl IntoIterator<Item = impl Into<String>>,
-        service: impl Into<String>,
-    ) -> Self {
-        let sentinels = sentinels.into_iter().map(Into::into).collect();
-        self.choice = Choice::Sentinel(sentinels, service.into());
-        self
-    }
-
-    /// Sentinel: the user (`None`: the default user) and password of the
-    /// primary and replicas (not of the sentinels: put theirs in their URLs).
-    pub fn sentinel_auth(mut self, username: Option<String>, password: impl Into<String>) -> Self {
-        self.node_auth.username = username;
-        self.node_auth.password = Some(password.into());
-        self
-    }
-
-    /// Sentinel: the database number on the primary (default 0).
-    pub fn sentinel_db(mut self, db: u16) -> Self {
-        self.node_auth.db = db;
-        self
-    }
-
-    /// Sentinel: after each first acquisition, `WAIT` until `replicas`
-    /// replicas have the lock, at most `timeout` (1 ms to 1 h), so that a
-    /// failover right after the acquire does not lose it. When fewer
-    /// acknowledge it, the lock is released and the acquire fails with a
-    /// [`LockError::Backend`] saying "replication sync failed" (a bounded
-    /// wait retries until its deadline first). Costs a replication round
-    /// trip per acquire; keep `timeout` below
-    /// [`try_timeout`](Self::try_timeout), which bounds a try-once.
-    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.sync_replicas = Some((replicas, timeout));
-        self
-    }
-
-    /// Use etcd (v3 API, 3.4 or later), given some of its members'
-    /// endpoints (`host:port`, or `http://host:port`): etcd's own lock recipe,
-    /// fair by construction, with the key's create revision as the fencing
-    /// token; `etcdctl lock <name>` and this runtime exclude each other on
-    /// the same name (with an empty [`key_prefix`](Self::key_prefix), the
-    /// key is the name). Needs the feature `etcd`. See README, "etcd".
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-    /// let runtime = lock_runtime::LockRuntime::builder()
-    ///     .etcd(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"])
-    ///     .build()
-    ///     .await?;
-    /// # drop(runtime); Ok(()) }
-    /// ```
-    #[cfg(feature = "etcd")]
-    pub fn etcd<I>(mut self, endpoints: I) -> Self
-    where
-        I: IntoIterator,
-        I::Item: Into<String>,
-    {
-        self.choice = Choice::Etcd(endpoints.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// etcd: authenticate as `user` with `password` (etcd's own auth).
-    #[cfg(feature = "etcd")]
-    pub fn etcd_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.etcd_user = Some((user.into(), password.into()));
-        self
-    }
-
-    /// Use ZooKeeper (3.5 or later), given its connect string
-    /// (`host:port,host:port[/chroot]`): Apache Curator's lock recipe
-    /// (`InterProcessMutex`), fair by construction, with the node's czxid as
-    /// the fencing token. A lock's path is the key prefix followed by the
-    /// key (`/locks/` + `order:1`; the default prefix `lock:` becomes
-    /// `/locks/`), and a Java service locking that path with Curator and
-    /// this runtime exclude each other. Needs the feature `zookeeper`. See
-    /// README, "ZooKeeper".
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-    /// let runtime = lock_runtime::LockRuntime::builder()
-    ///     .zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
-    ///     .key_prefix("/locks/")
-    ///     .build()
-    ///     .await?;
-    /// # drop(runtime); Ok(()) }
-    /// ```
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper(mut self, connect: impl Into<String>) -> Self {
-        self.choice = Choice::Zookeeper(connect.into());
-        self
-    }
-
-    /// ZooKeeper: authenticate as `user` with `password` (the `digest`
-    /// scheme, what `addauth digest user:password` does), for lock paths
-    /// whose ACLs ask for it.
-    #[cfg(feature = "zookeeper")]
-    pub fn zookeeper_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.zookeeper_auth = Some((user.into(), password.into()));
-        self
-    }
-
     /// Use the embedded in-process backend (the default): same semantics,
     /// one process. For development and for users' own tests.
     pub fn memory(mut self) -> Self {
@@ -534,110 +365,14 @@ impl LockRuntimeBuilder {
         // The default mode came from `LOCK_FAIR`; a value that is neither
         // yes nor no is refused here, where an error can be returned.
         fair_from_env(std::env::var("LOCK_FAIR").ok().as_deref())?;
-        if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
-            return Err(LockError::InvalidConfig(format!(
-                "default_lease {:?} is out of range: use 10ms to 24h",
-                self.default_lease
-            )));
-        }
-        for (name, timeout) in [
-            ("connect_timeout", self.connect_timeout),
-            ("response_timeout", self.response_timeout),
-            ("try_timeout", self.try_timeout),
-        ] {
-            if !TIMEOUT_RANGE.contains(&timeout) {
-                return Err(LockError::InvalidConfig(format!(
-                    "{name} {timeout:?} is out of range: use 1ms to 1h"
-                )));
-            }
-        }
-        if !FENCE_WINDOW_RANGE.contains(&self.fence_window) {
-            return Err(LockError::InvalidConfig(format!(
-                "fence_window {:?} is out of range: use 10ms to 1h",
-                self.fence_window
-            )));
-        }
-        if self.cohort.handoffs > crate::cohort::MAX_COHORT_HANDOFFS {
-            return Err(LockError::InvalidConfig(format!(
-                "cohort handoffs {} is out of range: use 0 (off) to {}",
-                self.cohort.handoffs,
-                crate::cohort::MAX_COHORT_HANDOFFS
-            )));
-        }
-        if self.prefix.contains(['{', '}']) {
-            return Err(LockError::InvalidConfig(
-                "the key prefix may not contain `{` or `}` (the runtime adds the hash tag)"
-                    .to_owned(),
-            ));
-        }
-        if let Choice::Redlock(urls) = &self.choice {
-            check_redlock(urls.len(), self.fair == Some(true))?;
-        }
-        self.check_sync_replicas()?;
+        self.check()?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Parts, LockError>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // How long a stopping runtime (shutdown, or the last handle gone)
         // waits for its queued releases to be answered.
         let drain = self.response_timeout.saturating_mul(2);
         let settings = self.connect_settings();
-        let config = match &self.choice {
-            Choice::Memory => BackendConfig::Memory {
-                fence_window: self.fence_window,
-            },
-            Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
-            Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
-            Choice::Redlock(urls) => BackendConfig::Redlock(
-                urls.clone(),
-                LockNames::redlock_boot(&self.prefix),
-                settings,
-            ),
-            Choice::Sentinel(sentinels, service) => BackendConfig::Sentinel(
-                SentinelConfig {
-                    sentinels: sentinels.clone(),
-                    service: service.clone(),
-                    auth: self.node_auth.clone(),
-                    sync: self.sync_replicas,
-                },
-                settings,
-            ),
-            #[cfg(feature = "etcd")]
-            Choice::Etcd(endpoints) => BackendConfig::Etcd(
-                crate::backend::etcd::EtcdConfig {
-                    endpoints: endpoints.clone(),
-                    user: self.etcd_user.clone(),
-                    prefix: self.prefix.clone(),
-                    default_lease: self.default_lease,
-                },
-                settings,
-            ),
-            #[cfg(feature = "zookeeper")]
-            Choice::Zookeeper(connect) => BackendConfig::Zookeeper(
-                crate::backend::zookeeper::ZookeeperConfig {
-                    connect: connect.clone(),
-                    auth: self.zookeeper_auth.clone(),
-                    prefix: self.prefix.clone(),
-                    default_lease: self.default_lease,
-                },
-                settings,
-            ),
-            #[cfg(not(feature = "zookeeper"))]
-            Choice::Zookeeper(_) => {
-                return Err(LockError::InvalidConfig(
-                    "ZooKeeper is configured (LOCK_ZOOKEEPER or LOCK_BACKEND=zookeeper), but \
-                     this build has no ZooKeeper backend: enable the feature `zookeeper` of \
-                     lock-runtime"
-                        .to_owned(),
-                ))
-            }
-            #[cfg(not(feature = "etcd"))]
-            Choice::Etcd(_) => {
-                return Err(LockError::InvalidConfig(
-                    "etcd is configured (LOCK_ETCD_ENDPOINTS or LOCK_BACKEND=etcd), but this \
-                     build has no etcd backend: enable the feature `etcd` of lock-runtime"
-                        .to_owned(),
-                ))
-            }
-        };
+        let config = self.backend_config(settings)?;
         // Every runtime on a server publishes who it is (`who.rs`); nobody
         // can look into the embedded store.
         let publish = self.publish_identity && !matches!(self.choice, Choice::Memory);
@@ -695,49 +430,33 @@ impl LockRuntimeBuilder {
         }
     }
 
-    /// `sync_replicas` is for Sentinel only, with at least one replica.
-    fn check_sync_replicas(&self) -> Result<(), LockError> {
-        let Some((replicas, timeout)) = self.sync_replicas else {
-            return Ok(());
-        };
-        if !matches!(self.choice, Choice::Sentinel(..)) {
-            return Err(LockError::InvalidConfig(
-                "sync_replicas needs the Sentinel backend (redis_sentinel)".to_owned(),
-            ));
-        }
-        if replicas == 0 || !TIMEOUT_RANGE.contains(&timeout) {
-            return Err(LockError::InvalidConfig(format!(
-                "sync_replicas({replicas}, {timeout:?}) is out of range: use at least one \
-                 replica and 1ms to 1h"
-            )));
-        }
-        Ok(())
+    /// The backend's configuration, as the builder's choice says; a
+    /// backend this build lacks is refused, naming its feature.
+    fn backend_config(&self, settings: ConnectSettings) -> Result<BackendConfig, LockError> {
+        Ok(match &self.choice {
+            Choice::Memory => BackendConfig::Memory {
+                fence_window: self.fence_window,
+            },
+            Choice::Redis(url) => BackendConfig::Redis(url.clone(), settings),
+            Choice::RedisCluster(urls) => BackendConfig::RedisCluster(urls.clone(), settings),
+            Choice::Redlock(urls) => BackendConfig::Redlock(
+                urls.clone(),
+                LockNames::redlock_boot(&self.prefix),
+                settings,
+            ),
+            Choice::Etcd(endpoints) => self.etcd_config(endpoints, settings)?,
+            Choice::Zookeeper(connect) => self.zookeeper_config(connect, settings)?,
+            Choice::Sentinel(sentinels, service) => BackendConfig::Sentinel(
+                SentinelConfig {
+                    sentinels: sentinels.clone(),
+                    service: service.clone(),
+                    auth: self.node_auth.clone(),
+                    sync: self.sync_replicas,
+                },
+                settings,
+            ),
+        })
     }
-}
-
-/// What `build` refuses of a Redlock configuration: fewer than three
-/// masters (with one or two, one failure stops every lock: use
-/// `.redis(url)` for one server), and fair mode. An even count is allowed,
-/// with a warning.
-fn check_redlock(masters: usize, fair: bool) -> Result<(), LockError> {
-    use crate::backend::redlock::{FAIR_UNSUPPORTED, MIN_MASTERS};
-    if masters < MIN_MASTERS {
-        return Err(LockError::InvalidConfig(format!(
-            "Redlock needs at least {MIN_MASTERS} masters, got {masters} (with fewer, one \
-             failure stops every lock; use .redis(url) for a single server)"
-        )));
-    }
-    if fair {
-        return Err(LockError::InvalidConfig(FAIR_UNSUPPORTED.to_owned()));
-    }
-    if masters.is_multiple_of(2) {
-        tracing::warn!(
-            masters,
-            "Redlock over an even number of masters tolerates no more failures than \
-             one master fewer"
-        );
-    }
-    Ok(())
 }
 
 impl LockRuntime {
@@ -746,82 +465,6 @@ impl LockRuntime {
     pub fn builder() -> LockRuntimeBuilder {
         LockRuntimeBuilder::default()
     }
-}
-
-/// What the worker thread hands back once started.
-struct Parts {
-    /// The worker's tokio runtime: context for callers that have none.
-    handle: tokio::runtime::Handle,
-    backend: Backend,
-    waiters: Arc<Waiters>,
-    watchdog: Arc<Watchdog>,
-    behind: Arc<PendingReleases>,
-}
-
-/// Body of the runtime's thread: start everything, then idle until stopped.
-fn worker(
-    config: BackendConfig,
-    drain: Duration,
-    identity: Option<Identity>,
-    ready: oneshot::Sender<Result<Parts, LockError>>,
-    stop: oneshot::Receiver<()>,
-) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(
-                BackendError::new("cannot start the lock runtime", e).into()
-            ));
-            return;
-        }
-    };
-    rt.block_on(async move {
-        let waiters = Waiters::new();
-        let wakeups: Weak<dyn Wakeups> = Arc::downgrade(&waiters) as Weak<dyn Wakeups>;
-        let (backend, watches) = match Backend::start(config, wakeups).await {
-            Ok(started) => started,
-            Err(e) => {
-                let _ = ready.send(Err(e));
-                return;
-            }
-        };
-        waiters.attach(watches);
-        let watchdog = Arc::new(Watchdog::default());
-        let backend_for_drain = backend.clone();
-        let (wd_stop_tx, wd_stop_rx) = oneshot::channel();
-        let heartbeats: Weak<dyn Heartbeats> = Arc::downgrade(&waiters) as Weak<dyn Heartbeats>;
-        tokio::spawn(watchdog::run(
-            watchdog.clone(),
-            backend.clone(),
-            heartbeats,
-            identity,
-            wd_stop_rx,
-        ));
-        let behind = Arc::new(PendingReleases::default());
-        let parts = Parts {
-            handle: tokio::runtime::Handle::current(),
-            backend,
-            waiters,
-            watchdog,
-            behind: behind.clone(),
-        };
-        if ready.send(Ok(parts)).is_err() {
-            return;
-        }
-        let _ = stop.await;
-        let _ = wd_stop_tx.send(());
-        // The last handle is gone, so no guard is left, but releases of
-        // dropped guards and locked calls may still be out: send them
-        // before stopping.
-        let _ = tokio::time::timeout(drain, async {
-            behind.all_settled().await;
-            backend_for_drain.all_releases_settled().await;
-        })
-        .await;
-    });
 }
 
 #[cfg(test)]

@@ -1,0 +1,100 @@
+//! Connecting: the key prefix checked, the sessions started (learning the
+//! longest session timeout the servers grant), the default lease's
+//! session opened, one answer, and the background releaser started; and
+//! the refusal of a lease longer than any session.
+//!
+//! Owns the building of `Inner`; sends no lock's nodes.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::lock_path;
+use super::places::ZookeeperWatches;
+use super::releaser::releaser;
+use super::sessions::Sessions;
+use super::{path, wait, Inner, ZookeeperBackend, ZookeeperConfig};
+use crate::backend::releases::ReleaseQueue;
+use crate::backend::{ConnectSettings, Wakeups, Watches};
+use crate::error::LockError;
+
+/// Connects (learning the longest session timeout the servers grant, and
+/// opening the default lease's session), and starts the background
+/// releaser.
+pub(crate) async fn connect(
+    config: ZookeeperConfig,
+    settings: &ConnectSettings,
+    wakeups: Weak<dyn Wakeups>,
+) -> Result<(ZookeeperBackend, Arc<dyn Watches>), LockError> {
+    if let Some(why) = path::invalid(&lock_path(&config.prefix, "k")) {
+        return Err(LockError::InvalidConfig(format!(
+            "the key prefix {:?} makes no ZooKeeper path ({why}): use a path such as `/locks/`",
+            config.prefix
+        )));
+    }
+    let auth = config
+        .auth
+        .as_ref()
+        .map(|(user, password)| format!("{user}:{password}").into_bytes());
+    let sessions = Sessions::start(
+        config.connect.clone(),
+        auth,
+        settings.connect_timeout,
+        wakeups.clone(),
+    )
+    .await?;
+    if let Some(refused) = refuse_lease(&sessions, config.default_lease) {
+        return Err(refused);
+    }
+    let reader = sessions.for_lease(config.default_lease).await?;
+    let (releases, jobs) = ReleaseQueue::new();
+    let inner = Arc::new(Inner {
+        sessions,
+        reader,
+        places: Mutex::default(),
+        unsettled: Mutex::default(),
+        waits: wait::Waits::default(),
+        downgrades: Mutex::default(),
+        releases,
+        wakeups,
+        timeout: settings.response_timeout,
+        handle: tokio::runtime::Handle::current(),
+    });
+    let backend = ZookeeperBackend { inner };
+    backend.ping().await?;
+    tokio::spawn(releaser(
+        Arc::downgrade(&backend.inner),
+        jobs,
+        backend.inner.releases.pending().clone(),
+    ));
+    let watches: Arc<dyn Watches> = Arc::new(ZookeeperWatches {
+        backend: Arc::downgrade(&backend.inner),
+    });
+    Ok((backend, watches))
+}
+
+/// The refusal of a lease longer than any session the servers grant.
+fn refuse_lease(sessions: &Sessions, lease: Duration) -> Option<LockError> {
+    (lease > sessions.longest).then(|| {
+        LockError::InvalidConfig(format!(
+            "a lease of {lease:?} is longer than the longest ZooKeeper session timeout the \
+             servers at {} grant ({:?}, their maxSessionTimeout): a holder's node could \
+             vanish while it still counts on its lease; use a lease of at most {:?}, or \
+             raise maxSessionTimeout",
+            sessions.shown(),
+            sessions.longest,
+            sessions.longest
+        ))
+    })
+}
+
+impl ZookeeperBackend {
+    /// Why a lock of `key` (at `lock`) with `lease` cannot be taken here:
+    /// a key that makes no ZooKeeper path, or a lease longer than any
+    /// session the servers grant.
+    pub(crate) fn refuses(&self, key: &str, lock: &str, lease: Duration) -> Option<LockError> {
+        if let Err(refused) = path::check_key(key, lock) {
+            return Some(refused);
+        }
+        refuse_lease(&self.inner.sessions, lease)
+    }
+}

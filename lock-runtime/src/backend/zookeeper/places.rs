@@ -1,0 +1,95 @@
+//! Fair places on ZooKeeper: their refresh (each node still queued:
+//! standing, not first) and the waiters' side of the watches (a place's
+//! watch starts with the acquire that queued it; a place given back has
+//! its node deleted in the background).
+//!
+//! Owns no wait of a place (`wait.rs`) and no delete (`release.rs`).
+
+use std::sync::{Arc, Weak};
+
+use zookeeper_client::MultiReadResult;
+
+use super::{path, Inner, Place, ZookeeperBackend, MULTI_OPS};
+use crate::backend::{PlaceRefresh, Refreshed, Watched, Watches};
+use crate::error::BackendError;
+
+impl ZookeeperBackend {
+    /// Confirms fair places: each node still queued (standing, not first).
+    pub(crate) async fn refresh_places(
+        &self,
+        batch: &[PlaceRefresh],
+    ) -> Result<Vec<Option<Refreshed>>, BackendError> {
+        let gone = Refreshed {
+            queued: false,
+            lock_ttl: -2,
+        };
+        let client = self.inner.reader.client();
+        let mut outcome = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(MULTI_OPS) {
+            let places: Vec<Option<Place>> = chunk
+                .iter()
+                .map(|p| self.inner.place(&p.lock_key, &p.holder))
+                .collect();
+            let mut reader = client.new_multi_reader();
+            for p in chunk {
+                reader
+                    .add_get_children(&p.lock_key)
+                    .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
+            }
+            let read = self
+                .inner
+                .within(reader.commit())
+                .await
+                .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
+            for (place, result) in places.into_iter().zip(read) {
+                let Some(place) = place else {
+                    outcome.push(Some(gone));
+                    continue;
+                };
+                outcome.push(match result {
+                    MultiReadResult::Children { children } => {
+                        let sorted = path::sorted(children);
+                        Some(match path::turn(&sorted, &place.name) {
+                            path::Turn::Gone => gone,
+                            path::Turn::Holds => Refreshed {
+                                queued: false,
+                                lock_ttl: -1,
+                            },
+                            path::Turn::Behind(_) => Refreshed {
+                                queued: true,
+                                lock_ttl: -1,
+                            },
+                        })
+                    }
+                    MultiReadResult::Error {
+                        err: zookeeper_client::Error::NoNode,
+                    } => Some(gone),
+                    _ => None,
+                });
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// The waiters' side: the per-place watches start with the acquire that
+/// queued the place, so a lock's watch is ready at once; an unused place's
+/// node is deleted.
+#[derive(Debug)]
+pub(super) struct ZookeeperWatches {
+    pub(super) backend: Weak<Inner>,
+}
+
+impl Watches for ZookeeperWatches {
+    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
+        watched.set_ready();
+    }
+
+    fn unwatch(&self, _lock: &str) {}
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        if let Some(inner) = self.backend.upgrade() {
+            ZookeeperBackend { inner }.release_in_background(lock, holder, true);
+        }
+    }
+}
