@@ -623,16 +623,13 @@ impl Backend {
 
     /// Whether a locked call may return before its release is answered
     /// (`LockRuntime::release_behind`): the Redis family and the embedded
-    /// store. Not etcd or ZooKeeper for now: there this process's next
-    /// acquire of the key would wait for the answer anyway, and the bench's
-    /// etcd S3 stalled for a whole wait now and then with it (1 run in 8,
-    /// unexplained yet), so the call still waits for it there. The newcomer
-    /// fix (an acquire queued behind local waiters that all left tries at
-    /// once) did not end it: at 45b818a with this `true` for both, one S3
-    /// acquire of etcd still waited its whole 30 s and timed out, in 1 of 19
-    /// S12 runs (made while a build loaded the machine; 0 in 34 more with
-    /// tracing, on an idle one; 0 in 12 S13 runs), and 0 in 52 S12 runs
-    /// with `false`.
+    /// store. Not etcd or ZooKeeper: there this process's next acquire of
+    /// the key waits for the answer anyway, and it did not measure faster.
+    /// (The whole-wait stall once blamed on it was the bench's workers
+    /// exiting without `shutdown`, their last release still behind them;
+    /// they call it now. With it on, two interleaved `lock-bench s12` pairs
+    /// on a loaded machine, off / on: S3 424 / 393 and 446 / 601
+    /// acquisitions/s, wait max 115 / 268 and 115 / 114 ms: no clear gain.)
     pub(crate) fn releases_behind(&self) -> bool {
         match self {
             #[cfg(feature = "etcd")]
