@@ -385,6 +385,9 @@ enum KeyKind {
     /// Each call a read hold (70 %), a write hold or an exclusive one (the
     /// same lock as a write), drawn by the worker from its seed.
     ReadWrite,
+    /// The same with a quarter of the calls readers: readers mostly meet
+    /// writers.
+    WriteMostly,
 }
 
 /// How one process takes one key.
@@ -402,23 +405,18 @@ impl KeySpec {
             (KeyKind::Exclusive, true) => "fair",
             (KeyKind::ReadWrite, false) => "rw-plain",
             (KeyKind::ReadWrite, true) => "rw-fair",
+            (KeyKind::WriteMostly, false) => "mix-plain",
+            (KeyKind::WriteMostly, true) => "mix-fair",
         }
     }
 }
 
-/// The keys' kinds: 2 or 3 keys, `nk0` exclusive, `nk1` read-write, `nk2`
-/// (when there is one) either, so that every run checks exclusive locks as
-/// before and read-write locks beside them.
-fn key_kinds(rng: &mut XorShift) -> Vec<KeyKind> {
-    let mut kinds = vec![KeyKind::Exclusive, KeyKind::ReadWrite];
-    if rng.below(2) == 0 {
-        kinds.push(if rng.below(2) == 0 {
-            KeyKind::Exclusive
-        } else {
-            KeyKind::ReadWrite
-        });
-    }
-    kinds
+/// The keys' kinds: `nk0` exclusive, `nk1` read-write (mostly readers),
+/// `nk2` read-write with a quarter readers, so that every run checks
+/// exclusive locks, readers sharing a key, and readers and writers of
+/// several processes taking turns on one.
+fn key_kinds() -> Vec<KeyKind> {
+    vec![KeyKind::Exclusive, KeyKind::ReadWrite, KeyKind::WriteMostly]
 }
 
 /// How each process takes each key: `[process][key]`, fair or plain as
@@ -476,7 +474,7 @@ async fn run(backend: Backend, mode: Mode) {
     let seed = seed();
     let secs = secs(backend);
     let mut rng = XorShift::new(splitmix(seed));
-    let kinds = key_kinds(&mut rng);
+    let kinds = key_kinds();
     let key_count = kinds.len();
     let specs = key_specs(mode, &kinds, &mut rng);
     let executors = executors(&mut rng);
@@ -535,6 +533,7 @@ async fn run(backend: Backend, mode: Mode) {
     let run_start = now_ns();
 
     let stalls = tokio::spawn(stall_executors(controls.clone(), stall_rng, secs));
+    let inspector = store.inspector(&prefix).await;
     let mut stage = Stage {
         backend,
         store: &mut store,
@@ -543,6 +542,7 @@ async fn run(backend: Backend, mode: Mode) {
         changed: &changed,
         prefix: &prefix,
         timed: TimedRestarts::default(),
+        inspector,
     };
     let mut faults = drive_faults(&mut stage, &mut rng, secs).await;
     let timed = stage.timed;
@@ -592,11 +592,11 @@ async fn run(backend: Backend, mode: Mode) {
         ends.push(end);
         // The executor stalls it reports are faults too, and so are the
         // stretches in which it got no CPU.
-        faults.extend(
-            lines
-                .iter()
-                .filter_map(|l| Fault::stall(i, executors[i], l).or_else(|| Fault::starved(i, l))),
-        );
+        faults.extend(lines.iter().filter_map(|l| {
+            Fault::stall(i, executors[i], l)
+                .or_else(|| Fault::starved(i, l))
+                .or_else(|| Fault::shutdown(i, backend, l))
+        }));
         outputs.push(lines);
     }
     for (i, link) in links.iter().enumerate() {
@@ -657,6 +657,16 @@ async fn run(backend: Backend, mode: Mode) {
         coverage.upgrades_refused,
         violations.len()
     );
+    println!(
+        "nemesis: {} calls cut by a timeout ({} cancelled), {} tries, {} guards dropped, {} \
+         shutdowns ({} holds ended by one)",
+        coverage.cut_calls,
+        coverage.cancelled,
+        coverage.tries,
+        coverage.guards_dropped,
+        history.shutdowns.len(),
+        coverage.holds_ended_by_shutdown
+    );
     match backend {
         Backend::Redis => println!(
             "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \
@@ -669,6 +679,11 @@ async fn run(backend: Backend, mode: Mode) {
             timed.restarts, timed.tries
         ),
     }
+    println!(
+        "nemesis: {} restarts inside a stall right after an acquire went out (of {} tries), {} \
+         with the key taken on the new server before the stalled worker ran again",
+        timed.send_restarts, timed.send_tries, timed.send_taken
+    );
     if !violations.is_empty() {
         faults.sort_by_key(|f| f.start);
         let setup: Vec<String> = (0..PROCESSES)

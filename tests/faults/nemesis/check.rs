@@ -134,6 +134,15 @@ pub(super) struct Coverage {
     pub(super) data_changes_excused: u64,
     /// Writes asked inside a read hold of their key, refused.
     pub(super) upgrades_refused: u64,
+    /// Calls cut by a timeout around their acquire or body, and calls
+    /// cancelled (dropped before they ended).
+    pub(super) cut_calls: u64,
+    pub(super) cancelled: u64,
+    /// `try_acquire()` calls, and guards dropped instead of released.
+    pub(super) tries: u64,
+    pub(super) guards_dropped: u64,
+    /// Outermost holds that a shutdown of their runtime ended.
+    pub(super) holds_ended_by_shutdown: u64,
 }
 
 pub(super) fn check(
@@ -143,6 +152,12 @@ pub(super) fn check(
     violations: &mut Vec<Violation>,
 ) -> Coverage {
     let mut coverage = Coverage::default();
+    for call in &history.calls {
+        coverage.cut_calls += u64::from(call.cut);
+        coverage.tries += u64::from(call.tried);
+        coverage.guards_dropped += u64::from(call.dropped);
+        coverage.cancelled += u64::from(call.ended.as_ref().is_some_and(|e| e.1 == "cancelled"));
+    }
     let by_key = outer_holds(history, &mut coverage);
     check_fences(history, faults, &by_key, violations);
     check_exclusion(history, faults, &by_key, violations, &mut coverage);
@@ -221,6 +236,8 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
         if call.acquired.is_some() && call.outer {
             coverage.outer_holds += 1;
             coverage.holds_told_lost += u64::from(call.lost.is_some());
+            coverage.holds_ended_by_shutdown +=
+                u64::from(history.ended_by_shutdown(call).is_some());
             if call.writes() {
                 coverage.write_holds += 1;
             } else {
@@ -653,12 +670,14 @@ pub(super) fn check_waiters(
     coverage: &mut Coverage,
 ) {
     // Per key: (acquired, end, what may linger after the end: nothing after
-    // a release, else see `linger`).
+    // a release or a shutdown that confirmed its releases, else see
+    // `linger`).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
     for call in &history.calls {
         if let (Some(acquired), true) = (call.acquired, call.outer) {
             let end = history.hold_end(call);
-            let linger = if call.released == Some(end) {
+            let confirmed = history.ended_by_shutdown(call).is_some_and(|s| s.confirmed);
+            let linger = if call.released == Some(end) || confirmed {
                 Duration::ZERO
             } else {
                 linger(backend, call, end)
