@@ -659,13 +659,13 @@ async fn run(backend: Backend, mode: Mode) {
     );
     println!(
         "nemesis: {} calls cut by a timeout ({} cancelled), {} tries, {} guards dropped, {} \
-         shutdowns ({} holds ended by one)",
+         shutdowns ({} holds open at one)",
         coverage.cut_calls,
         coverage.cancelled,
         coverage.tries,
         coverage.guards_dropped,
         history.shutdowns.len(),
-        coverage.holds_ended_by_shutdown
+        coverage.holds_at_a_shutdown
     );
     match backend {
         Backend::Redis => println!(

@@ -141,8 +141,8 @@ pub(super) struct Coverage {
     /// `try_acquire()` calls, and guards dropped instead of released.
     pub(super) tries: u64,
     pub(super) guards_dropped: u64,
-    /// Outermost holds that a shutdown of their runtime ended.
-    pub(super) holds_ended_by_shutdown: u64,
+    /// Outermost holds open when a shutdown of their runtime was called.
+    pub(super) holds_at_a_shutdown: u64,
 }
 
 pub(super) fn check(
@@ -236,8 +236,7 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
         if call.acquired.is_some() && call.outer {
             coverage.outer_holds += 1;
             coverage.holds_told_lost += u64::from(call.lost.is_some());
-            coverage.holds_ended_by_shutdown +=
-                u64::from(history.ended_by_shutdown(call).is_some());
+            coverage.holds_at_a_shutdown += u64::from(history.open_at_shutdown(call));
             if call.writes() {
                 coverage.write_holds += 1;
             } else {

@@ -482,7 +482,7 @@ pub(super) async fn drive_faults(
                 fault.frozen = true;
                 recovery = linger_recovery;
             }
-            (60..=65, _) => {
+            (60..=64, _) => {
                 // The worker's lock runtime shut down while its tasks go on;
                 // the fault is the worker's report (`shutdown <n> <from>
                 // <to>`), read after the run. Waited for (bounded), so that
@@ -494,7 +494,7 @@ pub(super) async fn drive_faults(
                 until(stage.changed, limit, || live.shut_down(order).is_some()).await;
                 continue;
             }
-            (66..=79, _) => {
+            (65..=84, _) => {
                 if let Some(restarted) = restart_after_send(stage, rng, &mut snapshots).await {
                     faults.push(restarted);
                 }

@@ -48,13 +48,14 @@ pub(super) struct Call {
     pub(super) dropped: bool,
 }
 
-/// A `shutdown()` of a process's lock runtime, which returned at `to`
-/// (`confirmed`: with `Ok`, every release answered). Every hold of the
-/// process ends by `to`: the runtime told each it was lost and gave it
-/// back. (When it was called is the fault's start.)
+/// A `shutdown()` of a process's lock runtime, called at `from`, which
+/// returned at `to` (`confirmed`: with `Ok`, every release answered). Every
+/// hold of the process ends by `to`: the runtime told each it was lost and
+/// gave it back.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Shutdown {
     pub(super) proc: usize,
+    pub(super) from: u64,
     pub(super) to: u64,
     pub(super) confirmed: bool,
 }
@@ -118,11 +119,12 @@ impl Shutdown {
     /// `shutdown <n> <from> <to> ok|err` of process `proc`.
     fn parse(proc: usize, line: &str) -> Option<Shutdown> {
         let words: Vec<&str> = line.split(' ').collect();
-        let ["shutdown", _, _from, to, how] = words.as_slice() else {
+        let ["shutdown", _, from, to, how] = words.as_slice() else {
             return None;
         };
         Some(Shutdown {
             proc,
+            from: from.parse().ok()?,
             to: to.parse().ok()?,
             confirmed: *how == "ok",
         })
@@ -325,6 +327,14 @@ impl History {
             Some(shutdown) => own.min(shutdown.to),
             None => own,
         }
+    }
+
+    /// Whether a call's hold was open when a shutdown of its runtime was
+    /// called (which told it that it was lost).
+    pub(super) fn open_at_shutdown(&self, call: &Call) -> bool {
+        self.shutdown_after(call).is_some_and(|s| {
+            call.acquired.is_some_and(|a| a < s.from) && self.hold_end(call) > s.from
+        })
     }
 
     /// The shutdown that ended a call's hold: the first of its process's

@@ -43,14 +43,16 @@
 //!       `stall <n> <from> <to> <how>` (CLOCK_MONOTONIC ns: when it was
 //!       blocked)
 //!   unstall <n>   ends stall `<n>` now (also when it has not begun yet,
-//!       and an `arm <n>` not fired yet is dropped)
-//!   arm <n> <ms> <key>   the next top-level call on key `<key>` whose first
-//!       poll sends its acquire and does not end it (the script is answered
-//!       on the lock runtime's own thread) blocks the executor thread right
-//!       there, in `std::thread::sleep`, for `<ms>` or until `unstall <n>`:
-//!       it prints `stalled_after_send <n> <t> <key>` when it begins and
+//!       and an `arm <n>` whose call has not stalled yet does not stall)
+//!   arm <n> <ms> <key>   one more top-level call on key `<key>` (random
+//!       options, task `<tasks>`), made once `inspect` finds the key free
+//!       (or after a second): unless its first poll ends it, it blocks the
+//!       executor thread right after that poll (its acquire went out, to be
+//!       answered on the lock runtime's own thread), in
+//!       `std::thread::sleep`, for `<ms>` or until `unstall <n>`: it prints
+//!       `stalled_after_send <n> <t> <key>` when it begins and
 //!       `stall <n> <from> <to> sleep` when it ends; the test restarts the
-//!       server meanwhile, and the task then claims an answer from before
+//!       server meanwhile, and the call then finds an answer from before
 //!   shutdown <n>  `shutdown()` of the lock runtime (while the tasks go on),
 //!       then `shutdown <n> <from> <to> ok|err` (when it was called and
 //!       returned); a new runtime is built (tried until it starts) and
@@ -87,7 +89,10 @@
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
 //!             only by a holder not told its hold was lost
-//!   lost      the holder was told its lock is gone
+//!   lost      the holder was told its lock is gone; for an outermost hold
+//!             of a fixed lease, `lease_timer=<t>` when a plain timer of the
+//!             executor for `polled` + the lease (the latest its client-side
+//!             lease can end) fired before
 //!   released  the holder stops acting; its release goes out right after
 //!             (`dropped=1`: the guard is dropped, released in the background)
 //!   timeout   `waited=<ms>` (a `try_acquire()` that found the lock held:
@@ -320,6 +325,8 @@ struct Cx {
     frames: Vec<Frame>,
     /// Whether a release of this task's calls passed its hold on.
     passes: Arc<Passes>,
+    /// The stall of the armed call (its nested calls have none).
+    arm: Option<Arm>,
 }
 
 /// Whether a release passed its hold to another task of the process (lock
@@ -368,18 +375,40 @@ struct Rec {
     parent: u64,
     key: usize,
     phase: Mutex<Phase>,
+    /// A fixed lease's hold: when a plain timer of the executor, set for
+    /// the latest its client-side lease can end, fired (0: not yet).
+    lease_timer: Arc<AtomicU64>,
 }
 
 impl Rec {
     fn emit(&self, kind: &str, extra: &str) {
+        let now = now_ns();
+        let timer = self.lease_timer.load(Ordering::Relaxed);
+        let timer = if kind == "lost" && timer != 0 {
+            format!(" lease_timer={timer}")
+        } else {
+            String::new()
+        };
         println!(
-            "ev {} {} {} {} {} {kind} {extra}",
-            now_ns(),
-            self.task,
-            self.id,
-            self.parent,
-            self.key
+            "ev {now} {} {} {} {} {kind} {extra}{timer}",
+            self.task, self.id, self.parent, self.key
         );
+    }
+
+    /// For a hold of a fixed `lease` handed over in the poll that began at
+    /// `polled`: a timer of this executor for `polled + lease`, the latest
+    /// the hold's client-side lease can end (it counts from the acquire's
+    /// send). Its `lost` says when the timer fired, if before: a tell late
+    /// past a timer that was late too was late through the process's
+    /// scheduling, not the library's.
+    fn time_lease_end(&self, polled: u64, lease: Duration) {
+        let fired = self.lease_timer.clone();
+        let left = (polled + lease.as_nanos() as u64).saturating_sub(now_ns());
+        let due = Instant::now() + Duration::from_nanos(left);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            fired.store(now_ns(), Ordering::Relaxed);
+        });
     }
 
     fn set(&self, phase: Phase) {
@@ -424,16 +453,15 @@ impl Drop for BodyExit {
 /// (Stamped right after the entry instead, a stop of the whole process in
 /// between would make an entry from before the stop look like one after.)
 ///
-/// It is also where an `arm` order fires: a top-level call on the armed key
-/// whose first poll did not end it (its acquire script went out, to be
-/// answered on the lock runtime's own thread, or it waits) blocks the
-/// executor thread right after that poll.
+/// It is also where an `arm` order fires: the armed call, if its first poll
+/// did not end it (its acquire script went out, to be answered on the lock
+/// runtime's own thread, or it waits), blocks the executor thread right
+/// after that poll.
 struct Stamped<F> {
     inner: Pin<Box<F>>,
     polled: Arc<AtomicU64>,
-    /// The key of a top-level call, which an `arm` order may stall.
-    armable: Option<usize>,
-    first: bool,
+    /// The stall of an armed call, until its first poll.
+    arm: Option<Arm>,
 }
 
 impl<F: Future> Stamped<F> {
@@ -441,15 +469,13 @@ impl<F: Future> Stamped<F> {
         Stamped {
             inner: Box::pin(inner),
             polled,
-            armable: None,
-            first: true,
+            arm: None,
         }
     }
 
-    /// A top-level call on `key` (`top`): an `arm` order for the key may
-    /// stall it right after its first poll.
-    fn armable(mut self, top: bool, key: usize) -> Stamped<F> {
-        self.armable = top.then_some(key);
+    /// The call's stall after its first poll, if it is the armed one.
+    fn armed(mut self, arm: Option<Arm>) -> Stamped<F> {
+        self.arm = arm;
         self
     }
 }
@@ -460,8 +486,8 @@ impl<F: Future> Future for Stamped<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.polled.store(now_ns(), Ordering::Relaxed);
         let polled = self.inner.as_mut().poll(cx);
-        if std::mem::take(&mut self.first) && polled.is_pending() {
-            if let Some(arm) = self.armable.and_then(Arm::take) {
+        if let Some(arm) = self.arm.take() {
+            if polled.is_pending() && UNSTALLED.load(Ordering::Acquire) < arm.id {
                 println!("stalled_after_send {} {} {}", arm.id, now_ns(), arm.key);
                 block(arm.id, arm.max, false);
             }
@@ -687,6 +713,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
             parent: cx.parent,
             key,
             phase: Mutex::new(Phase::Asking),
+            lease_timer: Arc::new(AtomicU64::new(0)),
         });
         let mut request = cx
             .runtime
@@ -702,7 +729,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
         };
         rec.emit("begin", &plan.describe(spec.fair));
         let polled = Arc::new(AtomicU64::new(0));
-        let top = depth == 0;
+        let arm = if depth == 0 { cx.arm } else { None };
         match plan.api {
             Api::With => {
                 let body = locked_body(
@@ -715,8 +742,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 );
                 // The body's first poll runs inside the poll of `with_lock`
                 // that acquired: it reads when that poll began.
-                let locked =
-                    Stamped::new(with_lock(request, body), polled.clone()).armable(top, key);
+                let locked = Stamped::new(with_lock(request, body), polled.clone()).armed(arm);
                 let outcome = match plan.acquire_limit() {
                     Some(limit) => match tokio::time::timeout(limit, locked).await {
                         Ok(outcome) => outcome,
@@ -739,7 +765,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 }
             }
             Api::Guard | Api::Try => {
-                guarded(cx, rng, (key, top), (rec, polled), &plan, request).await;
+                guarded(cx, rng, (key, arm), (rec, polled), &plan, request).await;
             }
         }
     })
@@ -787,6 +813,7 @@ fn locked_body(
     plan: &Plan,
 ) -> impl Future<Output = Result<(), BodyError>> + Send + 'static {
     let watch = plan.on_lost == OnLost::Continue;
+    let fixed = (!plan.renew).then_some(plan.lease);
     let mode = plan.mode;
     let cut = plan.body_limit();
     let user_error = rng.chance(5);
@@ -800,6 +827,9 @@ fn locked_body(
             &format!("fence={token} outer={} polled={entered}", u8::from(outer)),
         );
         rec.emit("body_enter", "");
+        if let (Some(lease), true) = (fixed, outer) {
+            rec.time_lease_end(entered, lease);
+        }
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
@@ -920,7 +950,7 @@ async fn hold(rng: &mut Rng) {
 async fn guarded(
     cx: Cx,
     mut rng: Rng,
-    (key, top): (usize, bool),
+    (key, arm): (usize, Option<Arm>),
     (rec, polled): (Arc<Rec>, Arc<AtomicU64>),
     plan: &Plan,
     request: lock_runtime::LockRequest,
@@ -932,7 +962,7 @@ async fn guarded(
             Api::Guard | Api::With => request.acquire().await.map(Some),
         }
     };
-    let acquire = Stamped::new(acquire, polled.clone()).armable(top, key);
+    let acquire = Stamped::new(acquire, polled.clone()).armed(arm);
     let outcome = match plan.acquire_limit() {
         Some(limit) => match tokio::time::timeout(limit, acquire).await {
             Ok(outcome) => outcome,
@@ -954,6 +984,9 @@ async fn guarded(
         &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
     );
     rec.emit("body_enter", "");
+    if !plan.renew && outer {
+        rec.time_lease_end(polled, plan.lease);
+    }
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
@@ -1035,6 +1068,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             parent: 0,
             frames: Vec::new(),
             passes: passes.clone(),
+            arm: None,
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -1086,8 +1120,9 @@ struct Stall {
 /// The highest stall id the test ended with `unstall` (stall ids grow).
 static UNSTALLED: AtomicU64 = AtomicU64::new(0);
 
-/// A stall armed by the test (`arm`), to fire right after the first poll of
-/// the next top-level call on `key` that does not end in that poll.
+/// A stall armed by the test (`arm`): a top-level call on `key`, made once
+/// the key looks free, stalls right after its first poll, unless that poll
+/// ended it.
 #[derive(Clone, Copy)]
 struct Arm {
     id: u64,
@@ -1095,20 +1130,44 @@ struct Arm {
     key: usize,
 }
 
-/// The armed stall, until it fires or the test ends it (`unstall`).
-static ARMED: Mutex<Option<Arm>> = Mutex::new(None);
+/// How long an armed call waits for its key to look free (no holder, no
+/// queue): an acquire sent then is likely answered with the lock.
+const ARM_FREE_WAIT: Duration = Duration::from_secs(1);
 
-impl Arm {
-    /// The armed stall, if it is for `key` and still wanted (taken: it fires
-    /// once).
-    fn take(key: usize) -> Option<Arm> {
-        let mut armed = ARMED.lock().unwrap_or_else(|e| e.into_inner());
-        let arm = (*armed)?;
-        if UNSTALLED.load(Ordering::Acquire) >= arm.id {
-            *armed = None;
-            return None;
+/// Runs the test's `arm` orders: for each, once its key looks free to
+/// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
+/// random options, as task `task`, armed to stall after its first poll.
+async fn armer(
+    ctx: Arc<Ctx>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<Arm>,
+    task: u32,
+    mut rng: Rng,
+) {
+    while let Some(arm) = orders.recv().await {
+        let runtime = ctx.runtime();
+        let name = ctx.keys[arm.key].name.as_str();
+        let free_by = Instant::now() + ARM_FREE_WAIT;
+        // Bounded by `free_by`, and by count.
+        for _ in 0..1000 {
+            let free = matches!(runtime.inspect(name).await, Ok(None));
+            if free || Instant::now() >= free_by || UNSTALLED.load(Ordering::Acquire) >= arm.id {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        (arm.key == key).then(|| armed.take()).flatten()
+        let cx = Cx {
+            ctx: ctx.clone(),
+            runtime,
+            task,
+            parent: 0,
+            frames: Vec::new(),
+            passes: Arc::new(Passes::default()),
+            arm: Some(arm),
+        };
+        let call = call(cx, rng.fork(), arm.key, 0);
+        // Its own tokio task, as every top-level call (a panic ends only
+        // it), and bounded like them.
+        let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
     }
 }
 
@@ -1143,10 +1202,10 @@ fn block(id: u64, max: Duration, spin: bool) {
 }
 
 /// Reads the test's orders from stdin (after `go`) until it closes, then
-/// exits: the test is gone. Stalls go to `stalls`, shutdowns to
-/// `shutdowns`; an `arm` waits in [`ARMED`].
+/// exits: the test is gone. Each kind goes to its own task.
 fn read_orders(
     stalls: tokio::sync::mpsc::UnboundedSender<Stall>,
+    arms: tokio::sync::mpsc::UnboundedSender<Arm>,
     shutdowns: tokio::sync::mpsc::UnboundedSender<u64>,
 ) -> ! {
     let mut line = String::new();
@@ -1175,7 +1234,7 @@ fn read_orders(
                     max: Duration::from_millis(ms.parse().expect("stall ms")),
                     key: key.parse().expect("key index"),
                 };
-                *ARMED.lock().unwrap_or_else(|e| e.into_inner()) = Some(arm);
+                let _ = arms.send(arm);
             }
             ["shutdown", id] => {
                 let _ = shutdowns.send(id.parse().expect("shutdown id"));
@@ -1354,12 +1413,13 @@ async fn run(args: Vec<String>) {
     // stdin closes (the test died).
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
     let (stall_tx, stall_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (arm_tx, arm_rx) = tokio::sync::mpsc::unbounded_channel();
     let (shutdown_tx, shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
         let _ = go_tx.send(());
-        read_orders(stall_tx, shutdown_tx)
+        read_orders(stall_tx, arm_tx, shutdown_tx)
     });
     let _ = go_rx.await;
     let stalls = tokio::spawn(staller(stall_rx));
@@ -1381,12 +1441,14 @@ async fn run(args: Vec<String>) {
     let handles: Vec<_> = (0..tasks)
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
+    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork()));
     for handle in handles {
         handle.await.expect("a worker task failed outside a call");
     }
     // Stalls and shutdowns ordered after this are not run (the test orders
     // none so late).
     stalls.abort();
+    arms.abort();
     shutdowns.abort();
     let runtime = ctx.runtime();
     let passed_before = ctx.passed_before.load(Ordering::Relaxed);
