@@ -32,14 +32,33 @@
 //!   and the next holder's entry: the worker heading the key's fair queue (or
 //!   waiting for it in plain mode) is blocked, the key is handed (released)
 //!   to it, the server restarts, another worker takes the key on the new
-//!   server, and only then does the blocked one run again.
+//!   server, and only then does the blocked one run again;
+//! - a restart is timed inside a stall that began right after an acquire
+//!   went out: a `current_thread` worker makes a call on a key that looks
+//!   free and blocks its executor right after the call's first poll (the
+//!   acquire script is answered on its lock runtime's own thread
+//!   meanwhile); once the server records the hold, the server restarts
+//!   (Redis empty; an etcd cluster or a ZooKeeper ensemble, which lose
+//!   nothing, has its leader or every member killed and started again),
+//!   another worker takes the key on the new server, and only then does
+//!   the stalled call run on and claim the answer from before the restart;
+//! - a worker's lock runtime is shut down (`shutdown()`) while its tasks
+//!   run; the worker builds a new one for its next calls (every hold of
+//!   the process ends when the shutdown returns).
+//!
+//! The calls themselves are cut at random points, as callers do: two in
+//! five run under a 0-60 ms timeout around the acquire (a `with_lock`: the
+//! whole call) or around the body, a quarter of the top-level calls under
+//! a budget of 20 ms to 2 s; they take their lock by `with_lock`,
+//! `acquire()` or `try_acquire()` (`wait = 0` also elsewhere), and a
+//! guard is released, dropped, or its release cut short.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. A run has two or three keys: `nk0` is an
-//! exclusive lock, `nk1` a read-write lock whose calls ask a read hold
-//! (70 %), a write hold or an exclusive one (the same lock as a write),
-//! and `nk2`, when there is one, either ([`KeyKind`]), each plain, fair or
-//! mixed as the exclusive keys are.
+//! while the others take it fair. A run has three keys ([`KeyKind`]):
+//! `nk0` is an exclusive lock, `nk1` a read-write lock whose calls ask a
+//! read hold (70 %), a write hold or an exclusive one (the same lock as a
+//! write), `nk2` the same with a quarter readers, each plain, fair or mixed
+//! as the test's mode says.
 //! Every outermost hold's body reads its key's counter (a file shared by
 //! the processes, out of the faults' reach) when it begins and when it
 //! ends, and a write or exclusive hold then writes it plus one: a reader
