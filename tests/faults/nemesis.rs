@@ -156,7 +156,9 @@ use tokio::time::Instant;
 
 use crate::{serial, XorShift};
 use check::{check, Violation};
-use faults::{drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts};
+use faults::{
+    burst_calls, drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts,
+};
 use history::History;
 use report::{dump, report};
 use store::{Link, Store};
@@ -552,6 +554,8 @@ async fn run(backend: Backend, mode: Mode) {
     let run_start = now_ns();
 
     let stalls = tokio::spawn(stall_executors(controls.clone(), stall_rng, secs));
+    let burst_rng = XorShift::new(splitmix(seed ^ 0x4255_5253_5453));
+    let bursts = tokio::spawn(burst_calls(controls.clone(), burst_rng, secs));
     let inspector = store.inspector(&prefix).await;
     let mut stage = Stage {
         backend,
@@ -566,6 +570,7 @@ async fn run(backend: Backend, mode: Mode) {
     let mut faults = drive_faults(&mut stage, &mut rng, secs).await;
     let timed = stage.timed;
     stalls.await.expect("the executor stalls");
+    bursts.await.expect("the bursts of calls");
 
     // Heal everything (each fault heals itself; this is belt and braces).
     for link in &links {

@@ -1134,6 +1134,37 @@ pub(super) async fn stall_executors(workers: Vec<Arc<Control>>, mut rng: XorShif
     }
 }
 
+/// Bursts of calls beside the faults, as a busy service's: every 1-4 s two
+/// or three workers run 3-8 more tasks each on one key for 0.5-3 s, every
+/// call cut by a 0-60 ms timeout around its acquire or its body, until 4 s
+/// before the end of the run (each worker runs its bursts one after the
+/// other). Many waiters of one process on one key, readers and writers,
+/// given up at random points of their attempts (where a process's place in
+/// the key's queue passes between its waiters), while the other processes'
+/// readers and writers come and go on the same key.
+pub(super) async fn burst_calls(workers: Vec<Arc<Control>>, mut rng: XorShift, secs: u64) {
+    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(4));
+    let keys = workers.first().map_or(1, |w| w.fair.len());
+    // Bounded by time (`stop_at`) and by count.
+    for _ in 0..10_000 {
+        let gap = millis(&mut rng, 1000, 4000);
+        tokio::time::sleep_until((Instant::now() + gap).min(stop_at)).await;
+        if Instant::now() >= stop_at {
+            break;
+        }
+        let key = rng.below(keys as u64) as usize;
+        let length =
+            millis(&mut rng, 500, 3000).min(stop_at.saturating_duration_since(Instant::now()));
+        let left_out = rng.below(workers.len() as u64 + 1) as usize;
+        for (p, worker) in workers.iter().enumerate() {
+            let tasks = 3 + rng.below(6) as u32;
+            if p != left_out {
+                worker.burst(tasks, length, key).await;
+            }
+        }
+    }
+}
+
 /// Waits until `done` says yes (checked whenever a worker's log moves) or
 /// `limit` passes; whether it said yes.
 pub(super) async fn until(changed: &Notify, limit: Instant, done: impl Fn() -> bool) -> bool {

@@ -171,6 +171,7 @@ impl History {
                     || line.starts_with("blocking ")
                     || line.starts_with("starved ")
                     || line.starts_with("runtime ")
+                    || line.starts_with("burst ")
                 {
                     continue;
                 }

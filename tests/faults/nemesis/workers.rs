@@ -101,6 +101,14 @@ impl Control {
         id
     }
 
+    /// Orders a burst: `tasks` more tasks make calls on `key` for `length`,
+    /// each cut short at a random point.
+    pub(super) async fn burst(&self, tasks: u32, length: Duration, key: usize) {
+        let id = NEXT_STALL.fetch_add(1, Ordering::Relaxed);
+        self.send(&format!("burst {id} {tasks} {} {key}", length.as_millis()))
+            .await;
+    }
+
     /// Orders `shutdown()` of the worker's lock runtime (it then builds a
     /// new one): the order's number, for [`Live::shut_down`].
     pub(super) async fn shutdown(&self) -> u64 {

@@ -53,6 +53,11 @@
 //!       `stalled_after_send <n> <t> <key>` when it begins and
 //!       `stall <n> <from> <to> sleep` when it ends; the test restarts the
 //!       server meanwhile, and the call then finds an answer from before
+//!   burst <n> <tasks> <ms> <key>   `<tasks>` more tasks (numbered from
+//!       `<tasks>` + 1) make top-level calls on key `<key>` for `<ms>`, each
+//!       cut by a 0-60 ms timeout around its acquire or its body (many
+//!       waiters of one process on one key, in both modes, given up at
+//!       random points); prints `burst <n> <t> <key> <tasks>` as it begins
 //!   shutdown <n>  `shutdown()` of the lock runtime (while the tasks go on),
 //!       then `shutdown <n> <from> <to> ok|err` (when it was called and
 //!       returned); a new runtime is built (tried until it starts) and
@@ -327,6 +332,8 @@ struct Cx {
     passes: Arc<Passes>,
     /// The stall of the armed call (its nested calls have none).
     arm: Option<Arm>,
+    /// A call of a burst: cut short at a random point.
+    burst: bool,
 }
 
 /// Whether a release passed its hold to another task of the process (lock
@@ -706,7 +713,15 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
     Box::pin(async move {
         let ctx = cx.ctx.clone();
         let spec = &ctx.keys[key];
-        let plan = Plan::random(&mut rng, depth > 0, sibling, spec.readers);
+        let mut plan = Plan::random(&mut rng, depth > 0, sibling, spec.readers);
+        if cx.burst && plan.cut.is_none() {
+            // A burst's calls are all cut short.
+            plan.cut = Some(if rng.chance(50) {
+                Cut::Acquire(rng.millis(0, 60))
+            } else {
+                Cut::Body(rng.millis(0, 60))
+            });
+        }
         let rec = Arc::new(Rec {
             task: cx.task,
             id: ctx.next_call.fetch_add(1, Ordering::Relaxed),
@@ -1069,6 +1084,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             frames: Vec::new(),
             passes: passes.clone(),
             arm: None,
+            burst: false,
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -1134,6 +1150,64 @@ struct Arm {
 /// queue): an acquire sent then is likely answered with the lock.
 const ARM_FREE_WAIT: Duration = Duration::from_secs(1);
 
+/// A burst the test ordered: `tasks` more tasks of top-level calls on `key`
+/// for `length`, every call cut short at a random point.
+struct Burst {
+    id: u64,
+    tasks: u32,
+    length: Duration,
+    key: usize,
+}
+
+/// Runs the test's `burst` orders, one after the other: the burst's tasks
+/// (numbered from `first_task`) make calls on its key, each cut by a 0-60
+/// ms timeout around its acquire or its body, until the burst's end.
+async fn burster(
+    ctx: Arc<Ctx>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<Burst>,
+    first_task: u32,
+    mut rng: Rng,
+) {
+    while let Some(burst) = orders.recv().await {
+        println!(
+            "burst {} {} {} {}",
+            burst.id,
+            now_ns(),
+            burst.key,
+            burst.tasks
+        );
+        let end = Instant::now() + burst.length;
+        let tasks: Vec<_> = (0..burst.tasks)
+            .map(|i| {
+                let (ctx, mut rng) = (ctx.clone(), rng.fork());
+                tokio::spawn(async move {
+                    // Bounded by `end`, and by count.
+                    for _ in 0..100_000 {
+                        if Instant::now() >= end {
+                            break;
+                        }
+                        let cx = Cx {
+                            ctx: ctx.clone(),
+                            runtime: ctx.runtime_for_a_call(end).await,
+                            task: first_task + i,
+                            parent: 0,
+                            frames: Vec::new(),
+                            passes: Arc::new(Passes::default()),
+                            arm: None,
+                            burst: true,
+                        };
+                        let call = call(cx, rng.fork(), burst.key, 0);
+                        let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
 /// Runs the test's `arm` orders: for each, once its key looks free to
 /// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
 /// random options, as task `task`, armed to stall after its first poll.
@@ -1163,6 +1237,7 @@ async fn armer(
             frames: Vec::new(),
             passes: Arc::new(Passes::default()),
             arm: Some(arm),
+            burst: false,
         };
         let call = call(cx, rng.fork(), arm.key, 0);
         // Its own tokio task, as every top-level call (a panic ends only
@@ -1206,6 +1281,7 @@ fn block(id: u64, max: Duration, spin: bool) {
 fn read_orders(
     stalls: tokio::sync::mpsc::UnboundedSender<Stall>,
     arms: tokio::sync::mpsc::UnboundedSender<Arm>,
+    bursts: tokio::sync::mpsc::UnboundedSender<Burst>,
     shutdowns: tokio::sync::mpsc::UnboundedSender<u64>,
 ) -> ! {
     let mut line = String::new();
@@ -1235,6 +1311,15 @@ fn read_orders(
                     key: key.parse().expect("key index"),
                 };
                 let _ = arms.send(arm);
+            }
+            ["burst", id, tasks, ms, key] => {
+                let burst = Burst {
+                    id: id.parse().expect("burst id"),
+                    tasks: tasks.parse().expect("burst tasks"),
+                    length: Duration::from_millis(ms.parse().expect("burst ms")),
+                    key: key.parse().expect("key index"),
+                };
+                let _ = bursts.send(burst);
             }
             ["shutdown", id] => {
                 let _ = shutdowns.send(id.parse().expect("shutdown id"));
@@ -1414,12 +1499,13 @@ async fn run(args: Vec<String>) {
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
     let (stall_tx, stall_rx) = tokio::sync::mpsc::unbounded_channel();
     let (arm_tx, arm_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (burst_tx, burst_rx) = tokio::sync::mpsc::unbounded_channel();
     let (shutdown_tx, shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
         let _ = go_tx.send(());
-        read_orders(stall_tx, arm_tx, shutdown_tx)
+        read_orders(stall_tx, arm_tx, burst_tx, shutdown_tx)
     });
     let _ = go_rx.await;
     let stalls = tokio::spawn(staller(stall_rx));
@@ -1442,6 +1528,7 @@ async fn run(args: Vec<String>) {
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
     let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork()));
+    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork()));
     for handle in handles {
         handle.await.expect("a worker task failed outside a call");
     }
@@ -1449,6 +1536,7 @@ async fn run(args: Vec<String>) {
     // none so late).
     stalls.abort();
     arms.abort();
+    bursts.abort();
     shutdowns.abort();
     let runtime = ctx.runtime();
     let passed_before = ctx.passed_before.load(Ordering::Relaxed);
