@@ -393,10 +393,22 @@ fn check_exclusion(
                     "two holders at once"
                 };
                 let both = ends[i].min(ends[j]).saturating_sub(acquired);
+                // A late tell of a fixed lease: how late its executor ran a
+                // plain timer for the lease's latest end, for the reader.
+                let timer = match (earlier.lost, earlier.timer_late()) {
+                    (Some(lost), Some(late)) => format!(
+                        " (told lost {} ms after the latest end of its lease; a timer of its \
+                         executor for that moment fired {} ms late)",
+                        lost.saturating_sub(earlier.polled.unwrap_or(0) + ns(earlier.lease))
+                            / 1_000_000,
+                        late / 1_000_000
+                    ),
+                    _ => String::new(),
+                };
                 violations.push(Violation {
                     class,
                     detail: format!(
-                        "key nk{key}: {} and {} both held it, for {} ms from {:.3} s; {}",
+                        "key nk{key}: {}{timer} and {} both held it, for {} ms from {:.3} s; {}",
                         describe(history, earlier),
                         describe(history, later),
                         both / 1_000_000,
@@ -614,8 +626,10 @@ pub(super) fn check_upgrades(
         let refused = how == "error upgrade_refused";
         coverage.upgrades_refused += u64::from(refused);
         // A call cancelled at once (its parent ended) had no time to be
-        // refused: no verdict.
-        if (refused || how == "cancelled" || how == "panicked") && !late {
+        // refused, nor had one that its runtime's shutdown ended: no
+        // verdict.
+        let ended = how == "cancelled" || how == "panicked" || how == "error shut_down";
+        if (refused || ended) && !late {
             continue;
         }
         violations.push(Violation {

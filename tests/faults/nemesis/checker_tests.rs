@@ -642,6 +642,8 @@ fn checker_sees_an_upgrade_that_is_not_refused_at_once() {
         verdict(vec![lines], &[])
     };
     assert!(upgrade(vec![ev(201, 0, 2, 1, "error", "what=upgrade_refused")]).is_empty());
+    // Ended at once by its runtime's shutdown: no verdict.
+    assert!(upgrade(vec![ev(201, 0, 2, 1, "error", "what=shut_down")]).is_empty());
     assert_eq!(
         upgrade(vec![ev(900, 0, 2, 1, "error", "what=upgrade_refused")]),
         ["upgrade not refused at once"]

@@ -33,6 +33,10 @@ pub(super) struct Call {
     pub(super) body_enter: Option<u64>,
     pub(super) body_exit: Option<u64>,
     pub(super) lost: Option<u64>,
+    /// A fixed lease's hold told lost: when a plain timer of its executor,
+    /// set for `polled` + the lease (the latest its client-side lease can
+    /// end), fired, if before the tell (`lease_timer=`).
+    pub(super) lease_timer: Option<u64>,
     pub(super) released: Option<u64>,
     /// The first of timeout, error, cancelled, panicked.
     pub(super) ended: Option<(u64, String)>,
@@ -104,6 +108,15 @@ impl Call {
             LockMode::Write => "write",
             _ => "exclusive",
         }
+    }
+
+    /// For a hold of a fixed lease told lost after its latest possible
+    /// lease end (`polled` + the lease), how late a plain timer of its own
+    /// executor for that moment fired (ns): how long its process took then
+    /// to run what was due, the library's tell included.
+    pub(super) fn timer_late(&self) -> Option<u64> {
+        let due = self.polled? + self.lease.as_nanos() as u64;
+        Some(self.lease_timer?.saturating_sub(due)).filter(|_| !self.renew)
     }
 
     /// The earliest moment its entry can have happened.
@@ -259,8 +272,9 @@ impl History {
             }
             "body_enter" => call.body_enter = Some(t),
             "body_exit" => call.body_exit = Some(t),
-            "lost" => {
-                call.lost.get_or_insert(t);
+            "lost" if call.lost.is_none() => {
+                call.lost = Some(t);
+                call.lease_timer = field("lease_timer").and_then(|v| v.parse().ok());
             }
             "released" => {
                 call.released.get_or_insert(t);

@@ -102,7 +102,8 @@
 //!             (`dropped=1`: the guard is dropped, released in the background)
 //!   timeout   `waited=<ms>` (a `try_acquire()` that found the lock held:
 //!             `waited=0 busy=1`); error `what=<text>` (`what=upgrade_refused`
-//!             for a write asked inside a read hold); cancelled; panicked
+//!             for a write asked inside a read hold, `what=shut_down` after
+//!             the runtime's shutdown); cancelled; panicked
 //!   late_lost the release found the lock gone (information only)
 //! ```
 
@@ -797,6 +798,7 @@ fn finish_error(rec: &Rec, error: &LockError) {
             rec.finish("timeout", &format!("waited={}", waited.as_millis()));
         }
         LockError::UpgradeRefused { .. } => rec.finish("error", "what=upgrade_refused"),
+        LockError::ShutDown => rec.finish("error", "what=shut_down"),
         other => rec.finish("error", &format!("what={}", one_word(other))),
     }
 }
@@ -1167,8 +1169,10 @@ async fn burster(
     mut orders: tokio::sync::mpsc::UnboundedReceiver<Burst>,
     first_task: u32,
     mut rng: Rng,
+    end: Instant,
 ) {
-    while let Some(burst) = orders.recv().await {
+    // Until the run's end (bounded: each burst ends by itself).
+    while let Some(burst) = next_order(&mut orders, end).await {
         println!(
             "burst {} {} {} {}",
             burst.id,
@@ -1208,6 +1212,17 @@ async fn burster(
     }
 }
 
+/// The next order of a kind, until `end` (`None` after it).
+async fn next_order<T>(
+    orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    end: Instant,
+) -> Option<T> {
+    tokio::time::timeout_at(end, orders.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
 /// Runs the test's `arm` orders: for each, once its key looks free to
 /// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
 /// random options, as task `task`, armed to stall after its first poll.
@@ -1216,8 +1231,10 @@ async fn armer(
     mut orders: tokio::sync::mpsc::UnboundedReceiver<Arm>,
     task: u32,
     mut rng: Rng,
+    end: Instant,
 ) {
-    while let Some(arm) = orders.recv().await {
+    // Until the run's end (bounded: each call by `OP_LIMIT`).
+    while let Some(arm) = next_order(&mut orders, end).await {
         let runtime = ctx.runtime();
         let name = ctx.keys[arm.key].name.as_str();
         let free_by = Instant::now() + ARM_FREE_WAIT;
@@ -1527,16 +1544,14 @@ async fn run(args: Vec<String>) {
     let handles: Vec<_> = (0..tasks)
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
-    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork()));
-    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork()));
-    for handle in handles {
+    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork(), end));
+    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork(), end));
+    for handle in handles.into_iter().chain([arms, bursts]) {
         handle.await.expect("a worker task failed outside a call");
     }
     // Stalls and shutdowns ordered after this are not run (the test orders
     // none so late).
     stalls.abort();
-    arms.abort();
-    bursts.abort();
     shutdowns.abort();
     let runtime = ctx.runtime();
     let passed_before = ctx.passed_before.load(Ordering::Relaxed);
