@@ -760,3 +760,43 @@ fn checker_lets_a_lock_linger_after_a_shutdown_that_did_not_confirm_its_release(
     assert_eq!(run(true), ["timed out on a free key"]);
     assert!(run(false).is_empty(), "{:?}", run(false));
 }
+
+#[test]
+fn checker_excuses_a_late_tell_of_a_fixed_lease_only_as_late_as_its_executor_ran() {
+    // p0 holds with a fixed 3 s lease from a poll at 100 ms (its lease ends
+    // by 3100 ms) and is told lost at 3106 ms; p1 enters at 3100 ms. A plain
+    // timer of p0's executor for 3100 ms fired at `timer` ms (None: not
+    // before the tell).
+    let run = |timer: Option<u64>| {
+        let lost = match timer {
+            Some(t) => format!("lease_timer={}", t * 1_000_000),
+            None => String::new(),
+        };
+        let fixed = vec![
+            ev(
+                99,
+                0,
+                1,
+                0,
+                "begin",
+                "api=with wait=5000 bound=0 lease=3000 renew=0 fair=0 lost=abort",
+            ),
+            ev(
+                100,
+                0,
+                1,
+                0,
+                "acquired",
+                "fence=10 outer=1 polled=100000000",
+            ),
+            ev(100, 0, 1, 0, "body_enter", ""),
+            ev(3106, 0, 1, 0, "lost", &lost),
+        ];
+        verdict(vec![fixed, hold(1, 11, 3100, 3300, "released")], &[])
+    };
+    assert_eq!(run(None), ["holder told lost too late"]);
+    // Its executor ran nothing that fell due for 4 ms: told as it ran.
+    assert!(run(Some(3104)).is_empty(), "{:?}", run(Some(3104)));
+    // Its executor ran on time: the tell was late.
+    assert_eq!(run(Some(3100)), ["holder told lost too late"]);
+}
