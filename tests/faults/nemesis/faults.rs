@@ -55,8 +55,10 @@ const SEND_STALL_MAX: Duration = Duration::from_millis(2500);
 const ARM_WAIT: Duration = Duration::from_millis(1500);
 /// How long the servers are watched for the stalled worker's hold, from
 /// the stall's start (its acquire's answer; a fair waiter's queued place
-/// may be handed the lock meanwhile).
+/// may be handed the lock meanwhile): an acquire on etcd or ZooKeeper takes
+/// a few round trips more than Redis's one script.
 const ANSWER_WAIT: Duration = Duration::from_millis(150);
+const CLUSTER_ANSWER_WAIT: Duration = Duration::from_millis(600);
 /// How long another worker is given to take the key after that restart.
 const TAKE_WAIT: Duration = Duration::from_millis(1200);
 /// How long a worker's `shutdown()` is waited for (it returns within twice
@@ -769,7 +771,11 @@ async fn restart_after_send(
     // (its acquire was answered with the lock), and a moment more for the
     // answer to reach its lock runtime.
     let holder = format!("{}:", worker.id());
-    if !holds(&inspector, key, &holder, stalled_at + ANSWER_WAIT).await {
+    let answer_wait = match stage.backend {
+        Backend::Redis => ANSWER_WAIT,
+        Backend::Etcd | Backend::ZooKeeper => CLUSTER_ANSWER_WAIT,
+    };
+    if !holds(&inspector, key, &holder, stalled_at + answer_wait).await {
         worker.unstall(stall).await;
         until(
             stage.changed,
