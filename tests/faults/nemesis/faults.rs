@@ -1147,7 +1147,8 @@ pub(super) async fn stall_executors(workers: Vec<Arc<Control>>, mut rng: XorShif
 /// other). Many waiters of one process on one key, readers and writers,
 /// given up at random points of their attempts (where a process's place in
 /// the key's queue passes between its waiters), while the other processes'
-/// readers and writers come and go on the same key.
+/// readers (only readers, every other burst) and writers come and go on the
+/// same key.
 pub(super) async fn burst_calls(workers: Vec<Arc<Control>>, mut rng: XorShift, secs: u64) {
     let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(4));
     let keys = workers.first().map_or(1, |w| w.fair.len());
@@ -1162,10 +1163,20 @@ pub(super) async fn burst_calls(workers: Vec<Arc<Control>>, mut rng: XorShift, s
         let length =
             millis(&mut rng, 500, 3000).min(stop_at.saturating_duration_since(Instant::now()));
         let left_out = rng.below(workers.len() as u64 + 1) as usize;
+        // On a read-write key: one worker's tasks read half the time, and
+        // the others' half the time too, or (every other burst) only read:
+        // a writer among readers.
+        let mixer = rng.below(workers.len() as u64) as usize;
+        let readers_around = rng.below(2) == 0;
         for (p, worker) in workers.iter().enumerate() {
             let tasks = 3 + rng.below(6) as u32;
+            let readers = if p != mixer && readers_around {
+                100
+            } else {
+                50
+            };
             if p != left_out {
-                worker.burst(tasks, length, key).await;
+                worker.burst(tasks, length, key, readers).await;
             }
         }
     }

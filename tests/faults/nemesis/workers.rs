@@ -102,10 +102,12 @@ impl Control {
     }
 
     /// Orders a burst: `tasks` more tasks make calls on `key` for `length`,
-    /// each cut short at a random point.
-    pub(super) async fn burst(&self, tasks: u32, length: Duration, key: usize) {
+    /// each cut short at a random point, `readers` % of them reads on a
+    /// read-write key.
+    pub(super) async fn burst(&self, tasks: u32, length: Duration, key: usize, readers: u64) {
         let id = NEXT_STALL.fetch_add(1, Ordering::Relaxed);
-        self.send(&format!("burst {id} {tasks} {} {key}", length.as_millis()))
+        let ms = length.as_millis();
+        self.send(&format!("burst {id} {tasks} {ms} {key} {readers}"))
             .await;
     }
 

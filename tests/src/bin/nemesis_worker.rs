@@ -53,11 +53,12 @@
 //!       `stalled_after_send <n> <t> <key>` when it begins and
 //!       `stall <n> <from> <to> sleep` when it ends; the test restarts the
 //!       server meanwhile, and the call then finds an answer from before
-//!   burst <n> <tasks> <ms> <key>   `<tasks>` more tasks (numbered from
-//!       `<tasks>` + 1) make top-level calls on key `<key>` for `<ms>`, each
-//!       cut by a 0-60 ms timeout around its acquire or its body (many
-//!       waiters of one process on one key, in both modes, given up at
-//!       random points); prints `burst <n> <t> <key> <tasks>` as it begins
+//!   burst <n> <tasks> <ms> <key> <readers>   `<tasks>` more tasks
+//!       (numbered from `<tasks>` + 1) make top-level calls on key `<key>`
+//!       for `<ms>`, each cut by a 0-60 ms timeout around its acquire or its
+//!       body, on a read-write key `<readers>` % of them reads (many
+//!       waiters of one process on one key, given up at random points);
+//!       prints `burst <n> <t> <key> <tasks>` as it begins
 //!   shutdown <n>  `shutdown()` of the lock runtime (while the tasks go on),
 //!       then `shutdown <n> <from> <to> ok|err` (when it was called and
 //!       returned); a new runtime is built (tried until it starts) and
@@ -333,8 +334,9 @@ struct Cx {
     passes: Arc<Passes>,
     /// The stall of the armed call (its nested calls have none).
     arm: Option<Arm>,
-    /// A call of a burst: cut short at a random point.
-    burst: bool,
+    /// A call of a burst: cut short at a random point, and on a read-write
+    /// key reading as often as the burst says (%).
+    burst: Option<u64>,
 }
 
 /// Whether a release passed its hold to another task of the process (lock
@@ -714,8 +716,12 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
     Box::pin(async move {
         let ctx = cx.ctx.clone();
         let spec = &ctx.keys[key];
-        let mut plan = Plan::random(&mut rng, depth > 0, sibling, spec.readers);
-        if cx.burst && plan.cut.is_none() {
+        let readers = match cx.burst {
+            Some(share) if spec.readers > 0 => share,
+            _ => spec.readers,
+        };
+        let mut plan = Plan::random(&mut rng, depth > 0, sibling, readers);
+        if cx.burst.is_some() && plan.cut.is_none() {
             // A burst's calls are all cut short.
             plan.cut = Some(if rng.chance(50) {
                 Cut::Acquire(rng.millis(0, 60))
@@ -1086,7 +1092,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             frames: Vec::new(),
             passes: passes.clone(),
             arm: None,
-            burst: false,
+            burst: None,
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -1159,6 +1165,8 @@ struct Burst {
     tasks: u32,
     length: Duration,
     key: usize,
+    /// The share of reads its calls ask on a read-write key, in %.
+    readers: u64,
 }
 
 /// Runs the test's `burst` orders, one after the other: the burst's tasks
@@ -1198,7 +1206,7 @@ async fn burster(
                             frames: Vec::new(),
                             passes: Arc::new(Passes::default()),
                             arm: None,
-                            burst: true,
+                            burst: Some(burst.readers),
                         };
                         let call = call(cx, rng.fork(), burst.key, 0);
                         let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
@@ -1254,7 +1262,7 @@ async fn armer(
             frames: Vec::new(),
             passes: Arc::new(Passes::default()),
             arm: Some(arm),
-            burst: false,
+            burst: None,
         };
         let call = call(cx, rng.fork(), arm.key, 0);
         // Its own tokio task, as every top-level call (a panic ends only
@@ -1329,12 +1337,13 @@ fn read_orders(
                 };
                 let _ = arms.send(arm);
             }
-            ["burst", id, tasks, ms, key] => {
+            ["burst", id, tasks, ms, key, readers] => {
                 let burst = Burst {
                     id: id.parse().expect("burst id"),
                     tasks: tasks.parse().expect("burst tasks"),
                     length: Duration::from_millis(ms.parse().expect("burst ms")),
                     key: key.parse().expect("key index"),
+                    readers: readers.parse().expect("burst readers"),
                 };
                 let _ = bursts.send(burst);
             }
