@@ -51,7 +51,10 @@
 //! whole call) or around the body, a quarter of the top-level calls under
 //! a budget of 20 ms to 2 s; they take their lock by `with_lock`,
 //! `acquire()` or `try_acquire()` (`wait = 0` also elsewhere), and a
-//! guard is released, dropped, or its release cut short.
+//! guard is released, dropped, or its release cut short. Every 1-4 s two
+//! or three workers add a burst of 3-8 tasks on one key for up to 3 s, every
+//! call of it cut short (a process's waiters of both modes giving up around
+//! its place in the key's queue, the other processes' readers around).
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
 //! while the others take it fair. A run has three keys ([`KeyKind`]):
@@ -130,7 +133,7 @@
 //! |---|---|
 //! | `workers` | the worker processes, and their logs as they come in |
 //! | `store` | the servers (Redis, etcd members or ZooKeeper servers), each worker's proxies, the leftovers |
-//! | `faults` | the faults, from the seed |
+//! | `faults` | the faults, from the seed (and the executor stalls and bursts of calls beside them) |
 //! | `members` | the faults of an etcd cluster or a ZooKeeper ensemble |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
