@@ -32,14 +32,36 @@
 //!   and the next holder's entry: the worker heading the key's fair queue (or
 //!   waiting for it in plain mode) is blocked, the key is handed (released)
 //!   to it, the server restarts, another worker takes the key on the new
-//!   server, and only then does the blocked one run again.
+//!   server, and only then does the blocked one run again;
+//! - a restart is timed inside a stall that began right after an acquire
+//!   went out: a `current_thread` worker makes a call on a key that looks
+//!   free and blocks its executor right after the call's first poll (the
+//!   acquire script is answered on its lock runtime's own thread
+//!   meanwhile); once the server records the hold, the server restarts
+//!   (Redis empty; an etcd cluster or a ZooKeeper ensemble, which lose
+//!   nothing, has its leader or every member killed and started again),
+//!   another worker takes the key on the new server, and only then does
+//!   the stalled call run on and claim the answer from before the restart;
+//! - a worker's lock runtime is shut down (`shutdown()`) while its tasks
+//!   run; the worker builds a new one for its next calls (every hold of
+//!   the process ends when the shutdown returns).
+//!
+//! The calls themselves are cut at random points, as callers do: two in
+//! five run under a 0-60 ms timeout around the acquire (a `with_lock`: the
+//! whole call) or around the body, a quarter of the top-level calls under
+//! a budget of 20 ms to 2 s; they take their lock by `with_lock`,
+//! `acquire()` or `try_acquire()` (`wait = 0` also elsewhere), and a
+//! guard is released, dropped, or its release cut short. Every 1-4 s two
+//! or three workers add a burst of 3-8 tasks on one key for up to 3 s, every
+//! call of it cut short (a process's waiters of both modes giving up around
+//! its place in the key's queue, the other processes' readers around).
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. A run has two or three keys: `nk0` is an
-//! exclusive lock, `nk1` a read-write lock whose calls ask a read hold
-//! (70 %), a write hold or an exclusive one (the same lock as a write),
-//! and `nk2`, when there is one, either ([`KeyKind`]), each plain, fair or
-//! mixed as the exclusive keys are.
+//! while the others take it fair. A run has three keys ([`KeyKind`]):
+//! `nk0` is an exclusive lock, `nk1` a read-write lock whose calls ask a
+//! read hold (70 %), a write hold or an exclusive one (the same lock as a
+//! write), `nk2` the same with a quarter readers, each plain, fair or mixed
+//! as the test's mode says.
 //! Every outermost hold's body reads its key's counter (a file shared by
 //! the processes, out of the faults' reach) when it begins and when it
 //! ends, and a write or exclusive hold then writes it plus one: a reader
@@ -111,7 +133,7 @@
 //! |---|---|
 //! | `workers` | the worker processes, and their logs as they come in |
 //! | `store` | the servers (Redis, etcd members or ZooKeeper servers), each worker's proxies, the leftovers |
-//! | `faults` | the faults, from the seed |
+//! | `faults` | the faults, from the seed (and the executor stalls and bursts of calls beside them) |
 //! | `members` | the faults of an etcd cluster or a ZooKeeper ensemble |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
@@ -137,7 +159,9 @@ use tokio::time::Instant;
 
 use crate::{serial, XorShift};
 use check::{check, Violation};
-use faults::{drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts};
+use faults::{
+    burst_calls, drive_faults, place_firings, stall_executors, Fault, Stage, TimedRestarts,
+};
 use history::History;
 use report::{dump, report};
 use store::{Link, Store};
@@ -385,6 +409,9 @@ enum KeyKind {
     /// Each call a read hold (70 %), a write hold or an exclusive one (the
     /// same lock as a write), drawn by the worker from its seed.
     ReadWrite,
+    /// The same with a quarter of the calls readers: readers mostly meet
+    /// writers.
+    WriteMostly,
 }
 
 /// How one process takes one key.
@@ -402,23 +429,18 @@ impl KeySpec {
             (KeyKind::Exclusive, true) => "fair",
             (KeyKind::ReadWrite, false) => "rw-plain",
             (KeyKind::ReadWrite, true) => "rw-fair",
+            (KeyKind::WriteMostly, false) => "mix-plain",
+            (KeyKind::WriteMostly, true) => "mix-fair",
         }
     }
 }
 
-/// The keys' kinds: 2 or 3 keys, `nk0` exclusive, `nk1` read-write, `nk2`
-/// (when there is one) either, so that every run checks exclusive locks as
-/// before and read-write locks beside them.
-fn key_kinds(rng: &mut XorShift) -> Vec<KeyKind> {
-    let mut kinds = vec![KeyKind::Exclusive, KeyKind::ReadWrite];
-    if rng.below(2) == 0 {
-        kinds.push(if rng.below(2) == 0 {
-            KeyKind::Exclusive
-        } else {
-            KeyKind::ReadWrite
-        });
-    }
-    kinds
+/// The keys' kinds: `nk0` exclusive, `nk1` read-write (mostly readers),
+/// `nk2` read-write with a quarter readers, so that every run checks
+/// exclusive locks, readers sharing a key, and readers and writers of
+/// several processes taking turns on one.
+fn key_kinds() -> Vec<KeyKind> {
+    vec![KeyKind::Exclusive, KeyKind::ReadWrite, KeyKind::WriteMostly]
 }
 
 /// How each process takes each key: `[process][key]`, fair or plain as
@@ -476,7 +498,7 @@ async fn run(backend: Backend, mode: Mode) {
     let seed = seed();
     let secs = secs(backend);
     let mut rng = XorShift::new(splitmix(seed));
-    let kinds = key_kinds(&mut rng);
+    let kinds = key_kinds();
     let key_count = kinds.len();
     let specs = key_specs(mode, &kinds, &mut rng);
     let executors = executors(&mut rng);
@@ -535,6 +557,9 @@ async fn run(backend: Backend, mode: Mode) {
     let run_start = now_ns();
 
     let stalls = tokio::spawn(stall_executors(controls.clone(), stall_rng, secs));
+    let burst_rng = XorShift::new(splitmix(seed ^ 0x4255_5253_5453));
+    let bursts = tokio::spawn(burst_calls(controls.clone(), burst_rng, secs));
+    let inspector = store.inspector(&prefix).await;
     let mut stage = Stage {
         backend,
         store: &mut store,
@@ -543,10 +568,12 @@ async fn run(backend: Backend, mode: Mode) {
         changed: &changed,
         prefix: &prefix,
         timed: TimedRestarts::default(),
+        inspector,
     };
     let mut faults = drive_faults(&mut stage, &mut rng, secs).await;
     let timed = stage.timed;
     stalls.await.expect("the executor stalls");
+    bursts.await.expect("the bursts of calls");
 
     // Heal everything (each fault heals itself; this is belt and braces).
     for link in &links {
@@ -592,11 +619,11 @@ async fn run(backend: Backend, mode: Mode) {
         ends.push(end);
         // The executor stalls it reports are faults too, and so are the
         // stretches in which it got no CPU.
-        faults.extend(
-            lines
-                .iter()
-                .filter_map(|l| Fault::stall(i, executors[i], l).or_else(|| Fault::starved(i, l))),
-        );
+        faults.extend(lines.iter().filter_map(|l| {
+            Fault::stall(i, executors[i], l)
+                .or_else(|| Fault::starved(i, l))
+                .or_else(|| Fault::shutdown(i, backend, l))
+        }));
         outputs.push(lines);
     }
     for (i, link) in links.iter().enumerate() {
@@ -657,6 +684,16 @@ async fn run(backend: Backend, mode: Mode) {
         coverage.upgrades_refused,
         violations.len()
     );
+    println!(
+        "nemesis: {} calls cut by a timeout ({} cancelled), {} tries, {} guards dropped, {} \
+         shutdowns ({} holds open at one)",
+        coverage.cut_calls,
+        coverage.cancelled,
+        coverage.tries,
+        coverage.guards_dropped,
+        history.shutdowns.len(),
+        coverage.holds_at_a_shutdown
+    );
     match backend {
         Backend::Redis => println!(
             "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \
@@ -669,6 +706,11 @@ async fn run(backend: Backend, mode: Mode) {
             timed.restarts, timed.tries
         ),
     }
+    println!(
+        "nemesis: {} restarts inside a stall right after an acquire went out (of {} tries), {} \
+         with the key taken on the new server before the stalled worker ran again",
+        timed.send_restarts, timed.send_tries, timed.send_taken
+    );
     if !violations.is_empty() {
         faults.sort_by_key(|f| f.start);
         let setup: Vec<String> = (0..PROCESSES)

@@ -642,6 +642,8 @@ fn checker_sees_an_upgrade_that_is_not_refused_at_once() {
         verdict(vec![lines], &[])
     };
     assert!(upgrade(vec![ev(201, 0, 2, 1, "error", "what=upgrade_refused")]).is_empty());
+    // Ended at once by its runtime's shutdown: no verdict.
+    assert!(upgrade(vec![ev(201, 0, 2, 1, "error", "what=shut_down")]).is_empty());
     assert_eq!(
         upgrade(vec![ev(900, 0, 2, 1, "error", "what=upgrade_refused")]),
         ["upgrade not refused at once"]
@@ -672,4 +674,129 @@ fn checker_sees_an_upgrade_that_is_not_refused_at_once() {
     in_a_writer.push(ev(201, 0, 2, 1, "acquired", "fence=10 outer=0"));
     in_a_writer.push(ev(300, 0, 2, 1, "released", ""));
     assert!(verdict(vec![in_a_writer], &[]).is_empty());
+}
+
+#[test]
+fn checker_sees_an_answer_from_before_an_empty_restart_entered_after_it() {
+    // p0's executor is blocked from 101 to 900 ms right after its acquire
+    // went out (answered at once, token 20 on the old server); the server
+    // restarts empty at 200 ms, p1 takes the key on the new server at 400
+    // ms (token 30); p0 runs again and enters at 900 ms on the old answer.
+    // The stall excuses nothing: the stalled holder is the later one.
+    let stale = |p1_until: u64| {
+        verdict(
+            vec![
+                vec![
+                    "stalled_after_send 7 101000000 0".to_owned(),
+                    "stall 7 101000000 900000000 sleep".to_owned(),
+                ]
+                .into_iter()
+                .chain(polled_hold(1, 20, 900, 900, 1000, "released"))
+                .collect(),
+                hold(1, 30, 400, p1_until, "released"),
+            ],
+            &[restart_at(200), frozen(0, 101, 900)],
+        )
+    };
+    assert_eq!(stale(950), ["fence went backwards", "two holders at once"]);
+    assert_eq!(stale(850), ["fence went backwards"]);
+}
+
+/// `shutdown <n> <from> <to> ok|err` of a process's runtime, at ms.
+fn shutdown(from: u64, to: u64, confirmed: bool) -> String {
+    format!(
+        "shutdown 3 {} {} {}",
+        from * 1_000_000,
+        to * 1_000_000,
+        if confirmed { "ok" } else { "err" }
+    )
+}
+
+#[test]
+fn checker_ends_a_process_s_holds_when_its_runtime_s_shutdown_returns() {
+    // p0 holds from 100 ms and logs nothing more (its body goes on); its
+    // runtime's shutdown runs from 300 to 350 ms, then a new runtime
+    // follows. p1 enters at `at` ms.
+    let run = |at: u64| {
+        let mut p0 = hold(1, 10, 100, 100, "body_enter");
+        p0.push(shutdown(300, 350, true));
+        p0.push("runtime 0123456789abcdef".to_owned());
+        verdict(vec![p0, hold(1, 11, at, at + 100, "released")], &[])
+    };
+    assert!(run(360).is_empty(), "{:?}", run(360));
+    assert_eq!(run(340), ["two holders at once"]);
+    // A hold entered after the shutdown is the new runtime's: the shutdown
+    // does not end it.
+    let mut p0 = hold(1, 10, 400, 400, "body_enter");
+    p0.insert(0, shutdown(300, 350, true));
+    assert_eq!(
+        verdict(vec![p0, hold(1, 11, 500, 600, "released")], &[]),
+        ["two holders at once"]
+    );
+}
+
+#[test]
+fn checker_lets_a_lock_linger_after_a_shutdown_that_did_not_confirm_its_release() {
+    // p1's renewed 3 s hold ends with its runtime's shutdown at 400 ms; p0's
+    // wait times out at 2000 ms, the key free since then. Confirmed: free
+    // from 400 ms, over a second before the timeout. Not confirmed: the
+    // lock may live for its lease.
+    let run = |confirmed: bool| {
+        let waiter = vec![
+            ev(
+                0,
+                0,
+                1,
+                0,
+                "begin",
+                "api=with wait=2000 bound=0 lease=3000 renew=1 fair=0 lost=abort",
+            ),
+            ev(2000, 0, 1, 0, "timeout", "waited=2000"),
+        ];
+        let mut holder = hold(1, 10, 100, 100, "body_enter");
+        holder.push(shutdown(380, 400, confirmed));
+        verdict(vec![waiter, holder], &[])
+    };
+    assert_eq!(run(true), ["timed out on a free key"]);
+    assert!(run(false).is_empty(), "{:?}", run(false));
+}
+
+#[test]
+fn checker_excuses_a_late_tell_of_a_fixed_lease_only_as_late_as_its_executor_ran() {
+    // p0 holds with a fixed 3 s lease from a poll at 100 ms (its lease ends
+    // by 3100 ms) and is told lost at 3106 ms; p1 enters at 3100 ms. A plain
+    // timer of p0's executor for 3100 ms fired at `timer` ms (None: not
+    // before the tell).
+    let run = |timer: Option<u64>| {
+        let lost = match timer {
+            Some(t) => format!("lease_timer={}", t * 1_000_000),
+            None => String::new(),
+        };
+        let fixed = vec![
+            ev(
+                99,
+                0,
+                1,
+                0,
+                "begin",
+                "api=with wait=5000 bound=0 lease=3000 renew=0 fair=0 lost=abort",
+            ),
+            ev(
+                100,
+                0,
+                1,
+                0,
+                "acquired",
+                "fence=10 outer=1 polled=100000000",
+            ),
+            ev(100, 0, 1, 0, "body_enter", ""),
+            ev(3106, 0, 1, 0, "lost", &lost),
+        ];
+        verdict(vec![fixed, hold(1, 11, 3100, 3300, "released")], &[])
+    };
+    assert_eq!(run(None), ["holder told lost too late"]);
+    // Its executor ran nothing that fell due for 4 ms: told as it ran.
+    assert!(run(Some(3104)).is_empty(), "{:?}", run(Some(3104)));
+    // Its executor ran on time: the tell was late.
+    assert_eq!(run(Some(3100)), ["holder told lost too late"]);
 }

@@ -1,11 +1,11 @@
 //! The faults: one at a time at random moments (network, server, worker
-//! processes), each healed before the next; beside them, at random, worker
-//! executors that stall.
+//! processes and their lock runtimes), each healed before the next; beside
+//! them, at random, worker executors that stall.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::layout;
+use lock_runtime::{layout, LockRuntime};
 use lock_testkit::{EtcdCluster, RedisServer, ZooKeeperEnsemble};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -47,6 +47,23 @@ const STALL_MS: (u64, u64) = (200, 3000);
 const ZOOKEEPER_STALL_MS: (u64, u64) = (200, 5000);
 /// How long a restart timed at a release waits for the release.
 const RELEASE_WAIT: Duration = Duration::from_millis(700);
+/// Longest stall of an executor right after its acquire went out: the
+/// restart and another worker's entry on the new server fit in it.
+const SEND_STALL_MAX: Duration = Duration::from_millis(2500);
+/// How long an armed stall may take to fire (the worker's next top-level
+/// call on its key).
+const ARM_WAIT: Duration = Duration::from_millis(1500);
+/// How long the servers are watched for the stalled worker's hold, from
+/// the stall's start (its acquire's answer; a fair waiter's queued place
+/// may be handed the lock meanwhile): an acquire on etcd or ZooKeeper takes
+/// a few round trips more than Redis's one script.
+const ANSWER_WAIT: Duration = Duration::from_millis(150);
+const CLUSTER_ANSWER_WAIT: Duration = Duration::from_millis(600);
+/// How long another worker is given to take the key after that restart.
+const TAKE_WAIT: Duration = Duration::from_millis(1200);
+/// How long a worker's `shutdown()` is waited for (it returns within twice
+/// the response timeout, its drain limit).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 /// One fault the test injected.
 #[derive(Clone, Debug)]
@@ -153,6 +170,42 @@ impl Fault {
     }
 }
 
+impl Fault {
+    /// A shutdown of worker `p`'s lock runtime (`shutdown <n> <from> <to>
+    /// ok|err`): it ends every hold of the process by `to` (the history
+    /// knows); the system settles after it as after a cut (a release the
+    /// shutdown could not confirm leaves its lock to its lease).
+    pub(super) fn shutdown(p: usize, backend: Backend, line: &str) -> Option<Fault> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["shutdown", n, from, to, how] = words.as_slice() else {
+            return None;
+        };
+        let (from, to): (u64, u64) = (from.parse().ok()?, to.parse().ok()?);
+        let confirmed = *how == "ok";
+        let recovery = if confirmed {
+            RECOVERY
+        } else {
+            backend.linger_recovery()
+        };
+        Some(Fault {
+            start: from,
+            end: to,
+            what: format!(
+                "shutdown() of p{p}'s lock runtime (order {n}), returned {} after {} ms; a new \
+                 runtime built after it",
+                if confirmed { "Ok" } else { "Err" },
+                to.saturating_sub(from) / 1_000_000
+            ),
+            loses_data: false,
+            settled: to + ns(recovery),
+            proxy: Some(p),
+            armed: false,
+            counted: true,
+            frozen: false,
+        })
+    }
+}
+
 pub(super) fn millis(rng: &mut XorShift, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(lo + rng.below(hi - lo + 1))
 }
@@ -170,6 +223,8 @@ pub(super) struct Stage<'a> {
     pub(super) prefix: &'a str,
     /// How the restarts timed at a release went.
     pub(super) timed: TimedRestarts,
+    /// Asks the servers who holds a key (`Store::inspector`).
+    pub(super) inspector: Option<LockRuntime>,
 }
 
 /// Restarts timed at a release, counted (printed after the run: a run in
@@ -184,6 +239,15 @@ pub(super) struct TimedRestarts {
     /// ... and another worker took the key on the new server before the
     /// blocked one ran again.
     pub(super) taken_meanwhile: u64,
+    /// A `current_thread` worker was armed to stall right after an acquire
+    /// went out ([`restart_after_send`]).
+    pub(super) send_tries: u64,
+    /// ... the stall came, and the servers recorded the stalled worker's
+    /// hold of the key: the store restarted then.
+    pub(super) send_restarts: u64,
+    /// ... and another worker took the key on the new server before the
+    /// stalled one ran again.
+    pub(super) send_taken: u64,
 }
 
 /// The last snapshot taken, for the restarts from a snapshot.
@@ -206,6 +270,12 @@ struct Snapshots {
 /// (a wiped cluster starts its revisions or zxids, the tokens, again), nor
 /// has the cut at a Redis command; the restart timed at a release becomes
 /// the leader (or the cluster) killed at a handoff ([`kill_at_handoff`]).
+///
+/// On every store, two faults aim at the moments between an answer and its
+/// use: a worker's lock runtime shut down while its tasks run (`shutdown()`
+/// ends every hold of the process; a new runtime follows), and a restart
+/// inside a stall that began right after an acquire went out
+/// ([`restart_after_send`]).
 pub(super) async fn drive_faults(
     stage: &mut Stage<'_>,
     rng: &mut XorShift,
@@ -263,7 +333,7 @@ pub(super) async fn drive_faults(
         let mut recovery = RECOVERY;
         let pick = rng.below(100);
         let cluster = matches!(stage.store, Store::Cluster(_));
-        if pick < 45 && !(cluster && (28..=36).contains(&pick)) {
+        if pick < 39 && !(cluster && (24..=31).contains(&pick)) {
             fault.proxy = Some(p);
         }
         let (stall_lo, stall_hi) = match stage.backend {
@@ -271,7 +341,7 @@ pub(super) async fn drive_faults(
             Backend::Redis | Backend::Etcd => STALL_MS,
         };
         match (pick, &mut *stage.store) {
-            (0..=11, Store::Cluster(cluster)) if rng.below(2) == 0 => {
+            (0..=9, Store::Cluster(cluster)) if rng.below(2) == 0 => {
                 // One process's way to one member only: its client's
                 // requests, keep-alives and watches on that member hang
                 // while the others answer.
@@ -286,14 +356,14 @@ pub(super) async fn drive_faults(
                     d.as_millis()
                 );
             }
-            (0..=11, _) => {
+            (0..=9, _) => {
                 let d = millis(rng, stall_lo, stall_hi);
                 link.stall();
                 tokio::time::sleep(d).await;
                 link.resume();
                 fault.what = format!("stall proxy {p} for {} ms", d.as_millis());
             }
-            (12..=19, _) => {
+            (10..=16, _) => {
                 let delay = millis(rng, 20, 250);
                 let d = millis(rng, 500, 3000);
                 link.slow(Some(delay));
@@ -305,16 +375,16 @@ pub(super) async fn drive_faults(
                     d.as_millis()
                 );
             }
-            (20..=27, _) => {
+            (17..=23, _) => {
                 link.drop_connections();
                 fault.what = format!("drop connections of proxy {p}");
                 recovery = linger_recovery;
             }
-            (28..=36, Store::Cluster(cluster)) => {
+            (24..=31, Store::Cluster(cluster)) => {
                 fault.what = members::kill_and_restart(cluster, rng).await;
                 recovery = linger_recovery;
             }
-            (28..=36, Store::Redis(_)) => {
+            (24..=31, Store::Redis(_)) => {
                 let command = if rng.below(2) == 0 {
                     "SUBSCRIBE"
                 } else {
@@ -327,7 +397,7 @@ pub(super) async fn drive_faults(
                 faults.push(fault);
                 continue;
             }
-            (37..=44, _) => {
+            (32..=38, _) => {
                 let d = millis(rng, 300, 3000);
                 link.refuse(true);
                 let cut = rng.below(2) == 0;
@@ -343,21 +413,21 @@ pub(super) async fn drive_faults(
                     if cut { ", connections dropped" } else { "" }
                 );
             }
-            (45..=52, Store::Cluster(cluster)) => {
+            (39..=45, Store::Cluster(cluster)) => {
                 fault.what = members::freeze(cluster, rng).await;
             }
-            (45..=52, Store::Redis(server)) => {
+            (39..=45, Store::Redis(server)) => {
                 let d = millis(rng, 200, 2000);
                 server.freeze();
                 tokio::time::sleep(d).await;
                 server.thaw();
                 fault.what = format!("SIGSTOP the server for {} ms", d.as_millis());
             }
-            (53..=59, Store::Cluster(cluster)) => {
+            (46..=51, Store::Cluster(cluster)) => {
                 fault.what = members::restart_all(cluster).await;
                 recovery = linger_recovery;
             }
-            (53..=59, Store::Redis(server)) => {
+            (46..=51, Store::Redis(server)) => {
                 let from_snapshot = rng.below(100) < 40;
                 let (what, linger) = restart(server, &mut snapshots, from_snapshot).await;
                 fault.what = what;
@@ -367,7 +437,7 @@ pub(super) async fn drive_faults(
                 }
                 snapshots.next = snapshots.next.min(Instant::now() + millis(rng, 500, 1500));
             }
-            (60..=69, _) => {
+            (52..=59, _) => {
                 // A whole worker process stopped past its lease: its locks
                 // run out while it cannot renew them. Best while it is busy
                 // right after its release passed a hold to another of its
@@ -413,6 +483,25 @@ pub(super) async fn drive_faults(
                 fault.proxy = Some(p);
                 fault.frozen = true;
                 recovery = linger_recovery;
+            }
+            (60..=64, _) => {
+                // The worker's lock runtime shut down while its tasks go on;
+                // the fault is the worker's report (`shutdown <n> <from>
+                // <to>`), read after the run. Waited for (bounded), so that
+                // the next fault comes after it.
+                let worker = stage.workers[p].clone();
+                let order = worker.shutdown().await;
+                let live = worker.live.clone();
+                let limit = Instant::now() + SHUTDOWN_WAIT;
+                until(stage.changed, limit, || live.shut_down(order).is_some()).await;
+                continue;
+            }
+            (65..=84, _) => {
+                if let Some(restarted) = restart_after_send(stage, rng, &mut snapshots).await {
+                    faults.push(restarted);
+                }
+                // Otherwise at most the stall happened (its worker reports it).
+                continue;
             }
             (_, Store::Cluster(_)) => {
                 if let Some(killed) = kill_at_handoff(stage, rng).await {
@@ -525,7 +614,7 @@ async fn restart_at_release(
     for &(p, key) in &candidates {
         if queue_head(stage, key)
             .await
-            .is_some_and(|h| h.starts_with(&format!("{}:", stage.workers[p].id)))
+            .is_some_and(|h| h.starts_with(&format!("{}:", stage.workers[p].id())))
         {
             heads.push((p, key));
         }
@@ -549,7 +638,7 @@ async fn restart_at_release(
         .stall(Duration::from_millis(MAX_STALL_MS), spin)
         .await;
     let stalled_at = Instant::now();
-    let handed = format!("g {}:", worker.id);
+    let handed = format!("g {}:", worker.id());
     let released = match watch {
         Some(mut watch) => {
             watch
@@ -623,6 +712,153 @@ async fn restart_at_release(
     fault
 }
 
+/// A stale answer: a `current_thread` worker's executor is blocked right
+/// after the first poll of a call whose acquire went out (its script is
+/// answered on the worker's lock runtime thread, which runs on), the store
+/// restarts inside that stall (Redis empty; an etcd cluster or a ZooKeeper
+/// ensemble, which lose nothing, has its leader or every member killed and
+/// started again from disk), another worker takes the key on the new
+/// server, and only then does the blocked executor run again and find the
+/// answer from before the restart. The restart, if the stall came (the
+/// stall is reported by its worker).
+async fn restart_after_send(
+    stage: &mut Stage<'_>,
+    rng: &mut XorShift,
+    snapshots: &mut Snapshots,
+) -> Option<Fault> {
+    let pause = millis(rng, 0, 20);
+    let whole = rng.below(100) < 30;
+    let away = millis(rng, 50, 400);
+    let choice = rng.next_u64();
+    // Every run has a `current_thread` worker (`executors`).
+    let current: Vec<usize> = (0..stage.workers.len())
+        .filter(|&p| stage.workers[p].executor == Executor::Current)
+        .collect();
+    let p = *current.get((choice % current.len().max(1) as u64) as usize)?;
+    let worker = stage.workers[p].clone();
+    // A key nobody holds or waits for now, if there is one: its acquire is
+    // then likely answered with the lock.
+    let keys = worker.fair.len();
+    let free: Vec<usize> = (0..keys)
+        .filter(|&k| {
+            !stage
+                .workers
+                .iter()
+                .any(|w| w.live.holds_key(k) || w.live.waits_for().contains(&k))
+        })
+        .collect();
+    let pool: Vec<usize> = if free.is_empty() {
+        (0..keys).collect()
+    } else {
+        free
+    };
+    let key = pool[((choice >> 16) % pool.len() as u64) as usize];
+    stage.timed.send_tries += 1;
+    let inspector = stage.inspector.clone()?;
+    let stall = worker.arm(SEND_STALL_MAX, key).await;
+    let live = worker.live.clone();
+    let began = until(stage.changed, Instant::now() + ARM_WAIT, || {
+        live.stalled_after_send(stall)
+    })
+    .await;
+    if !began {
+        // (Drops the arm; a stall that fired meanwhile ends at once.)
+        worker.unstall(stall).await;
+        return None;
+    }
+    let stalled_at = Instant::now();
+    // The restart comes once the servers record the stalled worker's hold
+    // (its acquire was answered with the lock), and a moment more for the
+    // answer to reach its lock runtime.
+    let holder = format!("{}:", worker.id());
+    let answer_wait = match stage.backend {
+        Backend::Redis => ANSWER_WAIT,
+        Backend::Etcd | Backend::ZooKeeper => CLUSTER_ANSWER_WAIT,
+    };
+    if !holds(&inspector, key, &holder, stalled_at + answer_wait).await {
+        worker.unstall(stall).await;
+        until(
+            stage.changed,
+            Instant::now() + Duration::from_secs(3),
+            || live.stalled(stall).is_some(),
+        )
+        .await;
+        return None;
+    }
+    tokio::time::sleep(pause).await;
+    let mut restarted = Fault::starting();
+    let what = match &mut *stage.store {
+        Store::Redis(server) => {
+            restarted.loses_data = true;
+            restart(server, snapshots, false).await.0
+        }
+        Store::Cluster(cluster) => members::kill_for(cluster, whole, away, || async {}).await,
+    };
+    restarted.end = now_ns();
+    let recovery = match stage.backend {
+        Backend::Redis => RECOVERY,
+        Backend::Etcd | Backend::ZooKeeper => stage.backend.linger_recovery(),
+    };
+    restarted.settled = restarted.end + ns(recovery);
+    // Another worker takes the key on the new server before the stalled one
+    // runs again.
+    let limit = (Instant::now() + TAKE_WAIT).min(stalled_at + SEND_STALL_MAX);
+    let others: Vec<Arc<Control>> = stage
+        .workers
+        .iter()
+        .filter(|w| w.index != p)
+        .cloned()
+        .collect();
+    let end = restarted.end;
+    let taken = until(stage.changed, limit, || {
+        others.iter().any(|w| w.live.acquired_after(key, end))
+    })
+    .await;
+    stage.timed.send_restarts += 1;
+    stage.timed.send_taken += u64::from(taken);
+    restarted.what = format!(
+        "{what}, {} ms after p{p}'s executor (current_thread) was blocked right after its \
+         acquire of nk{key} went out (stall {stall}){}",
+        pause.as_millis(),
+        if taken {
+            "; another worker took the key on the new server before the stall ended"
+        } else {
+            ""
+        }
+    );
+    worker.unstall(stall).await;
+    until(
+        stage.changed,
+        Instant::now() + Duration::from_secs(3),
+        || live.stalled(stall).is_some(),
+    )
+    .await;
+    Some(restarted)
+}
+
+/// Whether the servers record a holder of `nk<key>` (a writer or one of
+/// the readers) whose id starts with `holder`, by `limit` (asked every few
+/// ms).
+async fn holds(inspector: &LockRuntime, key: usize, holder: &str, limit: Instant) -> bool {
+    let name = format!("nk{key}");
+    // Bounded by `limit`, and by count.
+    for _ in 0..1000 {
+        let left = limit.saturating_duration_since(Instant::now());
+        if let Ok(Ok(Some(info))) = tokio::time::timeout(left, inspector.inspect(&name)).await {
+            if info.holder.starts_with(holder)
+                || info.readers.iter().any(|r| r.holder.starts_with(holder))
+            {
+                return true;
+            }
+        }
+        if Instant::now() >= limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    false
+}
+
 /// The cluster's twin of [`restart_at_release`]: a worker waiting for a
 /// key that another one holds has its executor blocked; once its place
 /// heads the key's queue (the holder released: the lock is handed to the
@@ -669,7 +905,7 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
     // On etcd the watch is set up before the stall (it must see the
     // release's delete).
     let mut etcd_watch = match cluster {
-        Cluster::Etcd(etcd) => Some(EtcdHandoff::start(etcd, &lock, &worker.id).await?),
+        Cluster::Etcd(etcd) => Some(EtcdHandoff::start(etcd, &lock, &worker.id()).await?),
         Cluster::ZooKeeper(_) => None,
     };
     let stall = worker
@@ -685,7 +921,7 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
                     .iter()
                     .any(|w| w.index != p && w.live.holds_key(key))
             };
-            handed_on_zookeeper(ensemble, &lock, &worker.id, handed_by, || {
+            handed_on_zookeeper(ensemble, &lock, &worker.id(), handed_by, || {
                 until(stage.changed, handed_by, released)
             })
             .await
@@ -901,6 +1137,48 @@ pub(super) async fn stall_executors(workers: Vec<Arc<Control>>, mut rng: XorShif
         let spin = rng.below(3) == 0;
         let d = millis(&mut rng, 50, MAX_STALL_MS);
         workers[p].stall(d, spin).await;
+    }
+}
+
+/// Bursts of calls beside the faults, as a busy service's: every 1-4 s two
+/// or three workers run 3-8 more tasks each on one key for 0.5-3 s, every
+/// call cut by a 0-60 ms timeout around its acquire or its body, until 4 s
+/// before the end of the run (each worker runs its bursts one after the
+/// other). Many waiters of one process on one key, readers and writers,
+/// given up at random points of their attempts (where a process's place in
+/// the key's queue passes between its waiters), while the other processes'
+/// readers (only readers, every other burst) and writers come and go on the
+/// same key.
+pub(super) async fn burst_calls(workers: Vec<Arc<Control>>, mut rng: XorShift, secs: u64) {
+    let stop_at = Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(4));
+    let keys = workers.first().map_or(1, |w| w.fair.len());
+    // Bounded by time (`stop_at`) and by count.
+    for _ in 0..10_000 {
+        let gap = millis(&mut rng, 1000, 4000);
+        tokio::time::sleep_until((Instant::now() + gap).min(stop_at)).await;
+        if Instant::now() >= stop_at {
+            break;
+        }
+        let key = rng.below(keys as u64) as usize;
+        let length =
+            millis(&mut rng, 500, 3000).min(stop_at.saturating_duration_since(Instant::now()));
+        let left_out = rng.below(workers.len() as u64 + 1) as usize;
+        // On a read-write key: one worker's tasks read half the time, and
+        // the others' half the time too, or (every other burst) only read:
+        // a writer among readers.
+        let mixer = rng.below(workers.len() as u64) as usize;
+        let readers_around = rng.below(2) == 0;
+        for (p, worker) in workers.iter().enumerate() {
+            let tasks = 3 + rng.below(6) as u32;
+            let readers = if p != mixer && readers_around {
+                100
+            } else {
+                50
+            };
+            if p != left_out {
+                worker.burst(tasks, length, key, readers).await;
+            }
+        }
     }
 }
 

@@ -33,6 +33,10 @@ pub(super) struct Call {
     pub(super) body_enter: Option<u64>,
     pub(super) body_exit: Option<u64>,
     pub(super) lost: Option<u64>,
+    /// A fixed lease's hold told lost: when a plain timer of its executor,
+    /// set for `polled` + the lease (the latest its client-side lease can
+    /// end), fired, if before the tell (`lease_timer=`).
+    pub(super) lease_timer: Option<u64>,
     pub(super) released: Option<u64>,
     /// The first of timeout, error, cancelled, panicked.
     pub(super) ended: Option<(u64, String)>,
@@ -40,6 +44,24 @@ pub(super) struct Call {
     pub(super) error: Option<String>,
     /// An outermost hold's counter, as its body found it.
     pub(super) data: Option<Data>,
+    /// `try_acquire()` (one try).
+    pub(super) tried: bool,
+    /// Cut by a timeout around its acquire or its body (`cut=`).
+    pub(super) cut: bool,
+    /// Its guard was dropped, not released.
+    pub(super) dropped: bool,
+}
+
+/// A `shutdown()` of a process's lock runtime, called at `from`, which
+/// returned at `to` (`confirmed`: with `Ok`, every release answered). Every
+/// hold of the process ends by `to`: the runtime told each it was lost and
+/// gave it back.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Shutdown {
+    pub(super) proc: usize,
+    pub(super) from: u64,
+    pub(super) to: u64,
+    pub(super) confirmed: bool,
 }
 
 /// The counter of a key as an outermost hold's body found it when it
@@ -68,6 +90,8 @@ pub(super) struct History {
     pub(super) ends: Vec<u64>,
     /// When the run began (times in messages count from there).
     pub(super) start: u64,
+    /// The shutdowns of the processes' lock runtimes, in order.
+    pub(super) shutdowns: Vec<Shutdown>,
 }
 
 impl Call {
@@ -86,12 +110,37 @@ impl Call {
         }
     }
 
+    /// For a hold of a fixed lease told lost after its latest possible
+    /// lease end (`polled` + the lease), how late a plain timer of its own
+    /// executor for that moment fired (ns): how long its process took then
+    /// to run what was due, the library's tell included.
+    pub(super) fn timer_late(&self) -> Option<u64> {
+        let due = self.polled? + self.lease.as_nanos() as u64;
+        Some(self.lease_timer?.saturating_sub(due)).filter(|_| !self.renew)
+    }
+
     /// The earliest moment its entry can have happened.
     pub(super) fn entered_from(&self) -> u64 {
         let acquired = self.acquired.unwrap_or(self.begin);
         self.polled
             .filter(|&p| p > 0 && p <= acquired)
             .unwrap_or(acquired)
+    }
+}
+
+impl Shutdown {
+    /// `shutdown <n> <from> <to> ok|err` of process `proc`.
+    fn parse(proc: usize, line: &str) -> Option<Shutdown> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["shutdown", _, from, to, how] = words.as_slice() else {
+            return None;
+        };
+        Some(Shutdown {
+            proc,
+            from: from.parse().ok()?,
+            to: to.parse().ok()?,
+            confirmed: *how == "ok",
+        })
     }
 }
 
@@ -109,6 +158,7 @@ impl History {
             events: Vec::new(),
             ends: ends.to_vec(),
             start,
+            shutdowns: Vec::new(),
         };
         for (proc, lines) in outputs.iter().enumerate() {
             let mut stats_seen = false;
@@ -123,11 +173,18 @@ impl History {
                     }
                     continue;
                 }
+                if let Some(shutdown) = Shutdown::parse(proc, line) {
+                    history.shutdowns.push(shutdown);
+                    continue;
+                }
                 // (Executor stalls: faults, read by the run.)
                 if line.starts_with("done ")
                     || line.starts_with("stall ")
+                    || line.starts_with("stalled_after_send ")
                     || line.starts_with("blocking ")
                     || line.starts_with("starved ")
+                    || line.starts_with("runtime ")
+                    || line.starts_with("burst ")
                 {
                     continue;
                 }
@@ -152,6 +209,7 @@ impl History {
             }
         }
         history.events.sort_by_key(|e| e.t);
+        history.shutdowns.sort_by_key(|s| s.to);
         history
     }
 
@@ -195,6 +253,8 @@ impl History {
                     Some("write") => LockMode::Write,
                     _ => LockMode::Exclusive,
                 };
+                call.tried = field("api") == Some("try");
+                call.cut = field("cut").is_some_and(|c| c != "-");
             }
             "data" => {
                 let number = |name: &str| field(name).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -212,11 +272,13 @@ impl History {
             }
             "body_enter" => call.body_enter = Some(t),
             "body_exit" => call.body_exit = Some(t),
-            "lost" => {
-                call.lost.get_or_insert(t);
+            "lost" if call.lost.is_none() => {
+                call.lost = Some(t);
+                call.lease_timer = field("lease_timer").and_then(|v| v.parse().ok());
             }
             "released" => {
                 call.released.get_or_insert(t);
+                call.dropped |= field("dropped") == Some("1");
             }
             "timeout" | "error" | "cancelled" | "panicked" if call.ended.is_none() => {
                 call.ended = Some((t, (*kind).to_owned()));
@@ -261,10 +323,11 @@ impl History {
 
     /// The end of a call's hold: its first of released, lost, body exit,
     /// timeout/error/cancelled/panicked after the acquisition, else the end
-    /// of its process.
+    /// of its process; at the latest the end of the first shutdown of its
+    /// process's lock runtime after it entered ([`Self::ended_by_shutdown`]).
     pub(super) fn hold_end(&self, call: &Call) -> u64 {
         let acquired = call.acquired.unwrap_or(call.begin);
-        [
+        let own = [
             call.released,
             call.lost,
             call.body_exit,
@@ -274,7 +337,37 @@ impl History {
         .flatten()
         .filter(|&t| t >= acquired)
         .min()
-        .unwrap_or(self.ends[call.proc])
+        .unwrap_or(self.ends[call.proc]);
+        match self.shutdown_after(call) {
+            Some(shutdown) => own.min(shutdown.to),
+            None => own,
+        }
+    }
+
+    /// Whether a call's hold was open when a shutdown of its runtime was
+    /// called (which told it that it was lost).
+    pub(super) fn open_at_shutdown(&self, call: &Call) -> bool {
+        self.shutdown_after(call).is_some_and(|s| {
+            call.acquired.is_some_and(|a| a < s.from) && self.hold_end(call) > s.from
+        })
+    }
+
+    /// The shutdown that ended a call's hold: the first of its process's
+    /// that returned after the hold entered and before the hold ended of
+    /// itself.
+    pub(super) fn ended_by_shutdown(&self, call: &Call) -> Option<Shutdown> {
+        let shutdown = self.shutdown_after(call)?;
+        (self.hold_end(call) == shutdown.to).then_some(shutdown)
+    }
+
+    /// The first shutdown of `call`'s process that returned after the call
+    /// entered.
+    fn shutdown_after(&self, call: &Call) -> Option<Shutdown> {
+        let acquired = call.acquired?;
+        self.shutdowns
+            .iter()
+            .find(|s| s.proc == call.proc && s.to >= acquired)
+            .copied()
     }
 
     /// When the holder learnt that this call's hold was lost: its own `lost`

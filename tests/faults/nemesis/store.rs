@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use lock_runtime::LockRuntime;
 use lock_testkit::{EtcdCluster, RedisServer, ZooKeeperEnsemble};
 use lock_tests::FaultProxy;
 use tokio::time::Instant;
@@ -40,6 +41,29 @@ impl Store {
             Store::Redis(server) => server,
             Store::Cluster(_) => panic!("a Redis-only fault on a cluster"),
         }
+    }
+
+    /// A lock runtime of the test's own, straight to the servers (no proxy)
+    /// with the workers' key prefix, that only asks who holds a key
+    /// (`inspect`): a fault can then wait for the moment a given worker's
+    /// acquire was answered. `None` when it does not start.
+    pub(super) async fn inspector(&self, prefix: &str) -> Option<LockRuntime> {
+        let builder = match self {
+            Store::Redis(server) => LockRuntime::builder().redis(server.url()),
+            Store::Cluster(Cluster::Etcd(cluster)) => {
+                LockRuntime::builder().etcd(cluster.endpoints())
+            }
+            Store::Cluster(Cluster::ZooKeeper(ensemble)) => {
+                LockRuntime::builder().zookeeper(ensemble.connect_string())
+            }
+        };
+        builder
+            .key_prefix(prefix)
+            .connect_timeout(super::TIMEOUT)
+            .response_timeout(super::TIMEOUT)
+            .build()
+            .await
+            .ok()
     }
 
     /// The loopback port of each server, in order.

@@ -1,7 +1,8 @@
 //! The worker processes (`nemesis_worker`): started, given orders (stall
-//! the executor, SIGSTOP/SIGCONT), and their logs read as they come in.
+//! the executor, now or right after an acquire went out; shut the lock
+//! runtime down; SIGSTOP/SIGCONT), and their logs read as they come in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,8 +46,6 @@ pub(super) struct Control {
     /// Its index (the index of its proxy).
     pub(super) index: usize,
     pub(super) pid: u32,
-    /// The process part of its holder ids: a fair handoff names it.
-    pub(super) id: String,
     pub(super) executor: Executor,
     /// Whether it takes each key in fair mode.
     pub(super) fair: Vec<bool>,
@@ -90,6 +89,42 @@ impl Control {
         self.send(&format!("unstall {id}")).await;
     }
 
+    /// Arms a stall of the worker's executor thread for at most `max`,
+    /// right after the first poll of its next top-level call on `key` that
+    /// does not end in that poll (its acquire went out); the stall's
+    /// number, for [`unstall`](Self::unstall) (which also drops an arm that
+    /// has not fired), [`Live::stalled_after_send`] and [`Live::stalled`].
+    pub(super) async fn arm(&self, max: Duration, key: usize) -> u64 {
+        let id = NEXT_STALL.fetch_add(1, Ordering::Relaxed);
+        self.send(&format!("arm {id} {} {key}", max.as_millis()))
+            .await;
+        id
+    }
+
+    /// Orders a burst: `tasks` more tasks make calls on `key` for `length`,
+    /// each cut short at a random point, `readers` % of them reads on a
+    /// read-write key.
+    pub(super) async fn burst(&self, tasks: u32, length: Duration, key: usize, readers: u64) {
+        let id = NEXT_STALL.fetch_add(1, Ordering::Relaxed);
+        let ms = length.as_millis();
+        self.send(&format!("burst {id} {tasks} {ms} {key} {readers}"))
+            .await;
+    }
+
+    /// Orders `shutdown()` of the worker's lock runtime (it then builds a
+    /// new one): the order's number, for [`Live::shut_down`].
+    pub(super) async fn shutdown(&self) -> u64 {
+        let id = NEXT_STALL.fetch_add(1, Ordering::Relaxed);
+        self.send(&format!("shutdown {id}")).await;
+        id
+    }
+
+    /// The process part of its current runtime's holder ids: a fair
+    /// handoff names it (a new runtime after a shutdown has new ones).
+    pub(super) fn id(&self) -> String {
+        self.live.state.lock().expect("live state").id.clone()
+    }
+
     /// SIGSTOP (`true`) or SIGCONT (`false`) to the whole process.
     pub(super) async fn stop(&self, stop: bool) {
         let pid = self.pid;
@@ -118,6 +153,8 @@ pub(super) struct Live {
 
 #[derive(Default)]
 struct LiveState {
+    /// The process part of the current runtime's holder ids.
+    id: String,
     /// Outermost holds open now: call → key.
     holding: HashMap<u64, usize>,
     /// Calls that asked and have neither the lock nor an answer: call → key.
@@ -126,6 +163,10 @@ struct LiveState {
     acquired: HashMap<usize, u64>,
     /// Stalls done: number → (from, to).
     stalls: HashMap<u64, (u64, u64)>,
+    /// Armed stalls that began.
+    stalled_after_send: HashSet<u64>,
+    /// Shutdowns done: number → (from, to).
+    shutdowns: HashMap<u64, (u64, u64)>,
     /// A task blocks its thread right after a call whose release passed a
     /// hold to another task of the process (`blocking <t> passed=1`), until
     /// its `stall 0` line.
@@ -133,9 +174,12 @@ struct LiveState {
 }
 
 impl Live {
-    fn new(changed: Arc<Notify>) -> Live {
+    fn new(id: String, changed: Arc<Notify>) -> Live {
         Live {
-            state: Mutex::new(LiveState::default()),
+            state: Mutex::new(LiveState {
+                id,
+                ..LiveState::default()
+            }),
             changed,
         }
     }
@@ -143,6 +187,31 @@ impl Live {
     pub(super) fn see(&self, line: &str) {
         let words: Vec<&str> = line.split(' ').collect();
         let mut state = self.state.lock().expect("live state");
+        let number = |word: &str| word.parse::<u64>().ok();
+        let seen = match words.as_slice() {
+            ["runtime", id] => {
+                state.id = (*id).to_owned();
+                true
+            }
+            ["stalled_after_send", n, ..] => {
+                if let Some(n) = number(n) {
+                    state.stalled_after_send.insert(n);
+                }
+                true
+            }
+            ["shutdown", n, from, to, _] => {
+                if let (Some(n), Some(from), Some(to)) = (number(n), number(from), number(to)) {
+                    state.shutdowns.insert(n, (from, to));
+                }
+                true
+            }
+            _ => false,
+        };
+        if seen {
+            drop(state);
+            self.changed.notify_waiters();
+            return;
+        }
         if let ["blocking", _, passed] = words.as_slice() {
             state.busy_after_a_pass = *passed == "passed=1";
             drop(state);
@@ -223,6 +292,18 @@ impl Live {
             .copied()
     }
 
+    /// Whether armed stall `id` began (its call's acquire went out).
+    pub(super) fn stalled_after_send(&self, id: u64) -> bool {
+        let state = self.state.lock().expect("live state");
+        state.stalled_after_send.contains(&id)
+    }
+
+    /// The window of shutdown `id`, once it returned.
+    pub(super) fn shut_down(&self, id: u64) -> Option<(u64, u64)> {
+        let state = self.state.lock().expect("live state");
+        state.shutdowns.get(&id).copied()
+    }
+
     /// Whether it took `key` after `t`.
     pub(super) fn acquired_after(&self, key: usize, t: u64) -> bool {
         let state = self.state.lock().expect("live state");
@@ -248,7 +329,7 @@ pub(super) async fn spawn_worker(
         .iter()
         .map(|(name, spec)| format!("{name}:{}", spec.word()))
         .collect();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_nemesis_worker"));
+    let mut command = tokio::process::Command::new(worker_binary());
     command.args([
         url,
         prefix,
@@ -272,7 +353,7 @@ pub(super) async fn spawn_worker(
         .strip_prefix("ready ")
         .unwrap_or_else(|| panic!("worker start-up: {ready:?}, expected `ready <id>`"))
         .to_owned();
-    let live = Arc::new(Live::new(changed));
+    let live = Arc::new(Live::new(id, changed));
     let seen = live.clone();
     let lines = tokio::spawn(async move {
         let mut all = Vec::new();
@@ -288,11 +369,18 @@ pub(super) async fn spawn_worker(
         control: Arc::new(Control {
             index,
             pid,
-            id,
             executor,
             fair: keys.iter().map(|(_, spec)| spec.fair).collect(),
             live,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
         }),
     }
+}
+
+/// The worker binary: `LOCK_NEMESIS_WORKER` when set (a copy kept for a
+/// series of replays: the build directory's `nemesis_worker` is the last
+/// one built, from whichever checkout shares it), else this build's.
+fn worker_binary() -> String {
+    std::env::var("LOCK_NEMESIS_WORKER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nemesis_worker").to_owned())
 }

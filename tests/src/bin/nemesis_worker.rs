@@ -15,7 +15,9 @@
 //!       process asks for it with; processes may differ; on etcd and
 //!       ZooKeeper every lock is fair whatever it asks) or `<name>:rw-plain`
 //!       or `<name>:rw-fair` (a read-write lock: each call asks a read hold
-//!       (70 %), a write hold or an exclusive one, which is the same lock),
+//!       (70 %), a write hold or an exclusive one, which is the same lock)
+//!       or `<name>:mix-plain` or `<name>:mix-fair` (the same with a quarter
+//!       of the calls readers),
 //!       `<data-dir>` holds one file per key, `<name>`, with the key's
 //!       shared counter (created when missing), and `<executor>` is
 //!       `current` (the tasks run on a `current_thread` tokio runtime: one
@@ -40,7 +42,28 @@
 //!       `unstall <n>`; then print
 //!       `stall <n> <from> <to> <how>` (CLOCK_MONOTONIC ns: when it was
 //!       blocked)
-//!   unstall <n>   ends stall `<n>` now (also when it has not begun yet)
+//!   unstall <n>   ends stall `<n>` now (also when it has not begun yet,
+//!       and an `arm <n>` whose call has not stalled yet does not stall)
+//!   arm <n> <ms> <key>   one more top-level call on key `<key>` (random
+//!       options, task `<tasks>`), made once `inspect` finds the key free
+//!       (or after a second): unless its first poll ends it, it blocks the
+//!       executor thread right after that poll (its acquire went out, to be
+//!       answered on the lock runtime's own thread), in
+//!       `std::thread::sleep`, for `<ms>` or until `unstall <n>`: it prints
+//!       `stalled_after_send <n> <t> <key>` when it begins and
+//!       `stall <n> <from> <to> sleep` when it ends; the test restarts the
+//!       server meanwhile, and the call then finds an answer from before
+//!   burst <n> <tasks> <ms> <key> <readers>   `<tasks>` more tasks
+//!       (numbered from `<tasks>` + 1) make top-level calls on key `<key>`
+//!       for `<ms>`, each cut by a 0-60 ms timeout around its acquire or its
+//!       body, on a read-write key `<readers>` % of them reads (many
+//!       waiters of one process on one key, given up at random points);
+//!       prints `burst <n> <t> <key> <tasks>` as it begins
+//!   shutdown <n>  `shutdown()` of the lock runtime (while the tasks go on),
+//!       then `shutdown <n> <from> <to> ok|err` (when it was called and
+//!       returned); a new runtime is built (tried until it starts) and
+//!       announced with `runtime <id>`; the tasks' next calls use it (a call
+//!       keeps the runtime it began on, its nested calls too)
 //!
 //! `starved <from> <to>`: the process got no CPU from `<from>` to `<to>`
 //! (a thread of it that wakes every 10 ms did not run for over 100 ms: an
@@ -55,9 +78,13 @@
 //! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
 //! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
 //! key's index, and `<kind>` one of:
-//!   begin     the request goes out; `api=with|guard wait=<ms>|forever
+//!   begin     the request goes out; `api=with|guard|try wait=<ms>|forever
 //!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue
-//!             mode=exclusive|read|write`
+//!             mode=exclusive|read|write cut=acquire:<ms>|body:<ms>|-
+//!             end=release|drop|cut:<ms>` (`cut`: a timeout around the
+//!             acquire (a `with_lock`: the whole call) or the body; `end`: a
+//!             guard released, dropped, or its release cut by a timeout;
+//!             `try`: `try_acquire()`, `wait=0`)
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
 //!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
@@ -68,10 +95,16 @@
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
 //!             only by a holder not told its hold was lost
-//!   lost      the holder was told its lock is gone
+//!   lost      the holder was told its lock is gone; for an outermost hold
+//!             of a fixed lease, `lease_timer=<t>` when a plain timer of the
+//!             executor for `polled` + the lease (the latest its client-side
+//!             lease can end) fired before
 //!   released  the holder stops acting; its release goes out right after
-//!   timeout   `waited=<ms>`; error `what=<text>` (`what=upgrade_refused`
-//!             for a write asked inside a read hold); cancelled; panicked
+//!             (`dropped=1`: the guard is dropped, released in the background)
+//!   timeout   `waited=<ms>` (a `try_acquire()` that found the lock held:
+//!             `waited=0 busy=1`); error `what=<text>` (`what=upgrade_refused`
+//!             for a write asked inside a read hold, `what=shut_down` after
+//!             the runtime's shutdown); cancelled; panicked
 //!   late_lost the release found the lock gone (information only)
 //! ```
 
@@ -141,9 +174,10 @@ impl Rng {
 struct Key {
     name: String,
     fair: bool,
-    /// A read-write lock: calls ask read, write or exclusive holds (else
-    /// every call is exclusive).
-    read_write: bool,
+    /// The share of read holds its calls ask, in %: 0 for an exclusive
+    /// lock (every call exclusive); a read-write lock's other calls ask a
+    /// write hold (two in three) or an exclusive one (the same lock).
+    readers: u64,
     /// The key's shared counter (in `<data-dir>/<name>`).
     data: std::fs::File,
 }
@@ -152,12 +186,16 @@ impl Key {
     /// `<name>:<kind>` from the command line, its counter file in `dir`.
     fn parse(arg: &str, dir: &std::path::Path) -> Key {
         let (name, kind) = arg.rsplit_once(':').expect("key:kind");
-        let (read_write, fair) = match kind {
-            "plain" => (false, false),
-            "fair" => (false, true),
-            "rw-plain" => (true, false),
-            "rw-fair" => (true, true),
-            other => panic!("key kind {other:?}: plain, fair, rw-plain or rw-fair"),
+        let (readers, fair) = match kind {
+            "plain" => (0, false),
+            "fair" => (0, true),
+            "rw-plain" => (70, false),
+            "rw-fair" => (70, true),
+            "mix-plain" => (25, false),
+            "mix-fair" => (25, true),
+            other => {
+                panic!("key kind {other:?}: plain, fair, rw-plain, rw-fair, mix-plain or mix-fair")
+            }
         };
         let data = std::fs::OpenOptions::new()
             .read(true)
@@ -169,7 +207,7 @@ impl Key {
         Key {
             name: name.to_owned(),
             fair,
-            read_write,
+            readers,
             data,
         }
     }
@@ -197,9 +235,34 @@ impl Key {
 
 /// What every task shares.
 struct Ctx {
-    runtime: LockRuntime,
+    /// The lock runtime new top-level calls use: replaced by a new one
+    /// after a `shutdown` order.
+    runtime: tokio::sync::watch::Sender<LockRuntime>,
     keys: Vec<Key>,
     next_call: AtomicU64,
+    /// Holds passed between tasks by the runtimes shut down so far.
+    passed_before: AtomicU64,
+}
+
+impl Ctx {
+    /// The current lock runtime.
+    fn runtime(&self) -> LockRuntime {
+        self.runtime.borrow().clone()
+    }
+
+    /// The runtime for a new top-level call: once one that is shut down has
+    /// been replaced (until `end`: calls on it then fail at once).
+    async fn runtime_for_a_call(&self, end: Instant) -> LockRuntime {
+        let mut changes = self.runtime.subscribe();
+        // Bounded by `end`.
+        loop {
+            let runtime = changes.borrow_and_update().clone();
+            if !runtime.is_shut_down() || Instant::now() >= end {
+                return runtime;
+            }
+            let _ = tokio::time::timeout_at(end, changes.changed()).await;
+        }
+    }
 }
 
 /// The data of an outermost hold: the counter as its body found it.
@@ -220,9 +283,14 @@ impl Data {
     /// At the body's end (only when its holder was not told the hold was
     /// lost: a holder that knows stops touching the resource): reads the
     /// counter again, a writer writes it plus one, and logs both.
-    /// Synchronous, so no cancellation splits it.
-    fn end(self, ctx: &Ctx, rec: &Rec, mode: LockMode) {
-        let key = &ctx.keys[self.key];
+    /// Synchronous, so no cancellation splits it. A holder whose runtime was
+    /// shut down (which tells every hold it is lost) logs `lost` instead.
+    fn end(self, cx: &Cx, rec: &Rec, mode: LockMode) {
+        if cx.runtime.is_shut_down() {
+            rec.emit("lost", "shutdown=1");
+            return;
+        }
+        let key = &cx.ctx.keys[self.key];
         let then = key.read();
         let wrote = if mode == LockMode::Read {
             "-".to_owned()
@@ -257,11 +325,18 @@ fn mode_word(mode: LockMode) -> &'static str {
 #[derive(Clone)]
 struct Cx {
     ctx: Arc<Ctx>,
+    /// The lock runtime of the top-level call (its nested calls use it too).
+    runtime: LockRuntime,
     task: u32,
     parent: u64,
     frames: Vec<Frame>,
     /// Whether a release of this task's calls passed its hold on.
     passes: Arc<Passes>,
+    /// The stall of the armed call (its nested calls have none).
+    arm: Option<Arm>,
+    /// A call of a burst: cut short at a random point, and on a read-write
+    /// key reading as often as the burst says (%).
+    burst: Option<u64>,
 }
 
 /// Whether a release passed its hold to another task of the process (lock
@@ -310,18 +385,40 @@ struct Rec {
     parent: u64,
     key: usize,
     phase: Mutex<Phase>,
+    /// A fixed lease's hold: when a plain timer of the executor, set for
+    /// the latest its client-side lease can end, fired (0: not yet).
+    lease_timer: Arc<AtomicU64>,
 }
 
 impl Rec {
     fn emit(&self, kind: &str, extra: &str) {
+        let now = now_ns();
+        let timer = self.lease_timer.load(Ordering::Relaxed);
+        let timer = if kind == "lost" && timer != 0 {
+            format!(" lease_timer={timer}")
+        } else {
+            String::new()
+        };
         println!(
-            "ev {} {} {} {} {} {kind} {extra}",
-            now_ns(),
-            self.task,
-            self.id,
-            self.parent,
-            self.key
+            "ev {now} {} {} {} {} {kind} {extra}{timer}",
+            self.task, self.id, self.parent, self.key
         );
+    }
+
+    /// For a hold of a fixed `lease` handed over in the poll that began at
+    /// `polled`: a timer of this executor for `polled + lease`, the latest
+    /// the hold's client-side lease can end (it counts from the acquire's
+    /// send). Its `lost` says when the timer fired, if before: a tell late
+    /// past a timer that was late too was late through the process's
+    /// scheduling, not the library's.
+    fn time_lease_end(&self, polled: u64, lease: Duration) {
+        let fired = self.lease_timer.clone();
+        let left = (polled + lease.as_nanos() as u64).saturating_sub(now_ns());
+        let due = Instant::now() + Duration::from_nanos(left);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            fired.store(now_ns(), Ordering::Relaxed);
+        });
     }
 
     fn set(&self, phase: Phase) {
@@ -365,9 +462,16 @@ impl Drop for BodyExit {
 /// acquire hands the hold over began at most that long before the entry.
 /// (Stamped right after the entry instead, a stop of the whole process in
 /// between would make an entry from before the stop look like one after.)
+///
+/// It is also where an `arm` order fires: the armed call, if its first poll
+/// did not end it (its acquire script went out, to be answered on the lock
+/// runtime's own thread, or it waits), blocks the executor thread right
+/// after that poll.
 struct Stamped<F> {
     inner: Pin<Box<F>>,
     polled: Arc<AtomicU64>,
+    /// The stall of an armed call, until its first poll.
+    arm: Option<Arm>,
 }
 
 impl<F: Future> Stamped<F> {
@@ -375,7 +479,14 @@ impl<F: Future> Stamped<F> {
         Stamped {
             inner: Box::pin(inner),
             polled,
+            arm: None,
         }
+    }
+
+    /// The call's stall after its first poll, if it is the armed one.
+    fn armed(mut self, arm: Option<Arm>) -> Stamped<F> {
+        self.arm = arm;
+        self
     }
 }
 
@@ -384,7 +495,14 @@ impl<F: Future> Future for Stamped<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.polled.store(now_ns(), Ordering::Relaxed);
-        self.inner.as_mut().poll(cx)
+        let polled = self.inner.as_mut().poll(cx);
+        if let Some(arm) = self.arm.take() {
+            if polled.is_pending() && UNSTALLED.load(Ordering::Acquire) < arm.id {
+                println!("stalled_after_send {} {} {}", arm.id, now_ns(), arm.key);
+                block(arm.id, arm.max, false);
+            }
+        }
+        polled
     }
 }
 
@@ -402,10 +520,37 @@ impl From<LockError> for BodyError {
     }
 }
 
+/// How a call takes its lock.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Api {
+    /// `with_lock(request, body)`.
     With,
+    /// `acquire()`, a body, then the guard released or dropped.
     Guard,
+    /// `try_acquire()` (one try, `wait = 0`), then as a guard.
+    Try,
+}
+
+/// A timeout that cancels part of a call at a random point: 0-60 ms,
+/// about as long as an acquire's round trips and a short body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Around the acquire (of a `with_lock`: around the whole call, so it
+    /// cuts the acquire or the body, whichever runs then).
+    Acquire(Duration),
+    /// Around the body (which ends early; its hold is given back as usual).
+    Body(Duration),
+}
+
+/// How a guard's hold is given back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// `release().await`.
+    Release,
+    /// The guard dropped (released in the background).
+    Drop,
+    /// `release()` cut by a timeout.
+    CutRelease(Duration),
 }
 
 /// The random options of one call.
@@ -417,20 +562,25 @@ struct Plan {
     wait: Option<Duration>,
     bound: Duration,
     on_lost: OnLost,
-    /// Read (70 %), write or exclusive on a read-write key; exclusive on
-    /// another.
+    /// Read, write or exclusive on a read-write key (reads as the key's
+    /// share says); exclusive on another.
     mode: LockMode,
+    cut: Option<Cut>,
+    /// A guard's end (`Guard` and `Try` calls).
+    end: End,
 }
 
 impl Plan {
     /// Random options; `sibling`: a `join!` arm, always a `with_lock` (a
     /// guard is not a call of its own: it belongs to the scope it is taken
-    /// in, which both arms share, so two guards there re-enter each other).
-    fn random(rng: &mut Rng, nested: bool, sibling: bool, read_write: bool) -> Plan {
-        let api = if !sibling && rng.chance(30) {
-            Api::Guard
-        } else {
-            Api::With
+    /// in, which both arms share, so two guards there re-enter each other);
+    /// `readers`: the key's share of read holds, in %.
+    fn random(rng: &mut Rng, nested: bool, sibling: bool, readers: u64) -> Plan {
+        let api = match rng.below(100) {
+            _ if sibling => Api::With,
+            0..=19 => Api::Guard,
+            20..=29 => Api::Try,
+            _ => Api::With,
         };
         // A few distinct leases, so that waiters often ask for the holder's
         // lease and lock cohorting passes holds between tasks.
@@ -438,6 +588,7 @@ impl Plan {
         let lease = Duration::from_millis(LEASES[rng.below(2) as usize]);
         let renew = !rng.chance(20);
         let wait = match rng.below(100) {
+            _ if api == Api::Try => Some(Duration::ZERO),
             0..=19 => Some(Duration::ZERO),
             20..=49 => Some(rng.millis(50, 300)),
             50..=79 => Some(rng.millis(1000, 3000)),
@@ -454,11 +605,26 @@ impl Plan {
             OnLost::Abort
         };
         // Writes ask `write` twice as often as `exclusive`: one lock.
-        let mode = match rng.below(100) {
-            _ if !read_write => LockMode::Exclusive,
-            0..=69 => LockMode::Read,
-            70..=89 => LockMode::Write,
-            _ => LockMode::Exclusive,
+        let pick = rng.below(100);
+        let mode = if readers == 0 {
+            LockMode::Exclusive
+        } else if pick < readers {
+            LockMode::Read
+        } else if pick < readers + (100 - readers) * 2 / 3 {
+            LockMode::Write
+        } else {
+            LockMode::Exclusive
+        };
+        // Two calls in five are cut short at a random point.
+        let cut = match rng.below(100) {
+            0..=19 => Some(Cut::Acquire(rng.millis(0, 60))),
+            20..=39 => Some(Cut::Body(rng.millis(0, 60))),
+            _ => None,
+        };
+        let end = match rng.below(100) {
+            0..=44 => End::Drop,
+            45..=54 => End::CutRelease(rng.millis(0, 60)),
+            _ => End::Release,
         };
         Plan {
             api,
@@ -468,17 +634,49 @@ impl Plan {
             bound,
             on_lost,
             mode,
+            cut,
+            end,
+        }
+    }
+
+    /// The timeout around the acquire (of a `with_lock`: the whole call):
+    /// the bound of a wait forever, or a cut, whichever is shorter.
+    fn acquire_limit(&self) -> Option<Duration> {
+        let cut = match self.cut {
+            Some(Cut::Acquire(d)) => Some(d),
+            _ => None,
+        };
+        let bound = self.wait.is_none().then_some(self.bound);
+        bound.into_iter().chain(cut).min()
+    }
+
+    /// The timeout around the body, if it is cut.
+    fn body_limit(&self) -> Option<Duration> {
+        match self.cut {
+            Some(Cut::Body(d)) => Some(d),
+            _ => None,
         }
     }
 
     fn describe(&self, fair: bool) -> String {
+        let api = match self.api {
+            Api::With => "with",
+            Api::Guard => "guard",
+            Api::Try => "try",
+        };
+        let cut = match self.cut {
+            Some(Cut::Acquire(d)) => format!("acquire:{}", d.as_millis()),
+            Some(Cut::Body(d)) => format!("body:{}", d.as_millis()),
+            None => "-".to_owned(),
+        };
+        let end = match self.end {
+            End::Release => "release".to_owned(),
+            End::Drop => "drop".to_owned(),
+            End::CutRelease(d) => format!("cut:{}", d.as_millis()),
+        };
         format!(
-            "api={} wait={} bound={} lease={} renew={} fair={} lost={} mode={}",
-            if self.api == Api::With {
-                "with"
-            } else {
-                "guard"
-            },
+            "api={api} wait={} bound={} lease={} renew={} fair={} lost={} mode={} cut={cut} \
+             end={end}",
             self.wait
                 .map_or("forever".to_owned(), |w| w.as_millis().to_string()),
             self.bound.as_millis(),
@@ -495,6 +693,16 @@ impl Plan {
     }
 }
 
+/// Runs `fut`, cut short after `limit` when there is one.
+async fn within(limit: Option<Duration>, fut: impl Future<Output = ()>) {
+    match limit {
+        Some(limit) => {
+            let _ = tokio::time::timeout(limit, fut).await;
+        }
+        None => fut.await,
+    }
+}
+
 type Boxed = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// One locked call on `key` with random options, logged from `begin` to its
@@ -508,15 +716,28 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
     Box::pin(async move {
         let ctx = cx.ctx.clone();
         let spec = &ctx.keys[key];
-        let plan = Plan::random(&mut rng, depth > 0, sibling, spec.read_write);
+        let readers = match cx.burst {
+            Some(share) if spec.readers > 0 => share,
+            _ => spec.readers,
+        };
+        let mut plan = Plan::random(&mut rng, depth > 0, sibling, readers);
+        if cx.burst.is_some() && plan.cut.is_none() {
+            // A burst's calls are all cut short.
+            plan.cut = Some(if rng.chance(50) {
+                Cut::Acquire(rng.millis(0, 60))
+            } else {
+                Cut::Body(rng.millis(0, 60))
+            });
+        }
         let rec = Arc::new(Rec {
             task: cx.task,
             id: ctx.next_call.fetch_add(1, Ordering::Relaxed),
             parent: cx.parent,
             key,
             phase: Mutex::new(Phase::Asking),
+            lease_timer: Arc::new(AtomicU64::new(0)),
         });
-        let mut request = ctx
+        let mut request = cx
             .runtime
             .lock(spec.name.as_str())
             .lease(plan.lease)
@@ -530,6 +751,7 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
         };
         rec.emit("begin", &plan.describe(spec.fair));
         let polled = Arc::new(AtomicU64::new(0));
+        let arm = if depth == 0 { cx.arm } else { None };
         match plan.api {
             Api::With => {
                 let body = locked_body(
@@ -542,18 +764,16 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 );
                 // The body's first poll runs inside the poll of `with_lock`
                 // that acquired: it reads when that poll began.
-                let locked = Stamped::new(with_lock(request, body), polled.clone());
-                let outcome = if plan.wait.is_none() {
-                    match tokio::time::timeout(plan.bound, locked).await {
+                let locked = Stamped::new(with_lock(request, body), polled.clone()).armed(arm);
+                let outcome = match plan.acquire_limit() {
+                    Some(limit) => match tokio::time::timeout(limit, locked).await {
                         Ok(outcome) => outcome,
                         Err(_) => return, // `rec` logs `cancelled`
-                    }
-                } else {
-                    locked.await
+                    },
+                    None => locked.await,
                 };
                 // (The release ran after the body's last step.)
-                cx.passes
-                    .after(&ctx.runtime, polled.load(Ordering::Relaxed));
+                cx.passes.after(&cx.runtime, polled.load(Ordering::Relaxed));
                 match outcome {
                     Ok(()) | Err(BodyError::User) => {}
                     Err(BodyError::Lock(LockError::Lost { .. })) => {
@@ -566,7 +786,9 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                     Err(BodyError::Lock(e)) => finish_error(&rec, &e),
                 }
             }
-            Api::Guard => guarded(cx, rng, key, (rec, polled), &plan, request).await,
+            Api::Guard | Api::Try => {
+                guarded(cx, rng, (key, arm), (rec, polled), &plan, request).await;
+            }
         }
     })
 }
@@ -582,6 +804,7 @@ fn finish_error(rec: &Rec, error: &LockError) {
             rec.finish("timeout", &format!("waited={}", waited.as_millis()));
         }
         LockError::UpgradeRefused { .. } => rec.finish("error", "what=upgrade_refused"),
+        LockError::ShutDown => rec.finish("error", "what=shut_down"),
         other => rec.finish("error", &format!("what={}", one_word(other))),
     }
 }
@@ -613,7 +836,9 @@ fn locked_body(
     plan: &Plan,
 ) -> impl Future<Output = Result<(), BodyError>> + Send + 'static {
     let watch = plan.on_lost == OnLost::Continue;
+    let fixed = (!plan.renew).then_some(plan.lease);
     let mode = plan.mode;
+    let cut = plan.body_limit();
     let user_error = rng.chance(5);
     async move {
         let entered = polled.load(Ordering::Relaxed);
@@ -625,6 +850,9 @@ fn locked_body(
             &format!("fence={token} outer={} polled={entered}", u8::from(outer)),
         );
         rec.emit("body_enter", "");
+        if let (Some(lease), true) = (fixed, outer) {
+            rec.time_lease_end(entered, lease);
+        }
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
@@ -636,7 +864,6 @@ fn locked_body(
         let probe = if watch {
             let spec = &cx.ctx.keys[key];
             let probe = cx
-                .ctx
                 .runtime
                 .lock(spec.name.as_str())
                 .fair(spec.fair)
@@ -656,7 +883,7 @@ fn locked_body(
         } else {
             None
         };
-        let steps = steps(inner, rng.fork(), key, depth);
+        let steps = within(cut, steps(inner, rng.fork(), key, depth));
         // Told the hold was lost (the probe found it so, or it came).
         let told = match &probe {
             Some(guard) => {
@@ -680,13 +907,13 @@ fn locked_body(
         };
         drop(probe);
         if let (Some(data), false) = (data, told) {
-            data.end(&cx.ctx, &rec, mode);
+            data.end(&cx, &rec, mode);
         }
         exit.done = true;
         drop(exit);
         rec.finish("released", "");
         cx.passes
-            .before(&cx.ctx.runtime, polled.load(Ordering::Relaxed));
+            .before(&cx.runtime, polled.load(Ordering::Relaxed));
         if user_error {
             Err(BodyError::User)
         } else {
@@ -740,26 +967,35 @@ async fn hold(rng: &mut Rng) {
     tokio::time::sleep(d).await;
 }
 
-/// A guard call: acquire, work while watching `lost()`, release.
+/// A guard call (`acquire()` or `try_acquire()`): acquire, work while
+/// watching `lost()`, release or drop the guard; the acquire, the work and
+/// the release as the plan cuts them.
 async fn guarded(
     cx: Cx,
     mut rng: Rng,
-    key: usize,
+    (key, arm): (usize, Option<Arm>),
     (rec, polled): (Arc<Rec>, Arc<AtomicU64>),
     plan: &Plan,
     request: lock_runtime::LockRequest,
 ) {
-    let acquire = Stamped::new(request.acquire(), polled.clone());
-    let outcome = if plan.wait.is_none() {
-        match tokio::time::timeout(plan.bound, acquire).await {
+    let api = plan.api;
+    let acquire = async move {
+        match api {
+            Api::Try => request.try_acquire().await,
+            Api::Guard | Api::With => request.acquire().await.map(Some),
+        }
+    };
+    let acquire = Stamped::new(acquire, polled.clone()).armed(arm);
+    let outcome = match plan.acquire_limit() {
+        Some(limit) => match tokio::time::timeout(limit, acquire).await {
             Ok(outcome) => outcome,
             Err(_) => return, // `rec` logs `cancelled`
-        }
-    } else {
-        acquire.await
+        },
+        None => acquire.await,
     };
     let guard = match outcome {
-        Ok(guard) => guard,
+        Ok(Some(guard)) => guard,
+        Ok(None) => return rec.finish("timeout", "waited=0 busy=1"),
         Err(e) => return finish_error(&rec, &e),
     };
     let polled = polled.load(Ordering::Relaxed);
@@ -771,6 +1007,9 @@ async fn guarded(
         &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
     );
     rec.emit("body_enter", "");
+    if !plan.renew && outer {
+        rec.time_lease_end(polled, plan.lease);
+    }
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
@@ -779,37 +1018,56 @@ async fn guarded(
     let keep_going = plan.on_lost == OnLost::Continue;
     let rounds = 1 + rng.below(2);
     let mut told = false;
-    for _ in 0..rounds {
-        let work = hold(&mut rng);
-        tokio::pin!(work);
-        tokio::select! {
-            () = &mut work => {}
-            () = guard.lost(), if !told => {
-                told = true;
-                rec.emit("lost", "");
-                if keep_going {
-                    work.await;
-                } else {
-                    break;
+    let work = async {
+        for _ in 0..rounds {
+            let work = hold(&mut rng);
+            tokio::pin!(work);
+            tokio::select! {
+                () = &mut work => {}
+                () = guard.lost(), if !told => {
+                    told = true;
+                    rec.emit("lost", "");
+                    if keep_going {
+                        work.await;
+                    } else {
+                        break;
+                    }
                 }
             }
         }
-    }
+    };
+    within(plan.body_limit(), work).await;
     if let (Some(data), false) = (data, told) {
-        data.end(&cx.ctx, &rec, plan.mode);
+        data.end(&cx, &rec, plan.mode);
     }
     exit.done = true;
     drop(exit);
+    cx.passes.before(&cx.runtime, 0);
+    let cut = match plan.end {
+        End::Drop => {
+            rec.finish("released", "dropped=1");
+            drop(guard);
+            cx.passes.after(&cx.runtime, 0);
+            return;
+        }
+        End::Release => None,
+        End::CutRelease(limit) => Some(limit),
+    };
     rec.finish("released", "");
-    cx.passes.before(&cx.ctx.runtime, 0);
     let mut release = std::pin::pin!(guard.release());
     let first = std::future::poll_fn(|task| Poll::Ready(release.as_mut().poll(task))).await;
     let released = match first {
         Poll::Ready(released) => {
-            cx.passes.after(&cx.ctx.runtime, 0);
+            cx.passes.after(&cx.runtime, 0);
             released
         }
-        Poll::Pending => release.await,
+        Poll::Pending => match cut {
+            Some(limit) => match tokio::time::timeout(limit, release).await {
+                Ok(released) => released,
+                Err(_) => return,
+            },
+            None => release.await,
+        },
     };
     match released {
         Ok(()) => {}
@@ -828,10 +1086,13 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
         let passes = Arc::new(Passes::default());
         let cx = Cx {
             ctx: ctx.clone(),
+            runtime: ctx.runtime_for_a_call(end).await,
             task: index,
             parent: 0,
             frames: Vec::new(),
             passes: passes.clone(),
+            arm: None,
+            burst: None,
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
         let op = call(cx, rng.fork(), key, 0);
@@ -883,6 +1144,133 @@ struct Stall {
 /// The highest stall id the test ended with `unstall` (stall ids grow).
 static UNSTALLED: AtomicU64 = AtomicU64::new(0);
 
+/// A stall armed by the test (`arm`): a top-level call on `key`, made once
+/// the key looks free, stalls right after its first poll, unless that poll
+/// ended it.
+#[derive(Clone, Copy)]
+struct Arm {
+    id: u64,
+    max: Duration,
+    key: usize,
+}
+
+/// How long an armed call waits for its key to look free (no holder, no
+/// queue): an acquire sent then is likely answered with the lock.
+const ARM_FREE_WAIT: Duration = Duration::from_secs(1);
+
+/// A burst the test ordered: `tasks` more tasks of top-level calls on `key`
+/// for `length`, every call cut short at a random point.
+struct Burst {
+    id: u64,
+    tasks: u32,
+    length: Duration,
+    key: usize,
+    /// The share of reads its calls ask on a read-write key, in %.
+    readers: u64,
+}
+
+/// Runs the test's `burst` orders, one after the other: the burst's tasks
+/// (numbered from `first_task`) make calls on its key, each cut by a 0-60
+/// ms timeout around its acquire or its body, until the burst's end.
+async fn burster(
+    ctx: Arc<Ctx>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<Burst>,
+    first_task: u32,
+    mut rng: Rng,
+    end: Instant,
+) {
+    // Until the run's end (bounded: each burst ends by itself).
+    while let Some(burst) = next_order(&mut orders, end).await {
+        println!(
+            "burst {} {} {} {}",
+            burst.id,
+            now_ns(),
+            burst.key,
+            burst.tasks
+        );
+        let end = Instant::now() + burst.length;
+        let tasks: Vec<_> = (0..burst.tasks)
+            .map(|i| {
+                let (ctx, mut rng) = (ctx.clone(), rng.fork());
+                tokio::spawn(async move {
+                    // Bounded by `end`, and by count.
+                    for _ in 0..100_000 {
+                        if Instant::now() >= end {
+                            break;
+                        }
+                        let cx = Cx {
+                            ctx: ctx.clone(),
+                            runtime: ctx.runtime_for_a_call(end).await,
+                            task: first_task + i,
+                            parent: 0,
+                            frames: Vec::new(),
+                            passes: Arc::new(Passes::default()),
+                            arm: None,
+                            burst: Some(burst.readers),
+                        };
+                        let call = call(cx, rng.fork(), burst.key, 0);
+                        let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// The next order of a kind, until `end` (`None` after it).
+async fn next_order<T>(
+    orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    end: Instant,
+) -> Option<T> {
+    tokio::time::timeout_at(end, orders.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Runs the test's `arm` orders: for each, once its key looks free to
+/// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
+/// random options, as task `task`, armed to stall after its first poll.
+async fn armer(
+    ctx: Arc<Ctx>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<Arm>,
+    task: u32,
+    mut rng: Rng,
+    end: Instant,
+) {
+    // Until the run's end (bounded: each call by `OP_LIMIT`).
+    while let Some(arm) = next_order(&mut orders, end).await {
+        let runtime = ctx.runtime();
+        let name = ctx.keys[arm.key].name.as_str();
+        let free_by = Instant::now() + ARM_FREE_WAIT;
+        // Bounded by `free_by`, and by count.
+        for _ in 0..1000 {
+            let free = matches!(runtime.inspect(name).await, Ok(None));
+            if free || Instant::now() >= free_by || UNSTALLED.load(Ordering::Acquire) >= arm.id {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let cx = Cx {
+            ctx: ctx.clone(),
+            runtime,
+            task,
+            parent: 0,
+            frames: Vec::new(),
+            passes: Arc::new(Passes::default()),
+            arm: Some(arm),
+            burst: None,
+        };
+        let call = call(cx, rng.fork(), arm.key, 0);
+        // Its own tokio task, as every top-level call (a panic ends only
+        // it), and bounded like them.
+        let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
+    }
+}
+
 /// Runs the test's stalls, one after the other, each inside a poll of this
 /// task: the thread that polls it is blocked meanwhile, as by a service's
 /// CPU-bound or blocking code (with a `current` executor, every task is).
@@ -914,8 +1302,13 @@ fn block(id: u64, max: Duration, spin: bool) {
 }
 
 /// Reads the test's orders from stdin (after `go`) until it closes, then
-/// exits: the test is gone.
-fn read_orders(stalls: tokio::sync::mpsc::UnboundedSender<Stall>) -> ! {
+/// exits: the test is gone. Each kind goes to its own task.
+fn read_orders(
+    stalls: tokio::sync::mpsc::UnboundedSender<Stall>,
+    arms: tokio::sync::mpsc::UnboundedSender<Arm>,
+    bursts: tokio::sync::mpsc::UnboundedSender<Burst>,
+    shutdowns: tokio::sync::mpsc::UnboundedSender<u64>,
+) -> ! {
     let mut line = String::new();
     loop {
         line.clear();
@@ -935,6 +1328,27 @@ fn read_orders(stalls: tokio::sync::mpsc::UnboundedSender<Stall>) -> ! {
             }
             ["unstall", id] => {
                 UNSTALLED.fetch_max(id.parse().expect("stall id"), Ordering::AcqRel);
+            }
+            ["arm", id, ms, key] => {
+                let arm = Arm {
+                    id: id.parse().expect("stall id"),
+                    max: Duration::from_millis(ms.parse().expect("stall ms")),
+                    key: key.parse().expect("key index"),
+                };
+                let _ = arms.send(arm);
+            }
+            ["burst", id, tasks, ms, key, readers] => {
+                let burst = Burst {
+                    id: id.parse().expect("burst id"),
+                    tasks: tasks.parse().expect("burst tasks"),
+                    length: Duration::from_millis(ms.parse().expect("burst ms")),
+                    key: key.parse().expect("key index"),
+                    readers: readers.parse().expect("burst readers"),
+                };
+                let _ = bursts.send(burst);
+            }
+            ["shutdown", id] => {
+                let _ = shutdowns.send(id.parse().expect("shutdown id"));
             }
             _ => panic!("unknown order {line:?}"),
         }
@@ -964,11 +1378,17 @@ fn watch_starvation() {
 /// The lock runtime on `url`, built and pinged, and the process part of its
 /// holder ids. A busy machine may keep a server from answering within the
 /// short timeouts at start (a JVM ZooKeeper opens its first sessions
-/// slowly): the start is tried again, a few times (the test's faults begin
-/// once every worker is ready).
+/// slowly): the start is tried again for up to [`START_LIMIT`] (the test's
+/// faults begin once every worker is ready; a runtime built again after a
+/// shutdown may meet one of them).
 async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> (LockRuntime, String) {
     let mut last = None;
-    for _attempt in 0..10 {
+    let limit = Instant::now() + START_LIMIT;
+    // Bounded by `limit`, and by count.
+    for _attempt in 0..1000 {
+        if Instant::now() >= limit {
+            break;
+        }
         let builder = match url.strip_prefix("etcd://") {
             // The default lease is the longest the calls ask for: the lease
             // the id probe's key is on then runs out as soon as theirs.
@@ -1004,6 +1424,33 @@ async fn start_runtime(url: &str, prefix: &str, timeout: Duration) -> (LockRunti
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("build the lock runtime and learn its holder ids through the proxy: {last:?}");
+}
+
+/// How long a lock runtime's start is tried.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs the test's `shutdown` orders: `shutdown()` of the current runtime
+/// while the tasks go on (their holds are told lost, their acquires fail),
+/// reported with when it was called and returned, then a new runtime (its
+/// holder ids announced) for the tasks' next calls.
+async fn shutdowner(
+    ctx: Arc<Ctx>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<u64>,
+    (url, prefix, timeout): (String, String, Duration),
+) {
+    while let Some(id) = orders.recv().await {
+        let old = ctx.runtime();
+        let from = now_ns();
+        let result = old.shutdown().await;
+        let to = now_ns();
+        let how = if result.is_ok() { "ok" } else { "err" };
+        println!("shutdown {id} {from} {to} {how}");
+        ctx.passed_before
+            .fetch_add(old.stats().passed_locally, Ordering::Relaxed);
+        let (runtime, holder) = start_runtime(&url, &prefix, timeout).await;
+        ctx.runtime.send_replace(runtime);
+        println!("runtime {holder}");
+    }
 }
 
 /// The process part of this runtime's holder ids (`<process-uuid>:<n>`),
@@ -1060,7 +1507,8 @@ async fn run(args: Vec<String>) {
     else {
         panic!(
             "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> \
-             <key:fair|plain|rw-plain|rw-fair,...> <data-dir> <current|multi>"
+             <key:fair|plain|rw-plain|rw-fair|mix-plain|mix-fair,...> <data-dir> \
+             <current|multi>"
         );
     };
     let seed: u64 = seed.parse().expect("seed");
@@ -1076,31 +1524,46 @@ async fn run(args: Vec<String>) {
     // stdin closes (the test died).
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
     let (stall_tx, stall_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (arm_tx, arm_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (burst_tx, burst_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (shutdown_tx, shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         let _ = std::io::stdin().read_line(&mut line);
         let _ = go_tx.send(());
-        read_orders(stall_tx)
+        read_orders(stall_tx, arm_tx, burst_tx, shutdown_tx)
     });
     let _ = go_rx.await;
     let stalls = tokio::spawn(staller(stall_rx));
     std::thread::spawn(watch_starvation);
 
     let ctx = Arc::new(Ctx {
-        runtime: runtime.clone(),
+        runtime: tokio::sync::watch::Sender::new(runtime),
         keys,
         next_call: AtomicU64::new(1),
+        passed_before: AtomicU64::new(0),
     });
+    let shutdowns = tokio::spawn(shutdowner(
+        ctx.clone(),
+        shutdown_rx,
+        (url.clone(), prefix.clone(), timeout),
+    ));
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rng = Rng::new(seed);
     let handles: Vec<_> = (0..tasks)
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
-    for handle in handles {
+    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork(), end));
+    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork(), end));
+    for handle in handles.into_iter().chain([arms, bursts]) {
         handle.await.expect("a worker task failed outside a call");
     }
-    // Stalls ordered after this are not run (the test orders none so late).
+    // Stalls and shutdowns ordered after this are not run (the test orders
+    // none so late).
     stalls.abort();
+    shutdowns.abort();
+    let runtime = ctx.runtime();
+    let passed_before = ctx.passed_before.load(Ordering::Relaxed);
     drop(ctx);
     // Background releases and the watchdog settle (bounded; no event to
     // await for these counters).
@@ -1116,7 +1579,7 @@ async fn run(args: Vec<String>) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let stats = runtime.stats();
-    println!("cohort passed={}", stats.passed_locally);
+    println!("cohort passed={}", passed_before + stats.passed_locally);
     println!(
         "stats held={} waiting={} tracked={}",
         stats.held, stats.waiting_keys, stats.watchdog.tracked
