@@ -198,8 +198,7 @@ async fn ten_thousand_cancelled_acquisitions_leave_nothing_behind() {
     // (Over both rounds: a round holds the lock only a few times, 1 to 7
     // of 10,000 here, and one may cut no holder at all.)
     assert!(
-        tally.cancelled_holding + again.cancelled_holding > 0
-            && tally.cancelled_waiting > 0,
+        tally.cancelled_holding + again.cancelled_holding > 0 && tally.cancelled_waiting > 0,
         "the storm should cancel both holders and waiters: {tally:?}, then {again:?}"
     );
     assert!(
