@@ -395,10 +395,10 @@ fn pass_locally(runtime: &LockRuntime, held: &Arc<HeldLock>) -> bool {
 }
 
 /// A hold some way in produced (an acquire's answer, a handoff, a passed
-/// hold, a join, a re-entry) that no task has entered yet. The only way to
-/// the [`LockGuard`] inside is [`enter`](Self::enter), which enters on the
-/// evidence present at that moment (`gate.rs`); dropped, it gives the hold
-/// back like an unused guard.
+/// hold, a join, a re-entry) that no task has entered yet. The only ways to
+/// the [`LockGuard`] inside are [`enter_now`](Self::enter_now) and
+/// [`enter`](Self::enter), which enter on the evidence present at that
+/// moment (`gate.rs`); dropped, it gives the hold back like an unused guard.
 #[derive(Debug)]
 pub(crate) struct Unentered {
     guard: LockGuard,
@@ -434,9 +434,10 @@ impl Unentered {
     }
 
     /// The gate: the guard, if the hold may be entered now. A hold the
-    /// backend confirmed only before a lost connection is renewed at once,
-    /// and entered once that renewal found it in place (waiting at most
-    /// until `bound`). `None`: the hold was given back (lost, unconfirmed
+    /// backend confirmed only before a lost connection, or with too little
+    /// of its validity left for a new holder, is renewed at once, and
+    /// entered once that renewal found it in place (waiting at most until
+    /// `bound`). `None`: the hold was given back (lost, unconfirmed
     /// by `bound`, or a fixed lease that nothing can confirm); ask the
     /// server anew.
     pub(crate) async fn enter(self, bound: Option<Instant>) -> Option<LockGuard> {
