@@ -306,12 +306,15 @@ impl HeldLock {
         self.lost_changed.notify_waiters();
     }
 
-    /// Marks the lock lost and wakes everyone watching for that.
+    /// Marks the lock lost and wakes everyone watching for that: counted
+    /// and warned about first, so that a watcher woken by it already sees
+    /// the loss in `lock_lost_total`.
     pub(crate) fn mark_lost(&self) {
-        if self.lost_at_release() && !self.closed.load(Ordering::Acquire) {
+        if self.set_lost() && !self.closed.load(Ordering::Acquire) {
             meter::lost(&self.key);
             tracing::warn!(key = %self.key, fence = self.fence(), "lock lost while held");
         }
+        self.lost_changed.notify_waiters();
     }
 
     /// Marks the hold lost without telling anyone (what [`mark_lost`](Self::mark_lost)
@@ -320,11 +323,18 @@ impl HeldLock {
     /// renewal answered in the same moment may have), so that one loss is
     /// told once.
     pub(crate) fn lost_at_release(&self) -> bool {
+        let first = self.set_lost();
+        self.lost_changed.notify_waiters();
+        first
+    }
+
+    /// Sets the lost flag and ends the client-side lease, waking nobody:
+    /// `true` if it was not set before.
+    fn set_lost(&self) -> bool {
         let first = !self.lost.swap(true, Ordering::AcqRel);
         if first {
             self.valid_until.store(0, Ordering::Release);
         }
-        self.lost_changed.notify_waiters();
         first
     }
 
