@@ -91,6 +91,10 @@
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between)
 //!   body_enter, body_exit `how=done|dropped`
+//!   recorded  `mode=read|write|free own=writer|reader|-`: for half of
+//!             the outermost write (or exclusive) holds, right after
+//!             `body_enter`, what `inspect` says of the key: whether the
+//!             hold's token is the recorded writer's or a reader's
 //!   data      `seen=<n> then=<n> wrote=<n>|-`: an outermost hold's counter
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
@@ -853,6 +857,9 @@ fn locked_body(
         if let (Some(lease), true) = (fixed, outer) {
             rec.time_lease_end(entered, lease);
         }
+        if outer && mode != LockMode::Read && rng.chance(50) {
+            recorded(&cx, &rec, key, token).await;
+        }
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
@@ -957,6 +964,34 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
     }
 }
 
+/// For a write (or exclusive) hold in its body: what the backend records of
+/// its key (`inspect`), logged as `recorded mode=read|write|free
+/// own=writer|reader|-`: whether the hold's token is the recorded writer's,
+/// or one of the readers' (a write hold recorded as a read: readers of
+/// other processes may enter beside it).
+async fn recorded(cx: &Cx, rec: &Rec, key: usize, token: u64) {
+    let name = cx.ctx.keys[key].name.as_str();
+    let asked = tokio::time::timeout(Duration::from_millis(500), cx.runtime.inspect(name));
+    let Ok(Ok(info)) = asked.await else { return };
+    let (mode, own) = match info {
+        None => ("free", "-"),
+        Some(info) => {
+            let read = info.mode == LockMode::Read;
+            let as_reader = info.readers.iter().any(|r| r.fence == Some(token))
+                || (read && info.fence == Some(token));
+            let own = if as_reader {
+                "reader"
+            } else if !read && info.fence == Some(token) {
+                "writer"
+            } else {
+                "-"
+            };
+            (if read { "read" } else { "write" }, own)
+        }
+    };
+    rec.emit("recorded", &format!("mode={mode} own={own}"));
+}
+
 /// A short stretch of work inside a lock.
 async fn hold(rng: &mut Rng) {
     let d = match rng.below(100) {
@@ -1009,6 +1044,9 @@ async fn guarded(
     rec.emit("body_enter", "");
     if !plan.renew && outer {
         rec.time_lease_end(polled, plan.lease);
+    }
+    if outer && plan.mode != LockMode::Read && rng.chance(50) {
+        recorded(&cx, &rec, key, token).await;
     }
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
