@@ -857,14 +857,15 @@ fn locked_body(
         if let (Some(lease), true) = (fixed, outer) {
             rec.time_lease_end(entered, lease);
         }
-        if outer && mode != LockMode::Read && rng.chance(50) {
-            recorded(&cx, &rec, key, token).await;
-        }
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
             done: false,
         };
+        // (After `exit`: a body cut during it still logs its exit.)
+        if outer && mode != LockMode::Read && rng.chance(50) {
+            recorded(&cx, &rec, key, token).await;
+        }
         let mut inner = cx.clone();
         inner.parent = rec.id;
         inner.frames.push(Frame { key, fence: token });
@@ -1045,14 +1046,15 @@ async fn guarded(
     if !plan.renew && outer {
         rec.time_lease_end(polled, plan.lease);
     }
-    if outer && plan.mode != LockMode::Read && rng.chance(50) {
-        recorded(&cx, &rec, key, token).await;
-    }
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
         done: false,
     };
+    // (After `exit`: a call cut during it still logs its body's exit.)
+    if outer && plan.mode != LockMode::Read && rng.chance(50) {
+        recorded(&cx, &rec, key, token).await;
+    }
     let keep_going = plan.on_lost == OnLost::Continue;
     let rounds = 1 + rng.below(2);
     let mut told = false;
