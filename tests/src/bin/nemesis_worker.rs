@@ -1228,7 +1228,7 @@ async fn burster(
             burst.key,
             burst.tasks
         );
-        let end = Instant::now() + burst.length;
+        let end = (Instant::now() + burst.length).min(end);
         let tasks: Vec<_> = (0..burst.tasks)
             .map(|i| {
                 let (ctx, mut rng) = (ctx.clone(), rng.fork());
@@ -1260,11 +1260,15 @@ async fn burster(
     }
 }
 
-/// The next order of a kind, until `end` (`None` after it).
+/// The next order of a kind, until `end` (`None` after it, also when
+/// orders are still queued: a backlog of bursts must not outlive the run).
 async fn next_order<T>(
     orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
     end: Instant,
 ) -> Option<T> {
+    if Instant::now() >= end {
+        return None;
+    }
     tokio::time::timeout_at(end, orders.recv())
         .await
         .ok()
