@@ -109,6 +109,10 @@
 //!   nor on a key that stayed free and out of reach for longer than
 //!   [`STUCK`] in all outside the faults' windows (checked whatever the
 //!   faults: something they left behind that never runs out);
+//! - records: a write (or exclusive) hold whose record the worker reads
+//!   inside its body (`inspect`, half of them) is recorded as a write
+//!   hold, its token not among the readers' (a write hold recorded as a
+//!   read lets readers of other processes in beside it);
 //! - leftovers: after the run no lock hash, queue or channel is left in
 //!   Redis (no key under the run's prefix in etcd, no contender node under
 //!   it in ZooKeeper) and every worker's runtime reports nothing held,
@@ -686,13 +690,14 @@ async fn run(backend: Backend, mode: Mode) {
     );
     println!(
         "nemesis: {} calls cut by a timeout ({} cancelled), {} tries, {} guards dropped, {} \
-         shutdowns ({} holds open at one)",
+         shutdowns ({} holds open at one), {} write holds' records read inside their body",
         coverage.cut_calls,
         coverage.cancelled,
         coverage.tries,
         coverage.guards_dropped,
         history.shutdowns.len(),
-        coverage.holds_at_a_shutdown
+        coverage.holds_at_a_shutdown,
+        coverage.write_holds_inspected
     );
     match backend {
         Backend::Redis => println!(

@@ -146,6 +146,8 @@ pub(super) struct Coverage {
     pub(super) guards_dropped: u64,
     /// Outermost holds open when a shutdown of their runtime was called.
     pub(super) holds_at_a_shutdown: u64,
+    /// Write holds whose record in the backend was read inside the body.
+    pub(super) write_holds_inspected: u64,
 }
 
 pub(super) fn check(
@@ -167,6 +169,7 @@ pub(super) fn check(
     check_data(history, faults, &by_key, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
     check_upgrades(history, faults, violations, &mut coverage);
+    check_recorded(history, violations, &mut coverage);
     check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
 }
@@ -599,6 +602,38 @@ pub(super) fn check_nesting(
                 });
             }
         }
+    }
+}
+
+/// A write (or exclusive) hold is recorded in the backend as a write hold
+/// while its body runs: a backend that records it as a read (its token
+/// among the readers') lets readers of other processes in beside it, with
+/// or without one coming in this run.
+pub(super) fn check_recorded(
+    history: &History,
+    violations: &mut Vec<Violation>,
+    coverage: &mut Coverage,
+) {
+    for call in history.calls.iter().filter(|c| c.outer && c.writes()) {
+        coverage.write_holds_inspected += u64::from(call.recorded);
+        let Some(t) = call.recorded_as_reader else {
+            continue;
+        };
+        if t >= history.hold_end(call) {
+            continue;
+        }
+        violations.push(Violation {
+            class: "write hold recorded as a read",
+            detail: format!(
+                "key nk{}: {} was recorded by the backend as a reader's (its token among the \
+                 readers') at {:.3} s, inside its body: readers of other processes may enter \
+                 beside it",
+                call.key,
+                describe(history, call),
+                history.secs(t)
+            ),
+            at: Some((call.key, t)),
+        });
     }
 }
 

@@ -800,3 +800,18 @@ fn checker_excuses_a_late_tell_of_a_fixed_lease_only_as_late_as_its_executor_ran
     // Its executor ran on time: the tell was late.
     assert_eq!(run(Some(3100)), ["holder told lost too late"]);
 }
+
+#[test]
+fn checker_sees_a_write_hold_that_the_backend_records_as_a_read() {
+    // p0's write hold (token 10) from 100 to 400 ms; its record in the
+    // backend, asked at 120 ms, says `own`.
+    let run = |own: &str, at: u64| {
+        let mut lines = mode_hold(1, "write", 10, (100, 400), None);
+        lines.push(ev(at, 0, 1, 0, "recorded", &format!("mode=read own={own}")));
+        verdict(vec![lines], &[])
+    };
+    assert_eq!(run("reader", 120), ["write hold recorded as a read"]);
+    assert!(run("writer", 120).is_empty());
+    // Seen after the hold ended (told lost, released): no verdict.
+    assert!(run("reader", 500).is_empty());
+}

@@ -44,6 +44,10 @@ pub(super) struct Call {
     pub(super) error: Option<String>,
     /// An outermost hold's counter, as its body found it.
     pub(super) data: Option<Data>,
+    /// Whether its record in the backend was asked inside the body
+    /// (`recorded`), and when it was seen as a reader's (`own=reader`).
+    pub(super) recorded: bool,
+    pub(super) recorded_as_reader: Option<u64>,
     /// `try_acquire()` (one try).
     pub(super) tried: bool,
     /// Cut by a timeout around its acquire or its body (`cut=`).
@@ -271,6 +275,12 @@ impl History {
                 call.outer = field("outer") == Some("1");
             }
             "body_enter" => call.body_enter = Some(t),
+            "recorded" => {
+                call.recorded = true;
+                if field("own") == Some("reader") {
+                    call.recorded_as_reader.get_or_insert(t);
+                }
+            }
             "body_exit" => call.body_exit = Some(t),
             "lost" if call.lost.is_none() => {
                 call.lost = Some(t);

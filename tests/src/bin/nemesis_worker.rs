@@ -91,6 +91,10 @@
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between)
 //!   body_enter, body_exit `how=done|dropped`
+//!   recorded  `mode=read|write|free own=writer|reader|-`: for half of
+//!             the outermost write (or exclusive) holds, right after
+//!             `body_enter`, what `inspect` says of the key: whether the
+//!             hold's token is the recorded writer's or a reader's
 //!   data      `seen=<n> then=<n> wrote=<n>|-`: an outermost hold's counter
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
@@ -858,6 +862,10 @@ fn locked_body(
             rec: rec.clone(),
             done: false,
         };
+        // (After `exit`: a body cut during it still logs its exit.)
+        if outer && mode != LockMode::Read && rng.chance(50) {
+            recorded(&cx, &rec, key, token).await;
+        }
         let mut inner = cx.clone();
         inner.parent = rec.id;
         inner.frames.push(Frame { key, fence: token });
@@ -957,6 +965,34 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
     }
 }
 
+/// For a write (or exclusive) hold in its body: what the backend records of
+/// its key (`inspect`), logged as `recorded mode=read|write|free
+/// own=writer|reader|-`: whether the hold's token is the recorded writer's,
+/// or one of the readers' (a write hold recorded as a read: readers of
+/// other processes may enter beside it).
+async fn recorded(cx: &Cx, rec: &Rec, key: usize, token: u64) {
+    let name = cx.ctx.keys[key].name.as_str();
+    let asked = tokio::time::timeout(Duration::from_millis(500), cx.runtime.inspect(name));
+    let Ok(Ok(info)) = asked.await else { return };
+    let (mode, own) = match info {
+        None => ("free", "-"),
+        Some(info) => {
+            let read = info.mode == LockMode::Read;
+            let as_reader = info.readers.iter().any(|r| r.fence == Some(token))
+                || (read && info.fence == Some(token));
+            let own = if as_reader {
+                "reader"
+            } else if !read && info.fence == Some(token) {
+                "writer"
+            } else {
+                "-"
+            };
+            (if read { "read" } else { "write" }, own)
+        }
+    };
+    rec.emit("recorded", &format!("mode={mode} own={own}"));
+}
+
 /// A short stretch of work inside a lock.
 async fn hold(rng: &mut Rng) {
     let d = match rng.below(100) {
@@ -1015,6 +1051,10 @@ async fn guarded(
         rec: rec.clone(),
         done: false,
     };
+    // (After `exit`: a call cut during it still logs its body's exit.)
+    if outer && plan.mode != LockMode::Read && rng.chance(50) {
+        recorded(&cx, &rec, key, token).await;
+    }
     let keep_going = plan.on_lost == OnLost::Continue;
     let rounds = 1 + rng.below(2);
     let mut told = false;
@@ -1188,7 +1228,7 @@ async fn burster(
             burst.key,
             burst.tasks
         );
-        let end = Instant::now() + burst.length;
+        let end = (Instant::now() + burst.length).min(end);
         let tasks: Vec<_> = (0..burst.tasks)
             .map(|i| {
                 let (ctx, mut rng) = (ctx.clone(), rng.fork());
@@ -1220,11 +1260,15 @@ async fn burster(
     }
 }
 
-/// The next order of a kind, until `end` (`None` after it).
+/// The next order of a kind, until `end` (`None` after it, also when
+/// orders are still queued: a backlog of bursts must not outlive the run).
 async fn next_order<T>(
     orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
     end: Instant,
 ) -> Option<T> {
+    if Instant::now() >= end {
+        return None;
+    }
     tokio::time::timeout_at(end, orders.recv())
         .await
         .ok()
