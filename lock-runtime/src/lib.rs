@@ -74,6 +74,8 @@
 mod acquire;
 mod backend;
 mod builder;
+#[cfg(test)]
+mod captured;
 mod cohort;
 mod context;
 mod env;

@@ -207,7 +207,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn acquires_and_holds_are_visible_to_tracing() {
         let seen = Arc::new(Seen::default());
-        let _default = tracing::subscriber::set_default(Recorder(seen.clone()));
+        let _default = crate::captured::on_this_thread(Recorder(seen.clone()));
         let runtime = LockRuntime::builder().memory().build().await.unwrap();
         with_lock(runtime.lock("k"), async { Ok::<_, LockError>(()) })
             .await

@@ -54,7 +54,7 @@ impl Subscriber for Warnings {
 #[tokio::test(flavor = "current_thread")]
 async fn a_loss_found_by_renewal_and_release_at_once_is_told_once() {
     let warnings = Warnings::default();
-    let _default = tracing::subscriber::set_default(warnings.clone());
+    let _default = crate::captured::on_this_thread(warnings.clone());
     let runtime = LockRuntime::builder().memory().build().await.unwrap();
     let renewal_first = runtime.lock("a").acquire().await.unwrap();
     renewal_first.held().mark_lost();
@@ -80,7 +80,7 @@ async fn a_loss_found_by_renewal_and_release_at_once_is_told_once() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_wait_for_a_guard_this_task_took_is_warned_and_times_out() {
     let warnings = Warnings::default();
-    let _default = tracing::subscriber::set_default(warnings.clone());
+    let _default = crate::captured::on_this_thread(warnings.clone());
     let runtime = LockRuntime::builder().memory().build().await.unwrap();
     let _guard = runtime.lock("order:7").acquire().await.unwrap();
     let waited = runtime
@@ -107,7 +107,7 @@ async fn a_wait_for_a_guard_this_task_took_is_warned_and_times_out() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_wait_for_a_guard_another_task_took_is_not_warned() {
     let warnings = Warnings::default();
-    let _default = tracing::subscriber::set_default(warnings.clone());
+    let _default = crate::captured::on_this_thread(warnings.clone());
     let runtime = LockRuntime::builder().memory().build().await.unwrap();
     let _guard = runtime.lock("order:7").acquire().await.unwrap();
     let rt = runtime.clone();
