@@ -1,28 +1,44 @@
-//! Where locks live: Redis (one server, or the primary of a Sentinel
-//! service), or the embedded in-process store.
+//! Where locks live, behind one seam: [`Backend`], an enum over the Redis
+//! family (one server or a Cluster in `redis/`, a Sentinel service's primary
+//! in `sentinel/`, Redlock over independent masters in `redlock/`), etcd
+//! (`etcd/`), ZooKeeper (`zookeeper/`) and the embedded store
+//! (`memory.rs`).
 //!
-//! Both backends offer the same four operations with the same meaning (the
-//! Lua scripts in `scripts/` define it; `memory.rs` mirrors them line by
-//! line). Everything Redis-specific — connections, scripts, pub/sub,
-//! reconnects, a single server or a cluster — stays inside `redis/` (and
-//! `sentinel/`, which points it at the current primary); the rest of the
-//! crate only sees [`Backend`].
+//! Every backend offers the same operations with the same meaning: acquire
+//! (plain or fair, read or write), release, downgrade, renew, inspect and
+//! force-unlock. The Redis family's Lua scripts in `scripts/` define them;
+//! the embedded store mirrors them, and etcd and ZooKeeper build them from
+//! their own recipes. This file only dispatches: what a backend answers is
+//! in `replies.rs`, what it is started with in `config.rs`, what it tells
+//! the waiters and the watchdog in `news.rs`, and its releases in the
+//! background in `behind.rs` (their record in `releases.rs`). Nothing
+//! outside `backend/` sees a server's client type.
 
 /// What [`Backend::describe`] says of the embedded backend.
 pub(crate) const EMBEDDED_DESCRIPTION: &str =
     "embedded (in-process) backend: locks exclude only tasks of this process";
 
+mod behind;
+mod config;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
+mod news;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod place_tasks;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod releases;
+mod replies;
 pub(crate) mod sentinel;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
+
+pub(crate) use config::{BackendConfig, ConnectSettings};
+pub(crate) use news::{Heartbeats, Wakeups, Watched, Watches};
+pub(crate) use replies::{
+    Acquire, PlaceRefresh, Queue, Recorded, RecordedReader, Refreshed, Release, QUEUE_ENTRY_LIFE,
+};
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -30,224 +46,6 @@ use std::time::Duration;
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
 use crate::mode::LockMode;
-
-/// Reply of an acquire attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Acquire {
-    /// The lock is ours; `fence` is the fencing token of this hold.
-    Held {
-        /// Fencing token.
-        fence: u64,
-        /// The last token reserved for holders this process passes the
-        /// lock to (`fence` when none is; see `cohort.rs`).
-        upto: u64,
-        /// Fair mode: it was already held under this holder id (handed over
-        /// by a release), rather than taken just now.
-        handed: bool,
-    },
-    /// Someone else holds it for about `ttl` more (None: no expiry known).
-    Busy {
-        /// Holder's remaining lease.
-        ttl: Option<Duration>,
-    },
-}
-
-/// How long a fair-mode queue entry stays valid without a refresh. A waiting
-/// process refreshes its entries three times as often; an entry of a waiter
-/// that died is skipped once it has run out.
-pub(crate) const QUEUE_ENTRY_LIFE: Duration = Duration::from_secs(3);
-
-/// How an acquire attempt treats the key's fair queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Queue {
-    /// Plain mode: no queue.
-    No,
-    /// Fair mode, trying once: take the lock if free and nobody is queued.
-    Peek,
-    /// Fair mode, waiting: join the queue (or refresh the entry) when busy;
-    /// a release hands the lock over with this lease.
-    Join(Duration),
-}
-
-/// Reply of a release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The lock is free now, and waiters were told.
-    Freed,
-    /// We still hold it (more holds recorded in the backend).
-    StillHeld,
-    /// It was not ours: expired, deleted, or taken over.
-    NotHeld,
-}
-
-/// Which backend to start, and how (what the builder decided).
-#[derive(Clone)]
-pub(crate) enum BackendConfig {
-    /// The embedded store; tokens' counters expire `fence_window` after use.
-    Memory {
-        /// See [`ConnectSettings::fence_window`].
-        fence_window: Duration,
-    },
-    /// A Redis server at a URL (which may hold a password: never shown).
-    Redis(String, ConnectSettings),
-    /// A Redis Cluster, given URLs of some of its nodes.
-    RedisCluster(Vec<String>, ConnectSettings),
-    /// Redlock over these independent Redis masters (at least three), with
-    /// the name of their boot marker (`<prefix>redlock:boot`).
-    Redlock(Vec<String>, String, ConnectSettings),
-    /// A primary found through Redis Sentinel, followed across failovers.
-    Sentinel(sentinel::SentinelConfig, ConnectSettings),
-    /// An etcd cluster.
-    #[cfg(feature = "etcd")]
-    Etcd(etcd::EtcdConfig, ConnectSettings),
-    /// A ZooKeeper ensemble (or standalone server).
-    #[cfg(feature = "zookeeper")]
-    Zookeeper(zookeeper::ZookeeperConfig, ConnectSettings),
-}
-
-/// How to reach a server backend, as the builder configured it (the same
-/// for every networked backend: timeouts, TLS, the fence window).
-#[derive(Clone, Default)]
-pub(crate) struct ConnectSettings {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    /// PEM of a private CA to trust instead of the system roots (TLS URLs).
-    pub(crate) tls_root_ca: Option<Vec<u8>>,
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    /// PEM certificate chain and key for mutual TLS.
-    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
-    /// How long a key's last token is kept after it was issued.
-    pub(crate) fence_window: Duration,
-    /// Tokens reserved with each acquisition for local holders (lock
-    /// cohorting; 0: none).
-    pub(crate) fence_reserve: u32,
-}
-
-/// What a backend tells this process's waiters. The waiter registry
-/// (`waiters.rs`) implements it; a backend holds it weakly and knows nothing
-/// else of the waiters. How the news arrives is the backend's business (a
-/// Redis release channel; a watch on the predecessor for etcd or ZooKeeper).
-pub(crate) trait Wakeups: Send + Sync {
-    /// The lock `lock` was released: its first local waiter should try.
-    fn released(&self, lock: &str);
-    /// A fair release handed `lock` to `holder`, with token `fence` (and
-    /// the tokens up to `upto` reserved for local holders).
-    fn handed_over(&self, lock: &str, holder: &str, fence: u64, upto: u64);
-    /// News may have been lost (a dropped connection): every waiter tries.
-    fn connection_lost(&self);
-}
-
-/// The waiters of one lock, as the backend's watch on its releases sees
-/// them.
-pub(crate) trait Watched: Send + Sync + std::fmt::Debug {
-    /// Every waiter has left: a watch still being set up is not wanted.
-    fn is_closed(&self) -> bool;
-    /// The watch is in place, or could not be set up (waiters then rely on
-    /// the holder's lease, which is slower but still correct).
-    fn set_ready(&self);
-    /// A watch that had failed went through: a release may have been
-    /// missed, so the first waiter tries.
-    fn wake_first(&self);
-}
-
-/// How the waiters reach the backend: watching a lock's releases while it
-/// has local waiters, and giving back fair-queue places nobody uses. `None`
-/// from [`Backend::start`] when the backend needs neither (the embedded
-/// store wakes waiters directly).
-pub(crate) trait Watches: Send + Sync + std::fmt::Debug {
-    /// Start watching `lock`'s releases for `watched` (ready when set up).
-    fn watch(&self, lock: &str, watched: Arc<dyn Watched>);
-    /// Stop watching `lock`: nobody waits for it any more.
-    fn unwatch(&self, lock: &str);
-    /// Give back a fair-queue place (`holder`) of `lock` nobody uses: it
-    /// leaves the queue, or frees the lock if it was handed over meanwhile.
-    fn give_back_place(&self, lock: String, holder: String);
-}
-
-/// A waiting process's place in a key's fair queue, due for a refresh (see
-/// [`Heartbeats`]).
-#[derive(Clone, Debug)]
-pub(crate) struct PlaceRefresh {
-    /// The lock's backend name.
-    pub(crate) lock_key: String,
-    /// The place's holder id.
-    pub(crate) holder: String,
-    /// The lease a release hands the lock to it with.
-    pub(crate) lease: Duration,
-    /// A reader's place (Redis: a reader is told to try when it may come
-    /// in beside other readers).
-    pub(crate) read: bool,
-}
-
-/// What a refresh found of one place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Refreshed {
-    /// Still queued (refreshed); `false`: dequeued (handed the lock, or its
-    /// entry dropped).
-    pub(crate) queued: bool,
-    /// The lock's remaining lease in ms as Redis `PTTL` gives it (-2: free,
-    /// -1: no expiry).
-    pub(crate) lock_ttl: i64,
-}
-
-/// Fair-queue places that must be refreshed while their process waits: the
-/// waiter registry says which are due, the watchdog sends them in its tick
-/// (pipelined batches, like renewals) and reports back.
-pub(crate) trait Heartbeats: Send + Sync {
-    /// How many times the backend reported a lost connection so far: a
-    /// server restarted empty, or a failover, shows as one. A hold confirmed
-    /// (acquired or renewed) in an older epoch may be gone without this
-    /// process knowing yet, so it is not passed between tasks (lock
-    /// cohorting) until a renewal confirms it again.
-    fn connection_epoch(&self) -> u32;
-    /// Resolves at the next lost connection (the watchdog then renews
-    /// every hold at once, so that each is confirmed again, or found lost,
-    /// as soon as the backend answers).
-    fn connection_lost_notified(&self) -> tokio::sync::futures::Notified<'_>;
-    /// The places due at `now` (now marked in flight), and when the next
-    /// one falls due.
-    fn due_places(
-        &self,
-        now: tokio::time::Instant,
-    ) -> (Vec<PlaceRefresh>, Option<tokio::time::Instant>);
-    /// The outcome of refreshing `places`, sent at `sent_at` (`None`:
-    /// unknown).
-    fn places_refreshed(
-        &self,
-        places: &[PlaceRefresh],
-        outcome: &[Option<Refreshed>],
-        sent_at: tokio::time::Instant,
-    );
-}
-
-/// What the backend records of a held lock (see [`Backend::inspect`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Recorded {
-    /// Holder id: `<process-uuid>:<n>`.
-    pub(crate) holder: String,
-    /// Holds recorded under it (nested holds of one process count once).
-    pub(crate) holds: u64,
-    /// Remaining lease; `None` when it has no expiry.
-    pub(crate) remaining: Option<Duration>,
-    /// The hold's fencing token, when recorded.
-    pub(crate) fence: Option<u64>,
-    /// Fair mode: holder ids queued for the lock, oldest first.
-    pub(crate) queue: Vec<String>,
-    /// Read (shared by `readers`) or write.
-    pub(crate) mode: LockMode,
-    /// The holders of a read hold, `holder` among them (empty for a write
-    /// hold).
-    pub(crate) readers: Vec<RecordedReader>,
-}
-
-/// One holder of a read hold, as the backend records it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RecordedReader {
-    pub(crate) holder: String,
-    pub(crate) remaining: Option<Duration>,
-    pub(crate) fence: Option<u64>,
-}
 
 /// The backend of one runtime.
 #[derive(Clone, Debug)]
@@ -601,134 +399,6 @@ impl Backend {
             Backend::Zookeeper(_) => Ok(None),
             Backend::Redlock(r) => r.read_identity(key).await,
             Backend::Sentinel(s) => s.read_identity(key).await,
-        }
-    }
-
-    /// Releases without waiting for the outcome; callable from `Drop`, with
-    /// or without a tokio context.
-    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
-        match self {
-            Backend::Redis(r) => r.release_in_background(lock_key, holder, fair),
-            Backend::Memory(m) => {
-                m.release(&lock_key, &holder);
-            }
-            Backend::Redlock(r) => r.release_in_background(lock_key, holder, fair),
-            Backend::Sentinel(s) => s.release_in_background(lock_key, holder, fair),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.release_in_background(lock_key, holder, fair),
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.release_in_background(lock_key, holder, fair),
-        }
-    }
-
-    /// Whether a locked call may return before its release is answered
-    /// (`LockRuntime::release_behind`): the Redis family and the embedded
-    /// store. Not etcd or ZooKeeper: there this process's next acquire of
-    /// the key waits for the answer anyway, and it did not measure faster.
-    /// (The whole-wait stall once blamed on it was the bench's workers
-    /// exiting without `shutdown`, their last release still behind them;
-    /// they call it now. With it on, two interleaved `lock-bench s12` pairs
-    /// on a loaded machine, off / on: S3 424 / 393 and 446 / 601
-    /// acquisitions/s, wait max 115 / 268 and 115 / 114 ms: no clear gain.)
-    pub(crate) fn releases_behind(&self) -> bool {
-        match self {
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => false,
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => false,
-            _ => true,
-        }
-    }
-
-    /// Whether commands written one after another on this backend's
-    /// connection are applied in that order, so that a release written
-    /// before an acquire of the same key is applied first: one Redis
-    /// server's connection. Not a Cluster (a redirected command is sent
-    /// again later), Sentinel (the primary may change between the two),
-    /// Redlock (a majority of several), etcd (one gRPC call may overtake
-    /// another, see `etcd/tomb.rs`) or ZooKeeper (a release and an acquire
-    /// may use different sessions); the embedded store frees at once.
-    pub(crate) fn applies_in_order(&self) -> bool {
-        match self {
-            Backend::Redis(r) => !r.is_cluster(),
-            _ => false,
-        }
-    }
-
-    /// Whether a background release of `lock_key` is queued and not yet
-    /// answered (never on the embedded backend, which frees at once).
-    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
-        match self {
-            Backend::Redis(r) => r.pending().is_pending(lock_key),
-            Backend::Memory(_) => false,
-            Backend::Redlock(r) => r.release_pending(lock_key),
-            Backend::Sentinel(s) => s.release_pending(lock_key),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.pending().is_pending(lock_key),
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.pending().is_pending(lock_key),
-        }
-    }
-
-    /// Resolves once every background release of `lock_key` queued so far has
-    /// been answered.
-    pub(crate) async fn releases_settled(&self, lock_key: &str) {
-        match self {
-            Backend::Redis(r) => r.pending().settled(lock_key).await,
-            Backend::Redlock(r) => r.releases_settled(lock_key).await,
-            Backend::Sentinel(s) => s.releases_settled(lock_key).await,
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.pending().settled(lock_key).await,
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.pending().settled(lock_key).await,
-            Backend::Memory(_) => {}
-        }
-    }
-
-    /// Resolves once every background release queued so far has been
-    /// answered.
-    pub(crate) async fn all_releases_settled(&self) {
-        match self {
-            Backend::Redis(r) => r.pending().all_settled().await,
-            Backend::Redlock(r) => r.all_releases_settled().await,
-            Backend::Sentinel(s) => s.all_releases_settled().await,
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.pending().all_settled().await,
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.pending().all_settled().await,
-            Backend::Memory(_) => {}
-        }
-    }
-
-    /// From now on, background releases given up unanswered are named by
-    /// [`unconfirmed_releases`](Self::unconfirmed_releases) (shutdown
-    /// begins).
-    pub(crate) fn record_given_up_releases(&self) {
-        match self {
-            Backend::Redis(r) => r.pending().record_given_up(),
-            Backend::Redlock(r) => r.record_given_up_releases(),
-            Backend::Sentinel(s) => s.record_given_up_releases(),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.pending().record_given_up(),
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.pending().record_given_up(),
-            Backend::Memory(_) => {}
-        }
-    }
-
-    /// The locks (backend names) of which a background release is not
-    /// answered, or was given up unanswered since
-    /// [`record_given_up_releases`](Self::record_given_up_releases).
-    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
-        match self {
-            Backend::Redis(r) => r.pending().unconfirmed(),
-            Backend::Redlock(r) => r.unconfirmed_releases(),
-            Backend::Sentinel(s) => s.unconfirmed_releases(),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.pending().unconfirmed(),
-            #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.pending().unconfirmed(),
-            Backend::Memory(_) => std::collections::BTreeSet::new(),
         }
     }
 

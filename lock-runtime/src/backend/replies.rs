@@ -1,0 +1,111 @@
+//! What a backend answers and records, in the words every backend uses:
+//! an acquire's reply, a release's, a fair place due for a refresh and what
+//! the refresh found, and a lock's record as `inspect` reads it. Types only;
+//! no backend's logic lives here.
+
+use std::time::Duration;
+
+use crate::mode::LockMode;
+
+/// Reply of an acquire attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    /// The lock is ours; `fence` is the fencing token of this hold.
+    Held {
+        /// Fencing token.
+        fence: u64,
+        /// The last token reserved for holders this process passes the
+        /// lock to (`fence` when none is; see `cohort.rs`).
+        upto: u64,
+        /// Fair mode: it was already held under this holder id (handed over
+        /// by a release), rather than taken just now.
+        handed: bool,
+    },
+    /// Someone else holds it for about `ttl` more (None: no expiry known).
+    Busy {
+        /// Holder's remaining lease.
+        ttl: Option<Duration>,
+    },
+}
+
+/// How long a fair-mode queue entry stays valid without a refresh. A waiting
+/// process refreshes its entries three times as often; an entry of a waiter
+/// that died is skipped once it has run out.
+pub(crate) const QUEUE_ENTRY_LIFE: Duration = Duration::from_secs(3);
+
+/// How an acquire attempt treats the key's fair queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// Plain mode: no queue.
+    No,
+    /// Fair mode, trying once: take the lock if free and nobody is queued.
+    Peek,
+    /// Fair mode, waiting: join the queue (or refresh the entry) when busy;
+    /// a release hands the lock over with this lease.
+    Join(Duration),
+}
+
+/// Reply of a release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The lock is free now, and waiters were told.
+    Freed,
+    /// We still hold it (more holds recorded in the backend).
+    StillHeld,
+    /// It was not ours: expired, deleted, or taken over.
+    NotHeld,
+}
+
+/// A waiting process's place in a key's fair queue, due for a refresh (see
+/// [`Heartbeats`]).
+#[derive(Clone, Debug)]
+pub(crate) struct PlaceRefresh {
+    /// The lock's backend name.
+    pub(crate) lock_key: String,
+    /// The place's holder id.
+    pub(crate) holder: String,
+    /// The lease a release hands the lock to it with.
+    pub(crate) lease: Duration,
+    /// A reader's place (Redis: a reader is told to try when it may come
+    /// in beside other readers).
+    pub(crate) read: bool,
+}
+
+/// What a refresh found of one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refreshed {
+    /// Still queued (refreshed); `false`: dequeued (handed the lock, or its
+    /// entry dropped).
+    pub(crate) queued: bool,
+    /// The lock's remaining lease in ms as Redis `PTTL` gives it (-2: free,
+    /// -1: no expiry).
+    pub(crate) lock_ttl: i64,
+}
+
+/// What the backend records of a held lock (see [`Backend::inspect`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// Holder id: `<process-uuid>:<n>`.
+    pub(crate) holder: String,
+    /// Holds recorded under it (nested holds of one process count once).
+    pub(crate) holds: u64,
+    /// Remaining lease; `None` when it has no expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// The hold's fencing token, when recorded.
+    pub(crate) fence: Option<u64>,
+    /// Fair mode: holder ids queued for the lock, oldest first.
+    pub(crate) queue: Vec<String>,
+    /// Read (shared by `readers`) or write.
+    pub(crate) mode: LockMode,
+    /// The holders of a read hold, `holder` among them (empty for a write
+    /// hold).
+    pub(crate) readers: Vec<RecordedReader>,
+}
+
+/// One holder of a read hold, as the backend records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedReader {
+    pub(crate) holder: String,
+    pub(crate) remaining: Option<Duration>,
+    pub(crate) fence: Option<u64>,
+}
