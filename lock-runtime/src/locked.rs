@@ -9,6 +9,7 @@ use std::task::Poll;
 use tracing::Instrument;
 
 use crate::error::LockError;
+use crate::guard::LockGuard;
 use crate::held::HeldLock;
 use crate::owner::{self, Scope};
 use crate::request::{LockRequest, OnLost};
@@ -74,31 +75,10 @@ where
     let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());
     let body = owner::enter(scope, body).instrument(hold);
     let result = match on_lost {
-        OnLost::Abort | OnLost::Confirm => {
-            let held: &Arc<HeldLock> = guard.held();
-            let lost = guard.runtime().run(held.lost());
-            // The loss first: a body is never polled again (nor for the
-            // first time) once its hold is known lost. Checked without a
-            // timer before each poll of the body; the watch for a loss (a
-            // timer at the lease end) is only set up once the body waits.
-            let outcome = {
-                let (mut lost, mut body) = (pin!(lost), pin!(body));
-                poll_fn(|cx| {
-                    if held.is_lost() {
-                        return Poll::Ready(None);
-                    }
-                    if let Poll::Ready(result) = body.as_mut().poll(cx) {
-                        return Poll::Ready(Some(result));
-                    }
-                    lost.as_mut().poll(cx).map(|()| None)
-                })
-                .await
-            };
-            match outcome {
-                Some(result) => result,
-                None => return Err(lost_or_shut_down(guard).into()),
-            }
-        }
+        OnLost::Abort | OnLost::Confirm => match unless_lost(&guard, body).await {
+            Some(result) => result,
+            None => return Err(lost_or_shut_down(guard).into()),
+        },
         OnLost::Continue => body.await,
     };
     // The body ran on a hold known valid to its end: not lost, its
@@ -135,6 +115,27 @@ where
             result
         }
     }
+}
+
+/// Runs `body` while `guard`'s hold stands: `None` once it is known lost.
+/// The loss first: a body is never polled again (nor for the first time)
+/// once its hold is known lost. Checked without a timer before each poll of
+/// the body; the watch for a loss (a timer at the lease end) is only set up
+/// once the body waits.
+async fn unless_lost<B: Future>(guard: &LockGuard, body: B) -> Option<B::Output> {
+    let held: &Arc<HeldLock> = guard.held();
+    let lost = guard.runtime().run(held.lost());
+    let (mut lost, mut body) = (pin!(lost), pin!(body));
+    poll_fn(|cx| {
+        if held.is_lost() {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(result) = body.as_mut().poll(cx) {
+            return Poll::Ready(Some(result));
+        }
+        lost.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// The error of a locked call whose hold was lost (or closed by shutdown).

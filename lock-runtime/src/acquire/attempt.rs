@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::script::Script;
 use super::{Acquisition, ERROR_BACKOFF_MIN};
 use crate::backend::{Acquire, Queue};
 use crate::error::{BackendError, LockError};
 use crate::gate::Way;
 use crate::guard::{LockGuard, Unentered};
 use crate::held::HeldLock;
-use crate::inflight::{Abandoned, Taken};
+use crate::inflight::Abandoned;
 use crate::owner;
 use crate::runtime::LockRuntime;
 use crate::waiters::PlaceAttempt;
@@ -34,21 +35,7 @@ pub(super) enum Attempted {
 impl Acquisition {
     /// Step 3: one attempt at the backend, and what its reply means.
     pub(super) async fn attempt(&mut self) -> Result<Attempted, LockError> {
-        // Mixed modes on one key: a plain waiter on a key that other
-        // processes hand on in fair mode queues with them (or it would wait
-        // for ever: a direct handoff never leaves the key free).
-        if !self.want.fair {
-            if let Some(first) = self.ticket.as_ref().and_then(|t| t.fair_in_use()) {
-                if first {
-                    tracing::warn!(
-                        key = %self.want.key,
-                        "plain-mode waiters of this key queue in fair mode: other processes \
-                         use the key in fair mode (set the same mode on every process)"
-                    );
-                }
-                self.want.fair = true;
-            }
-        }
+        self.follow_fair_processes();
         // Fair mode queues this process under one place per key; a first
         // attempt (no ticket yet) uses a fresh id, which may become the place.
         let (place, place_attempt) = match &self.ticket {
@@ -94,17 +81,7 @@ impl Acquisition {
                 Attempted::Busy(ttl)
             }
             Err(error) => {
-                // A place whose attempt failed is given up: the attempt may
-                // still reach Redis (a dropped connection), and what it does
-                // there must not be left to a place nobody uses.
-                if let (Some(ticket), Some(_)) = (&self.ticket, &place_attempt) {
-                    if let Some(old) = ticket.abandon_place(&in_flight.holder) {
-                        let lock_key = self.want.lock_key.clone();
-                        self.runtime
-                            .backend()
-                            .release_in_background(lock_key, old, true);
-                    }
-                }
+                self.abandon_place(&in_flight, place_attempt.as_deref());
                 Attempted::Failed(error)
             }
         };
@@ -139,73 +116,25 @@ impl Acquisition {
         } else {
             self.deadline
         };
-        // A release of this key that this process queued (a dropped guard,
-        // or a locked call's release where the backend may apply it after
-        // this attempt, see `LockRuntime::release_behind`) goes out first, so that the key is free for this process's next
-        // acquire at once, as on the embedded backend. Briefly: a release
-        // stuck on a dead connection must not hold up the attempt.
-        let mut release_unanswered = false;
-        let behind = runtime.behind();
-        if runtime.backend().release_pending(&self.want.lock_key)
-            || behind.is_pending(&self.want.lock_key)
-        {
-            let settle_by = Instant::now() + runtime.try_timeout();
-            let settled = async {
-                // (A locked call's release that fails goes to the backend's
-                // releaser: that one first.)
-                behind.settled(&self.want.lock_key).await;
-                runtime
-                    .backend()
-                    .releases_settled(&self.want.lock_key)
-                    .await;
-            };
-            let by = bound.map_or(settle_by, |b| b.min(settle_by));
-            release_unanswered = tokio::time::timeout_at(by, settled).await.is_err();
-        }
+        let release_unanswered = self.settle_own_releases(bound).await;
         // Nothing goes out after shutdown (it may be waiting for the
         // releases to drain).
         let id = runtime.in_flight().start().ok_or(LockError::ShutDown)?;
         in_flight.sent = Some(id);
         let sent_at = Instant::now();
-        let (backend, gate) = (runtime.backend().clone(), runtime.in_flight().clone());
-        let (lock_key, holder) = (in_flight.lock_key.clone(), in_flight.holder.clone());
-        let (lease, armed, fair) = (self.want.lease, in_flight.armed, in_flight.fair);
-        let (renew, mode) = (self.want.renew, self.want.mode);
-        let attempt = runtime.finish_on_worker(Box::pin(async move {
-            // Should the task be dropped unanswered (its runtime stopping),
-            // the entry still leaves the registry, with what it may hold.
-            let unanswered = Unanswered {
-                gate: gate.clone(),
-                id,
-                taken: armed.then(|| Taken {
-                    lock_key: lock_key.clone(),
-                    holder: holder.clone(),
-                    fair,
-                }),
-                backend: backend.clone(),
-            };
-            let outcome = backend
-                .acquire(&lock_key, &holder, (lease, renew), queue, mode)
-                .await;
-            unanswered.defuse();
-            drop(place_attempt);
-            // What the script may have left under a fresh id: the lock, a
-            // place in the fair queue, or (no answer) either.
-            let left = match &outcome {
-                Ok(Acquire::Held { .. }) | Err(_) => true,
-                Ok(Acquire::Busy { .. }) => matches!(queue, Queue::Join(_)),
-            };
-            let taken = (armed && left).then_some(Taken {
-                lock_key,
-                holder,
-                fair,
-            });
-            if let Some(taken) = gate.answered(id, taken) {
-                backend.release_in_background(taken.lock_key, taken.holder, taken.fair);
-                gate.given_back(id);
-            }
-            outcome
-        }));
+        let script = Script {
+            backend: runtime.backend().clone(),
+            gate: runtime.in_flight().clone(),
+            id,
+            lock_key: in_flight.lock_key.clone(),
+            holder: in_flight.holder.clone(),
+            lease: (self.want.lease, self.want.renew),
+            queue,
+            mode: self.want.mode,
+            armed: in_flight.armed,
+            fair: in_flight.fair,
+        };
+        let attempt = runtime.finish_on_worker(Box::pin(script.run(place_attempt)));
         let stopped = |_| BackendError::msg("the lock runtime's worker stopped");
         let Some(bound) = bound else {
             return Ok((attempt.await.map_err(stopped)?, sent_at));
@@ -226,6 +155,67 @@ impl Acquisition {
             .into()),
             Err(_) => Err(self.gave_up()),
         }
+    }
+
+    /// Mixed modes on one key: a plain waiter on a key that other
+    /// processes hand on in fair mode queues with them (or it would wait
+    /// for ever: a direct handoff never leaves the key free).
+    fn follow_fair_processes(&mut self) {
+        if self.want.fair {
+            return;
+        }
+        if let Some(first) = self.ticket.as_ref().and_then(|t| t.fair_in_use()) {
+            if first {
+                tracing::warn!(
+                    key = %self.want.key,
+                    "plain-mode waiters of this key queue in fair mode: other processes \
+                     use the key in fair mode (set the same mode on every process)"
+                );
+            }
+            self.want.fair = true;
+        }
+    }
+
+    /// A place whose attempt failed is given up: the attempt may still
+    /// reach the backend (a dropped connection), and what it does there
+    /// must not be left to a place nobody uses.
+    fn abandon_place(&self, in_flight: &InFlight, place_attempt: Option<&PlaceAttempt>) {
+        if let (Some(ticket), Some(_)) = (&self.ticket, place_attempt) {
+            if let Some(old) = ticket.abandon_place(&in_flight.holder) {
+                let lock_key = self.want.lock_key.clone();
+                self.runtime
+                    .backend()
+                    .release_in_background(lock_key, old, true);
+            }
+        }
+    }
+
+    /// A release of this key that this process queued (a dropped guard, or
+    /// a locked call's release the backend may apply after this attempt,
+    /// see `LockRuntime::release_behind`) goes out first, so that the key is
+    /// free for this process's next acquire at once, as on the embedded
+    /// backend. Briefly: a release stuck on a dead connection must not hold
+    /// up the attempt. `true`: one was still unanswered when the wait ended.
+    async fn settle_own_releases(&self, bound: Option<Instant>) -> bool {
+        let runtime = &self.runtime;
+        let behind = runtime.behind();
+        if !runtime.backend().release_pending(&self.want.lock_key)
+            && !behind.is_pending(&self.want.lock_key)
+        {
+            return false;
+        }
+        let settle_by = Instant::now() + runtime.try_timeout();
+        let settled = async {
+            // (A locked call's release that fails goes to the backend's
+            // releaser: that one first.)
+            behind.settled(&self.want.lock_key).await;
+            runtime
+                .backend()
+                .releases_settled(&self.want.lock_key)
+                .await;
+        };
+        let by = bound.map_or(settle_by, |b| b.min(settle_by));
+        tokio::time::timeout_at(by, settled).await.is_err()
     }
 
     /// The attempt took the lock: the hold goes into the table and watchdog
@@ -361,36 +351,6 @@ impl Acquisition {
         }
         self.ticket = Some(ticket);
         Ok(Attempted::Registered)
-    }
-}
-
-/// An attempt's in-flight entry while its script is out: if the worker's
-/// task is dropped before the answer, it counts as answered with whatever
-/// a fresh id may have taken (given back now).
-struct Unanswered {
-    gate: Arc<crate::inflight::InFlight>,
-    id: u64,
-    taken: Option<Taken>,
-    backend: crate::backend::Backend,
-}
-
-impl Unanswered {
-    fn defuse(mut self) {
-        self.taken = None;
-        self.id = 0;
-    }
-}
-
-impl Drop for Unanswered {
-    fn drop(&mut self) {
-        if self.id == 0 {
-            return;
-        }
-        if let Some(taken) = self.gate.answered(self.id, self.taken.take()) {
-            self.backend
-                .release_in_background(taken.lock_key, taken.holder, taken.fair);
-            self.gate.given_back(self.id);
-        }
     }
 }
 

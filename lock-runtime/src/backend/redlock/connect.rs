@@ -38,48 +38,11 @@ impl Redlock {
             )));
         }
         let quorum = quorum::quorum(urls.len());
-        type Connecting = Result<(RedisBackend, Arc<dyn Watches>), LockError>;
-        let attempts: Vec<Call<'_, Connecting>> = urls
-            .iter()
-            .map(|url| Box::pin(connect(url, settings, wakeups.clone())) as Call<'_, _>)
-            .collect();
-        let mut masters = Vec::with_capacity(urls.len());
-        let mut down = Vec::new();
-        // The masters to connect in the background, once the rest is set up.
-        let mut later = Vec::new();
-        for (i, (url, outcome)) in urls
-            .iter()
-            .zip(gather(attempts, |_| false).await)
-            .enumerate()
-        {
-            let slot = Arc::new(OnceLock::new());
-            match outcome {
-                Some(Ok((backend, watches))) => {
-                    load_scripts(&backend).await;
-                    let endpoint = backend.endpoint().to_owned();
-                    let _ = slot.set(Connected { backend, watches });
-                    masters.push(Master { endpoint, slot });
-                }
-                Some(Err(LockError::InvalidConfig(problem))) => {
-                    return Err(LockError::InvalidConfig(format!(
-                        "Redlock master {} of {}: {problem}",
-                        i + 1,
-                        urls.len()
-                    )))
-                }
-                other => {
-                    down.push(match other {
-                        Some(Err(error)) => reason(&error),
-                        _ => "no answer".to_owned(),
-                    });
-                    later.push((url.clone(), slot.clone()));
-                    masters.push(Master {
-                        endpoint: endpoint_of(url).unwrap_or_else(|| format!("master {}", i + 1)),
-                        slot,
-                    });
-                }
-            }
-        }
+        let Reached {
+            masters,
+            down,
+            later,
+        } = reach(urls, settings, &wakeups).await?;
         let up = masters.len() - down.len();
         if up < quorum {
             return Err(BackendError::msg(format!(
@@ -128,6 +91,70 @@ impl Redlock {
         }
         Ok((redlock, watches))
     }
+}
+
+/// The masters at start-up: the connected ones, the reasons of those that
+/// are down, and the down ones to connect in the background.
+struct Reached {
+    masters: Vec<Master>,
+    down: Vec<String>,
+    later: Vec<(String, Arc<OnceLock<Connected>>)>,
+}
+
+/// Connects every master at once; one that is down is not fatal (the
+/// caller counts them), a URL that cannot be a master is.
+async fn reach(
+    urls: &[String],
+    settings: &ConnectSettings,
+    wakeups: &Weak<dyn Wakeups>,
+) -> Result<Reached, LockError> {
+    type Connecting = Result<(RedisBackend, Arc<dyn Watches>), LockError>;
+    let attempts: Vec<Call<'_, Connecting>> = urls
+        .iter()
+        .map(|url| Box::pin(connect(url, settings, wakeups.clone())) as Call<'_, _>)
+        .collect();
+    let mut masters = Vec::with_capacity(urls.len());
+    let mut down = Vec::new();
+    // The masters to connect in the background, once the rest is set up.
+    let mut later = Vec::new();
+    for (i, (url, outcome)) in urls
+        .iter()
+        .zip(gather(attempts, |_| false).await)
+        .enumerate()
+    {
+        let slot = Arc::new(OnceLock::new());
+        match outcome {
+            Some(Ok((backend, watches))) => {
+                load_scripts(&backend).await;
+                let endpoint = backend.endpoint().to_owned();
+                let _ = slot.set(Connected { backend, watches });
+                masters.push(Master { endpoint, slot });
+            }
+            Some(Err(LockError::InvalidConfig(problem))) => {
+                return Err(LockError::InvalidConfig(format!(
+                    "Redlock master {} of {}: {problem}",
+                    i + 1,
+                    urls.len()
+                )))
+            }
+            other => {
+                down.push(match other {
+                    Some(Err(error)) => reason(&error),
+                    _ => "no answer".to_owned(),
+                });
+                later.push((url.clone(), slot.clone()));
+                masters.push(Master {
+                    endpoint: endpoint_of(url).unwrap_or_else(|| format!("master {}", i + 1)),
+                    slot,
+                });
+            }
+        }
+    }
+    Ok(Reached {
+        masters,
+        down,
+        later,
+    })
 }
 
 /// `host:port` of a URL, without credentials (`None`: unparsable; the

@@ -72,12 +72,14 @@
 //! lists and scripts, and independent masters would each hand the lock to a
 //! different waiter.
 
+mod acquire;
 mod boot;
 mod connect;
 mod fence;
 mod gather;
 pub(crate) mod quorum;
 mod read;
+mod release;
 mod renew;
 mod watches;
 
@@ -86,12 +88,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::redis::{Ballot, BootCheck, RedisBackend, Vote};
-use super::{Acquire, Queue, Recorded, Release, Watches};
+use super::{Recorded, Watches};
 use crate::error::BackendError;
-use crate::mode::LockMode;
 use gather::{gather, Call};
 
 /// Why fair mode is refused (the builder's and a fair request's error).
@@ -164,34 +163,6 @@ fn reason(error: &impl std::fmt::Display) -> String {
 
 /// What one master answered (or why it did not).
 type Answer<T> = Result<T, BackendError>;
-
-/// The token of a master's answer that it holds the lock for us.
-fn held_token(answer: &Option<Answer<Ballot>>) -> Option<u64> {
-    match answer {
-        Some(Ok(Ballot {
-            vote: Vote::Acquire(Acquire::Held { fence, .. }),
-            ..
-        })) => Some(*fence),
-        _ => None,
-    }
-}
-
-/// For a master that refused the lock (busy, or quarantined: it lost its
-/// data less than a lease ago), how long until it may say yes (`None` in
-/// it: unknown); `None` for any other answer.
-fn refused_for(answer: &Option<Answer<Ballot>>) -> Option<Option<Duration>> {
-    match answer {
-        Some(Ok(Ballot {
-            vote: Vote::Acquire(Acquire::Busy { ttl }),
-            ..
-        })) => Some(*ttl),
-        Some(Ok(Ballot {
-            vote: Vote::Quarantined { left, .. },
-            ..
-        })) => Some(Some(*left)),
-        _ => None,
-    }
-}
 
 /// Whole milliseconds of `d`, saturating.
 fn whole_ms(d: Duration) -> u64 {
@@ -332,266 +303,6 @@ impl Redlock {
             reasons.join("; ")
         ))
         .denied_if(denied > self.masters() - self.inner.quorum)
-    }
-
-    pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        lease: Duration,
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
-        if queue != Queue::No {
-            return Err(BackendError::msg(FAIR_UNSUPPORTED));
-        }
-        let started = Instant::now();
-        let quorum = self.inner.quorum;
-        let ttl = quorum::padded(lease);
-        let check = self.boot_check(ttl, false);
-        // A read hold is a majority of read grants, a write (or exclusive)
-        // hold a majority of write grants: the rest is the same vote.
-        let calls = if mode.is_read() {
-            self.calls(|m| self.read_checked(m, lock_key, holder, ttl, check))
-        } else {
-            self.calls(|m| m.acquire_checked(lock_key, holder, ttl, check))
-        };
-        // Done when a majority said held; or when it can no longer, and it is
-        // known whether that is because the lock is busy (a majority
-        // answered) or because too few masters answer. A quarantined master
-        // counts as busy until its quarantine ends.
-        let answers = gather(calls, |answers| {
-            let count =
-                |f: fn(&Option<Answer<Ballot>>) -> bool| answers.iter().filter(|a| f(a)).count();
-            let held = count(|a| held_token(a).is_some());
-            let busy = count(|a| refused_for(a).is_some());
-            let open = count(Option::is_none);
-            held >= quorum
-                || (held + open < quorum && (held + busy >= quorum || held + busy + open < quorum))
-        })
-        .await;
-        let mut held = Vec::new();
-        let mut busy = Vec::new();
-        for (i, answer) in answers.iter().enumerate() {
-            if let Some(Ok(ballot)) = answer {
-                self.heard(i, ballot);
-            }
-            if let Some(fence) = held_token(answer) {
-                held.push((i, fence));
-            } else if let Some(ttl) = refused_for(answer) {
-                busy.push(ttl);
-            }
-        }
-        let in_time = || quorum::validity(lease, started.elapsed()).is_some();
-        if held.len() >= quorum && in_time() {
-            let fence = held.iter().map(|(_, token)| *token).max().unwrap_or(0);
-            let unanswered = answers.iter().enumerate().filter(|(_, a)| a.is_none());
-            let unanswered: Vec<usize> = unanswered.map(|(i, _)| i).collect();
-            match self
-                .record_fence(lock_key, holder, fence, &held, &unanswered)
-                .await
-            {
-                Ok(()) if in_time() => {
-                    return Ok(Acquire::Held {
-                        fence,
-                        upto: fence,
-                        handed: false,
-                    })
-                }
-                Ok(()) => {}
-                Err(error) => {
-                    self.undo(lock_key, holder, &answers);
-                    return Err(error);
-                }
-            }
-        }
-        self.undo(lock_key, holder, &answers);
-        if held.len() >= quorum {
-            return Err(BackendError::msg(format!(
-                "Redlock acquire: a majority said yes, but after {:?}, which leaves less \
-                 than the clock-drift allowance ({:?}) of the {lease:?} lease; given back",
-                started.elapsed(),
-                quorum::drift(lease)
-            )));
-        }
-        if held.len() + busy.len() < quorum {
-            return Err(self.no_quorum("acquire", &answers));
-        }
-        Ok(Acquire::Busy {
-            ttl: quorum::busy_ttl(quorum, held.len(), &busy),
-        })
-    }
-
-    /// Gives back, in the background, what a failed attempt may have taken:
-    /// on every master that said held, failed or did not answer (its acquire
-    /// may still land: the release follows it on the same connection; one
-    /// that failed may have run the script and lost only the reply). Each
-    /// is a task on the worker thread rather than a queued background
-    /// release, which the next acquire of the key would wait for: with
-    /// masters down it would wait for them to time out, to undo a hold
-    /// nobody else sees. Only a master that said busy or quarantined surely
-    /// took nothing.
-    fn undo(&self, lock_key: &str, holder: &str, answers: &[Option<Answer<Ballot>>]) {
-        for (answer, master) in answers.iter().zip(&self.inner.masters) {
-            let taken = refused_for(answer).is_none();
-            if let (true, Some(connected)) = (taken, master.slot.get()) {
-                let backend = connected.backend.clone();
-                let (lock_key, holder) = (lock_key.to_owned(), holder.to_owned());
-                let bound = self.inner.timeout;
-                self.inner.worker.spawn(async move {
-                    let release = backend.release(&lock_key, &holder, false);
-                    if let Ok(Err(error)) = tokio::time::timeout(bound, release).await {
-                        tracing::debug!(%error, "Redlock: undoing a partial hold failed; its lease frees it");
-                    }
-                });
-            }
-        }
-    }
-
-    pub(crate) async fn release(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
-        let quorum = self.inner.quorum;
-        let calls = self.calls(|m| m.release(lock_key, holder, fair));
-        let answers = gather(calls, |answers| {
-            answers
-                .iter()
-                .filter(|a| matches!(a, Some(Ok(Release::Freed))))
-                .count()
-                >= quorum
-        })
-        .await;
-        let count = |wanted: Release| {
-            answers
-                .iter()
-                .filter(|a| matches!(a, Some(Ok(r)) if *r == wanted))
-                .count()
-        };
-        let (freed, still, not_held) = (
-            count(Release::Freed),
-            count(Release::StillHeld),
-            count(Release::NotHeld),
-        );
-        // Masters that have not answered (frozen, reconnecting) or failed
-        // get the release again from their background releaser, which
-        // retries: their copy of the hold must not wait for its TTL. (A
-        // second release of a holder id is harmless: it finds nothing.)
-        for (answer, master) in answers.iter().zip(&self.inner.masters) {
-            if let (None | Some(Err(_)), Some(connected)) = (answer, master.slot.get()) {
-                connected.backend.release_in_background(
-                    lock_key.to_owned(),
-                    holder.to_owned(),
-                    fair,
-                );
-            }
-        }
-        if still > 0 {
-            Ok(Release::StillHeld)
-        } else if freed >= quorum {
-            Ok(Release::Freed)
-        } else if freed + not_held >= quorum {
-            Ok(Release::NotHeld)
-        } else {
-            Err(self.no_quorum("release", &answers))
-        }
-    }
-
-    /// Turns `holder`'s write hold into a read hold on every master
-    /// (`downgrade.lua`): done when a majority downgraded it, `Ok(false)`
-    /// (lost) when more than a minority no longer record it, an error when
-    /// too few answered to tell.
-    ///
-    /// Best effort per master: one that did not answer, or answered late,
-    /// still records our write hold, which keeps writers out as the read
-    /// hold does (and readers too: more exclusive, never less). So the hold
-    /// stands while a majority records it in either mode, and is renewed
-    /// and released there as whatever each master records (`renew.lua` and
-    /// `release.lua` are mode-aware).
-    pub(crate) async fn downgrade(
-        &self,
-        lock_key: &str,
-        holder: &str,
-    ) -> Result<bool, BackendError> {
-        let masters = self.masters();
-        let verdict = |answers: &[Option<Answer<bool>>]| {
-            let said = |wanted: bool| {
-                answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Ok(done)) if *done == wanted))
-                    .count()
-            };
-            quorum::renewal(masters, said(true), said(false))
-        };
-        // (Plain: Redlock has no fair mode.)
-        let calls = self.calls(|m| m.downgrade(lock_key, holder, false));
-        let answers = gather(calls, |answers| verdict(answers).is_some()).await;
-        verdict(&answers).ok_or_else(|| self.no_quorum("downgrade", &answers))
-    }
-
-    pub(crate) fn release_in_background(&self, lock_key: String, holder: String, fair: bool) {
-        for connected in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
-            connected
-                .backend
-                .release_in_background(lock_key.clone(), holder.clone(), fair);
-        }
-    }
-
-    /// Whether background releases of `lock_key` are still out on so many
-    /// masters that a majority cannot be free yet. (Out on a minority only —
-    /// a frozen master, say — they do not stand in the way of the next
-    /// acquire, which must not wait for that master.)
-    pub(crate) fn release_pending(&self, lock_key: &str) -> bool {
-        let pending = self
-            .inner
-            .masters
-            .iter()
-            .filter_map(|m| m.slot.get())
-            .filter(|c| c.backend.pending().is_pending(lock_key))
-            .count();
-        pending > self.masters() - self.inner.quorum
-    }
-
-    /// Resolves once a majority of masters has no background release of
-    /// `lock_key` out.
-    pub(crate) async fn releases_settled(&self, lock_key: &str) {
-        let quorum = self.inner.quorum;
-        let calls = self.calls(|m| async move {
-            m.pending().settled(lock_key).await;
-            Ok::<(), BackendError>(())
-        });
-        let _ = gather(calls, |answers| answers.iter().flatten().count() >= quorum).await;
-    }
-
-    /// Resolves once every background release queued so far on every
-    /// master has been answered (or given up).
-    pub(crate) async fn all_releases_settled(&self) {
-        let settled = self
-            .inner
-            .masters
-            .iter()
-            .filter_map(|m| m.slot.get())
-            .map(|c| Box::pin(c.backend.pending().all_settled()) as Call<'_, ()>)
-            .collect();
-        let _ = gather(settled, |_| false).await;
-    }
-
-    /// See `Backend::record_given_up_releases`: on every master.
-    pub(crate) fn record_given_up_releases(&self) {
-        for master in self.inner.masters.iter().filter_map(|m| m.slot.get()) {
-            master.backend.pending().record_given_up();
-        }
-    }
-
-    /// The locks of which a background release is unconfirmed on any
-    /// master (shutdown waits for every master, as it does for the drain).
-    pub(crate) fn unconfirmed_releases(&self) -> std::collections::BTreeSet<String> {
-        let masters = self.inner.masters.iter().filter_map(|m| m.slot.get());
-        masters
-            .flat_map(|master| master.backend.pending().unconfirmed())
-            .collect()
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
