@@ -328,20 +328,32 @@ impl LockGuard {
     /// the hold instead, as on every release.
     pub(crate) fn release_behind(mut self) {
         self.released = true;
+        if self.leaves_the_process() {
+            self.runtime.release_behind(&self.held);
+        }
+    }
+
+    /// Closes this guard's frame without waiting: `true` when the hold
+    /// leaves the process and the backend must be told (the caller sends
+    /// the release, out of the watchdog already). Otherwise an enclosing
+    /// frame keeps it, its last write frame went (downgraded in the
+    /// background), shutdown gave it back, or a local waiter took it.
+    fn leaves_the_process(&self) -> bool {
         match self.runtime.table().release(&self.held, self.frame) {
             Released::Last => {}
             Released::Downgraded => {
-                return self.runtime.backend().downgrade_in_background(&self.held)
+                self.runtime.backend().downgrade_in_background(&self.held);
+                return false;
             }
             // An enclosing hold of the same scope keeps the lock, or
             // shutdown gave it back already.
-            Released::Kept => return,
+            Released::Kept => return false,
         }
         if pass_locally(&self.runtime, &self.held) {
-            return;
+            return false;
         }
         self.runtime.watchdog().remove(self.held.id);
-        self.runtime.release_behind(&self.held);
+        true
     }
 }
 
@@ -505,20 +517,9 @@ impl Drop for PendingRelease<'_> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.released || !self.leaves_the_process() {
             return;
         }
-        match self.runtime.table().release(&self.held, self.frame) {
-            Released::Last => {}
-            Released::Downgraded => {
-                return self.runtime.backend().downgrade_in_background(&self.held)
-            }
-            Released::Kept => return,
-        }
-        if pass_locally(&self.runtime, &self.held) {
-            return;
-        }
-        self.runtime.watchdog().remove(self.held.id);
         self.runtime.backend().release_in_background(
             self.held.lock_key.clone(),
             self.held.holder.clone(),

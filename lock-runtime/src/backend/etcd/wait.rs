@@ -26,9 +26,10 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::readers::{self, read_node, Scan};
+use super::txn::gets;
 use super::{dir, node, Inner};
 
 /// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
@@ -155,14 +156,7 @@ async fn read(backend: &Inner, lock: &str, holder: &str, mine: i64) -> Result<Fo
     ops.extend(readers::last_writers(lock, mine - 1));
     let answer = backend.txn(Txn::new().and_then(ops)).await.map_err(drop)?;
     let read_at = answer.header().map_or(0, |h| h.revision());
-    let reads: Vec<etcd_client::GetResponse> = answer
-        .op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        })
-        .collect();
+    let reads = gets(&answer);
     let [write, read, older, pages @ ..] = reads.as_slice() else {
         return Err(());
     };
@@ -278,13 +272,6 @@ async fn still_stand(
         get.and_then(|g| g.kvs().first())
             .is_some_and(|kv| kv.create_revision() == created && kv.mod_revision() == changed)
     };
-    let reads: Vec<etcd_client::GetResponse> = answer
-        .op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        })
-        .collect();
+    let reads = gets(&answer);
     Ok(stands(reads.first(), theirs, their_change) && stands(reads.get(1), mine, our_change))
 }
