@@ -114,6 +114,24 @@ pub enum LockError {
         key: String,
     },
 
+    /// A lock was asked inside a multi-key call (`key = [...]`,
+    /// [`with_locks`](crate::with_locks)) that holds a key sorting after it,
+    /// and does not hold it: multi-key calls take their keys in sorted
+    /// order, and going back in that order could wait for a key another
+    /// multi-key call holds while it waits for one of ours. Add the key to
+    /// the outer call's list instead.
+    #[error(
+        "lock `{key}` was asked inside a multi-key call that holds `{held}`, which sorts \
+         after it: multi-key calls take their keys in sorted order, so taking `{key}` now \
+         could deadlock with another multi-key call; add `{key}` to the outer call's keys"
+    )]
+    OrderRefused {
+        /// The key asked for.
+        key: String,
+        /// The key held around it that sorts after it.
+        held: String,
+    },
+
     /// A setting is out of range or malformed (lease, wait, URL, prefix).
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(String),

@@ -191,6 +191,7 @@ impl LockGuard {
         let scope = Scope {
             node: Node::child_of(Some(&self.scope)),
             fence: Some(self.fence()),
+            fences: None,
         };
         owner::enter(scope, fut)
     }

@@ -70,17 +70,33 @@ where
     let scope = Scope {
         node,
         fence: Some(guard.fence()),
+        fences: owner::current().and_then(|s| s.fences),
     };
     // The body runs in a span of the hold: the user's own spans nest in it.
     let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());
     let body = owner::enter(scope, body).instrument(hold);
     let result = match on_lost {
-        OnLost::Abort | OnLost::Confirm => match unless_lost(&guard, body).await {
-            Some(result) => result,
-            None => return Err(lost_or_shut_down(guard).into()),
-        },
+        OnLost::Abort | OnLost::Confirm => {
+            let held: &Arc<HeldLock> = guard.held();
+            let lost = guard.runtime().run(held.lost());
+            match unless(|| held.is_lost(), lost, body).await {
+                Some(result) => result,
+                None => return Err(lost_or_shut_down(guard).into()),
+            }
+        }
         OnLost::Continue => body.await,
     };
+    release_after(guard, on_lost, result).await
+}
+
+/// Gives `guard`'s hold back after a locked body that returned `result`,
+/// and says what the call returns: `result`, or the loss the release found
+/// (as `on_lost` says).
+pub(crate) async fn release_after<T, E: From<LockError>>(
+    guard: LockGuard,
+    on_lost: OnLost,
+    result: Result<T, E>,
+) -> Result<T, E> {
     // The body ran on a hold known valid to its end: not lost, its
     // client-side lease end still ahead, and confirmed by the backend since
     // the connection was last lost. Nothing the release could answer would
@@ -117,17 +133,20 @@ where
     }
 }
 
-/// Runs `body` while `guard`'s hold stands: `None` once it is known lost.
-/// The loss first: a body is never polled again (nor for the first time)
-/// once its hold is known lost. Checked without a timer before each poll of
-/// the body; the watch for a loss (a timer at the lease end) is only set up
+/// Runs `body` while the hold stands (`is_lost` says it does not; `lost`
+/// resolves when it is lost): `None` once it is known lost. The loss
+/// first: a body is never polled again (nor for the first time) once its
+/// hold is known lost. Checked without a timer before each poll of the
+/// body; the watch for a loss (a timer at the lease end) is only set up
 /// once the body waits.
-async fn unless_lost<B: Future>(guard: &LockGuard, body: B) -> Option<B::Output> {
-    let held: &Arc<HeldLock> = guard.held();
-    let lost = guard.runtime().run(held.lost());
+pub(crate) async fn unless<B: Future>(
+    is_lost: impl Fn() -> bool,
+    lost: impl Future<Output = ()>,
+    body: B,
+) -> Option<B::Output> {
     let (mut lost, mut body) = (pin!(lost), pin!(body));
     poll_fn(|cx| {
-        if held.is_lost() {
+        if is_lost() {
             return Poll::Ready(None);
         }
         if let Poll::Ready(result) = body.as_mut().poll(cx) {
@@ -139,7 +158,7 @@ async fn unless_lost<B: Future>(guard: &LockGuard, body: B) -> Option<B::Output>
 }
 
 /// The error of a locked call whose hold was lost (or closed by shutdown).
-fn lost_or_shut_down(guard: crate::LockGuard) -> LockError {
+pub(crate) fn lost_or_shut_down(guard: LockGuard) -> LockError {
     let key = guard.key().to_owned();
     let shut_down = guard.runtime().is_shut_down();
     drop(guard);

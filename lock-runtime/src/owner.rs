@@ -34,6 +34,9 @@ pub(crate) struct Node {
     /// level): nothing runs inside it, so a wait for its hold in the same
     /// task can only end if the code that holds the guard lets it go.
     pub(crate) for_guard: bool,
+    /// The keys a multi-key call holds in this scope, in their order (see
+    /// [`out_of_order`]); `None` for every other scope.
+    ordered: Option<Arc<[String]>>,
 }
 
 impl Node {
@@ -45,10 +48,21 @@ impl Node {
 
     /// A new scope opened inside `parent` (a root when there is none).
     pub(crate) fn child_of(parent: Option<&Arc<Node>>) -> Arc<Node> {
+        Node::child_holding(parent, None, false)
+    }
+
+    /// A new scope inside `parent` for a multi-key call that takes `keys`
+    /// (sorted); `for_guard` as for [`current_or_root`].
+    pub(crate) fn child_holding(
+        parent: Option<&Arc<Node>>,
+        ordered: Option<Arc<[String]>>,
+        for_guard: bool,
+    ) -> Arc<Node> {
         Arc::new(Node {
             id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             parent: parent.cloned(),
-            for_guard: false,
+            for_guard,
+            ordered,
         })
     }
 
@@ -65,14 +79,41 @@ impl Node {
     }
 }
 
-/// The owner scope a locked body runs in, plus the fencing token of the
-/// innermost lock held there.
+/// Why `key` may not be taken in `node`: a multi-key call of the scope's
+/// chain holds a key (named in the answer) that sorts after it, and none
+/// of them holds `key` itself. Multi-key calls take their keys in sorted
+/// order; a nested call that went back in that order could wait for a key
+/// another multi-key call holds while that one waits for ours. `None`: it
+/// may (no multi-key call around, a re-entry, or a key past them all).
+pub(crate) fn out_of_order(node: &Node, key: &str) -> Option<String> {
+    let mut above: Option<&str> = None;
+    let mut scope = Some(node);
+    while let Some(n) = scope {
+        if let Some(keys) = &n.ordered {
+            if keys.binary_search_by(|k| k.as_str().cmp(key)).is_ok() {
+                return None;
+            }
+            let last = keys.last().map(String::as_str);
+            if last.is_some_and(|last| last > key && above.is_none_or(|a| last > a)) {
+                above = last;
+            }
+        }
+        scope = n.parent.as_deref();
+    }
+    above.map(str::to_owned)
+}
+
+/// The owner scope a locked body runs in, plus the fencing tokens of the
+/// innermost locks held there.
 #[derive(Clone, Debug)]
 pub(crate) struct Scope {
     /// The scope itself.
     pub(crate) node: Arc<Node>,
-    /// Fencing token of the innermost held lock, if any.
+    /// Fencing token of the innermost held lock, if any (a multi-key
+    /// call's: its first key's).
     pub(crate) fence: Option<u64>,
+    /// Every key and token of the innermost multi-key call around, if any.
+    pub(crate) fences: Option<Arc<[(String, u64)]>>,
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -88,11 +129,7 @@ pub(crate) fn current() -> Option<Scope> {
 pub(crate) fn current_or_root() -> Arc<Node> {
     match current() {
         Some(scope) => scope.node,
-        None => Arc::new(Node {
-            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
-            parent: None,
-            for_guard: true,
-        }),
+        None => Node::child_holding(None, None, true),
     }
 }
 
@@ -153,6 +190,7 @@ pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let child = current().map(|scope| Scope {
         node: Node::child_of(Some(&scope.node)),
         fence: scope.fence,
+        fences: scope.fences,
     });
     SCOPE.scope(child, fut)
 }
@@ -180,4 +218,31 @@ pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
 /// ```
 pub fn fence() -> Option<u64> {
     current().and_then(|s| s.fence)
+}
+
+/// The key and fencing token of every key the innermost multi-key locked
+/// call around the running code holds (`key = [...]`,
+/// [`with_locks`](crate::with_locks)), in the order they were taken (sorted);
+/// empty outside any. Each key's token grows for each new holder of that
+/// key: pass each to the storage its key guards. (Inside a single-key call
+/// nested in a multi-key one, this is still the multi-key call's set;
+/// [`fence`] is the nested call's token.)
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{fences, lock_many, with_locks, LockError};
+/// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+/// let seen = with_locks(lock_many(["account:2", "account:1"]), async {
+///     Ok::<_, LockError>(fences())
+/// })
+/// .await?;
+/// let keys: Vec<&str> = seen.iter().map(|(key, _)| key.as_str()).collect();
+/// assert_eq!(keys, ["account:1", "account:2"]);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub fn fences() -> Vec<(String, u64)> {
+    current()
+        .and_then(|s| s.fences)
+        .map_or_else(Vec::new, |f| f.to_vec())
 }

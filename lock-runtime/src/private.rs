@@ -56,11 +56,27 @@ where
     };
     let request = runtime.lock(key).apply(options);
     let body = async { body.await.map_err(Failure::Body) };
-    match crate::locked::with_lock(request, body).await {
-        Ok(value) => Ok(value),
-        Err(Failure::Body(error)) => Err(error),
-        Err(Failure::Lock(error)) => Err(lift(error)),
-    }
+    Failure::split(crate::locked::with_lock(request, body).await, lift)
+}
+
+/// [`locked_with`] for `key = [...]`: every key of `keys` (formatted from
+/// the templates) held at once.
+pub async fn locked_many_with<T, E, F>(
+    keys: Vec<String>,
+    options: Options,
+    lift: fn(LockError) -> E,
+    body: F,
+) -> Result<T, E>
+where
+    F: core::future::Future<Output = Result<T, E>>,
+{
+    let runtime = match LockRuntime::global() {
+        Ok(runtime) => runtime,
+        Err(error) => return Err(lift(error)),
+    };
+    let request = runtime.lock_many(keys).apply(options);
+    let body = async { body.await.map_err(Failure::Body) };
+    Failure::split(crate::many::with_locks(request, body).await, lift)
 }
 
 /// How a [`locked_with`] call failed: the body's own error, or the lock's,
@@ -68,6 +84,17 @@ where
 enum Failure<E> {
     Body(E),
     Lock(LockError),
+}
+
+impl<E> Failure<E> {
+    /// A locked call's outcome in the body's error type.
+    fn split<T>(outcome: Result<T, Failure<E>>, lift: fn(LockError) -> E) -> Result<T, E> {
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(Failure::Body(error)) => Err(error),
+            Err(Failure::Lock(error)) => Err(lift(error)),
+        }
+    }
 }
 
 impl<E> From<LockError> for Failure<E> {

@@ -242,6 +242,34 @@ impl LockRequest {
         }
     }
 
+    /// The runtime it asks (`NotInstalled`: made by [`lock`] with none).
+    pub(crate) fn runtime(&self) -> Result<&LockRuntime, LockError> {
+        self.runtime.as_ref().ok_or(LockError::NotInstalled)
+    }
+
+    /// How long it waits on `runtime` (`None`: as long as it takes).
+    pub(crate) fn wait_on(&self, runtime: &LockRuntime) -> Option<Duration> {
+        LockRequest::waited(self.wait, runtime)
+    }
+
+    fn waited(wait: Wait, runtime: &LockRuntime) -> Option<Duration> {
+        match wait {
+            Wait::Default => runtime.default_wait(),
+            Wait::For(wait) => Some(wait),
+            Wait::Forever => None,
+        }
+    }
+
+    /// This request's options for `key`, waiting `wait` (`None`: forever).
+    pub(crate) fn for_key(&self, key: String, wait: Option<Duration>) -> LockRequest {
+        LockRequest {
+            runtime: self.runtime.clone(),
+            key,
+            wait: wait.map_or(Wait::Forever, Wait::For),
+            ..*self
+        }
+    }
+
     /// The attribute's options over this request's.
     pub(crate) fn apply(mut self, options: Options) -> Self {
         if options.lease.is_some() {
@@ -277,13 +305,12 @@ impl LockRequest {
         let scope = scope.unwrap_or_else(owner::current_or_root);
         let runtime = runtime.ok_or(LockError::NotInstalled)?;
         validate_key(&key)?;
+        if let Some(held) = owner::out_of_order(&scope, &key) {
+            return Err(LockError::OrderRefused { key, held });
+        }
         let lease = lease.unwrap_or(runtime.default_lease());
         validate_lease(lease)?;
-        let wait = match wait {
-            Wait::Default => runtime.default_wait(),
-            Wait::For(wait) => Some(wait),
-            Wait::Forever => None,
-        };
+        let wait = LockRequest::waited(wait, &runtime);
         let lock_key = runtime
             .backend()
             .checked_lock_name(runtime.prefix(), &key, lease)?;
