@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{code, held, run_env, stderr, stdout, Watching};
 use common::{this_process, until_published};
 use common::{FOUND, PARTIAL};
@@ -551,56 +549,33 @@ mod queued_stores {
     }
 }
 
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
-    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
-        queued_stores::Store::Etcd,
-    )
-    .await;
+/// The behaviours of `queued_stores` named, each a test on `$store` in the
+/// module `$tests` (behind the store's feature; the module's name keeps the
+/// `etcd_` and `zookeeper_` prefixes by which CI picks these tests).
+macro_rules! on_queued_store {
+    ($tests:ident, $feature:literal, $store:ident: $($behaviour:ident),+ $(,)?) => {
+        #[cfg(feature = $feature)]
+        mod $tests {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $behaviour() {
+                    use super::queued_stores::{$behaviour, Store};
+                    $behaviour(Store::$store).await;
+                }
+            )+
+        }
+    };
 }
 
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_list_names_a_lock_held_by_readers_only() {
-    queued_stores::list_names_a_lock_held_by_readers_only(queued_stores::Store::Etcd).await;
-}
+on_queued_store!(etcd_store, "etcd", Etcd:
+    list_and_show_name_holder_and_waiter_and_release_hands_it_on,
+    list_names_a_lock_held_by_readers_only,
+    watch_hears_a_release_and_the_next_holder,
+    a_dead_server_is_an_error_naming_it_without_the_password,
+);
 
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
-    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
-        queued_stores::Store::Zookeeper,
-    )
-    .await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_watch_hears_a_release_and_the_next_holder() {
-    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Etcd).await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_watch_hears_a_release_and_the_next_holder() {
-    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Zookeeper).await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_not_answering_is_an_error_naming_it_without_the_password() {
-    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
-        queued_stores::Store::Etcd,
-    )
-    .await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_not_answering_is_an_error_naming_it_without_the_password() {
-    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
-        queued_stores::Store::Zookeeper,
-    )
-    .await;
-}
+on_queued_store!(zookeeper_store, "zookeeper", Zookeeper:
+    list_and_show_name_holder_and_waiter_and_release_hands_it_on,
+    watch_hears_a_release_and_the_next_holder,
+    a_dead_server_is_an_error_naming_it_without_the_password,
+);
