@@ -12,8 +12,8 @@ use lock_runtime::LockRuntime;
 use tokio::sync::mpsc;
 
 use crate::connect::{Target, TIMEOUT};
+use crate::heard::{pass_on, Heard, Stop};
 use crate::keys;
-use crate::subscribe::{Heard, Stop};
 use crate::topology::Etcd;
 use crate::Failure;
 
@@ -166,8 +166,7 @@ pub(crate) async fn watch(
                 Ok(Some(_)) => Heard::Changed,
                 Ok(None) | Err(_) => Heard::Lost,
             };
-            let lost = matches!(next, Heard::Lost);
-            if heard.send(next).is_err() || lost {
+            if !pass_on(&heard, next) {
                 break;
             }
         }

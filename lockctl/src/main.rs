@@ -16,6 +16,7 @@ mod connect;
 mod duration;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod heard;
 mod keys;
 mod list;
 mod masters;

@@ -13,39 +13,10 @@ use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, 
 use tokio::sync::mpsc;
 
 use crate::connect::{Target, TIMEOUT};
+use crate::heard::{Heard, Stop};
 use crate::nodes;
 use crate::topology::Topology;
 use crate::Failure;
-
-/// What arrives on the channel.
-pub(crate) enum Heard {
-    /// A release message, with its payload (`1`, `f` forced, `g …` handed
-    /// over).
-    Message(String),
-    /// etcd, ZooKeeper: the lock's contenders changed (who, and whether
-    /// it was a release, is for a new look to tell).
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
-    Changed,
-    /// A connection was lost: releases may be missed from now on.
-    Lost,
-}
-
-/// A task that forwards a watch's news; dropped, it stops.
-pub(crate) struct Stop(tokio::task::JoinHandle<()>);
-
-impl Stop {
-    /// Stops `task` when dropped.
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
-    pub(crate) fn new(task: tokio::task::JoinHandle<()>) -> Stop {
-        Stop(task)
-    }
-}
-
-impl Drop for Stop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// Subscriptions to one lock's release channel, or a watch of its
 /// contenders; dropped, they end.

@@ -18,9 +18,10 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::connect::Target;
+use crate::heard::Heard;
 use crate::output::out;
 use crate::report;
-use crate::subscribe::{self, Heard};
+use crate::subscribe;
 use crate::topology::Topology;
 use crate::{Failure, Outcome};
 

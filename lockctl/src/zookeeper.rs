@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use zookeeper_client::{AddWatchMode, Client, EventType, MultiReadResult, SessionState};
 
 use crate::connect::{Target, TIMEOUT};
+use crate::heard::{pass_on, Heard, Stop};
 use crate::keys;
-use crate::subscribe::{Heard, Stop};
 use crate::topology::Zookeeper;
 use crate::Failure;
 
@@ -171,8 +171,7 @@ pub(crate) async fn watch(
                 (EventType::Session, _) => Heard::Lost,
                 _ => Heard::Changed,
             };
-            let lost = matches!(next, Heard::Lost);
-            if heard.send(next).is_err() || lost {
+            if !pass_on(&heard, next) {
                 break;
             }
         }

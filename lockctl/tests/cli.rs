@@ -8,7 +8,7 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout, RUN_LIMIT};
+use common::{code, held, lockctl, run_env, stderr, stdout, Watching, RUN_LIMIT};
 use common::{ERROR, FOUND, NOT_FOUND};
 use lock_tests::{redis, unique, Kind};
 use serde_json::Value;
@@ -31,12 +31,7 @@ async fn run_raw(args: &[&str], stdin: &str) -> Output {
 async fn show_tells_holder_token_and_lease_of_a_lock_held_elsewhere() {
     let prefix = unique("ctl-show");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let guard = holder
-        .lock("order:42")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held(&holder, "order:42", 30).await;
     let info = holder.inspect("order:42").await.unwrap().unwrap();
 
     let text = run(&prefix, &["show", "order:42"], "").await;
@@ -130,12 +125,7 @@ async fn list_shows_the_locks_of_its_prefix_only() {
 async fn release_asks_and_then_frees_the_lock_from_its_holder() {
     let prefix = unique("ctl-release");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let guard = holder
-        .lock("stuck")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held(&holder, "stuck", 3).await;
 
     let unforced = run(&prefix, &["release", "stuck"], "").await;
     assert_eq!(code(&unforced), 2);
@@ -187,48 +177,21 @@ async fn watch_prints_releases_and_acquisitions_as_they_happen() {
     let first = holder.lock("k").acquire().await.unwrap();
     let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
     let url = redis().url();
-    let mut child = lockctl(
-        &[
-            "--redis-url",
-            &url,
-            "--prefix",
-            &prefix,
-            "watch",
-            "k",
-            "--count",
-            "2",
-            "--for",
-            "20s",
-        ],
-        &[],
-    )
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut lines = lines_of(child.stdout.take().unwrap());
-    let state = next_line(&mut lines).await;
-    assert!(
-        state.contains(&format!("k: held by {first_holder}")),
-        "{state}"
-    );
+    let args = ["--redis-url", &url, "--prefix", &prefix];
+    let watch = [&args[..], &["watch", "k", "--count", "2", "--for", "20s"]].concat();
+    let mut watching = Watching::start(&watch, &[]);
+    watching
+        .next_with(&[&format!("k: held by {first_holder}")])
+        .await;
     // Subscribed before it printed the state: this release is seen.
     first.release().await.unwrap();
-    let released = next_line(&mut lines).await;
-    assert!(
-        released.contains(&format!("k: released by {first_holder}")),
-        "{released}"
-    );
+    watching
+        .next_with(&[&format!("k: released by {first_holder}")])
+        .await;
     let second = holder.lock("k").acquire().await.unwrap();
-    let acquired = next_line(&mut lines).await;
-    assert!(
-        acquired.contains("k: acquired by ") && acquired.contains(&second.fence().to_string()),
-        "{acquired}"
-    );
-    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    let fence = second.fence().to_string();
+    watching.next_with(&["k: acquired by ", &fence]).await;
+    watching.exits_with(FOUND).await;
     second.release().await.unwrap();
 }
 
@@ -368,23 +331,17 @@ async fn watch_says_a_forced_release_was_forced() {
     let url = redis().url();
     let args = ["--redis-url", &url, "--prefix", &prefix];
     let watch = [&args[..], &["watch", "k", "--count", "1"]].concat();
-    let mut child = lockctl(&watch, &[]).stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = lines_of(child.stdout.take().unwrap());
-    let state = next_line(&mut lines).await;
-    assert!(state.contains(&format!("k: held by {held_by}")), "{state}");
+    let mut watching = Watching::start(&watch, &[]);
+    watching
+        .next_with(&[&format!("k: held by {held_by}")])
+        .await;
     let release = [&args[..], &["release", "k", "--force", "--yes"]].concat();
     let freed = run_env(&release, &[], "").await;
     assert_eq!(code(&freed), FOUND, "{}", stderr(&freed));
-    let line = next_line(&mut lines).await;
-    assert!(
-        line.contains(&format!("k: forced release: was held by {held_by}")),
-        "{line}"
-    );
-    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(FOUND));
+    watching
+        .next_with(&[&format!("k: forced release: was held by {held_by}")])
+        .await;
+    watching.exits_with(FOUND).await;
     drop(guard);
 }
 
@@ -402,35 +359,22 @@ async fn watch_tells_each_reader_that_comes_and_goes() {
     let url = redis().url();
     let args = ["--redis-url", &url, "--prefix", &prefix];
     let watch = [&args[..], &["watch", "k", "--count", "3", "--for", "20s"]].concat();
-    let mut child = lockctl(&watch, &[]).stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = lines_of(child.stdout.take().unwrap());
-    let state = next_line(&mut lines).await;
-    assert!(
-        state.contains(&format!("k: held by {first_holder} (read×1")),
-        "{state}"
-    );
+    let mut watching = Watching::start(&watch, &[]);
+    watching
+        .next_with(&[&format!("k: held by {first_holder} (read×1")])
+        .await;
     let second = two.lock("k").read().acquire().await.unwrap();
-    let joined = next_line(&mut lines).await;
-    assert!(
-        joined.contains("k: acquired by ")
-            && joined.contains(&second.fence().to_string())
-            && joined.contains("(read×2)"),
-        "{joined}"
-    );
+    let fence = second.fence().to_string();
+    watching
+        .next_with(&["k: acquired by ", &fence, "(read×2)"])
+        .await;
     first.release().await.unwrap();
-    let left = next_line(&mut lines).await;
-    assert!(
-        left.contains(&format!("k: released by {first_holder}")),
-        "{left}"
-    );
+    watching
+        .next_with(&[&format!("k: released by {first_holder}")])
+        .await;
     second.release().await.unwrap();
-    let last = next_line(&mut lines).await;
-    assert!(last.contains("k: released by "), "{last}");
-    let status = tokio::time::timeout(RUN_LIMIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(FOUND));
+    watching.next_with(&["k: released by "]).await;
+    watching.exits_with(FOUND).await;
 }
 
 /// `release` of a read hold frees every reader and says how many, as text

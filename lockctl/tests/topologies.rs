@@ -9,16 +9,13 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout};
+use common::{code, held, run_env, stderr, stdout, Watching};
 use common::{this_process, until_published};
 use common::{FOUND, PARTIAL};
 use lock_runtime::{layout, LockRuntime};
 use lock_testkit::{RedisCluster, RedisServer};
 use lock_tests::{cluster, redlock, sentinel, unique, Kind};
 use serde_json::Value;
-use std::process::Stdio;
 
 /// The keys `list --json` printed.
 fn listed(output: &std::process::Output) -> Vec<String> {
@@ -141,18 +138,11 @@ async fn cluster_watch_hears_the_release_on_the_node_that_owns_the_key() {
     ];
     // A long interval: the release is printed because it was heard.
     let args = ["watch", &keys[2], "--count", "1", "--interval", "60s"];
-    let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = lines_of(child.stdout.take().unwrap());
-    let state = next_line(&mut lines).await;
-    assert!(state.contains(": held by "), "{state}");
+    let mut watching = Watching::start(&args, &env);
+    watching.next_with(&[": held by "]).await;
     guard.release().await.unwrap();
-    let released = next_line(&mut lines).await;
-    assert!(released.contains(": released by "), "{released}");
-    let status = tokio::time::timeout(common::RUN_LIMIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(FOUND));
+    watching.next_with(&[": released by "]).await;
+    watching.exits_with(FOUND).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,12 +176,7 @@ async fn sentinel_list_show_and_release_work_on_the_current_primary() {
 async fn redlock_show_gives_the_quorum_view_and_every_masters_record() {
     let prefix = unique("ctl-redlock");
     let holder = Kind::Redlock.runtime(&prefix).await;
-    let guard = holder
-        .lock("order:9")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held(&holder, "order:9", 30).await;
     let info = holder.inspect("order:9").await.unwrap().unwrap();
     let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
     let masters = masters.join(",");
@@ -298,35 +283,24 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
         ("LOCK_PREFIX", prefix.as_str()),
     ];
     let args = ["watch", "k", "--count", "2", "--for", "20s"];
-    let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = lines_of(child.stdout.take().unwrap());
-    let state = next_line(&mut lines).await;
-    assert!(
-        state.contains(&format!("k: held by {first_holder}")),
-        "{state}"
-    );
+    let mut watching = Watching::start(&args, &env);
+    watching
+        .next_with(&[&format!("k: held by {first_holder}")])
+        .await;
     first.release().await.unwrap();
-    let released = next_line(&mut lines).await;
-    assert!(
-        released.contains(&format!("k: released by {first_holder}")),
-        "{released}"
-    );
+    watching
+        .next_with(&[&format!("k: released by {first_holder}")])
+        .await;
     // Three masters announced that release: the next line is the next
     // holder, not a release "by a holder not seen".
     let second = holder.lock("k").acquire().await.unwrap();
     let second_holder = holder.inspect("k").await.unwrap().unwrap().holder;
-    let acquired = next_line(&mut lines).await;
     // (Not its token: `watch` shows the token of the master whose
     // announcement came first, and a Redlock token is the majority's.)
-    assert!(
-        acquired.contains(&format!("k: acquired by {second_holder}")),
-        "{acquired}"
-    );
-    let status = tokio::time::timeout(common::RUN_LIMIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(FOUND));
+    watching
+        .next_with(&[&format!("k: acquired by {second_holder}")])
+        .await;
+    watching.exits_with(FOUND).await;
     second.release().await.unwrap();
 }
 
@@ -336,10 +310,9 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
 /// both stores.
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod queued_stores {
-    use std::process::Stdio;
     use std::time::Duration;
 
-    use super::common::{code, lines_of, lockctl, next_line, run_env, stderr, stdout};
+    use super::common::{code, run_env, stderr, stdout, Watching};
     use super::common::{ERROR, FOUND, RUN_LIMIT};
     use super::listed;
     use lock_runtime::LockRuntime;
@@ -530,37 +503,22 @@ mod queued_stores {
         let env = pairs(&env);
         // A long interval: what is printed was heard from the watch.
         let args = ["watch", "k", "--count", "2", "--interval", "60s"];
-        let mut child = lockctl(&args, &env).stdout(Stdio::piped()).spawn().unwrap();
-        let mut lines = lines_of(child.stdout.take().unwrap());
-        let state = next_line(&mut lines).await;
-        assert!(
-            state.contains(&format!(
-                "k: held by {first_holder} (fence {}",
-                first.fence()
-            )),
-            "{state}"
-        );
+        let mut watching = Watching::start(&args, &env);
+        let fence = first.fence();
+        watching
+            .next_with(&[&format!("k: held by {first_holder} (fence {fence}")])
+            .await;
         first.release().await.unwrap();
-        let released = next_line(&mut lines).await;
-        assert!(
-            released.contains(&format!("k: released by {first_holder}")),
-            "{released}"
-        );
+        watching
+            .next_with(&[&format!("k: released by {first_holder}")])
+            .await;
         let second = holder.lock("k").acquire().await.unwrap();
         let second_holder = holder.inspect("k").await.unwrap().unwrap().holder;
-        let acquired = next_line(&mut lines).await;
-        assert!(
-            acquired.contains(&format!(
-                "k: acquired by {second_holder} (fence {})",
-                second.fence()
-            )),
-            "{acquired}"
-        );
-        let status = tokio::time::timeout(RUN_LIMIT, child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(status.code(), Some(FOUND));
+        let fence = second.fence();
+        watching
+            .next_with(&[&format!("k: acquired by {second_holder} (fence {fence})")])
+            .await;
+        watching.exits_with(FOUND).await;
         second.release().await.unwrap();
     }
 
@@ -591,56 +549,33 @@ mod queued_stores {
     }
 }
 
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
-    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
-        queued_stores::Store::Etcd,
-    )
-    .await;
+/// The behaviours of `queued_stores` named, each a test on `$store` in the
+/// module `$tests` (behind the store's feature; the module's name keeps the
+/// `etcd_` and `zookeeper_` prefixes by which CI picks these tests).
+macro_rules! on_queued_store {
+    ($tests:ident, $feature:literal, $store:ident: $($behaviour:ident),+ $(,)?) => {
+        #[cfg(feature = $feature)]
+        mod $tests {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $behaviour() {
+                    use super::queued_stores::{$behaviour, Store};
+                    $behaviour(Store::$store).await;
+                }
+            )+
+        }
+    };
 }
 
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_list_names_a_lock_held_by_readers_only() {
-    queued_stores::list_names_a_lock_held_by_readers_only(queued_stores::Store::Etcd).await;
-}
+on_queued_store!(etcd_store, "etcd", Etcd:
+    list_and_show_name_holder_and_waiter_and_release_hands_it_on,
+    list_names_a_lock_held_by_readers_only,
+    watch_hears_a_release_and_the_next_holder,
+    a_dead_server_is_an_error_naming_it_without_the_password,
+);
 
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_list_and_show_name_holder_and_waiter_and_release_hands_it_to_the_waiter() {
-    queued_stores::list_and_show_name_holder_and_waiter_and_release_hands_it_on(
-        queued_stores::Store::Zookeeper,
-    )
-    .await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_watch_hears_a_release_and_the_next_holder() {
-    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Etcd).await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_watch_hears_a_release_and_the_next_holder() {
-    queued_stores::watch_hears_a_release_and_the_next_holder(queued_stores::Store::Zookeeper).await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_not_answering_is_an_error_naming_it_without_the_password() {
-    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
-        queued_stores::Store::Etcd,
-    )
-    .await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_not_answering_is_an_error_naming_it_without_the_password() {
-    queued_stores::a_dead_server_is_an_error_naming_it_without_the_password(
-        queued_stores::Store::Zookeeper,
-    )
-    .await;
-}
+on_queued_store!(zookeeper_store, "zookeeper", Zookeeper:
+    list_and_show_name_holder_and_waiter_and_release_hands_it_on,
+    watch_hears_a_release_and_the_next_holder,
+    a_dead_server_is_an_error_naming_it_without_the_password,
+);

@@ -9,7 +9,7 @@
 use lock_testkit::commandstats::commands_in_script;
 use lock_testkit::Delta;
 
-use super::contention::{median, Run};
+use super::figures::{median, Run};
 use crate::report::{Row, Target};
 use crate::worker::Library;
 

@@ -19,7 +19,8 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::contention::{self, median, Placement, Run};
+use super::contention::{self, Placement};
+use super::figures::{median, Run};
 use super::{limit, Ctx, LimitGroup, Output};
 use crate::config::Shape;
 use crate::report::{Row, Target};

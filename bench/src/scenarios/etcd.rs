@@ -21,7 +21,8 @@ use lock_runtime::{with_lock, LockError, LockRuntime};
 use serde_json::json;
 
 use super::baseline::{runtime_pings, timed};
-use super::contention::{self, median, worst, Run};
+use super::contention;
+use super::figures::{median, worst, Run};
 use super::{Ctx, Output, PREFIX};
 use crate::report::{Row, Target};
 use crate::stats::Samples;

@@ -23,7 +23,8 @@ use anyhow::Result;
 use serde_json::{json, Map, Value};
 
 use super::baseline::{plain_ping_p50, runtime_ping_p50};
-use super::contention::{self, median, worst, Placement, Run};
+use super::contention::{self, Placement};
+use super::figures::{median, worst, Run};
 use super::{commands, limit, Ctx, Curves, LimitGroup, Output};
 use crate::handoff::Analysis;
 use crate::report::{Row, Target};

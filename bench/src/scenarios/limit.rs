@@ -13,7 +13,7 @@
 //! breakdown rows say where its time per acquisition went (from the
 //! records: [`Breakdown`]).
 
-use super::contention::{median, worst, Breakdown, Run};
+use super::figures::{median, worst, Breakdown, Run};
 use super::{LimitBar, LimitGroup};
 use crate::report::{Row, Target};
 use crate::stats;

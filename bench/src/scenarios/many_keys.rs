@@ -8,9 +8,10 @@
 //! The figure is lock operations (acquire + release pairs) per second.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
-use lock_runtime::with_lock;
+use lock_runtime::{with_lock, LockRuntime};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use serde_json::json;
@@ -27,7 +28,7 @@ pub const TASKS: u64 = 64;
 /// Distinct keys.
 pub const KEYS: u64 = 10_000;
 /// Upper bound on operations per task, whatever the duration.
-const MAX_PER_TASK: u64 = 10_000_000;
+pub(super) const MAX_PER_TASK: u64 = 10_000_000;
 /// The runtime's acquire script.
 const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lua");
 /// The fence counter's TTL, ms (the runtime's default).
@@ -45,13 +46,23 @@ struct Run {
 /// Our side: operations per second.
 async fn ours(ctx: &Ctx, run: usize) -> Result<f64> {
     let duration = ctx.scale().s5_duration;
-    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("s5:{run}:{k}")).collect());
+    lock_ops_per_second(&ctx.runtime, &format!("s5:{run}"), duration).await
+}
+
+/// S5's load on `runtime` (here and on ZooKeeper, S13): [`TASKS`] tasks,
+/// each taking a pseudo-random key of the [`KEYS`] named `<name>:<k>` with
+/// `with_lock` and an empty body, for `duration`. Operations per second.
+pub(super) async fn lock_ops_per_second(
+    runtime: &LockRuntime,
+    name: &str,
+    duration: Duration,
+) -> Result<f64> {
+    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("{name}:{k}")).collect());
     let start = Instant::now();
     let end = start + duration;
     let mut tasks = JoinSet::new();
     for t in 0..TASKS {
-        let runtime = ctx.runtime.clone();
-        let keys = keys.clone();
+        let (runtime, keys) = (runtime.clone(), keys.clone());
         tasks.spawn(async move {
             let mut rng = Rng::new(t + 1);
             let mut ops = 0u64;
@@ -60,14 +71,25 @@ async fn ours(ctx: &Ctx, run: usize) -> Result<f64> {
                 with_lock(runtime.lock(key.as_str()), async { anyhow::Ok(()) }).await?;
                 ops += 1;
             }
-            anyhow::Ok(ops)
+            anyhow::Ok((ops, 0))
         });
     }
-    let mut total = 0;
-    while let Some(ops) = tasks.join_next().await {
-        total += ops??;
+    Ok(per_second(tasks, start).await?.0)
+}
+
+/// The tasks' operations per second since `start`, and the attempts they
+/// found busy, once all have ended.
+pub(super) async fn per_second(
+    mut tasks: JoinSet<Result<(u64, u64)>>,
+    start: Instant,
+) -> Result<(f64, u64)> {
+    let (mut total, mut busy) = (0, 0);
+    while let Some(done) = tasks.join_next().await {
+        let (ops, b) = done??;
+        total += ops;
+        busy += b;
     }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    Ok((total as f64 / start.elapsed().as_secs_f64(), busy))
 }
 
 /// The baseline: the same scripts by EVALSHA on a plain connection.
@@ -117,13 +139,7 @@ async fn raw(ctx: &Ctx, run: usize) -> Result<(f64, u64)> {
             anyhow::Ok((ops, busy))
         });
     }
-    let (mut total, mut busy) = (0, 0);
-    while let Some(done) = tasks.join_next().await {
-        let (ops, b) = done??;
-        total += ops;
-        busy += b;
-    }
-    Ok((total as f64 / start.elapsed().as_secs_f64(), busy))
+    per_second(tasks, start).await
 }
 
 /// One acquire + release by EVALSHA; `false` when the key was busy.

@@ -8,9 +8,9 @@
 //!
 //! Files are named by the behaviour measured; the ids of BENCHMARKS.md map
 //! to them as S1 `uncontended`, S2 `reentry`, S3 `handoff`, S4 `commands`
-//! (both from the runs of `contention`), S5 `many_keys`, S6 `watchdog`,
-//! S7 `memory`, S8 and S9 `crowd` (many workers, contention runs of other
-//! shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
+//! (both from the runs of `contention`, read through `figures`), S5
+//! `many_keys`, S6 `watchdog`, S7 `memory`, S8 and S9 `crowd` (many
+//! workers, contention runs of other shapes), S10 `retention`, S11 `cluster` (S1 and S3 again on a 3-master
 //! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
 //! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
 //! `zookeeper_keys`), S14 `read_write` (a read-heavy key under read-write
@@ -24,6 +24,7 @@ pub mod commands;
 pub mod contention;
 pub mod crowd;
 pub mod etcd;
+pub mod figures;
 pub mod handoff;
 pub mod limit;
 pub mod many_keys;
@@ -33,6 +34,7 @@ pub mod reentry;
 pub mod retention;
 pub mod uncontended;
 pub mod watchdog;
+pub mod workers;
 pub mod zookeeper;
 pub mod zookeeper_keys;
 

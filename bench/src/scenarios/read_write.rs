@@ -28,20 +28,17 @@
 //! (`docs/design/read-write.md` §6) predicts about 3.5x for a
 //! writer-preferring lock with this mix, and 4.7x as Amdahl's ceiling.
 
-use std::time::Duration;
-
-use anyhow::{bail, Context, Result};
-use redis::aio::MultiplexedConnection;
+use anyhow::Result;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use super::{contention, Ctx, Output};
+use super::{contention, workers, Ctx, Output};
 use crate::config::Shape;
 use crate::read_write::{RwAnalysis, RwRecord};
 use crate::report::{Row, Target};
 use crate::stats::{median_of, Samples};
+use crate::worker;
 use crate::worker::read_write::{cohort_tried, Contender};
-use crate::worker::{self, WAIT_LIMIT};
 
 /// The seed of every run's call kinds (each task mixes in its number).
 const SEED: u64 = 14;
@@ -60,9 +57,6 @@ fn pause_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// Most lines a worker may print (bounds the parent's reading).
-const MAX_LINES: usize = 5_000_000;
-
 /// Figures of one run of one contender.
 #[derive(Clone, Debug)]
 pub struct RwRun {
@@ -70,7 +64,7 @@ pub struct RwRun {
     pub analysis: RwAnalysis,
     /// The counter the writes incremented.
     pub counter: u64,
-    /// Acquires that gave up after [`WAIT_LIMIT`].
+    /// Acquires that gave up after [`crate::worker::WAIT_LIMIT`].
     pub timeouts: u64,
     /// Other failures the workers reported.
     pub errors: u64,
@@ -156,14 +150,8 @@ impl RwRun {
 /// One run of `contender` in `shape`, its keys named apart by `run`.
 pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) -> Result<RwRun> {
     let prefix = format!("s14:{run}:{}:", contender.name());
-    // The limit runs every task in one process (its lock is in-process),
-    // on one data connection per process of the shape, as S3's limit.
-    let (processes, tasks, connections) = if contender == Contender::Limit {
-        (1, shape.workers(), shape.processes)
-    } else {
-        (shape.processes, shape.tasks, 1)
-    };
-    let mut workers = Vec::new();
+    let (processes, tasks, connections) = workers::layout(shape, contender == Contender::Limit);
+    let mut started = Vec::new();
     for p in 0..processes {
         let args = [
             "read-write".to_owned(),
@@ -179,72 +167,45 @@ pub async fn contend(ctx: &Ctx, contender: Contender, shape: Shape, run: usize) 
             WRITE_PERMILLE.to_string(),
             pause_us().to_string(),
         ];
-        workers.push(worker::start(&ctx.config.worker_exe, &args)?);
+        started.push(worker::start(&ctx.config.worker_exe, &args)?);
     }
-    for w in &mut workers {
-        w.expect("ready", Duration::from_secs(60)).await?;
-    }
+    workers::ready(&mut started).await?;
     let mut lock_info = ctx.plain.clone();
     let mut data = redis::Client::open(ctx.data_server.url())?
         .get_multiplexed_async_connection()
         .await?;
-    let redis_cpu_before = servers_cpu(&mut lock_info, &mut data).await?;
-    for w in &mut workers {
-        w.send("go")?;
-    }
-    let mut lines = Vec::new();
-    for w in &mut workers {
-        let limit = shape.duration + WAIT_LIMIT + Duration::from_secs(30);
-        lines.extend(w.collect_until_done(limit, MAX_LINES).await?);
-    }
-    let redis_cpu_after = servers_cpu(&mut lock_info, &mut data).await?;
-    drop(workers);
+    let redis_cpu_before = contention::servers_cpu(&mut lock_info, &mut data).await?;
+    workers::go(&mut started)?;
+    let lines = workers::collect(&mut started, shape.duration).await?;
+    let redis_cpu_after = contention::servers_cpu(&mut lock_info, &mut data).await?;
+    drop(started);
 
-    let (mut records, mut timeouts, mut errors, mut passed) = (Vec::new(), 0, 0, 0);
-    let (mut worker_cpu_us, mut joined) = (0, 0);
-    let mut served: Vec<String> = Vec::new();
-    for line in &lines {
-        let count = |rest: &str| rest.trim().parse::<u64>().context("count line");
+    let (mut records, mut served) = (Vec::new(), Vec::new());
+    let counted = ["timeouts", "errors", "passed", "joined", "cpu_us"];
+    let counts = workers::tally(&lines, &counted, |line| {
         if let Some(record) = RwRecord::parse(line) {
             records.push(record?);
-        } else if let Some(n) = line.strip_prefix("timeouts ") {
-            timeouts += count(n)?;
-        } else if let Some(n) = line.strip_prefix("errors ") {
-            errors += count(n)?;
-        } else if let Some(n) = line.strip_prefix("passed ") {
-            passed += count(n)?;
-        } else if let Some(n) = line.strip_prefix("joined ") {
-            joined += count(n)?;
-        } else if let Some(n) = line.strip_prefix("cpu_us ") {
-            worker_cpu_us += count(n)?;
         } else if let Some(how) = line.strip_prefix("served ") {
             served.push(how.trim().to_owned());
         } else {
-            bail!("unexpected worker line {line:?}");
+            return Ok(false);
         }
-    }
+        Ok(true)
+    })?;
     served.sort();
     served.dedup();
     let counter: Option<u64> = data.get(format!("{prefix}counter")).await?;
     Ok(RwRun {
         analysis: RwAnalysis::of(records),
         counter: counter.unwrap_or(0),
-        timeouts,
-        errors,
-        passed_locally: passed,
-        joined_locally: joined,
-        worker_cpu_us,
+        timeouts: counts.get("timeouts"),
+        errors: counts.get("errors"),
+        passed_locally: counts.get("passed"),
+        joined_locally: counts.get("joined"),
+        worker_cpu_us: counts.get("cpu_us"),
         redis_cpu_us: (redis_cpu_after - redis_cpu_before).max(0.0) * 1e6,
         served: served.join("+"),
     })
-}
-
-/// CPU seconds the lock and the data server have used so far.
-async fn servers_cpu(
-    lock: &mut MultiplexedConnection,
-    data: &mut MultiplexedConnection,
-) -> Result<f64> {
-    Ok(contention::redis_cpu(lock).await? + contention::redis_cpu(data).await?)
 }
 
 /// The scenario name of `contender`'s rows.

@@ -36,8 +36,9 @@ use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::baseline::{runtime_pings, timed};
-use super::contention::{self, median, requests_received, worst, Run};
-use super::many_keys::{KEYS, TASKS};
+use super::contention::{self, requests_received};
+use super::figures::{median, worst, Run};
+use super::many_keys::{self, KEYS, TASKS};
 use super::{zookeeper_keys, Ctx, Output};
 use crate::curator;
 use crate::report::{Row, Target};
@@ -51,7 +52,7 @@ const WARMUP: usize = 50;
 /// Unmeasured Curator pairs before its S1 (the JIT compiles the hot paths).
 const CURATOR_WARMUP: usize = 200;
 /// The key prefix of this scenario's runtime (a ZooKeeper path).
-pub(super) const PREFIX: &str = "/bench/";
+const PREFIX: &str = "/bench/";
 
 /// The figures of one run's S1 and S5 (µs, and operations per second).
 #[derive(Default)]
@@ -195,8 +196,9 @@ async fn s5(
     figures: &mut Uncontended,
 ) -> Result<()> {
     let duration = ctx.scale().s5_duration;
-    let ours = zookeeper_keys::ours(runtime, duration, run).await?;
-    let (raw, raw_busy) = zookeeper_keys::raw(plain, duration, run).await?;
+    let ours = many_keys::lock_ops_per_second(runtime, &format!("s13-s5:{run}"), duration).await?;
+    let raw_paths = format!("{PREFIX}s13-raw:{run}");
+    let (raw, raw_busy) = zookeeper_keys::raw(plain, &raw_paths, duration).await?;
     let connect = ctx.zookeeper()?.connect_string();
     let prefix = format!("{PREFIX}s13-curator-s5:{run}:");
     let out = &ctx.config.out_dir;

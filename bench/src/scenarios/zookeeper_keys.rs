@@ -1,5 +1,6 @@
 //! S5 on ZooKeeper (part of S13): 64 tasks over 10,000 keys, our runtime
-//! against the recipe's own requests sent with no library around them.
+//! (S5's own load: `many_keys`) against the recipe's own requests sent with
+//! no library around them.
 //!
 //! The baseline sends what our backend sends for a lock nobody else holds
 //! (create our node and list its siblings in one round trip, make the lock
@@ -12,43 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use lock_runtime::{with_lock, LockRuntime};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::many_keys::{KEYS, TASKS};
-use super::zookeeper::PREFIX;
+use super::many_keys::{per_second, KEYS, MAX_PER_TASK, TASKS};
 use crate::keys::Rng;
-
-/// Upper bound on operations per task, whatever the duration.
-const MAX_PER_TASK: u64 = 10_000_000;
-
-/// Our side: lock operations per second.
-pub(super) async fn ours(runtime: &LockRuntime, duration: Duration, run: usize) -> Result<f64> {
-    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("s13-s5:{run}:{k}")).collect());
-    let start = Instant::now();
-    let end = start + duration;
-    let mut tasks = JoinSet::new();
-    for t in 0..TASKS {
-        let (runtime, keys) = (runtime.clone(), keys.clone());
-        tasks.spawn(async move {
-            let mut rng = Rng::new(t + 1);
-            let mut ops = 0u64;
-            while ops < MAX_PER_TASK && Instant::now() < end {
-                let key = &keys[(rng.next_u64() % KEYS) as usize];
-                with_lock(runtime.lock(key.as_str()), async { anyhow::Ok(()) }).await?;
-                ops += 1;
-            }
-            anyhow::Ok(ops)
-        });
-    }
-    let mut total = 0;
-    while let Some(ops) = tasks.join_next().await {
-        total += ops??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
-}
 
 /// One acquire + release of the lock path `lock` by the recipe's requests
 /// alone: our node `node` (a protected-mode name ending in `lock-`) created
@@ -81,13 +51,10 @@ async fn raw_pair(client: &Client, lock: &str, node: &str) -> Result<bool> {
 }
 
 /// The S5 baseline: the recipe's requests on one plain client, at S5's
-/// concurrency. Operations per second, and attempts that found a key busy.
-pub(super) async fn raw(client: &Client, duration: Duration, run: usize) -> Result<(f64, u64)> {
-    let locks: Arc<Vec<String>> = Arc::new(
-        (0..KEYS)
-            .map(|k| format!("{PREFIX}s13-raw:{run}:{k}"))
-            .collect(),
-    );
+/// concurrency, on the lock paths `<name>:<k>`. Operations per second, and
+/// attempts that found a key busy.
+pub(super) async fn raw(client: &Client, name: &str, duration: Duration) -> Result<(f64, u64)> {
+    let locks: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("{name}:{k}")).collect());
     let start = Instant::now();
     let end = start + duration;
     let mut tasks = JoinSet::new();
@@ -112,11 +79,5 @@ pub(super) async fn raw(client: &Client, duration: Duration, run: usize) -> Resu
             anyhow::Ok((ops, busy))
         });
     }
-    let (mut total, mut busy) = (0, 0);
-    while let Some(done) = tasks.join_next().await {
-        let (ops, b) = done??;
-        total += ops;
-        busy += b;
-    }
-    Ok((total as f64 / start.elapsed().as_secs_f64(), busy))
+    per_second(tasks, start).await
 }

@@ -12,7 +12,7 @@
 //! in-process token, so one process runs the tasks of every process.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use lock_runtime::{
@@ -22,6 +22,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
+use super::tasks::{self, cpu_seconds, now_us};
 use crate::handoff::Record;
 use crate::keys::KeyChoice;
 
@@ -233,25 +234,10 @@ enum Client {
 }
 
 /// What one task did.
-#[derive(Default)]
-struct TaskResult {
-    records: Vec<Record>,
-    timeouts: usize,
-    errors: usize,
-}
+type TaskResult = tasks::TaskResult<Record>;
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    // One multiplexed data connection per process of the shape (one, but
-    // for the limit, whose one process stands for all of them); the tasks
-    // are spread over them in order, as they are over the processes.
-    let mut data = Vec::new();
-    for _ in 0..args.connections.clamp(1, args.tasks.max(1)) {
-        data.push(
-            redis::Client::open(args.data_url.as_str())?
-                .get_multiplexed_async_connection()
-                .await?,
-        );
-    }
+    let data = tasks::data_connections(&args.data_url, args.connections, args.tasks).await?;
     let client = match args.library {
         Library::Serial => Client::Serial(Arc::new(
             (0..args.keys.keys())
@@ -322,14 +308,13 @@ pub(super) async fn run(args: Args) -> Result<()> {
     let passed_before = passed_locally(&client);
     let (cpu_before, switches_before) = (cpu_seconds(), context_switches());
     let end = Instant::now() + args.duration;
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut running = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
         let client = client.clone();
-        let index = (id - args.first_id) as usize * data.len() / args.tasks.max(1) as usize;
-        let mut data = data[index.min(data.len() - 1)].clone();
+        let mut data = tasks::connection_of(&data, id - args.first_id, args.tasks);
         let names = names.clone();
         let mut picker = args.keys.picker(id);
-        tasks.spawn(async move {
+        running.spawn(async move {
             let mut result = TaskResult::default();
             for _ in 0..MAX_PER_TASK {
                 if Instant::now() >= end {
@@ -343,22 +328,12 @@ pub(super) async fn run(args: Args) -> Result<()> {
             anyhow::Ok(result)
         });
     }
-    let mut lines = Vec::new();
-    let (mut timeouts, mut errors) = (0, 0);
-    while let Some(done) = tasks.join_next().await {
-        let result = done??;
-        timeouts += result.timeouts;
-        errors += result.errors;
-        lines.extend(result.records.iter().map(Record::to_line));
-    }
-    lines.push(format!("timeouts {timeouts}"));
-    lines.push(format!("errors {errors}"));
+    let mut lines = tasks::lines_of(running, Record::to_line).await?;
     lines.push(format!(
         "passed {}",
         passed_locally(&client).saturating_sub(passed_before)
     ));
-    let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
-    lines.push(format!("cpu_us {cpu_us:.0}"));
+    lines.push(tasks::cpu_line(cpu_before));
     lines.push(format!(
         "switches {}",
         context_switches().saturating_sub(switches_before)
@@ -372,12 +347,6 @@ pub(super) async fn run(args: Args) -> Result<()> {
         runtime.shutdown().await?;
     }
     super::emit(lines)
-}
-
-/// CPU time of this process so far (all threads, user + system), seconds;
-/// 0 where `/proc` cannot be read (the figure is a report, not a check).
-pub(super) fn cpu_seconds() -> f64 {
-    lock_testkit::usage::cpu_seconds().unwrap_or(0.0)
 }
 
 /// Context switches of all this process's threads so far, voluntary (a
@@ -466,33 +435,11 @@ async fn once(
             None => Err(anyhow::anyhow!("no token for key {}", at.key)),
         },
     };
-    match outcome {
-        Ok((acquired, released)) if !warmup => result.records.push(Record {
-            worker: at.worker,
-            key: at.key,
-            requested,
-            acquired,
-            released,
-        }),
-        Ok(_) => {}
-        Err(e) if warmup => return Err(e),
-        Err(e) => match e.downcast_ref::<LockError>() {
-            Some(LockError::Timeout { .. }) => result.timeouts += 1,
-            _ => {
-                eprintln!("lock-bench worker {}: {e:#}", at.worker);
-                result.errors += 1;
-            }
-        },
-    }
-    Ok(())
-}
-
-/// Microseconds since the Unix epoch on the system clock. Unlike `Instant`,
-/// it is comparable between processes of one machine, which is what the
-/// cross-process handoff measurement needs.
-pub(super) fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    result.note(at.worker, outcome, warmup, |(acquired, released)| Record {
+        worker: at.worker,
+        key: at.key,
+        requested,
+        acquired,
+        released,
+    })
 }

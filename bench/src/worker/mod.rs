@@ -33,6 +33,7 @@
 mod contend;
 mod memory;
 pub mod read_write;
+mod tasks;
 
 use std::io::Write;
 use std::path::Path;

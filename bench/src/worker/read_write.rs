@@ -27,7 +27,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
-use super::contend::{cpu_seconds, default_fair, now_us, WAIT_LIMIT};
+use super::contend::{default_fair, WAIT_LIMIT};
+use super::tasks::{self, cpu_seconds, now_us};
 use crate::keys::Rng;
 use crate::read_write::{Kind, RwRecord};
 
@@ -126,12 +127,7 @@ enum Guard {
 }
 
 /// What one task did.
-#[derive(Default)]
-struct TaskResult {
-    records: Vec<RwRecord>,
-    timeouts: usize,
-    errors: usize,
-}
+type TaskResult = tasks::TaskResult<RwRecord>;
 
 /// The cohort limits to try instead of the default in every runtime of
 /// S14 (joins of readers and passes of holds within a process both stop
@@ -152,14 +148,7 @@ pub fn kinds(seed: u64, id: u32) -> Rng {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    let mut data = Vec::new();
-    for _ in 0..args.connections.clamp(1, args.tasks.max(1)) {
-        data.push(
-            redis::Client::open(args.data_url.as_str())?
-                .get_multiplexed_async_connection()
-                .await?,
-        );
-    }
+    let data = tasks::data_connections(&args.data_url, args.connections, args.tasks).await?;
     let builder = || {
         let builder = LockRuntime::builder().redis(args.lock_url.as_str());
         match cohort_tried() {
@@ -201,16 +190,15 @@ pub(super) async fn run(args: Args) -> Result<()> {
     let joined_before = joined_locally(&guard);
     let cpu_before = cpu_seconds();
     let end = Instant::now() + args.duration;
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut running = tokio::task::JoinSet::new();
     for id in args.first_id..args.first_id + args.tasks {
         let guard = guard.clone();
-        let index = (id - args.first_id) as usize * data.len() / args.tasks.max(1) as usize;
-        let data = data[index.min(data.len() - 1)].clone();
+        let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
         let counter = counter.clone();
         let mut kinds = kinds(args.seed, id);
         let write_share = args.write_permille as f64 / 1000.0;
         let pause = args.pause;
-        tasks.spawn(async move {
+        running.spawn(async move {
             let mut result = TaskResult::default();
             for _ in 0..MAX_PER_TASK {
                 if Instant::now() >= end {
@@ -235,16 +223,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
             anyhow::Ok(result)
         });
     }
-    let mut lines = Vec::new();
-    let (mut timeouts, mut errors) = (0, 0);
-    while let Some(done) = tasks.join_next().await {
-        let result = done??;
-        timeouts += result.timeouts;
-        errors += result.errors;
-        lines.extend(result.records.iter().map(RwRecord::to_line));
-    }
-    lines.push(format!("timeouts {timeouts}"));
-    lines.push(format!("errors {errors}"));
+    let mut lines = tasks::lines_of(running, RwRecord::to_line).await?;
     lines.push(format!(
         "passed {}",
         passed_locally(&guard).saturating_sub(passed_before)
@@ -253,8 +232,7 @@ pub(super) async fn run(args: Args) -> Result<()> {
         "joined {}",
         joined_locally(&guard).saturating_sub(joined_before)
     ));
-    let cpu_us = (cpu_seconds() - cpu_before).max(0.0) * 1e6;
-    lines.push(format!("cpu_us {cpu_us:.0}"));
+    lines.push(tasks::cpu_line(cpu_before));
     lines.push(format!("served {served}"));
     lines.push("done".to_owned());
     // (The last releases go out before the process exits: see `contend`.)
@@ -378,24 +356,13 @@ async fn once(
             }
         },
     };
-    match outcome {
-        Ok((acquired, released, torn)) if !warmup => result.records.push(RwRecord {
-            worker: at.worker,
-            kind: at.kind,
-            requested,
-            acquired,
-            released,
-            torn,
-        }),
-        Ok(_) => {}
-        Err(e) if warmup => return Err(e),
-        Err(e) => match e.downcast_ref::<LockError>() {
-            Some(LockError::Timeout { .. }) => result.timeouts += 1,
-            _ => {
-                eprintln!("lock-bench worker {}: {e:#}", at.worker);
-                result.errors += 1;
-            }
-        },
-    }
-    Ok(())
+    let record = |(acquired, released, torn)| RwRecord {
+        worker: at.worker,
+        kind: at.kind,
+        requested,
+        acquired,
+        released,
+        torn,
+    };
+    result.note(at.worker, outcome, warmup, record)
 }

@@ -67,6 +67,38 @@ pub fn lines_of(stdout: ChildStdout) -> tokio::io::Lines<BufReader<ChildStdout>>
     BufReader::new(stdout).lines()
 }
 
+/// A running `lockctl watch`, its printed lines read one by one.
+pub struct Watching {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Watching {
+    /// Starts `lockctl args` with `env` (see [`lockctl`]).
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Watching {
+        let mut child = lockctl(args, env).stdout(Stdio::piped()).spawn().unwrap();
+        let lines = lines_of(child.stdout.take().unwrap());
+        Watching { child, lines }
+    }
+
+    /// The next line printed (bounded), which must contain every one of
+    /// `parts`.
+    pub async fn next_with(&mut self, parts: &[&str]) -> String {
+        let line = next_line(&mut self.lines).await;
+        assert!(parts.iter().all(|part| line.contains(part)), "{line}");
+        line
+    }
+
+    /// Waits for the exit (bounded), which must be with `expected`.
+    pub async fn exits_with(mut self, expected: i32) {
+        let status = tokio::time::timeout(RUN_LIMIT, self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(expected));
+    }
+}
+
 /// Exit codes, as `--help` documents them.
 pub const FOUND: i32 = 0;
 pub const NOT_FOUND: i32 = 1;
@@ -84,6 +116,16 @@ pub async fn until_published(runtime: &lock_runtime::LockRuntime, holder: &str) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the identity of {holder} was not published within 2 s");
+}
+
+/// `key` taken on `runtime` with a lease of `secs` seconds.
+pub async fn held(
+    runtime: &lock_runtime::LockRuntime,
+    key: &str,
+    secs: u64,
+) -> lock_runtime::LockGuard {
+    let request = runtime.lock(key).lease(Duration::from_secs(secs));
+    request.acquire().await.unwrap()
 }
 
 /// What `show` prints of the test process as the holder's process.

@@ -671,17 +671,7 @@ async fn restart_at_release(
         // Another worker takes the key on the new server before the blocked
         // one runs again.
         let limit = stalled_at + Duration::from_millis(MAX_STALL_MS);
-        let others: Vec<Arc<Control>> = stage
-            .workers
-            .iter()
-            .filter(|w| w.index != p)
-            .cloned()
-            .collect();
-        let end = restarted.end;
-        let taken = until(stage.changed, limit, || {
-            others.iter().any(|w| w.live.acquired_after(key, end))
-        })
-        .await;
+        let taken = taken_by_another(stage, p, key, restarted.end, limit).await;
         stage.timed.restarts += 1;
         stage.timed.taken_meanwhile += u64::from(taken);
         restarted.what = format!(
@@ -700,15 +690,7 @@ async fn restart_at_release(
         );
         fault = Some(restarted);
     }
-    worker.unstall(stall).await;
-    // Its report comes once its executor runs again (bounded).
-    let live = worker.live.clone();
-    until(
-        stage.changed,
-        Instant::now() + Duration::from_secs(3),
-        || live.stalled(stall).is_some(),
-    )
-    .await;
+    unstall_and_hear(stage, &worker, stall).await;
     fault
 }
 
@@ -776,13 +758,7 @@ async fn restart_after_send(
         Backend::Etcd | Backend::ZooKeeper => CLUSTER_ANSWER_WAIT,
     };
     if !holds(&inspector, key, &holder, stalled_at + answer_wait).await {
-        worker.unstall(stall).await;
-        until(
-            stage.changed,
-            Instant::now() + Duration::from_secs(3),
-            || live.stalled(stall).is_some(),
-        )
-        .await;
+        unstall_and_hear(stage, &worker, stall).await;
         return None;
     }
     tokio::time::sleep(pause).await;
@@ -803,17 +779,7 @@ async fn restart_after_send(
     // Another worker takes the key on the new server before the stalled one
     // runs again.
     let limit = (Instant::now() + TAKE_WAIT).min(stalled_at + SEND_STALL_MAX);
-    let others: Vec<Arc<Control>> = stage
-        .workers
-        .iter()
-        .filter(|w| w.index != p)
-        .cloned()
-        .collect();
-    let end = restarted.end;
-    let taken = until(stage.changed, limit, || {
-        others.iter().any(|w| w.live.acquired_after(key, end))
-    })
-    .await;
+    let taken = taken_by_another(stage, p, key, restarted.end, limit).await;
     stage.timed.send_restarts += 1;
     stage.timed.send_taken += u64::from(taken);
     restarted.what = format!(
@@ -826,14 +792,37 @@ async fn restart_after_send(
             ""
         }
     );
+    unstall_and_hear(stage, &worker, stall).await;
+    Some(restarted)
+}
+
+/// Ends `worker`'s stall `stall`, and waits (bounded: 3 s) for its report
+/// of the stall, which comes once its executor runs again.
+async fn unstall_and_hear(stage: &Stage<'_>, worker: &Control, stall: u64) {
     worker.unstall(stall).await;
+    let live = &worker.live;
     until(
         stage.changed,
         Instant::now() + Duration::from_secs(3),
         || live.stalled(stall).is_some(),
     )
     .await;
-    Some(restarted)
+}
+
+/// Whether a worker other than `p` takes `nk<key>` after `end` (ns), by
+/// `limit`.
+async fn taken_by_another(
+    stage: &Stage<'_>,
+    p: usize,
+    key: usize,
+    end: u64,
+    limit: Instant,
+) -> bool {
+    let others: Vec<&Arc<Control>> = stage.workers.iter().filter(|w| w.index != p).collect();
+    until(stage.changed, limit, || {
+        others.iter().any(|w| w.live.acquired_after(key, end))
+    })
+    .await
 }
 
 /// Whether the servers record a holder of `nk<key>` (a writer or one of
@@ -945,14 +934,7 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
         );
         fault = Some(killed);
     }
-    worker.unstall(stall).await;
-    let live = worker.live.clone();
-    until(
-        stage.changed,
-        Instant::now() + Duration::from_secs(3),
-        || live.stalled(stall).is_some(),
-    )
-    .await;
+    unstall_and_hear(stage, &worker, stall).await;
     fault
 }
 
