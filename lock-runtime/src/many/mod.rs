@@ -199,12 +199,38 @@ impl ManyRequest {
                 Some(Some(at)) => Some(at.saturating_duration_since(Instant::now())),
                 Some(None) | None => None,
             };
-            // (An error drops the guards taken so far: each is released.)
             let guard = options.for_key(key, wait).acquire_as(Some(node.clone()));
-            guards.push(guard.await?);
+            match guard.await {
+                Ok(guard) => guards.push(guard),
+                Err(error) => {
+                    give_back(&runtime, guards).await;
+                    return Err(error);
+                }
+            }
         }
         Ok(ManyGuard::new(guards, node))
     }
+}
+
+/// Gives back the keys a failed multi-key acquire took, and waits for the
+/// backend's answers (at most the try timeout: past it, or if this future
+/// is dropped, each release goes on in the background), so that when the
+/// error comes back the keys are free for every client, not only for this
+/// process. (A cancelled acquire drops its guards: released in the
+/// background at once.)
+async fn give_back(runtime: &LockRuntime, guards: Vec<crate::LockGuard>) {
+    let releases = async {
+        for guard in guards.into_iter().rev() {
+            // (An unanswered release is sent again in the background.)
+            let _ = guard.release().await;
+        }
+    };
+    let bound = runtime.try_timeout();
+    // (The timer made inside the runtime's context: the caller may run
+    // on another executor.)
+    let _ = runtime
+        .run(async move { tokio::time::timeout(bound, releases).await })
+        .await;
 }
 
 /// The keys sorted, each once, each checked; at least one.
