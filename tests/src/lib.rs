@@ -20,6 +20,7 @@ use lock_testkit::{
 use redis::aio::MultiplexedConnection;
 
 pub mod backends;
+pub mod on_cluster;
 pub mod own;
 pub mod pki;
 pub mod poll;
@@ -31,7 +32,7 @@ pub use own::OwnServers;
 pub use pki::TestPki;
 pub use poll::{poll_until, wait_until};
 pub use proxy::FaultProxy;
-pub use spawn::{acquire_elsewhere, spawn_acquire};
+pub use spawn::{acquire_elsewhere, spawn_acquire, spawn_waiting};
 pub use stall::StallableExecutor;
 pub use stored::{
     names_left, queue_len, until_exists, until_listed, until_nothing_left, until_queued,
@@ -382,6 +383,12 @@ pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
 pub async fn timing_turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     TURN.lock().await
+}
+
+/// Whether the lock `request` asks for is taken at once (`try_acquire`);
+/// a hold it gets is given back at once (its guard dropped).
+pub async fn try_takes(request: lock_runtime::LockRequest) -> bool {
+    request.try_acquire().await.unwrap().is_some()
 }
 
 /// Takes the lock `request` asks for and gives it back at once (a warm-up,

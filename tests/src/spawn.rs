@@ -2,7 +2,7 @@
 //! freeze a server, move a slot) while they wait, and then see when and how
 //! each ended.
 
-use lock_runtime::{LockError, LockGuard, LockRequest};
+use lock_runtime::{LockError, LockGuard, LockRequest, LockRuntime};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -25,4 +25,18 @@ pub async fn acquire_elsewhere(request: LockRequest) -> Result<LockGuard, LockEr
     tokio::spawn(request.acquire())
         .await
         .expect("the acquiring task ran")
+}
+
+/// Spawns `request.acquire()` (a request of `runtime`) and waits until
+/// `runtime` counts one more key waited for: the acquire is then waiting,
+/// subscribed to the key's release. Panics naming `what` if it never waits.
+pub async fn spawn_waiting(
+    runtime: &LockRuntime,
+    request: LockRequest,
+    what: &str,
+) -> JoinHandle<Timed> {
+    let before = runtime.stats().waiting_keys;
+    let task = spawn_acquire(request);
+    crate::wait_until(what, || runtime.stats().waiting_keys == before + 1).await;
+    task
 }

@@ -14,7 +14,7 @@ use lock_runtime::{with_lock, LockError, LockMode, LockRuntime};
 use lock_testkit::etcd::etcdctl_binary;
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{EtcdCluster, LineChild};
-use lock_tests::{etcd, unique, FaultProxy, Occupancy};
+use lock_tests::{etcd, try_takes, unique, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// A runtime on these etcd endpoints with this prefix and default lease.
@@ -32,7 +32,7 @@ async fn runtime_on(endpoints: Vec<String>, prefix: &str, lease: Duration) -> Lo
 /// to a waiter of `peer` at its release, with a larger token.
 async fn excludes_and_hands_over(runtime: &LockRuntime, peer: &LockRuntime) {
     let held = runtime.lock("k").acquire().await.unwrap();
-    assert!(peer.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(peer.lock("k")).await);
     let waiter = {
         let peer = peer.clone();
         tokio::spawn(async move { peer.lock("k").acquire().await.map(|g| g.fence()) })
@@ -96,12 +96,7 @@ async fn etcdctl_lock_and_this_runtime_exclude_each_other_both_ways() {
     assert!(key.starts_with(&format!("{name}/")), "{key}");
 
     // etcdctl holds: we wait behind it, and hold once it lets go.
-    assert!(runtime
-        .lock(name.as_str())
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(runtime.lock(name.as_str())).await);
     let theirs = runtime
         .inspect(&name)
         .await
@@ -171,13 +166,7 @@ async fn etcdctl_lock_and_our_readers_exclude_each_other_both_ways() {
     assert!(key.starts_with(&format!("{name}/")), "{key}");
 
     // etcdctl holds: our readers are refused, and wait behind it.
-    assert!(runtime
-        .lock(name.as_str())
-        .read()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(runtime.lock(name.as_str()).read()).await);
     let theirs = runtime
         .inspect(&name)
         .await
@@ -307,7 +296,7 @@ async fn a_cluster_restarted_from_disk_keeps_its_holder_and_tokens_grow() {
     })
     .await;
     assert!(!guard.is_lost(), "the restart lost the hold");
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     guard.release().await.unwrap();
     let next = b.lock("k").acquire().await.unwrap();
     assert!(next.fence() > before, "{} after {before}", next.fence());

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{take_and_release, timing_turn, unique, wait_until, FaultProxy, Occupancy};
+use lock_tests::{
+    take_and_release, timing_turn, try_takes, unique, wait_until, FaultProxy, Occupancy,
+};
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -166,7 +168,7 @@ async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile(
     assert_eq!((inner, again), (Some(outer), Some(outer)));
     assert_eq!(depth, 2, "the guard's hold and the outer nested call");
     assert!(
-        b.lock("order:7").try_acquire().await.unwrap().is_none(),
+        !try_takes(b.lock("order:7")).await,
         "the other runtime got in while the guard held the lock"
     );
     let info = b
@@ -419,7 +421,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
         took < RESPONSE,
         "the acquire waited {took:?} for the frozen master instead of deciding on the majority"
     );
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     let asked = Instant::now();
     let info = b.inspect("k").await.unwrap().expect("held by a majority");
     b.ping().await.unwrap();
@@ -435,7 +437,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
         !guard.is_lost(),
         "renewals on three of five masters kept failing"
     );
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     let released = Instant::now();
     guard.release().await.unwrap();
     let request = b.lock("k").wait(Duration::from_secs(2));
@@ -505,7 +507,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
         "the restarted master is empty"
     );
     assert!(
-        b.lock("k").try_acquire().await.unwrap().is_none(),
+        !try_takes(b.lock("k")).await,
         "a second holder got in with one master restarted empty"
     );
     // The holder's next renewal finds the master empty and takes it again.
@@ -528,7 +530,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     );
     // Now only two others besides it: restart a second one; still no way in.
     fleet[1].restart().await;
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     assert!(!guard.is_lost());
     let first = guard.fence();
     guard.release().await.unwrap();
@@ -1254,8 +1256,8 @@ async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
         !first.is_lost() && !second.is_lost(),
         "a reader lost its share"
     );
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
-    assert!(a.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
+    assert!(!try_takes(a.lock("k")).await);
     let readers = first.fence().max(second.fence());
     first.release().await.unwrap();
     second.release().await.unwrap();
@@ -1469,7 +1471,7 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     assert!(has_key(&fleet[2], &lock_key).await);
     let other = b.lock("k").read().try_acquire().await.unwrap();
     let other = other.expect("a reader was kept out of a hold downgraded on a majority");
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
     let info = b.inspect("k").await.unwrap().expect("read-held");
     assert_eq!(info.mode, lock_runtime::LockMode::Read, "{info:?}");
     let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
@@ -1478,7 +1480,7 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     expected.sort();
     assert_eq!(tokens, expected, "{info:?}");
     read.release().await.unwrap();
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
     let readers = token.max(other.fence());
     other.release().await.unwrap();
     let next = b.lock("k").write().try_acquire().await.unwrap();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{LineChild, ZooKeeperEnsemble, ZooKeeperServer};
-use lock_tests::{unique, zookeeper, FaultProxy};
+use lock_tests::{try_takes, unique, zookeeper, FaultProxy};
 use tokio::time::Instant;
 
 /// A runtime on `connect` with the lock path prefix `/<prefix>/` and this
@@ -137,7 +137,7 @@ async fn curator_and_this_runtime_exclude_each_other_on_one_path() {
     java.expect("held", line).await.unwrap();
 
     // Curator holds: ours fails to try, then queues behind it.
-    assert!(ours.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(ours.lock("k")).await);
     let waiter = {
         let ours = ours.clone();
         tokio::spawn(async move { ours.lock("k").wait(Duration::from_secs(20)).acquire().await })
@@ -278,7 +278,7 @@ async fn curator_read_write_lock_and_ours_share_and_exclude_on_one_path() {
     );
     // A new reader waits for the queued writer, Java's and ours alike.
     ask(&mut java2, "try-read", "busy").await;
-    assert!(ours.lock("k").read().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(ours.lock("k").read()).await);
     // Our writer enters once both readers are gone, not before.
     ask(&mut java, "release-read", "released").await;
     tokio::time::sleep(quiet).await;
@@ -295,14 +295,8 @@ async fn curator_read_write_lock_and_ours_share_and_exclude_on_one_path() {
     // A Curator writer keeps our readers and writers out; our reader
     // queues behind it and enters at its release.
     ask(&mut java2, "write", "held").await;
-    assert!(ours.lock("k").read().try_acquire().await.unwrap().is_none());
-    assert!(ours
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(ours.lock("k").read()).await);
+    assert!(!try_takes(ours.lock("k").write()).await);
     let waiting = {
         let ours = ours.clone();
         tokio::spawn(async move { ours.lock("k").read().wait(wait).acquire().await })
@@ -414,13 +408,7 @@ async fn a_dropped_write_guard_is_downgraded_in_the_background() {
     drop(write);
     let other = second.lock("k").read().wait(wait).acquire().await;
     let other = other.expect("a reader was kept out of the downgraded hold");
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(second.lock("k").write()).await);
     let info = first.inspect("k").await.unwrap().expect("held");
     let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
     tokens.sort();
@@ -572,7 +560,7 @@ async fn a_server_restarted_from_its_data_keeps_the_hold_and_its_tokens_grow() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(answered, "b's session did not come back after the restart");
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     guard.release().await.unwrap();
     let next = b.lock("k").acquire().await.unwrap();
     assert!(next.fence() > before, "{} after {before}", next.fence());
@@ -650,10 +638,7 @@ async fn keys_are_paths_and_what_zookeeper_refuses_is_refused_at_once() {
         );
     }
     for key in keys {
-        assert!(
-            runtime.lock(key).try_acquire().await.unwrap().is_none(),
-            "{key}"
-        );
+        assert!(!try_takes(runtime.lock(key)).await, "{key}");
     }
     for guard in guards {
         guard.release().await.unwrap();
@@ -825,7 +810,7 @@ async fn digest_auth_locks_as_usual_and_an_absent_server_fails_the_build() {
         .await
         .unwrap();
     let guard = runtime.lock("k").acquire().await.unwrap();
-    assert!(runtime.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(runtime.lock("k")).await);
     guard.release().await.unwrap();
 
     let port = lock_testkit::free_port();
