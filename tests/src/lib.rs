@@ -30,7 +30,7 @@ pub mod stall;
 pub mod stored;
 pub use own::OwnServers;
 pub use pki::TestPki;
-pub use poll::{poll_until, wait_until};
+pub use poll::{poll_every, poll_until, wait_until};
 pub use proxy::FaultProxy;
 pub use spawn::{acquire_elsewhere, spawn_acquire, spawn_waiting};
 pub use stall::StallableExecutor;

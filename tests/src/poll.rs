@@ -23,13 +23,24 @@ pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
 /// Looks (every 5 ms, bounded by `limit`) until the asynchronous `ready`
 /// says yes: for state a test must ask a server or a runtime about (a
 /// queue's length, `inspect`). Panics naming `what` otherwise.
-pub async fn poll_until(what: &str, limit: Duration, mut ready: impl AsyncFnMut() -> bool) {
+pub async fn poll_until(what: &str, limit: Duration, ready: impl AsyncFnMut() -> bool) {
+    poll_every(STEP, what, limit, ready).await;
+}
+
+/// Like [`poll_until`], looking every `step`: for a test that must act
+/// within a few milliseconds of the change.
+pub async fn poll_every(
+    step: Duration,
+    what: &str,
+    limit: Duration,
+    mut ready: impl AsyncFnMut() -> bool,
+) {
     let started = tokio::time::Instant::now();
     loop {
         if ready().await {
             return;
         }
         assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(STEP).await;
+        tokio::time::sleep(step).await;
     }
 }
