@@ -20,6 +20,7 @@ use lock_testkit::{
 use redis::aio::MultiplexedConnection;
 
 pub mod backends;
+pub mod cut_off;
 pub mod on_cluster;
 pub mod own;
 pub mod pki;
