@@ -378,6 +378,31 @@ pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
         .expect("build the lock runtime")
 }
 
+/// A runtime on the Redis at `url` (default prefix) whose response and
+/// connect timeouts are 300 ms: for a test that takes the server away and
+/// wants the calls to find out soon.
+pub async fn impatient_runtime(url: &str) -> LockRuntime {
+    let timeout = Duration::from_millis(300);
+    let builder = LockRuntime::builder().redis(url);
+    let builder = builder.response_timeout(timeout).connect_timeout(timeout);
+    builder.build().await.expect("build the lock runtime")
+}
+
+/// Installs a runtime on the shared Redis under `prefix` as the global
+/// runtime (once per test binary: a later call, or a race lost to another
+/// test, gets the one installed).
+pub async fn install_global(prefix: &str) -> LockRuntime {
+    if let Ok(runtime) = LockRuntime::global() {
+        return runtime;
+    }
+    let runtime = runtime_at(&redis().url(), prefix).await;
+    match runtime.clone().install() {
+        Ok(()) => runtime,
+        Err(LockError::AlreadyInstalled) => LockRuntime::global().unwrap(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Takes the test binary's timing turn: the tests that measure a bound
 /// with little slack hold it, so that no other such test runs beside them
 /// (the machine has few cores).

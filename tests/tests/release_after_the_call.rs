@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
-use lock_tests::{on_every_backend, redis, unique, until_queued, wait_until, FaultProxy, Kind};
+use lock_tests::{
+    on_every_backend, redis, runtime_at, unique, until_queued, wait_until, FaultProxy, Kind,
+};
 
 on_every_backend!(
     a_returned_call_leaves_its_key_free_for_this_process_and_its_peers,
@@ -174,12 +176,7 @@ async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
 async fn a_call_returns_while_its_release_is_unanswered() {
     let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("unanswered");
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
+    let runtime = runtime_at(&proxy.url(), &prefix).await;
     let peer = Kind::Redis.runtime(&prefix).await;
     let key = unique("unanswered-key");
     let started = Instant::now();
