@@ -722,6 +722,13 @@ async fn got_after(task: JoinHandle<Timed>, since: Instant) -> Duration {
     acquired - since
 }
 
+/// Says how long after `since_what` the lock was taken (`waited`), and
+/// checks it was within `bound`.
+fn taken_within(waited: Duration, bound: Duration, since_what: &str) {
+    println!("the lock was taken {waited:?} {since_what}");
+    assert!(waited < bound, "waited {waited:?}");
+}
+
 /// `runtime`'s acquire of `k` (waiting up to 20 s), spawned.
 fn spawn_wait(runtime: &LockRuntime) -> JoinHandle<Timed> {
     spawn_acquire(runtime.lock("k").wait(Duration::from_secs(20)))
@@ -860,8 +867,7 @@ async fn a_handoff_before_the_waiter_subscribed_is_taken_at_once() {
     let released = Instant::now();
     guard.release().await.unwrap();
     let waited = got_after(task, released).await;
-    println!("took the lock {waited:?} after the release");
-    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+    taken_within(waited, Duration::from_millis(1500), "after the release");
 }
 
 /// A handoff whose message is lost with the waiter's connection (held in a
@@ -885,8 +891,7 @@ async fn a_handoff_whose_message_was_lost_with_the_connection_is_taken_at_once()
     // is freed by its lease either way.)
     let _ = got.unwrap().release().await;
     let waited = acquired - released;
-    println!("took the lock {waited:?} after the release");
-    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+    taken_within(waited, Duration::from_millis(1500), "after the release");
 }
 
 /// The only waiter of a process is cancelled while a handoff to its place
@@ -909,8 +914,11 @@ async fn a_handoff_to_the_place_of_a_cancelled_waiter_goes_on_at_once() {
     let resumed = Instant::now();
     p.proxy.resume();
     let waited = got_after(next, resumed).await;
-    println!("the other process took the lock {waited:?} after the proxy resumed");
-    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+    taken_within(
+        waited,
+        Duration::from_millis(1000),
+        "after the proxy resumed",
+    );
 }
 
 /// A process passes the lock to its only waiter (lock cohorting) while that
@@ -942,6 +950,5 @@ async fn a_place_left_unused_by_a_local_pass_does_not_keep_the_next_release() {
     let released = Instant::now();
     passed.release().await.unwrap();
     let waited = got_after(other, released).await;
-    println!("the other process took the lock {waited:?} after the release");
-    assert!(waited < Duration::from_millis(500), "waited {waited:?}");
+    taken_within(waited, Duration::from_millis(500), "after the release");
 }

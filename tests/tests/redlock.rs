@@ -719,17 +719,27 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
 /// master 0 restarts without its data and master 1 frees up: masters 0 and
 /// 1 would make a majority for runtime `b` while that lease runs.
 struct Amnesia {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
     fleet: Vec<RedisServer>,
     prefix: String,
     b: LockRuntime,
     lease: Duration,
     begun: Instant,
     held: Arc<LockGuard>,
+    contender: LockMode,
+    who: (&'static str, &'static str),
 }
 
 impl Amnesia {
-    /// Arranges the hazard under a prefix made from `name`.
-    async fn arrange(name: &str, held: LockMode) -> Amnesia {
+    /// Arranges the hazard under a prefix made from `name` (in the timing
+    /// turn), for a contender in mode `contender`; `who` names the contender
+    /// and the holder in the messages.
+    async fn arrange(
+        name: &str,
+        (held, contender): (LockMode, LockMode),
+        who: (&'static str, &'static str),
+    ) -> Amnesia {
+        let _turn = timing_turn().await;
         let mut fleet = fleet_of(3);
         let prefix = unique(name);
         let (a, b) = (
@@ -747,25 +757,24 @@ impl Amnesia {
         fleet[0].restart().await;
         let _: () = raw(&fleet[1]).await.del(&lock_key).await.unwrap();
         Amnesia {
+            _turn,
             fleet,
             prefix,
             b,
             lease,
             begun,
             held,
+            contender,
+            who,
         }
     }
 
-    /// `b` asks for `k` in mode `mode` (a lease of 500 ms): refused within
-    /// 300 ms, master 0 being quarantined; then it waits (up to 8 s) and
-    /// gets in only once the hold's lease has ended, which the holder knows
-    /// by then. Returns the hold and when it came. `who` names the
-    /// contender and the holder in the messages.
-    async fn contender_waits_out_the_lease(
-        &self,
-        mode: LockMode,
-        (who, holder): (&str, &str),
-    ) -> (LockGuard, Instant) {
+    /// `b` asks for `k` in the contender's mode (a lease of 500 ms): refused
+    /// within 300 ms, master 0 being quarantined; then it waits (up to 8 s)
+    /// and gets in only once the hold's lease has ended, which the holder
+    /// knows by then. Returns the hold and when it came.
+    async fn contender_waits_out_the_lease(&self) -> (LockGuard, Instant) {
+        let ((who, holder), mode) = (self.who, self.contender);
         let request = || {
             self.b
                 .lock("k")
@@ -811,12 +820,9 @@ impl Amnesia {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_until_the_lease_ends(
 ) {
-    let _turn = timing_turn().await;
-    let hazard = Amnesia::arrange("redlock-bare-majority", LockMode::Exclusive).await;
-    let who = ("contender", "holder");
-    let (second, entered) = hazard
-        .contender_waits_out_the_lease(LockMode::Exclusive, who)
-        .await;
+    let modes = (LockMode::Exclusive, LockMode::Exclusive);
+    let hazard = Amnesia::arrange("redlock-bare-majority", modes, ("contender", "holder")).await;
+    let (second, entered) = hazard.contender_waits_out_the_lease().await;
     let (since, until, _) = boot_marker(&hazard.fleet[0], &hazard.prefix).await.unwrap();
     println!(
         "redlock bare majority, one master restarted empty: contender in {:?} after the \
@@ -1296,12 +1302,9 @@ async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
 /// that lease has ended, with a larger token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_writer_votes_for_no_reader_until_the_lease_ends() {
-    let _turn = timing_turn().await;
-    let hazard = Amnesia::arrange("redlock-amnesia-read", LockMode::Write).await;
-    let who = ("reader", "writer");
-    let (reader, entered) = hazard
-        .contender_waits_out_the_lease(LockMode::Read, who)
-        .await;
+    let modes = (LockMode::Write, LockMode::Read);
+    let hazard = Amnesia::arrange("redlock-amnesia-read", modes, ("reader", "writer")).await;
+    let (reader, entered) = hazard.contender_waits_out_the_lease().await;
     println!(
         "redlock reader beside an amnesiac master: in {:?} after the writer's acquire \
          (lease {:?})",
