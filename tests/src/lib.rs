@@ -18,17 +18,26 @@ use lock_testkit::{
     EtcdCluster, RedisCluster, RedisServer, SentinelSet, ZooKeeperEnsemble, ZooKeeperServer,
 };
 use redis::aio::MultiplexedConnection;
-use redis::AsyncCommands;
 
 pub mod backends;
+pub mod cut_off;
+pub mod on_cluster;
 pub mod own;
 pub mod pki;
+pub mod poll;
 pub mod proxy;
+pub mod spawn;
 pub mod stall;
+pub mod stored;
 pub use own::OwnServers;
 pub use pki::TestPki;
+pub use poll::{poll_every, poll_until, wait_until};
 pub use proxy::FaultProxy;
+pub use spawn::{acquire_elsewhere, spawn_acquire, spawn_waiting};
 pub use stall::StallableExecutor;
+pub use stored::{
+    names_left, queue_len, until_exists, until_listed, until_nothing_left, until_queued,
+};
 
 /// The shared server of this test binary, started on first use.
 pub fn redis() -> &'static RedisServer {
@@ -343,13 +352,18 @@ macro_rules! contender_bin {
     };
 }
 
+/// A runtime builder on the Redis at `url` (another "process" of a test,
+/// or one that reaches the server through a [`FaultProxy`]) with this
+/// prefix, for a test that sets more.
+pub fn builder_at(url: &str, prefix: &str) -> LockRuntimeBuilder {
+    LockRuntime::builder().redis(url).key_prefix(prefix)
+}
+
 /// A runtime on the Redis at `url` (another "process" of a test, or one
 /// that reaches the server through a [`FaultProxy`]), in the mode the
 /// builder's default gives.
 pub async fn runtime_at(url: &str, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(url)
-        .key_prefix(prefix)
+    builder_at(url, prefix)
         .build()
         .await
         .expect("build the lock runtime")
@@ -357,13 +371,36 @@ pub async fn runtime_at(url: &str, prefix: &str) -> LockRuntime {
 
 /// A fair-mode runtime on the Redis at `url` (another "process" of a test).
 pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(url)
-        .key_prefix(prefix)
+    builder_at(url, prefix)
         .fair(true)
         .build()
         .await
         .expect("build the lock runtime")
+}
+
+/// A runtime on the Redis at `url` (default prefix) whose response and
+/// connect timeouts are 300 ms: for a test that takes the server away and
+/// wants the calls to find out soon.
+pub async fn impatient_runtime(url: &str) -> LockRuntime {
+    let timeout = Duration::from_millis(300);
+    let builder = LockRuntime::builder().redis(url);
+    let builder = builder.response_timeout(timeout).connect_timeout(timeout);
+    builder.build().await.expect("build the lock runtime")
+}
+
+/// Installs a runtime on the shared Redis under `prefix` as the global
+/// runtime (once per test binary: a later call, or a race lost to another
+/// test, gets the one installed).
+pub async fn install_global(prefix: &str) -> LockRuntime {
+    if let Ok(runtime) = LockRuntime::global() {
+        return runtime;
+    }
+    let runtime = runtime_at(&redis().url(), prefix).await;
+    match runtime.clone().install() {
+        Ok(()) => runtime,
+        Err(LockError::AlreadyInstalled) => LockRuntime::global().unwrap(),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// Takes the test binary's timing turn: the tests that measure a bound
@@ -374,112 +411,16 @@ pub async fn timing_turn() -> tokio::sync::MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// Length of the fair queue of the lock `hash` (a backend name) in Redis,
-/// and the number of its entries.
-pub async fn queue_len(con: &mut MultiplexedConnection, hash: &str) -> (usize, usize) {
-    let list: usize = con.llen(format!("{hash}:queue")).await.unwrap();
-    let entries: usize = con.hlen(format!("{hash}:queued")).await.unwrap();
-    (list, entries)
-}
-
-/// Polls Redis (bounded: 3 s) until the fair queue of `hash` holds `want`
-/// places: a queue in Redis sends no event to await.
-pub async fn until_queued(con: &mut MultiplexedConnection, hash: &str, want: usize) {
-    for _ in 0..600 {
-        if queue_len(con, hash).await == (want, want) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!(
-        "queue of {hash} never reached {want}: {:?}",
-        queue_len(con, hash).await
-    );
-}
-
-/// Polls Redis (bounded: 3 s) until the lock hash `hash` exists.
-pub async fn until_exists(con: &mut MultiplexedConnection, hash: &str) {
-    for _ in 0..600 {
-        if con.exists::<_, bool>(hash).await.unwrap() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{hash} was never taken");
-}
-
-/// Every name under `prefix` on the server of `con`, with its PTTL in ms
-/// (-1: no TTL), but for Redlock's boot marker (one per master and prefix,
-/// permanent by design: README, "Redis layout") and the identities the
-/// runtimes publish while they live (`layout::client_identity`). `SCAN`
-/// also drops the expired names it meets, as a read would.
-pub async fn names_left(con: &mut MultiplexedConnection, prefix: &str) -> Vec<(String, i64)> {
-    let marker = lock_runtime::layout::redlock_boot_marker(prefix);
-    let mut names = Vec::new();
-    let mut cursor = 0u64;
-    // Bounded: a full scan of a test server is far below this many steps.
-    for _ in 0..100_000 {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(con)
-            .await
-            .unwrap();
-        let ours = |name: &String| {
-            *name != marker && !lock_runtime::layout::is_client_identity(prefix, name)
-        };
-        for name in batch.into_iter().filter(ours) {
-            let ttl: i64 = con.pttl(&name).await.unwrap();
-            if ttl != -2 {
-                names.push((name, ttl));
-            }
-        }
-        cursor = next;
-        if cursor == 0 {
-            return names;
-        }
-    }
-    panic!("SCAN did not finish");
-}
-
-/// Polls (bounded by `limit`) until nothing is left under `prefix` on the
-/// server of `con`: expiry sends no event to await.
-pub async fn until_nothing_left(con: &mut MultiplexedConnection, prefix: &str, limit: Duration) {
-    let started = tokio::time::Instant::now();
-    loop {
-        let left = names_left(con, prefix).await;
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{} names still there after {limit:?}, e.g. {:?}",
-            left.len(),
-            &left[..left.len().min(3)]
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Whether the lock `request` asks for is taken at once (`try_acquire`);
+/// a hold it gets is given back at once (its guard dropped).
+pub async fn try_takes(request: lock_runtime::LockRequest) -> bool {
+    request.try_acquire().await.unwrap().is_some()
 }
 
 /// Takes the lock `request` asks for and gives it back at once (a warm-up,
 /// or a lock a test needs taken once), failing the test if either fails.
 pub async fn take_and_release(request: lock_runtime::LockRequest) {
     request.acquire().await.unwrap().release().await.unwrap();
-}
-
-/// Waits (bounded: 5 s) until `ready` says yes: for state with no event to
-/// await (a runtime's counters, say). Panics naming `what` otherwise.
-pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..1000 {
-        if ready() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out: {what}");
 }
 
 /// Wakes a thread parked in [`block_on`].

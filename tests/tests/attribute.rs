@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_runtime::{distributed_lock, fence, LockError, LockRuntime};
-use lock_tests::{redis, Occupancy};
+use lock_tests::Occupancy;
 
 #[derive(Debug, thiserror::Error)]
 enum AppError {
@@ -20,20 +20,7 @@ enum AppError {
 
 /// Installs the global runtime on the test Redis once per test binary.
 async fn install() -> LockRuntime {
-    if let Ok(runtime) = LockRuntime::global() {
-        return runtime;
-    }
-    let runtime = LockRuntime::builder()
-        .redis(redis().url())
-        .key_prefix(format!("attr-{}:", std::process::id()))
-        .build()
-        .await
-        .unwrap();
-    match runtime.clone().install() {
-        Ok(()) => runtime,
-        Err(LockError::AlreadyInstalled) => LockRuntime::global().unwrap(),
-        Err(e) => panic!("{e}"),
-    }
+    lock_tests::install_global(&format!("attr-{}:", std::process::id())).await
 }
 
 /// True when a stranger (a fresh owner on another task) cannot take `key` now.

@@ -18,16 +18,18 @@ use std::time::Duration;
 
 use lock_runtime::{LockGuard, LockRuntime};
 use lock_testkit::RedisCluster;
-use lock_tests::{cluster, unique, wait_until, Kind, Occupancy};
+use lock_tests::on_cluster::{keys_by_master, spawn_slot_mover, ClusterTest, Load, Worker};
+use lock_tests::spawn::Timed;
+use lock_tests::stored::kill_clients;
+use lock_tests::{cluster, spawn_waiting, until_listed, wait_until, Kind, Occupancy};
+use redis::AsyncCommands;
 use tokio::time::Instant;
 
 /// Two runtimes (two processes) contend for keys on all three masters: each
 /// key's counter is exact and no key ever has two holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_locks_on_every_master_exclude_across_runtimes() {
-    let prefix = unique("cl-excl");
-    let a = Kind::Cluster.runtime(&prefix).await;
-    let b = Kind::Cluster.runtime(&prefix).await;
+    let (a, b) = Kind::Cluster.two("cl-excl").await;
     let keys = keys_by_master(cluster(), &a, 2).concat();
     let masters: BTreeSet<usize> = keys
         .iter()
@@ -38,11 +40,7 @@ async fn cluster_locks_on_every_master_exclude_across_runtimes() {
     let state: Vec<(Arc<AtomicU64>, Arc<Occupancy>)> =
         keys.iter().map(|_| Default::default()).collect();
     for worker in 0..8 {
-        let rt = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
+        let rt = [&a, &b][worker % 2].clone();
         let keys = keys.clone();
         let state = state.clone();
         tasks.push(tokio::spawn(async move {
@@ -75,9 +73,7 @@ async fn cluster_locks_on_every_master_exclude_across_runtimes() {
 /// holder and token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_renewals_across_slots_keep_every_lock() {
-    let prefix = unique("cl-renew");
-    let runtime = Kind::Cluster.runtime(&prefix).await;
-    let observer = Kind::Cluster.runtime(&prefix).await;
+    let (runtime, observer) = Kind::Cluster.two("cl-renew").await;
     let keys = keys_by_master(cluster(), &runtime, 10).concat();
     let lease = Duration::from_millis(400);
     let mut guards = Vec::new();
@@ -117,10 +113,9 @@ async fn cluster_renewals_across_slots_keep_every_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_moved_mid_hold_keeps_the_holder_and_still_wakes_the_waiter() {
     // A cluster of its own: moving a slot would disturb the other tests.
-    let cluster = &*Box::leak(Box::new(RedisCluster::start(3)));
-    let prefix = unique("cl-move");
-    let holder = runtime_on(cluster, &prefix).await;
-    let waiter = runtime_on(cluster, &prefix).await;
+    let test = ClusterTest::own("cl-move");
+    let cluster = test.cluster;
+    let (holder, waiter) = (test.runtime().await, test.runtime().await);
     let key = "order:7";
     let slot = cluster.slot_of(&holder.backend_key(key));
     // Long enough that a waiter retrying at the holder's lease end could not
@@ -132,11 +127,7 @@ async fn cluster_slot_moved_mid_hold_keeps_the_holder_and_still_wakes_the_waiter
     let waiting = spawn_waiter(&waiter, key);
     lock_tests::wait_until("the waiter waits", || waiter.stats().waiting_keys == 1).await;
 
-    let from = cluster.owner_of(slot);
-    let to = (from + 1) % 3;
-    tokio::task::spawn_blocking(move || cluster.move_slot(slot, to))
-        .await
-        .unwrap();
+    let (from, to) = test.move_to_next(slot).await;
     assert_eq!(cluster.owner_of(slot), to, "the slot did not move");
 
     // The waiter's subscription follows the slot to its new master.
@@ -207,16 +198,6 @@ async fn release_and_wake(
     second
 }
 
-/// A runtime on `cluster` (a test's own).
-async fn runtime_on(cluster: &RedisCluster, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis_cluster(cluster.urls())
-        .key_prefix(prefix)
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Subscribers of the sharded channel `channel` at master `node`.
 async fn subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> u64 {
     let mut con = cluster.node(node).connection().await;
@@ -245,12 +226,11 @@ async fn until_subscribed(cluster: &RedisCluster, node: usize, channel: &str) {
 /// release still wakes the waiter at once; the holder never noticed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_subscriptions_come_back_after_a_dropped_connection() {
-    // A cluster of its own: dropping connections would disturb the others.
-    let cluster = &*Box::leak(Box::new(RedisCluster::start(3)));
-    let prefix = unique("cl-reconnect");
-    let holder = runtime_on(cluster, &prefix).await;
-    let waiter = runtime_on(cluster, &prefix).await;
     let key = "order:9";
+    // A cluster of its own: dropping connections would disturb the others.
+    let test = ClusterTest::own("cl-reconnect");
+    let cluster = test.cluster;
+    let (holder, waiter) = (test.runtime().await, test.runtime().await);
     let channel = format!("{}:released", holder.backend_key(key));
     let node = cluster.owner_of(cluster.slot_of(&channel));
     let lease = Duration::from_secs(4);
@@ -259,13 +239,7 @@ async fn cluster_subscriptions_come_back_after_a_dropped_connection() {
     until_subscribed(cluster, node, &channel).await;
 
     let mut admin = cluster.node(node).connection().await;
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let killed = kill_clients(&mut admin, &["pubsub"]).await;
     assert!(killed >= 1, "no subscribed connection to drop");
     let dropped = Instant::now();
     until_subscribed(cluster, node, &channel).await;
@@ -316,78 +290,44 @@ async fn cluster_configuration_errors_say_what_is_wrong() {
 // Faults of one master: freezes, restarts, slot moves under load
 // ---------------------------------------------------------------------------
 
-/// One fault test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A cluster of the test's own, alive until the test process exits.
-fn own_cluster() -> &'static RedisCluster {
-    Box::leak(Box::new(RedisCluster::start(3)))
-}
-
-/// A runtime on `cluster` (one "process" of a test), default timeouts.
-async fn cluster_runtime(cluster: &RedisCluster, prefix: &str) -> LockRuntime {
-    LockRuntime::builder()
-        .redis_cluster(cluster.urls())
-        .key_prefix(prefix)
-        .fair(false)
-        .build()
-        .await
-        .unwrap()
-}
-
-/// The master that stores the lock of `key`.
-fn master_of(cluster: &RedisCluster, runtime: &LockRuntime, key: &str) -> usize {
-    cluster.owner_of(cluster.slot_of(&runtime.backend_key(key)))
-}
-
-/// `per_master` keys whose locks live on each master, by master.
-fn keys_by_master(cluster: &RedisCluster, runtime: &LockRuntime, per: usize) -> Vec<Vec<String>> {
-    let mut found: Vec<Vec<String>> = vec![Vec::new(); 3];
-    for n in 0..10_000 {
-        let key = format!("item:{n}");
-        let owner = master_of(cluster, runtime, &key);
-        if found[owner].len() < per {
-            found[owner].push(key);
-        }
-        if found.iter().all(|keys| keys.len() == per) {
-            return found;
-        }
-    }
-    panic!("no keys found on every master");
-}
-
-/// Spawns `request.acquire()`; the task returns when it ended, and how.
-fn timed_acquire(
-    request: lock_runtime::LockRequest,
-) -> tokio::task::JoinHandle<(Instant, Result<LockGuard, lock_runtime::LockError>)> {
-    tokio::spawn(async move {
-        let got = request.acquire().await;
-        (Instant::now(), got)
-    })
-}
+/// The wait of a waiter that the test, not its deadline, ends.
+const LONG: Duration = Duration::from_secs(30);
 
 /// Locks `holder` takes for a freeze test: one on master 0 (the one to be
-/// frozen) and one on master 1, with their keys.
+/// frozen) and one on master 1, with their keys, and the holder.
 struct TwoHolds {
+    _holder: LockRuntime,
     frozen_key: String,
     healthy_key: String,
     on_frozen: LockGuard,
     on_healthy: LockGuard,
 }
 
-async fn hold_on_two_masters(cluster: &RedisCluster, holder: &LockRuntime) -> TwoHolds {
-    let keys = keys_by_master(cluster, holder, 1);
+/// A freeze test's start: a cluster of its own (in turn), a holder with
+/// [`TwoHolds`], and another process (returned).
+async fn holds_on_two_masters(name: &str) -> (ClusterTest, LockRuntime, TwoHolds) {
+    let test = ClusterTest::own_in_turn(name).await;
+    let (holder, other) = test.two_plain().await;
+    let keys = keys_by_master(test.cluster, &holder, 1);
     let (frozen_key, healthy_key) = (keys[0][0].clone(), keys[1][0].clone());
     let lease = Duration::from_secs(10);
     let hold = |key: &str| holder.lock(key).lease(lease).acquire();
     let on_frozen = hold(&frozen_key).await.unwrap();
     let on_healthy = hold(&healthy_key).await.unwrap();
-    TwoHolds {
+    let two = TwoHolds {
+        _holder: holder.clone(),
         frozen_key,
         healthy_key,
         on_frozen,
         on_healthy,
-    }
+    };
+    (test, other, two)
+}
+
+/// Freezes master 0; returns when.
+fn freeze_master_0(cluster: &RedisCluster) -> Instant {
+    cluster.node(0).freeze();
+    Instant::now()
 }
 
 /// Thaws master 0 at `froze_at` + 1.6 s: before the cluster would declare
@@ -399,6 +339,21 @@ fn thaw_in_time(cluster: &'static RedisCluster, froze_at: Instant) -> tokio::tas
     })
 }
 
+/// Waits for the acquire `waiting` to end while master 0, frozen at
+/// `froze_at`, is thawed in time ([`thaw_in_time`]); returns how long after
+/// `released_at` it ended, and how.
+async fn got_in_time(
+    cluster: &'static RedisCluster,
+    froze_at: Instant,
+    waiting: tokio::task::JoinHandle<Timed>,
+    released_at: Instant,
+) -> (Duration, Result<LockGuard, lock_runtime::LockError>) {
+    let thaw = thaw_in_time(cluster, froze_at);
+    let (got_at, got) = waiting.await.unwrap();
+    thaw.await.unwrap();
+    (got_at.duration_since(released_at), got)
+}
+
 /// Keys that play with the hash tag: braces, a leading `}` or `\`, an
 /// empty-ish key, a very long one. Every name of each lock (hash, counter,
 /// channel, queue, queue places) must hash to one slot, and the lock must
@@ -406,16 +361,12 @@ fn thaw_in_time(cluster: &'static RedisCluster, froze_at: Instant) -> tokio::tas
 /// CROSSSLOT), also in fair mode, which touches the queue names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_odd_keys_keep_every_lock_name_in_one_slot() {
-    let cluster = lock_tests::cluster();
-    let prefix = unique("rv-odd");
-    let plain = cluster_runtime(cluster, &prefix).await;
-    let fair = LockRuntime::builder()
-        .redis_cluster(cluster.urls())
-        .key_prefix(&prefix)
-        .fair(true)
-        .build()
-        .await
-        .unwrap();
+    let test = ClusterTest::shared("rv-odd");
+    let cluster = test.cluster;
+    let (plain, fair) = (
+        test.runtime_fair(false).await,
+        test.runtime_fair(true).await,
+    );
     let long = "x}{".repeat(1300);
     let keys = [
         "}".to_owned(),
@@ -475,10 +426,9 @@ async fn cluster_odd_keys_keep_every_lock_name_in_one_slot() {
 /// locks on the frozen master are told lost by their lease end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_frozen_master_costs_no_lock_on_the_healthy_masters() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-freeze-renew");
-    let runtime = cluster_runtime(cluster, &prefix).await;
+    let test = ClusterTest::own_in_turn("rv-freeze-renew").await;
+    let cluster = test.cluster;
+    let runtime = test.runtime_fair(false).await;
     let keys = keys_by_master(cluster, &runtime, 3);
     let lease = Duration::from_millis(1200);
     let mut guards = Vec::new();
@@ -531,25 +481,10 @@ async fn cluster_frozen_master_costs_no_lock_on_the_healthy_masters() {
 /// waiter's previous wait, on a key of that master, ends and unsubscribes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-freeze-wait");
-    let holder = cluster_runtime(cluster, &prefix).await;
-    let waiter = cluster_runtime(cluster, &prefix).await;
-    let TwoHolds {
-        frozen_key,
-        healthy_key,
-        on_frozen,
-        on_healthy,
-    } = hold_on_two_masters(cluster, &holder).await;
-
-    let first_wait = timed_acquire(waiter.lock(&frozen_key).wait(Duration::from_secs(30)));
-    wait_until("the waiter waits on the frozen master's key", || {
-        waiter.stats().waiting_keys == 1
-    })
-    .await;
-    cluster.node(0).freeze();
-    let froze_at = Instant::now();
+    let (test, waiter, two) = holds_on_two_masters("rv-freeze-wait").await;
+    let what = "the waiter waits on the frozen master's key";
+    let first_wait = spawn_waiting(&waiter, waiter.lock(&two.frozen_key).wait(LONG), what).await;
+    let froze_at = freeze_master_0(test.cluster);
     // The first wait ends: its channel is unsubscribed, at the frozen master.
     first_wait.abort();
     let _ = first_wait.await;
@@ -558,22 +493,16 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
     })
     .await;
 
-    let second_wait = timed_acquire(waiter.lock(&healthy_key).wait(Duration::from_secs(30)));
-    wait_until("the waiter waits on the healthy master's key", || {
-        waiter.stats().waiting_keys == 1
-    })
-    .await;
+    let what = "the waiter waits on the healthy master's key";
+    let second_wait = spawn_waiting(&waiter, waiter.lock(&two.healthy_key).wait(LONG), what).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released_at = Instant::now();
-    on_healthy.release().await.unwrap();
+    two.on_healthy.release().await.unwrap();
     eprintln!("the holder's release took {:?}", released_at.elapsed());
-    let thaw = thaw_in_time(cluster, froze_at);
-    let (woken_at, second) = second_wait.await.unwrap();
-    thaw.await.unwrap();
-    let after = woken_at.duration_since(released_at);
+    let (after, second) = got_in_time(test.cluster, froze_at, second_wait, released_at).await;
     eprintln!("woken {after:?} after the release of the healthy key");
     second.unwrap().release().await.unwrap();
-    drop(on_frozen);
+    drop(two.on_frozen);
     assert!(
         after < Duration::from_millis(500),
         "the waiter on a healthy master took {after:?} after the release (master 0 frozen)"
@@ -587,35 +516,17 @@ async fn cluster_frozen_master_does_not_delay_waiters_on_the_healthy_masters() {
 /// master's release gave up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_frozen_master_does_not_delay_background_releases_on_the_healthy_masters() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-freeze-release");
-    let holder = cluster_runtime(cluster, &prefix).await;
-    let other = cluster_runtime(cluster, &prefix).await;
-    let TwoHolds {
-        frozen_key: _,
-        healthy_key,
-        on_frozen,
-        on_healthy,
-    } = hold_on_two_masters(cluster, &holder).await;
+    let (test, other, two) = holds_on_two_masters("rv-freeze-release").await;
+    let what = "the other process waits";
+    let waiting = spawn_waiting(&other, other.lock(&two.healthy_key).wait(LONG), what).await;
 
-    let waiting = timed_acquire(other.lock(&healthy_key).wait(Duration::from_secs(30)));
-    wait_until("the other process waits", || {
-        other.stats().waiting_keys == 1
-    })
-    .await;
-
-    cluster.node(0).freeze();
-    let froze_at = Instant::now();
-    drop(on_frozen);
+    let froze_at = freeze_master_0(test.cluster);
+    drop(two.on_frozen);
     // Let the releaser take the frozen master's release as a batch of its own.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released_at = Instant::now();
-    drop(on_healthy);
-    let thaw = thaw_in_time(cluster, froze_at);
-    let (got_at, guard) = waiting.await.unwrap();
-    thaw.await.unwrap();
-    let after = got_at.duration_since(released_at);
+    drop(two.on_healthy);
+    let (after, guard) = got_in_time(test.cluster, froze_at, waiting, released_at).await;
     eprintln!("the other process got the healthy key {after:?} after the guard was dropped");
     guard.unwrap().release().await.unwrap();
     assert!(
@@ -634,23 +545,10 @@ async fn cluster_frozen_master_does_not_delay_background_releases_on_the_healthy
 /// nothing left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_fair_queue_moves_with_its_slot_and_hands_over_in_order() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-fair-move");
-    let fair_runtime = || async {
-        LockRuntime::builder()
-            .redis_cluster(cluster.urls())
-            .key_prefix(&prefix)
-            .fair(true)
-            .build()
-            .await
-            .unwrap()
-    };
-    let (holder, first, second) = (
-        fair_runtime().await,
-        fair_runtime().await,
-        fair_runtime().await,
-    );
+    let test = ClusterTest::own_in_turn("rv-fair-move").await;
+    let cluster = test.cluster;
+    let fair = || test.runtime_fair(true);
+    let (holder, first, second) = (fair().await, fair().await, fair().await);
     let key = "order:fair";
     let lock_key = holder.backend_key(key);
     let slot = cluster.slot_of(&lock_key);
@@ -678,43 +576,13 @@ async fn cluster_fair_queue_moves_with_its_slot_and_hands_over_in_order() {
     wait_until("the first waits", || first.stats().waiting_keys == 1).await;
     let queue = format!("{lock_key}:queue");
     let mut from_con = cluster.node(cluster.owner_of(slot)).connection().await;
-    for _ in 0..200 {
-        let len: u64 = redis::cmd("LLEN")
-            .arg(&queue)
-            .query_async(&mut from_con)
-            .await
-            .unwrap();
-        if len == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_listed(&mut from_con, &lock_key, 1, Duration::from_secs(2)).await;
     let second_task = spawn_waiter(second.clone());
     wait_until("the second waits", || second.stats().waiting_keys == 1).await;
-    for _ in 0..200 {
-        let len: u64 = redis::cmd("LLEN")
-            .arg(&queue)
-            .query_async(&mut from_con)
-            .await
-            .unwrap();
-        if len == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let from = cluster.owner_of(slot);
-    let to = (from + 1) % 3;
-    tokio::task::spawn_blocking(move || cluster.move_slot(slot, to))
-        .await
-        .unwrap();
+    until_listed(&mut from_con, &lock_key, 2, Duration::from_secs(2)).await;
+    let (_, to) = test.move_to_next(slot).await;
     let mut to_con = cluster.node(to).connection().await;
-    let queued: Vec<String> = redis::cmd("LRANGE")
-        .arg(&queue)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut to_con)
-        .await
-        .unwrap();
+    let queued: Vec<String> = to_con.lrange(&queue, 0, -1).await.unwrap();
     assert_eq!(
         queued.len(),
         2,
@@ -750,12 +618,7 @@ async fn cluster_fair_queue_moves_with_its_slot_and_hands_over_in_order() {
         queue.clone(),
         format!("{lock_key}:queued"),
     ] {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&name)
-            .query_async(&mut to_con)
-            .await
-            .unwrap();
-        if exists {
+        if to_con.exists(&name).await.unwrap() {
             left.push(name);
         }
     }
@@ -771,14 +634,9 @@ async fn cluster_fair_queue_moves_with_its_slot_and_hands_over_in_order() {
 /// to the slot's channel, see the test below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_acquire_storm_survives_a_slot_moved_back_and_forth() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-storm");
-    let a = cluster_runtime(cluster, &prefix).await;
-    let b = cluster_runtime(cluster, &prefix).await;
+    let test = ClusterTest::own_in_turn("rv-storm").await;
+    let cluster = test.cluster;
+    let (a, b) = test.two_plain().await;
     // Keys with one hash tag inside: `{same}:n` all land in one slot (the
     // lock name's tag is the whole key, so find keys of one slot by search).
     let slot = cluster.slot_of(&a.backend_key("storm:0"));
@@ -793,107 +651,38 @@ async fn cluster_acquire_storm_survives_a_slot_moved_back_and_forth() {
         }
     }
     // Not finding a second key is fine: one hot key is the harder case.
-    let lease = Duration::from_secs(20);
-    let state: Arc<Vec<(AtomicU64, lock_tests::Occupancy)>> = Arc::new(
-        keys.iter()
-            .map(|_| (AtomicU64::new(0), lock_tests::Occupancy::new()))
-            .collect(),
-    );
-    let errors = Arc::new(AtomicU64::new(0));
-    let holds = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let longest_wait = Arc::new(AtomicU64::new(0));
+    let load = Load::on(keys);
     let begun = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..8usize {
-        let rt = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
-        let (keys, state, errors, longest, holds, stop) = (
-            keys.clone(),
-            state.clone(),
-            errors.clone(),
-            longest_wait.clone(),
-            holds.clone(),
-            stop.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut round = 0usize;
-            // Until the slot has made all its moves (bounded by the mover).
-            while !stop.load(Ordering::SeqCst) {
-                let i = (worker + round) % keys.len();
-                round += 1;
-                let asked = Instant::now();
-                let guard = match rt
-                    .lock(&keys[i])
-                    .lease(lease)
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                {
-                    Ok(guard) => guard,
-                    Err(e) => {
-                        eprintln!("acquire failed: {e}");
-                        errors.fetch_add(1, Ordering::SeqCst);
-                        continue;
-                    }
-                };
-                let waited = u64::try_from(asked.elapsed().as_millis()).unwrap();
-                longest.fetch_max(waited, Ordering::SeqCst);
-                let (counter, occupancy) = &state[i];
-                let inside = occupancy.enter();
-                let read = counter.load(Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                counter.store(read + 1, Ordering::SeqCst);
-                drop(inside);
-                holds.fetch_add(1, Ordering::SeqCst);
-                if let Err(e) = guard.release().await {
-                    eprintln!("release failed: {e}");
-                    errors.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }));
-    }
-    let mover = {
-        let stop = stop.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut moves = Vec::new();
-            for _ in 0..6 {
-                std::thread::sleep(Duration::from_millis(150));
-                let to = (cluster.owner_of(slot) + 1) % 3;
-                let at = std::time::Instant::now();
-                cluster.move_slot(slot, to);
-                moves.push(at.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(150));
-            stop.store(true, Ordering::SeqCst);
-            moves
-        })
+    let how = Worker {
+        stride: 1,
+        lease: Duration::from_secs(20),
+        wait: Duration::from_secs(60),
+        inside: Duration::from_millis(2),
     };
+    // Until the slot has made all its moves (bounded by the mover).
+    let tasks = load.spawn([&a, &b], 8, how);
+    let pause = Duration::from_millis(150);
+    let mover = spawn_slot_mover(cluster, slot, (6, pause, pause), load.stop.clone());
     let moves = mover.await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }
     let took = begun.elapsed();
-    let total: u64 = state.iter().map(|(c, _)| c.load(Ordering::SeqCst)).sum();
-    let max = state.iter().map(|(_, o)| o.max()).max().unwrap();
+    let (total, holds) = (load.counted(), load.holds.load(Ordering::SeqCst));
+    let max = load.occupancy.iter().map(|o| o.max()).max().unwrap();
+    let errors = load.errors.lock().unwrap().clone();
+    let longest_wait = load.longest_wait_ms.load(Ordering::SeqCst);
     eprintln!(
-        "{} keys: {total} holds in {took:?}, longest wait {} ms, moves {moves:?}, errors {}",
-        keys.len(),
-        longest_wait.load(Ordering::SeqCst),
-        errors.load(Ordering::SeqCst)
+        "{} keys: {total} holds in {took:?}, longest wait {longest_wait} ms, moves {moves:?}, \
+         errors {}",
+        load.keys.len(),
+        errors.len()
     );
     assert_eq!(max, 1, "two holders of one key at once");
-    assert_eq!(
-        errors.load(Ordering::SeqCst),
-        0,
-        "acquires or releases failed"
-    );
-    assert_eq!(total, holds.load(Ordering::SeqCst), "lost updates");
+    assert!(errors.is_empty(), "acquires or releases failed: {errors:?}");
+    assert_eq!(total, holds, "lost updates");
     assert!(
-        longest_wait.load(Ordering::SeqCst) < 10_000,
+        longest_wait < 10_000,
         "a waiter waited about a lease: a wake-up was lost"
     );
 }
@@ -906,20 +695,17 @@ async fn cluster_acquire_storm_survives_a_slot_moved_back_and_forth() {
 /// is larger (the restarted master's clock in µs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_master_restarted_empty_tells_the_holder_and_tokens_still_grow() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-restart");
-    let holder = cluster_runtime(cluster, &prefix).await;
-    let waiter = cluster_runtime(cluster, &prefix).await;
+    let test = ClusterTest::own_in_turn("rv-restart").await;
+    let (holder, waiter) = test.two_plain().await;
     let key = "order:restart";
-    let master = master_of(cluster, &holder, key);
+    let master = test.master_of(&holder, key);
     let lease = Duration::from_secs(15);
     let guard = holder.lock(key).lease(lease).acquire().await.unwrap();
     let first = guard.fence();
-    let waiting = timed_acquire(waiter.lock(key).lease(lease).wait(Duration::from_secs(60)));
-    wait_until("the waiter waits", || waiter.stats().waiting_keys == 1).await;
+    let request = waiter.lock(key).lease(lease).wait(Duration::from_secs(60));
+    let waiting = spawn_waiting(&waiter, request, "the waiter waits").await;
     let restarted_at = Instant::now();
-    cluster_node_restart(cluster, master).await;
+    test.restart_empty(master).await;
     let back = restarted_at.elapsed();
     // The holder renews every lease / 3 = 5 s: told within one renewal
     // period plus the reconnection.
@@ -945,55 +731,19 @@ async fn cluster_master_restarted_empty_tells_the_holder_and_tokens_still_grow()
     got.release().await.unwrap();
 }
 
-/// Makes master `index` of `cluster` look restarted empty, without losing
-/// its place in the cluster: its data and script cache are flushed and its
-/// clients' connections dropped (the test kit's `restart` needs the node
-/// mutably, which `RedisCluster` does not lend).
-async fn cluster_node_restart(cluster: &RedisCluster, index: usize) {
-    let mut con = cluster.node(index).connection().await;
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let _: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let _: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-}
-
 /// The master of a waited-for lock freezes: waiting must stay bounded ("a
 /// bounded wait returns at its deadline … by the deadline plus the try
 /// timeout at the latest"; "a try-once takes at most the try timeout … all
 /// of this holds while Redis is down or the network stalls").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_waits_on_a_frozen_master_stay_bounded() {
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-frozen-wait");
-    let holder = cluster_runtime(cluster, &prefix).await;
-    let waiter = cluster_runtime(cluster, &prefix).await;
+    let test = ClusterTest::own_in_turn("rv-frozen-wait").await;
+    let cluster = test.cluster;
+    let (holder, waiter) = test.two_plain().await;
     let key = "order:frozen";
-    let master = master_of(cluster, &holder, key);
-    let guard = holder
-        .lock(key)
-        .lease(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let master = test.master_of(&holder, key);
+    let lease = Duration::from_secs(10);
+    let guard = holder.lock(key).lease(lease).acquire().await.unwrap();
     let try_timeout = Duration::from_millis(250);
     let wait = Duration::from_millis(700);
     let slack = Duration::from_millis(150);
@@ -1055,15 +805,10 @@ async fn cluster_waits_on_a_frozen_master_stay_bounded() {
 /// name: `lock-runtime/src/backend/redis/heard.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_replies_stay_with_their_commands_while_subscribed_slots_move() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    let _turn = SERIAL.lock().await;
-    let cluster = own_cluster();
-    let prefix = unique("rv-push");
-    let owner = cluster_runtime(cluster, &prefix).await;
-    let a = cluster_runtime(cluster, &prefix).await;
-    let b = cluster_runtime(cluster, &prefix).await;
+    let test = ClusterTest::own_in_turn("rv-push").await;
+    let cluster = test.cluster;
+    let owner = test.runtime_fair(false).await;
+    let (a, b) = test.two_plain().await;
     let moved_key = "moved";
     let slot = cluster.slot_of(&owner.backend_key(moved_key));
     let held = owner
@@ -1096,77 +841,16 @@ async fn cluster_replies_stay_with_their_commands_while_subscribed_slots_move() 
     })
     .await;
 
-    let keys: Vec<String> = keys_by_master(cluster, &a, 4).concat();
-    let occupancy: Arc<Vec<lock_tests::Occupancy>> =
-        Arc::new(keys.iter().map(|_| lock_tests::Occupancy::new()).collect());
-    let tokens: Arc<Vec<Mutex<Vec<u64>>>> =
-        Arc::new(keys.iter().map(|_| Mutex::new(Vec::new())).collect());
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let holds = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for worker in 0..16usize {
-        let rt = if worker % 2 == 0 {
-            a.clone()
-        } else {
-            b.clone()
-        };
-        let (keys, occupancy, tokens, errors, stop, holds) = (
-            keys.clone(),
-            occupancy.clone(),
-            tokens.clone(),
-            errors.clone(),
-            stop.clone(),
-            holds.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut round = 0usize;
-            while !stop.load(Ordering::SeqCst) {
-                let i = (worker * 7 + round) % keys.len();
-                round += 1;
-                let got = rt
-                    .lock(&keys[i])
-                    .lease(Duration::from_secs(20))
-                    .wait(Duration::from_secs(10))
-                    .acquire()
-                    .await;
-                let guard = match got {
-                    Ok(guard) => guard,
-                    Err(e) => {
-                        errors
-                            .lock()
-                            .unwrap()
-                            .push(format!("acquire {}: {e}", keys[i]));
-                        continue;
-                    }
-                };
-                {
-                    let _inside = occupancy[i].enter();
-                    tokens[i].lock().unwrap().push(guard.fence());
-                    tokio::task::yield_now().await;
-                }
-                holds.fetch_add(1, Ordering::SeqCst);
-                if let Err(e) = guard.release().await {
-                    errors
-                        .lock()
-                        .unwrap()
-                        .push(format!("release {}: {e}", keys[i]));
-                }
-            }
-        }));
-    }
-    let mover = {
-        let stop = stop.clone();
-        tokio::task::spawn_blocking(move || {
-            for _ in 0..9 {
-                std::thread::sleep(Duration::from_millis(200));
-                let to = (cluster.owner_of(slot) + 1) % 3;
-                cluster.move_slot(slot, to);
-            }
-            std::thread::sleep(Duration::from_millis(300));
-            stop.store(true, Ordering::SeqCst);
-        })
+    let load = Load::on(keys_by_master(cluster, &a, 4).concat());
+    let how = Worker {
+        stride: 7,
+        lease: Duration::from_secs(20),
+        wait: Duration::from_secs(10),
+        inside: Duration::ZERO,
     };
+    let tasks = load.spawn([&a, &b], 16, how);
+    let (pause, settle) = (Duration::from_millis(200), Duration::from_millis(300));
+    let mover = spawn_slot_mover(cluster, slot, (9, pause, settle), load.stop.clone());
     mover.await.unwrap();
     for task in tasks {
         task.await.unwrap();
@@ -1189,21 +873,12 @@ async fn cluster_replies_stay_with_their_commands_while_subscribed_slots_move() 
         !owner_lost && !early.contains(&true),
         "the moved lock had two holders: its owner (lost: {owner_lost}) and a waiter ({early:?})"
     );
-    let errors = errors.lock().unwrap().clone();
-    let mut doubled = Vec::new();
-    let mut unordered = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        if occupancy[i].max() > 1 {
-            doubled.push(key.clone());
-        }
-        if !tokens[i].lock().unwrap().windows(2).all(|w| w[0] < w[1]) {
-            unordered.push(key.clone());
-        }
-    }
+    let errors = load.errors.lock().unwrap().clone();
+    let (doubled, unordered) = load.doubled_and_unordered();
     eprintln!(
         "{} holds; {} errors (first: {:?}); two holders: {doubled:?}; tokens out of order: \
          {unordered:?}; moved lock's waiters woken {woken:?} after its release",
-        holds.load(Ordering::SeqCst),
+        load.holds.load(Ordering::SeqCst),
         errors.len(),
         errors.iter().take(3).collect::<Vec<_>>()
     );

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::{free_port, RedisServer};
-use lock_tests::{redis, unique, until_queued};
+use lock_tests::{impatient_runtime, redis, unique, until_queued};
 
 // ---------------------------------------------------------------------------
 // Refused before anything runs
@@ -437,13 +437,7 @@ async fn acl_user_with_password_can_lock_and_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_after_redis_is_gone_for_good_returns_errors() {
     let server = RedisServer::start();
-    let runtime = LockRuntime::builder()
-        .redis(server.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let runtime = impatient_runtime(&server.url()).await;
     let guard = runtime.lock("k").acquire().await.unwrap();
     drop(server);
 
@@ -649,13 +643,7 @@ async fn not_redis() -> (u16, tokio::task::JoinHandle<()>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_that_runs_out_during_an_outage_names_the_backend_failure_not_contention() {
     let server = RedisServer::start();
-    let runtime = LockRuntime::builder()
-        .redis(server.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let runtime = impatient_runtime(&server.url()).await;
     runtime.ping().await.unwrap();
     drop(server);
     let err = runtime

@@ -11,35 +11,82 @@
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, LockError, LockGuard, LockMode, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{unique, wait_until, StallableExecutor};
+use lock_tests::spawn::Timed;
+use lock_tests::stored::{clear_queue, kill_clients, queue_ghost};
+use lock_tests::{
+    builder_at, poll_until, runtime_at, spawn_acquire, unique, until_listed, wait_until,
+    StallableExecutor,
+};
 
+use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-/// A fair runtime with the default cohorting, on `server`.
-async fn fair(server: &RedisServer, prefix: &str, lease: Duration) -> LockRuntime {
-    LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(prefix)
-        .fair(true)
-        .default_lease(lease)
-        .build()
-        .await
-        .expect("build the lock runtime")
+/// A server of the test's own and three fair runtimes on it with the
+/// default cohorting and a 10 s lease (processes A, B and C), with the
+/// backend name of the key `k` and a plain connection to the server.
+struct Scene {
+    server: RedisServer,
+    a: LockRuntime,
+    b: LockRuntime,
+    c: LockRuntime,
+    prefix: String,
+    hash: String,
+    con: MultiplexedConnection,
 }
 
-/// Waits (bounded) until the key's fair queue in Redis holds `want` places.
-async fn until_queued(con: &mut redis::aio::MultiplexedConnection, hash: &str, want: usize) {
-    for _ in 0..2000 {
-        let queued: usize = con.llen(format!("{hash}:queue")).await.unwrap();
-        if queued == want {
-            return;
+impl Scene {
+    /// Starts the server and the three runtimes, under a prefix made from
+    /// `name`.
+    async fn start(name: &str) -> Scene {
+        let server = RedisServer::start();
+        let prefix = unique(name);
+        let fair = || async {
+            builder_at(&server.url(), &prefix)
+                .fair(true)
+                .default_lease(LEASE)
+                .build()
+                .await
+                .expect("build the lock runtime")
+        };
+        let (a, b, c) = (fair().await, fair().await, fair().await);
+        let hash = a.backend_key("k");
+        let con = server.connection().await;
+        Scene {
+            server,
+            a,
+            b,
+            c,
+            prefix,
+            hash,
+            con,
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("the queue of {hash} never held {want} places");
+}
+
+/// The lease of the scene's runtimes.
+const LEASE: Duration = Duration::from_secs(10);
+
+/// How long a test waits for a step that should come at once (a place
+/// queued, a key taken from a fresh server, an executor stalled).
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The lease that a frozen server outlasts; the wait of a call that must
+/// find a key busy.
+const SHORT: Duration = Duration::from_secs(1);
+
+/// The wait of a waiter that the test, not its deadline, ends.
+const LONG: Duration = Duration::from_secs(30);
+
+/// Waits until `runtime` noticed that a connection of its went.
+async fn until_connection_lost(runtime: &LockRuntime) {
+    wait_until("the runtime saw its connection go", || {
+        runtime.stats().connections_lost > 0
+    })
+    .await;
 }
 
 /// Restarts `server` empty, waits until `seen` noticed its connection go,
@@ -48,18 +95,10 @@ async fn restart_and_take(
     server: &mut RedisServer,
     seen: &LockRuntime,
     taker: &LockRuntime,
-) -> lock_runtime::LockGuard {
+) -> LockGuard {
     server.restart().await;
-    wait_until("the runtime saw its connection go", || {
-        seen.stats().connections_lost > 0
-    })
-    .await;
-    taker
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap()
+    until_connection_lost(seen).await;
+    taker.lock("k").wait(PATIENCE).acquire().await.unwrap()
 }
 
 /// A fair handoff is only good in the connection epoch it arrived in.
@@ -70,28 +109,47 @@ async fn restart_and_take(
 /// handoff: it asks the server, waits for C, and gets a larger token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
-    let mut server = RedisServer::start();
-    let prefix = unique("entry-handoff");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
+    handoff_from_before_a_restart_is_not_entered(LockMode::Exclusive, LockMode::Exclusive).await;
+}
 
-    let held = a.lock("k").acquire().await.unwrap();
+/// A fair *read* handoff is only good in the connection epoch it arrived
+/// in, as a write handoff is: B's reader is queued behind A's write; B's
+/// executor stalls; A's release hands B's place a read hold; Redis restarts
+/// empty and C takes the key (a write). When B's executor runs again, its
+/// reader must not enter on the recorded handoff beside C's write: it
+/// queues on the fresh server and enters after C, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_read_handoff_from_before_a_server_restart_is_not_entered() {
+    handoff_from_before_a_restart_is_not_entered(LockMode::Write, LockMode::Read).await;
+}
+
+/// The handoff tests' body: A holds `k` in mode `held`, B waits for it in
+/// mode `waits` on an executor that stalls once B is queued; A's release
+/// hands the key to B's place, Redis restarts empty and C takes the key.
+/// B's waiter, run again, must queue behind C and enter with a larger
+/// token, never on the handoff recorded before the restart.
+async fn handoff_from_before_a_restart_is_not_entered(held: LockMode, waits: LockMode) {
+    let Scene {
+        mut server,
+        a,
+        b,
+        c,
+        hash,
+        mut con,
+        ..
+    } = Scene::start("entry-handoff").await;
+    let held = a.lock("k").mode(held).acquire().await.unwrap();
     let executor = StallableExecutor::start();
     let (entered_tx, mut entered_rx) = oneshot::channel();
     let waiter = {
         let b = b.clone();
         executor.handle().spawn(async move {
-            let got = b.lock("k").wait(Duration::from_secs(30)).acquire().await;
-            let fence = got.as_ref().map(|g| g.fence()).ok();
-            let _ = entered_tx.send(fence);
+            let got = b.lock("k").mode(waits).wait(LONG).acquire().await;
+            let _ = entered_tx.send(got.as_ref().map(|g| g.fence()).ok());
             got.map(|g| (g.fence(), g.is_lost()))
         })
     };
-    until_queued(&mut con, &hash, 1).await;
+    until_listed(&mut con, &hash, 1, PATIENCE).await;
     let resume = executor.stall();
     // The release hands the key to B's place; one more round trip on our
     // own connection, and the message has been written to B's socket.
@@ -104,11 +162,11 @@ async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
     let mut con = server.connection().await;
     tokio::select! {
         entered = &mut entered_rx => panic!(
-            "B entered on a handoff from before the restart while C holds the key \
-             (B's token {:?}, C's {token})",
+            "B's waiter ({waits:?}) entered on a handoff from before the restart while C \
+             holds the key (B's token {:?}, C's {token})",
             entered.ok().flatten()
         ),
-        () = until_queued(&mut con, &hash, 1) => {}
+        () = until_listed(&mut con, &hash, 1, PATIENCE) => {}
     }
     other.release().await.unwrap();
     let (fence, lost) = waiter.await.unwrap().unwrap();
@@ -128,24 +186,13 @@ async fn a_fair_handoff_from_before_a_server_restart_is_not_entered() {
 async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
     let server = RedisServer::start();
     let prefix = unique("entry-passed");
-    let lease = Duration::from_secs(1);
-    let a = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(prefix.as_str())
-        .default_lease(lease)
-        .fair(false)
-        .cohort(8, Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
-    let b = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(prefix.as_str())
-        .default_lease(lease)
-        .fair(false)
-        .build()
-        .await
-        .unwrap();
+    let plain = || {
+        builder_at(&server.url(), &prefix)
+            .default_lease(SHORT)
+            .fair(false)
+    };
+    let a = plain().cohort(8, LONG).build().await.unwrap();
+    let b = plain().build().await.unwrap();
     let executor = StallableExecutor::start();
     let (release_tx, release_rx) = oneshot::channel::<()>();
     let (entered_tx, mut entered_rx) = oneshot::channel();
@@ -162,13 +209,13 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
             guard.release().await.unwrap();
             let resume = stall_rx.recv().unwrap();
             stalled_tx.send(()).unwrap();
-            let _ = resume.recv_timeout(Duration::from_secs(30));
+            let _ = resume.recv_timeout(LONG);
         })
     };
     let second = {
         let a = a.clone();
         executor.handle().spawn(async move {
-            let called = with_lock(a.lock("k").wait(Duration::from_secs(30)), async {
+            let called = with_lock(a.lock("k").wait(LONG), async {
                 let _ = entered_tx.send(lock_runtime::fence());
                 Ok::<_, LockError>(lock_runtime::fence())
             });
@@ -179,7 +226,7 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
     let (resume_tx, resume_rx) = std_mpsc::channel();
     stall_tx.send(resume_rx).unwrap();
     release_tx.send(()).unwrap();
-    tokio::task::block_in_place(|| stalled_rx.recv_timeout(Duration::from_secs(10)))
+    tokio::task::block_in_place(|| stalled_rx.recv_timeout(PATIENCE))
         .expect("the executor stalled");
     assert_eq!(a.stats().passed_locally, 1, "the hold was not passed");
     // The server stops answering past the lease: the hold is lost.
@@ -189,12 +236,7 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
     })
     .await;
     server.thaw();
-    let other = b
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let other = b.lock("k").wait(PATIENCE).acquire().await.unwrap();
     let token = other.fence();
     resume_tx.send(()).unwrap();
     // The second task runs again: it must wait for the other process.
@@ -222,11 +264,9 @@ async fn a_passed_hold_lost_before_its_waiter_runs_is_not_entered() {
 /// process's hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() {
-    let mut server = RedisServer::start();
-    let prefix = unique("entry-reentry");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
+    let Scene {
+        mut server, a, c, ..
+    } = Scene::start("entry-reentry").await;
     let (held_tx, held_rx) = oneshot::channel::<()>();
     let (nest_tx, nest_rx) = oneshot::channel::<()>();
     let outer = {
@@ -236,7 +276,7 @@ async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() 
             with_lock(request, async {
                 held_tx.send(()).unwrap();
                 let _ = nest_rx.await;
-                let nested = a.lock("k").wait(Duration::from_secs(1));
+                let nested = a.lock("k").wait(SHORT);
                 let entered =
                     with_lock(nested, async { Ok::<_, LockError>(lock_runtime::fence()) });
                 Ok::<_, LockError>(entered.await)
@@ -270,27 +310,22 @@ async fn a_reentry_after_a_lost_connection_waits_for_the_hold_to_be_confirmed() 
 /// (`held.rs` checks the join's rule itself, hold by hold.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_after_a_lost_connection_does_not_join_an_unconfirmed_read_hold() {
-    let mut server = RedisServer::start();
-    let prefix = unique("entry-join");
-    let lease = Duration::from_secs(10);
+    let Scene {
+        mut server,
+        c,
+        prefix,
+        ..
+    } = Scene::start("entry-join").await;
     // Joins allowed for a minute: only the lost connection may stop one.
-    let a = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(&prefix)
-        .default_lease(lease)
+    let a = builder_at(&server.url(), &prefix)
+        .default_lease(LEASE)
         .cohort(32, Duration::from_secs(60))
         .build()
         .await
         .unwrap();
-    let c = fair(&server, &prefix, lease).await;
     let first = a.lock("k").read().acquire().await.unwrap();
     let other = restart_and_take(&mut server, &a, &c).await;
-    let second = a
-        .lock("k")
-        .read()
-        .wait(Duration::from_secs(1))
-        .acquire()
-        .await;
+    let second = a.lock("k").read().wait(SHORT).acquire().await;
     let token = other.fence();
     other.release().await.unwrap();
     match second {
@@ -307,18 +342,6 @@ async fn a_read_after_a_lost_connection_does_not_join_an_unconfirmed_read_hold()
     drop(first);
 }
 
-/// Kills every client connection but the caller's (the server keeps its data).
-async fn kill_clients(con: &mut redis::aio::MultiplexedConnection) {
-    for kind in ["normal", "pubsub"] {
-        let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg(kind)
-            .query_async(con)
-            .await;
-    }
-}
-
 /// A fixed-lease hold (`watchdog(false)`) is never renewed, so no renewal can
 /// confirm it after a lost connection: it is re-entered on its lease alone,
 /// at once (it must not wait for a confirmation that never comes).
@@ -326,37 +349,17 @@ async fn kill_clients(con: &mut redis::aio::MultiplexedConnection) {
 async fn a_reentry_into_a_fixed_lease_hold_after_a_lost_connection_does_not_hang() {
     let server = RedisServer::start();
     let prefix = unique("hostile-fixed-reentry");
-    let a = LockRuntime::builder()
-        .redis(server.url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
+    let a = runtime_at(&server.url(), &prefix).await;
     let mut con = server.connection().await;
-    let lease = Duration::from_secs(20);
-    let guard = a
-        .lock("k")
-        .watchdog(false)
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
-    kill_clients(&mut con).await;
-    lock_tests::wait_until("the runtime saw its connection go", || {
-        a.stats().connections_lost > 0
-    })
-    .await;
+    let fixed = || a.lock("k").watchdog(false).lease(Duration::from_secs(20));
+    let guard = fixed().acquire().await.unwrap();
+    kill_clients(&mut con, &["normal", "pubsub"]).await;
+    until_connection_lost(&a).await;
     // The hold is still in Redis (nothing restarted): only the connection went.
     assert!(con.exists::<_, bool>(a.backend_key("k")).await.unwrap());
     let started = Instant::now();
     let nested = guard
-        .scope(
-            a.lock("k")
-                .watchdog(false)
-                .lease(lease)
-                .wait(Duration::from_secs(3))
-                .acquire(),
-        )
+        .scope(fixed().wait(Duration::from_secs(3)).acquire())
         .await;
     let took = started.elapsed();
     eprintln!(
@@ -419,34 +422,6 @@ async fn a_locked_body_is_not_polled_past_its_client_side_lease_end() {
     );
 }
 
-/// The server's clock in milliseconds (queue entries carry server time).
-async fn server_ms(con: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await.unwrap();
-    secs * 1000 + micros / 1000
-}
-
-/// Queues `holder` in the key's fair queue as a process that went quiet
-/// would have left it: entry `entry` (`{expiry}` is replaced by server time
-/// + `life_ms`, which may be negative: an entry that ran out).
-async fn queue_ghost(
-    con: &mut redis::aio::MultiplexedConnection,
-    hash: &str,
-    holder: &str,
-    entry: &str,
-    life_ms: i64,
-) {
-    let expiry = server_ms(con).await as i64 + life_ms;
-    let entry = entry.replace("{expiry}", &expiry.to_string());
-    let _: () = con.rpush(format!("{hash}:queue"), holder).await.unwrap();
-    let _: () = con
-        .hset(format!("{hash}:queued"), holder, entry)
-        .await
-        .unwrap();
-    for key in [format!("{hash}:queue"), format!("{hash}:queued")] {
-        let _: () = con.pexpire(key, 30_000).await.unwrap();
-    }
-}
-
 /// Fair mode's writer preference reads every queue entry a writer may have
 /// left: a live writer entry of an earlier version (`<expiry>:<lease>`, no
 /// reserve, no mode) keeps a new reader out of a read-held key, a writer
@@ -454,45 +429,48 @@ async fn queue_ghost(
 /// ran out still does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_reader_does_not_pass_a_live_writer_entry_of_any_form() {
-    let server = RedisServer::start();
-    let prefix = unique("hostile-rw-ghosts");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
-    let held = a.lock("k").read().acquire().await.unwrap();
-    let try_read = || async { b.lock("k").read().try_acquire().await.unwrap() };
+    let mut s = Scene::start("hostile-rw-ghosts").await;
+    let held = s.a.lock("k").read().acquire().await.unwrap();
+    let try_read = || async { s.b.lock("k").read().try_acquire().await.unwrap() };
 
-    queue_ghost(&mut con, &hash, "old-writer", "{expiry}:3000", 20_000).await;
+    queue_ghost(&mut s.con, &s.hash, "old-writer", "{expiry}:3000", 20_000).await;
     assert!(
         try_read().await.is_none(),
         "a reader passed a queued writer's entry of an earlier version"
     );
-    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
-    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+    clear_queue(&mut s.con, &s.hash).await;
 
-    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    queue_ghost(&mut s.con, &s.hash, "dead-writer", "{expiry}:3000:0", -1000).await;
     let beside = try_read()
         .await
         .expect("a writer entry that ran out kept a reader out");
-    assert_eq!(b.stats().joined_locally, 0);
+    assert_eq!(s.b.stats().joined_locally, 0);
     beside.release().await.unwrap();
 
-    queue_ghost(&mut con, &hash, "dead-writer", "{expiry}:3000:0", -1000).await;
-    queue_ghost(&mut con, &hash, "live-writer", "{expiry}:3000:0", 20_000).await;
+    queue_ghost(&mut s.con, &s.hash, "dead-writer", "{expiry}:3000:0", -1000).await;
+    queue_ghost(
+        &mut s.con,
+        &s.hash,
+        "live-writer",
+        "{expiry}:3000:0",
+        20_000,
+    )
+    .await;
     assert!(
         try_read().await.is_none(),
         "a reader passed a live writer queued behind a dead one"
     );
     // Not queued by a try: the queue is the ghosts only.
-    let queued: Vec<String> = con.lrange(format!("{hash}:queue"), 0, -1).await.unwrap();
+    let queued: Vec<String> = s
+        .con
+        .lrange(format!("{}:queue", s.hash), 0, -1)
+        .await
+        .unwrap();
     assert!(
         queued.iter().all(|id| id.ends_with("-writer")),
         "{queued:?}"
     );
-    let _: () = con.del(format!("{hash}:queue")).await.unwrap();
-    let _: () = con.del(format!("{hash}:queued")).await.unwrap();
+    clear_queue(&mut s.con, &s.hash).await;
     held.release().await.unwrap();
 }
 
@@ -503,42 +481,48 @@ async fn a_new_reader_does_not_pass_a_live_writer_entry_of_any_form() {
 /// inside leave. The reader inside stays inside all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_queued_behind_a_writer_that_went_quiet_enters_beside_the_readers_inside() {
-    let server = RedisServer::start();
-    let prefix = unique("hostile-rw-quiet-writer");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
-    let held = a.lock("k").read().acquire().await.unwrap();
-    queue_ghost(&mut con, &hash, "quiet-writer", "{expiry}:3000:0", 600).await;
+    let mut s = Scene::start("hostile-rw-quiet-writer").await;
+    let held = s.a.lock("k").read().acquire().await.unwrap();
+    queue_ghost(&mut s.con, &s.hash, "quiet-writer", "{expiry}:3000:0", 600).await;
     let started = Instant::now();
-    let reader = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.lock("k")
-                .read()
-                .wait(Duration::from_secs(8))
-                .acquire()
-                .await
-        })
-    };
+    let reader = spawn_acquire(s.b.lock("k").read().wait(Duration::from_secs(8)));
     // Queued behind the writer's entry (the key is only read-held).
-    until_queued(&mut con, &hash, 2).await;
-    let reader = tokio::time::timeout(Duration::from_secs(9), reader)
+    until_listed(&mut s.con, &s.hash, 2, PATIENCE).await;
+    let (_, reader) = tokio::time::timeout(Duration::from_secs(9), reader)
         .await
         .expect("the reader never came in")
-        .unwrap()
-        .expect("the reader waited until its deadline behind a writer entry that ran out");
+        .unwrap();
+    let reader =
+        reader.expect("the reader waited until its deadline behind a writer entry that ran out");
     let took = started.elapsed();
     eprintln!("the reader came in after {took:?}");
     assert!(!held.is_lost());
-    let info = a.inspect("k").await.unwrap().expect("read-held");
-    assert_eq!(info.readers.len(), 2, "{info:?}");
+    assert_readers_inside(&s.a, 2).await;
     // Well before the reader inside would have left (its lease is 10 s).
     assert!(took < Duration::from_secs(5), "took {took:?}");
     reader.release().await.unwrap();
     held.release().await.unwrap();
+}
+
+/// Checks that `k` is read-held by `readers` readers, as `runtime` sees it.
+async fn assert_readers_inside(runtime: &LockRuntime, readers: usize) {
+    let info = runtime.inspect("k").await.unwrap().expect("read-held");
+    assert_eq!(info.readers.len(), readers, "{info:?}");
+}
+
+/// Waits for the spawned acquire `task` to get its hold (bounded:
+/// [`PATIENCE`]), and returns how long after `since` it did, with the hold.
+async fn entered_after(
+    task: JoinHandle<Timed>,
+    since: Instant,
+    who: &str,
+) -> (Duration, LockGuard) {
+    let (entered, guard) = tokio::time::timeout(PATIENCE, task)
+        .await
+        .unwrap_or_else(|_| panic!("{who} never entered"))
+        .unwrap();
+    let guard = guard.unwrap_or_else(|e| panic!("{who}: {e:?}"));
+    (entered.into_std().duration_since(since), guard)
 }
 
 /// A read hold handed to a process's place whose only waiter is cancelled
@@ -549,72 +533,38 @@ async fn a_reader_queued_behind_a_writer_that_went_quiet_enters_beside_the_reade
 /// reader is cancelled; when B's executor runs again, C's writer enters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_once() {
-    use lock_runtime::LockMode;
-    let server = RedisServer::start();
-    let prefix = unique("hostile-rw-cancelled-reader");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
-
-    let held = a.lock("k").write().acquire().await.unwrap();
+    let mut s = Scene::start("hostile-rw-cancelled-reader").await;
+    let held = s.a.lock("k").write().acquire().await.unwrap();
     let executor = StallableExecutor::start();
     let reader = {
-        let b = b.clone();
+        let b = s.b.clone();
         executor.handle().spawn(async move {
-            let got = b
-                .lock("k")
-                .read()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await;
+            let got = b.lock("k").read().wait(LONG).acquire().await;
             got.map(|g| g.fence())
         })
     };
-    until_queued(&mut con, &hash, 1).await;
-    let writer = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            let guard = c
-                .lock("k")
-                .write()
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        })
-    };
-    until_queued(&mut con, &hash, 2).await;
+    until_listed(&mut s.con, &s.hash, 1, PATIENCE).await;
+    let writer = spawn_acquire(s.c.lock("k").write().wait(PATIENCE));
+    until_listed(&mut s.con, &s.hash, 2, PATIENCE).await;
     let resume = executor.stall();
     held.release().await.unwrap();
     // The key goes to B's place as a read hold (C's writer stays queued).
-    let mut handed = false;
-    for _ in 0..400 {
-        let info = a.inspect("k").await.unwrap();
-        if info.is_some_and(|info| info.mode == LockMode::Read) {
-            handed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(handed, "the release did not hand B's place a read hold");
+    let read_held = async || {
+        let info = s.a.inspect("k").await.unwrap();
+        info.is_some_and(|info| info.mode == LockMode::Read)
+    };
+    let what = "the release hands B's place a read hold";
+    poll_until(what, Duration::from_secs(2), read_held).await;
     reader.abort();
     let resumed = Instant::now();
     resume.send(()).unwrap();
-    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), writer)
-        .await
-        .expect("C's writer never entered")
-        .unwrap()
-        .unwrap();
-    let took = entered.duration_since(resumed);
+    let (took, guard) = entered_after(writer, resumed, "C's writer").await;
     eprintln!("C's writer entered {took:?} after B's executor ran again");
     assert!(
         took < Duration::from_millis(1500),
         "the read hold handed to a cancelled reader sat unused for {took:?}"
     );
-    let info = a.inspect("k").await.unwrap().expect("held");
+    let info = s.a.inspect("k").await.unwrap().expect("held");
     assert_eq!(info.mode, LockMode::Write, "{info:?}");
     assert!(info.readers.is_empty(), "{info:?}");
     guard.release().await.unwrap();
@@ -629,71 +579,30 @@ async fn a_read_handoff_to_a_cancelled_reader_goes_on_to_the_writer_behind_at_on
 /// given back lets in the readers it leaves first in line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_queued_behind_a_writer_that_gives_up_comes_in_at_once() {
-    let server = RedisServer::start();
-    let prefix = unique("hostile-rw-writer-gives-up");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
-    let held = a.lock("k").read().acquire().await.unwrap();
-    let writer = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.lock("k")
-                .write()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
-    until_queued(&mut con, &hash, 1).await;
-    let reader = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            let guard = c
-                .lock("k")
-                .read()
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        })
-    };
-    until_queued(&mut con, &hash, 2).await;
+    let mut s = Scene::start("hostile-rw-writer-gives-up").await;
+    let held = s.a.lock("k").read().acquire().await.unwrap();
+    let writer = spawn_acquire(s.b.lock("k").write().wait(LONG));
+    until_listed(&mut s.con, &s.hash, 1, PATIENCE).await;
+    let reader = spawn_acquire(s.c.lock("k").read().wait(PATIENCE));
+    until_listed(&mut s.con, &s.hash, 2, PATIENCE).await;
     // Once C's place has settled (its first refresh rewrote its entry: no
     // attempt of C's is left in flight that could find the writer gone by
     // itself), B's writer gives up: only what that does can let C in.
-    let place: String = con.lindex(format!("{hash}:queue"), 1).await.unwrap();
-    let entries = format!("{hash}:queued");
-    let first: String = con.hget(&entries, &place).await.unwrap();
-    let mut refreshed = false;
-    for _ in 0..600 {
-        let now: String = con.hget(&entries, &place).await.unwrap();
-        if now != first {
-            refreshed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(refreshed, "C's place was never refreshed");
+    let place: String = s.con.lindex(format!("{}:queue", s.hash), 1).await.unwrap();
+    let entries = format!("{}:queued", s.hash);
+    let first: String = s.con.hget(&entries, &place).await.unwrap();
+    let refreshed = async || s.con.hget::<_, _, String>(&entries, &place).await.unwrap() != first;
+    poll_until("C's place is refreshed", Duration::from_secs(3), refreshed).await;
     let gave_up = Instant::now();
     writer.abort();
-    let (entered, guard) = tokio::time::timeout(Duration::from_secs(10), reader)
-        .await
-        .expect("the reader never came in")
-        .unwrap()
-        .unwrap();
-    let took = entered.duration_since(gave_up);
+    let (took, guard) = entered_after(reader, gave_up, "the reader").await;
     eprintln!("the reader came in {took:?} after the writer ahead of it gave up");
     assert!(
         took < Duration::from_millis(300),
         "the reader sat behind a writer that had given up for {took:?}"
     );
     assert!(!held.is_lost());
-    let info = a.inspect("k").await.unwrap().expect("read-held");
-    assert_eq!(info.readers.len(), 2, "{info:?}");
+    assert_readers_inside(&s.a, 2).await;
     guard.release().await.unwrap();
     held.release().await.unwrap();
 }
@@ -706,31 +615,19 @@ async fn a_reader_queued_behind_a_writer_that_gives_up_comes_in_at_once() {
 /// on a place nobody waits on), and nothing is left queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_cancelled_at_any_step_leaves_nothing_that_holds_up_a_writer() {
-    let server = RedisServer::start();
-    let prefix = unique("hostile-rw-cancel-steps");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
+    let mut s = Scene::start("hostile-rw-cancel-steps").await;
     let mut slowest = Duration::ZERO;
     for step in 0..40u64 {
-        let held = a.lock("k").write().acquire().await.unwrap();
+        let held = s.a.lock("k").write().acquire().await.unwrap();
         let after = Duration::from_micros(step * 250);
-        let read = b.lock("k").read().wait(Duration::from_secs(10)).acquire();
+        let read = s.b.lock("k").read().wait(PATIENCE).acquire();
         if let Ok(got) = tokio::time::timeout(after, read).await {
             panic!("step {step}: B's read entered beside A's write: {got:?}");
         }
         held.release().await.unwrap();
         let started = Instant::now();
-        let writer = c
-            .lock("k")
-            .write()
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("step {step}: {e:?}"));
+        let writer = s.c.lock("k").write().wait(PATIENCE).acquire().await;
+        let writer = writer.unwrap_or_else(|e| panic!("step {step}: {e:?}"));
         let took = started.elapsed();
         slowest = slowest.max(took);
         assert!(
@@ -740,70 +637,6 @@ async fn a_reader_cancelled_at_any_step_leaves_nothing_that_holds_up_a_writer() 
         writer.release().await.unwrap();
     }
     eprintln!("slowest writer after a cancelled reader: {slowest:?}");
-    let mut empty = false;
-    for _ in 0..200 {
-        let queued: usize = con.llen(format!("{hash}:queue")).await.unwrap();
-        if queued == 0 {
-            empty = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(empty, "places of cancelled readers stayed queued");
-}
-
-/// A fair *read* handoff is only good in the connection epoch it arrived
-/// in, as a write handoff is: B's reader is queued behind A's write; B's
-/// executor stalls; A's release hands B's place a read hold; Redis restarts
-/// empty and C takes the key (a write). When B's executor runs again, its
-/// reader must not enter on the recorded handoff beside C's write: it
-/// queues on the fresh server and enters after C, with a larger token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fair_read_handoff_from_before_a_server_restart_is_not_entered() {
-    let mut server = RedisServer::start();
-    let prefix = unique("hostile-rw-read-handoff-restart");
-    let lease = Duration::from_secs(10);
-    let a = fair(&server, &prefix, lease).await;
-    let b = fair(&server, &prefix, lease).await;
-    let c = fair(&server, &prefix, lease).await;
-    let hash = a.backend_key("k");
-    let mut con = server.connection().await;
-
-    let held = a.lock("k").write().acquire().await.unwrap();
-    let executor = StallableExecutor::start();
-    let (entered_tx, mut entered_rx) = oneshot::channel();
-    let reader = {
-        let b = b.clone();
-        executor.handle().spawn(async move {
-            let got = b
-                .lock("k")
-                .read()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await;
-            let _ = entered_tx.send(got.as_ref().map(|g| g.fence()).ok());
-            got.map(|g| (g.fence(), g.is_lost()))
-        })
-    };
-    until_queued(&mut con, &hash, 1).await;
-    let resume = executor.stall();
-    held.release().await.unwrap();
-    let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
-    let other = restart_and_take(&mut server, &b, &c).await;
-    let token = other.fence();
-    resume.send(()).unwrap();
-    let mut con = server.connection().await;
-    tokio::select! {
-        entered = &mut entered_rx => panic!(
-            "B's reader entered on a read handoff from before the restart while C writes \
-             (B's token {:?}, C's {token})",
-            entered.ok().flatten()
-        ),
-        () = until_queued(&mut con, &hash, 1) => {}
-    }
-    other.release().await.unwrap();
-    let (fence, lost) = reader.await.unwrap().unwrap();
-    assert!(fence > token, "tokens went back: {fence} after {token}");
-    assert!(!lost, "entered a lost hold");
-    drop(executor);
+    // Places of cancelled readers must not stay queued.
+    until_listed(&mut s.con, &s.hash, 0, SHORT).await;
 }

@@ -14,7 +14,8 @@ use lock_runtime::{with_lock, LockError, LockMode, LockRuntime};
 use lock_testkit::etcd::etcdctl_binary;
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{EtcdCluster, LineChild};
-use lock_tests::{etcd, unique, FaultProxy, Occupancy};
+use lock_tests::cut_off::{a_stopped_holder_is_outlived, told_lost_before_the_other_enters};
+use lock_tests::{etcd, try_takes, unique, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
 /// A runtime on these etcd endpoints with this prefix and default lease.
@@ -28,11 +29,22 @@ async fn runtime_on(endpoints: Vec<String>, prefix: &str, lease: Duration) -> Lo
         .expect("build the lock runtime on etcd")
 }
 
+/// Two runtimes (two processes) on `cluster` under `prefix`, with this
+/// default lease.
+async fn two_on(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    lease: Duration,
+) -> (LockRuntime, LockRuntime) {
+    let a = runtime_on(cluster.endpoints(), prefix, lease).await;
+    (a, runtime_on(cluster.endpoints(), prefix, lease).await)
+}
+
 /// The lock `k`: held by `runtime`, refused to a try of `peer`, and handed
 /// to a waiter of `peer` at its release, with a larger token.
 async fn excludes_and_hands_over(runtime: &LockRuntime, peer: &LockRuntime) {
     let held = runtime.lock("k").acquire().await.unwrap();
-    assert!(peer.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(peer.lock("k")).await);
     let waiter = {
         let peer = peer.clone();
         tokio::spawn(async move { peer.lock("k").acquire().await.map(|g| g.fence()) })
@@ -96,12 +108,7 @@ async fn etcdctl_lock_and_this_runtime_exclude_each_other_both_ways() {
     assert!(key.starts_with(&format!("{name}/")), "{key}");
 
     // etcdctl holds: we wait behind it, and hold once it lets go.
-    assert!(runtime
-        .lock(name.as_str())
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(runtime.lock(name.as_str())).await);
     let theirs = runtime
         .inspect(&name)
         .await
@@ -171,13 +178,7 @@ async fn etcdctl_lock_and_our_readers_exclude_each_other_both_ways() {
     assert!(key.starts_with(&format!("{name}/")), "{key}");
 
     // etcdctl holds: our readers are refused, and wait behind it.
-    assert!(runtime
-        .lock(name.as_str())
-        .read()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(runtime.lock(name.as_str()).read()).await);
     let theirs = runtime
         .inspect(&name)
         .await
@@ -236,8 +237,7 @@ async fn losing_the_leader_of_three_keeps_one_holder_and_waiters_go_on() {
     let mut cluster = EtcdCluster::start(3);
     let prefix = unique("leader");
     let lease = Duration::from_secs(3);
-    let a = runtime_on(cluster.endpoints(), &prefix, lease).await;
-    let b = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let (a, b) = two_on(&cluster, &prefix, lease).await;
     let occupancy = Arc::new(Occupancy::new());
     let fences = Arc::new(Mutex::new(Vec::new()));
     let counted = Arc::new(AtomicU64::new(0));
@@ -295,8 +295,7 @@ async fn a_cluster_restarted_from_disk_keeps_its_holder_and_tokens_grow() {
     let mut cluster = EtcdCluster::start(1);
     let prefix = unique("restart");
     let lease = Duration::from_secs(4);
-    let a = runtime_on(cluster.endpoints(), &prefix, lease).await;
-    let b = runtime_on(cluster.endpoints(), &prefix, lease).await;
+    let (a, b) = two_on(&cluster, &prefix, lease).await;
     let guard = a.lock("k").acquire().await.unwrap();
     let before = guard.fence();
     cluster.restart_all();
@@ -307,7 +306,7 @@ async fn a_cluster_restarted_from_disk_keeps_its_holder_and_tokens_grow() {
     })
     .await;
     assert!(!guard.is_lost(), "the restart lost the hold");
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     guard.release().await.unwrap();
     let next = b.lock("k").acquire().await.unwrap();
     assert!(next.fence() > before, "{} after {before}", next.fence());
@@ -321,33 +320,12 @@ async fn a_client_stopped_past_its_lease_is_lost_and_the_other_enters_after_it()
     let _turn = lock_tests::timing_turn().await;
     let prefix = unique("stopped");
     let url = format!("etcd://{}", etcd().endpoints().join(","));
-    let mut command = Command::new(lock_tests::contender_bin!());
-    command.args([url.as_str(), prefix.as_str(), "hold", "k", "1000"]);
-    let mut child = LineChild::spawn(&mut command, "contender").unwrap();
-    let held = child.next_line(Duration::from_secs(10)).await.unwrap();
-    let theirs: u64 = held.strip_prefix("held ").unwrap().parse().unwrap();
-    signal::send(child.pid(), Signal::Stop).unwrap();
-    let stopped = Instant::now();
-    let other = runtime_on(etcd().endpoints(), &prefix, Duration::from_secs(1)).await;
-    let guard = other
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    let waited = stopped.elapsed();
+    let holder = (lock_tests::contender_bin!(), url.as_str(), prefix.as_str());
+    let other = runtime_on(etcd().endpoints(), &prefix, Duration::from_secs(1));
     // The stopped process's etcd lease: 2 s (1.5 leases, whole seconds)
     // from its last keep-alive, which may be up to a quarter TTL before the
     // stop; etcd revokes expired leases every 500 ms.
-    assert!(
-        waited >= Duration::from_millis(1000),
-        "entered {waited:?} after the stop: within the stopped holder's lease"
-    );
-    assert!(guard.fence() > theirs, "{} after {theirs}", guard.fence());
-    signal::send(child.pid(), Signal::Cont).unwrap();
-    let told = child.next_line(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(told, "lost");
-    guard.release().await.unwrap();
+    a_stopped_holder_is_outlived(holder, other, Duration::from_millis(1000)).await;
 }
 
 /// A holder whose network to etcd stalls is told its hold is lost at its
@@ -369,29 +347,7 @@ async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
     let stalled = runtime_on(vec![endpoint], &prefix, lease).await;
     let other = runtime_on(etcd().endpoints(), &prefix, lease).await;
     let guard = stalled.lock("k").acquire().await.unwrap();
-    proxy.stall();
-    let waiter = tokio::spawn(async move {
-        let guard = other
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        (guard, at)
-    });
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the stalled holder was told it lost the lock");
-    let lost_at = Instant::now();
-    let (next, entered) = waiter.await.unwrap();
-    assert!(
-        lost_at <= entered,
-        "the other entered {:?} before the holder was told",
-        lost_at - entered
-    );
-    assert!(next.fence() > guard.fence());
-    proxy.resume();
+    let _next = told_lost_before_the_other_enters(&proxy, &guard, other).await;
 }
 
 /// A waiter keeps watching its predecessor across a compaction of the
@@ -470,17 +426,15 @@ async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
     ctl(&["user", "add", "app", "--new-user-password", "app-pw"]);
     ctl(&["user", "grant-role", "app", "locks"]);
     ctl(&["auth", "enable"]);
-    let confined = LockRuntime::builder()
-        .etcd(cluster.endpoints())
-        .etcd_auth("app", "app-pw")
-        .build()
+    let as_user = |user, password| {
+        let builder = LockRuntime::builder().etcd(cluster.endpoints());
+        builder.etcd_auth(user, password).build()
+    };
+    let confined = as_user("app", "app-pw")
         .await
         .expect("a runtime whose user may use the lock prefix only");
     excludes_and_hands_over(&confined, &confined).await;
-    let runtime = LockRuntime::builder()
-        .etcd(cluster.endpoints())
-        .etcd_auth("root", "s3cret")
-        .build()
+    let runtime = as_user("root", "s3cret")
         .await
         .expect("a runtime with the right credentials");
     let guard = runtime.lock("k").acquire().await.unwrap();
@@ -494,10 +448,7 @@ async fn a_runtime_authenticates_to_etcd_and_without_credentials_is_refused() {
     let message = refused.to_string();
     assert!(message.contains("etcd"), "{message}");
     assert!(!message.contains("s3cret"), "{message}");
-    let wrong = LockRuntime::builder()
-        .etcd(cluster.endpoints())
-        .etcd_auth("root", "wrong")
-        .build()
+    let wrong = as_user("root", "wrong")
         .await
         .expect_err("a runtime with a wrong password");
     assert!(!wrong.to_string().contains("wrong"), "{wrong}");

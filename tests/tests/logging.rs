@@ -7,7 +7,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_runtime::LockRuntime;
 use lock_testkit::RedisServer;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -72,13 +71,7 @@ async fn an_outage_of_background_releases_is_warned_about_once_with_what_is_pend
     let events = Events::default();
     tracing::subscriber::set_global_default(events.clone()).unwrap();
     let mut server = RedisServer::start();
-    let runtime = LockRuntime::builder()
-        .redis(server.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let runtime = lock_tests::impatient_runtime(&server.url()).await;
     let warned = "background release";
     let failed = |events: &Events| {
         events.count("WARN", warned) + events.count("DEBUG", "background releases still failing")

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_runtime::{fence, with_lock, LockError, LockMode, LockRequest};
-use lock_tests::{on_every_backend, unique, wait_until, Kind};
+use lock_runtime::{fence, with_lock, LockError, LockMode, LockRequest, LockRuntime};
+use lock_tests::{on_every_backend, poll_until, try_takes, unique, wait_until, Kind};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 
@@ -188,37 +188,19 @@ async fn exclusive_and_write_are_one_lock(kind: Kind) {
     let (first, second) = kind.two("rw-one-lock").await;
     let exclusive = first.lock("k").acquire().await.unwrap();
     assert_eq!(exclusive.mode(), LockMode::Exclusive);
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    assert!(second
-        .lock("k")
-        .read()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(second.lock("k").write()).await);
+    assert!(!try_takes(second.lock("k").read()).await);
     exclusive.release().await.unwrap();
 
     let write = first.lock("k").write().acquire().await.unwrap();
     assert_eq!(write.mode(), LockMode::Write);
-    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
-    assert!(second
-        .lock("k")
-        .read()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(second.lock("k")).await);
+    assert!(!try_takes(second.lock("k").read()).await);
     write.release().await.unwrap();
 
     let read = first.lock("k").read().acquire().await.unwrap();
     assert_eq!(read.mode(), LockMode::Read);
-    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(second.lock("k")).await);
     let shared = second.lock("k").read().try_acquire().await.unwrap();
     assert!(shared.is_some(), "a second reader was refused");
     drop(shared);
@@ -699,34 +681,25 @@ async fn a_dead_readers_share_ends_with_its_lease_while_other_readers_renew(kind
     // (Long enough that the live reader's renewals, a third of it apart,
     // keep up on a loaded machine.)
     let lease = Duration::from_millis(1000);
-    let dead = first
-        .lock("k")
-        .read()
-        .lease(lease)
-        .watchdog(false)
-        .acquire()
-        .await
-        .unwrap();
-    let live = second
-        .lock("k")
-        .read()
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
+    let reading = |rt: &LockRuntime| rt.lock("k").read().lease(lease);
+    let dead = reading(&first).watchdog(false).acquire().await.unwrap();
+    let live = reading(&second).acquire().await.unwrap();
     tokio::time::timeout(WAIT, dead.lost())
         .await
         .expect("the fixed lease never ran out");
     // The server counts the lease from a moment after the client does:
     // poll (bounded) until the backend, too, lists one reader.
     let mut info = None;
-    for _ in 0..200 {
+    let one_reader = async || {
         info = first.inspect("k").await.unwrap();
-        if info.as_ref().is_some_and(|i| i.readers.len() == 1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        info.as_ref().is_none_or(|i| i.readers.len() == 1)
+    };
+    poll_until(
+        "the dead reader is no longer listed",
+        Duration::from_secs(2),
+        one_reader,
+    )
+    .await;
     let info = info.expect("the live reader's hold went too");
     assert_eq!(info.mode, LockMode::Read);
     assert_eq!(
@@ -739,13 +712,7 @@ async fn a_dead_readers_share_ends_with_its_lease_while_other_readers_renew(kind
     // Three of its leases later the live reader still holds, renewed.
     tokio::time::sleep(lease * 3).await;
     assert!(!live.is_lost(), "the live reader lost its share");
-    assert!(first
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(first.lock("k").write()).await);
     live.release().await.unwrap();
     let writer = first.lock("k").write().try_acquire().await.unwrap();
     assert!(writer.is_some(), "the key stayed taken after its readers");
@@ -759,13 +726,8 @@ async fn a_dead_readers_share_ends_with_its_lease_while_other_readers_renew(kind
 async fn a_reader_leaving_other_readers_frees_nothing(kind: Kind) {
     let (first, second) = kind.two("rw-leave").await;
     let short = Duration::from_secs(2);
-    let long_reader = first
-        .lock("k")
-        .read()
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let long = Duration::from_secs(30);
+    let long_reader = first.lock("k").read().lease(long).acquire().await.unwrap();
     let short_reader = second
         .lock("k")
         .read()
@@ -819,14 +781,8 @@ async fn a_downgraded_hold_keeps_its_token_and_writers_out_and_lets_readers_in(k
     let read = write.downgrade().await.unwrap();
     assert_eq!((read.mode(), read.fence()), (LockMode::Read, token));
     assert!(!read.is_lost());
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    assert!(second.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(second.lock("k").write()).await);
+    assert!(!try_takes(second.lock("k")).await);
     let other = second.lock("k").read().try_acquire().await.unwrap();
     assert!(
         other.is_some(),
@@ -885,28 +841,10 @@ async fn releasing_the_write_under_a_nested_read_downgrades(kind: Kind) {
     assert_eq!(read.fence(), write.fence());
     write.release().await.unwrap();
     assert!(!read.is_lost());
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    assert!(second
-        .lock("k")
-        .read()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_some());
+    assert!(!try_takes(second.lock("k").write()).await);
+    assert!(try_takes(second.lock("k").read()).await);
     read.release().await.unwrap();
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_some());
+    assert!(try_takes(second.lock("k").write()).await);
 }
 
 /// A write guard dropped while a read nested in it lives, and the read
@@ -942,13 +880,7 @@ async fn dropping_the_write_under_a_nested_read_downgrades_in_the_background(kin
     let other = second.lock("k").read().wait(WAIT).acquire().await.unwrap();
     assert!(!read.is_lost());
     assert_eq!(read.fence(), token);
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(second.lock("k").write()).await);
     drop(other);
     read.release().await.unwrap();
     let next = second.lock("k").write().wait(WAIT).acquire().await.unwrap();

@@ -22,9 +22,12 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use lock_runtime::{fence, layout, with_lock, LockError, LockRuntime};
+use lock_runtime::{fence, layout, with_lock, LockError, LockGuard, LockMode, LockRuntime};
 use lock_testkit::RedisServer;
-use lock_tests::{take_and_release, timing_turn, unique, wait_until, FaultProxy, Occupancy};
+use lock_tests::{
+    take_and_release, timing_turn, try_takes, unique, wait_until, FaultProxy, Occupancy,
+};
+use redis::AsyncCommands;
 use tokio::time::Instant;
 
 /// How many masters every fleet has (a quorum is three).
@@ -166,7 +169,7 @@ async fn redlock_reenters_nested_holds_and_excludes_the_other_runtime_meanwhile(
     assert_eq!((inner, again), (Some(outer), Some(outer)));
     assert_eq!(depth, 2, "the guard's hold and the outer nested call");
     assert!(
-        b.lock("order:7").try_acquire().await.unwrap().is_none(),
+        !try_takes(b.lock("order:7")).await,
         "the other runtime got in while the guard held the lock"
     );
     let info = b
@@ -419,7 +422,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
         took < RESPONSE,
         "the acquire waited {took:?} for the frozen master instead of deciding on the majority"
     );
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     let asked = Instant::now();
     let info = b.inspect("k").await.unwrap().expect("held by a majority");
     b.ping().await.unwrap();
@@ -435,7 +438,7 @@ async fn redlock_locks_with_two_of_five_masters_down() {
         !guard.is_lost(),
         "renewals on three of five masters kept failing"
     );
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     let released = Instant::now();
     guard.release().await.unwrap();
     let request = b.lock("k").wait(Duration::from_secs(2));
@@ -505,7 +508,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
         "the restarted master is empty"
     );
     assert!(
-        b.lock("k").try_acquire().await.unwrap().is_none(),
+        !try_takes(b.lock("k")).await,
         "a second holder got in with one master restarted empty"
     );
     // The holder's next renewal finds the master empty and takes it again.
@@ -528,7 +531,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     );
     // Now only two others besides it: restart a second one; still no way in.
     fleet[1].restart().await;
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     assert!(!guard.is_lost());
     let first = guard.fence();
     guard.release().await.unwrap();
@@ -710,6 +713,102 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
 
+/// The Redlock restart hazard, arranged: of three masters, runtime `a`
+/// holds `k` (in mode `held`, a fixed lease of 3 s) on exactly masters 0
+/// and 2 (a foreign hold keeps master 1 busy while it acquires), then
+/// master 0 restarts without its data and master 1 frees up: masters 0 and
+/// 1 would make a majority for runtime `b` while that lease runs.
+struct Amnesia {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+    fleet: Vec<RedisServer>,
+    prefix: String,
+    b: LockRuntime,
+    lease: Duration,
+    begun: Instant,
+    held: Arc<LockGuard>,
+    contender: LockMode,
+    who: (&'static str, &'static str),
+}
+
+impl Amnesia {
+    /// Arranges the hazard under a prefix made from `name` (in the timing
+    /// turn), for a contender in mode `contender`; `who` names the contender
+    /// and the holder in the messages.
+    async fn arrange(
+        name: &str,
+        (held, contender): (LockMode, LockMode),
+        who: (&'static str, &'static str),
+    ) -> Amnesia {
+        let _turn = timing_turn().await;
+        let mut fleet = fleet_of(3);
+        let prefix = unique(name);
+        let (a, b) = (
+            runtime(&fleet, &prefix).await,
+            runtime(&fleet, &prefix).await,
+        );
+        let lock_key = a.backend_key("k");
+        foreign_hold(&fleet[1], &lock_key).await;
+        // Long enough that restarting master 0 stays well inside it.
+        let lease = Duration::from_secs(3);
+        let begun = Instant::now();
+        let request = a.lock("k").mode(held).lease(lease).watchdog(false);
+        let held = Arc::new(request.acquire().await.unwrap());
+        assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
+        fleet[0].restart().await;
+        let _: () = raw(&fleet[1]).await.del(&lock_key).await.unwrap();
+        Amnesia {
+            _turn,
+            fleet,
+            prefix,
+            b,
+            lease,
+            begun,
+            held,
+            contender,
+            who,
+        }
+    }
+
+    /// `b` asks for `k` in the contender's mode (a lease of 500 ms): refused
+    /// within 300 ms, master 0 being quarantined; then it waits (up to 8 s)
+    /// and gets in only once the hold's lease has ended, which the holder
+    /// knows by then. Returns the hold and when it came.
+    async fn contender_waits_out_the_lease(&self) -> (LockGuard, Instant) {
+        let ((who, holder), mode) = (self.who, self.contender);
+        let request = || {
+            self.b
+                .lock("k")
+                .mode(mode)
+                .lease(Duration::from_millis(500))
+        };
+        let early = request().wait(Duration::from_millis(300)).acquire().await;
+        assert!(
+            matches!(early, Err(LockError::Timeout { .. })),
+            "with master 0 back empty and master 1 free, the {who}: {:?}",
+            early.map(|g| g.fence())
+        );
+        let lease = self.lease;
+        let ran_out = format!("the {holder}'s lease ran out during the test's setup");
+        assert!(!self.held.is_lost(), "{ran_out}");
+        let (since, until, _) = boot_marker(&self.fleet[0], &self.prefix)
+            .await
+            .unwrap_or_else(|| panic!("the {who}'s attempt recreated master 0's marker"));
+        assert!(
+            until > since,
+            "master 0 is not quarantined: {since}..{until}"
+        );
+        let got = request().wait(Duration::from_secs(8)).acquire().await;
+        let (holder_knew, entered) = (self.held.is_lost(), Instant::now());
+        let second = got.unwrap_or_else(|e| panic!("the {who} got no lock after the lease: {e}"));
+        assert!(
+            holder_knew && entered - self.begun >= lease,
+            "the {who} got in {:?} after the acquire, inside the {holder}'s {lease:?} lease",
+            entered - self.begun
+        );
+        (second, entered)
+    }
+}
+
 /// The Redlock restart hazard, arranged: of three masters the holder has
 /// exactly masters 0 and 2 (a foreign hold keeps master 1 busy while it
 /// acquires), then master 0 restarts without its data and master 1 frees
@@ -721,93 +820,22 @@ async fn redlock_holder_cut_off_from_its_majority_counts_as_lost_before_a_conten
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_bare_majority_votes_for_no_one_until_the_lease_ends(
 ) {
-    let _turn = timing_turn().await;
-    let mut fleet = fleet_of(3);
-    let prefix = unique("redlock-bare-majority");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
-    let lock_key = a.backend_key("k");
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(&lock_key)
-        .arg("foreign:1")
-        .arg(1)
-        .arg("fence")
-        .arg(1)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&lock_key)
-        .arg(60_000)
-        .ignore()
-        .query_async(&mut raw(&fleet[1]).await)
-        .await
-        .unwrap();
-    // Long enough that restarting master 0 stays well inside it.
-    let lease = Duration::from_secs(3);
-    let begun = Instant::now();
-    let held = Arc::new(
-        a.lock("k")
-            .lease(lease)
-            .watchdog(false)
-            .acquire()
-            .await
-            .unwrap(),
-    );
-    assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
-    fleet[0].restart().await;
-    let _: () = redis::cmd("DEL")
-        .arg(&lock_key)
-        .query_async(&mut raw(&fleet[1]).await)
-        .await
-        .unwrap();
-    let short = Duration::from_millis(500);
-    let request = b.lock("k").lease(short).wait(Duration::from_millis(300));
-    let early = request.acquire().await;
-    assert!(
-        matches!(early, Err(LockError::Timeout { .. })),
-        "with master 0 back empty and master 1 free: {:?}",
-        early.map(|g| g.fence())
-    );
-    assert!(
-        !held.is_lost(),
-        "the holder's lease ran out during the test's setup"
-    );
-    let (since, until, _) = boot_marker(&fleet[0], &prefix)
-        .await
-        .expect("the contender's acquire recreated master 0's marker");
-    assert!(
-        until > since,
-        "master 0 is not quarantined: {since}..{until}"
-    );
-    let contender = {
-        let (b, held) = (b.clone(), held.clone());
-        tokio::spawn(async move {
-            let request = b.lock("k").lease(short).wait(Duration::from_secs(8));
-            let got = request.acquire().await;
-            (got, held.is_lost(), Instant::now())
-        })
-    };
-    let (got, holder_knew, entered) = contender.await.unwrap();
-    let second = got.expect("the contender got the lock once the holder's lease ended");
-    let (since, until, _) = boot_marker(&fleet[0], &prefix).await.unwrap();
+    let modes = (LockMode::Exclusive, LockMode::Exclusive);
+    let hazard = Amnesia::arrange("redlock-bare-majority", modes, ("contender", "holder")).await;
+    let (second, entered) = hazard.contender_waits_out_the_lease().await;
+    let (since, until, _) = boot_marker(&hazard.fleet[0], &hazard.prefix).await.unwrap();
     println!(
         "redlock bare majority, one master restarted empty: contender in {:?} after the \
-         holder's acquire (lease {lease:?}); master 0 quarantined for {} ms",
-        entered - begun,
+         holder's acquire (lease {:?}); master 0 quarantined for {} ms",
+        entered - hazard.begun,
+        hazard.lease,
         until - since
     );
     assert!(
         until - since > 3000,
         "the quarantine did not grow to the holder's lease recorded on master 2"
     );
-    assert!(
-        holder_knew && entered - begun >= lease,
-        "the contender got in {:?} after the acquire, inside the holder's {lease:?} lease",
-        entered - begun
-    );
-    assert!(second.fence() > held.fence());
+    assert!(second.fence() > hazard.held.fence());
     second.release().await.unwrap();
 }
 
@@ -1254,8 +1282,8 @@ async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
         !first.is_lost() && !second.is_lost(),
         "a reader lost its share"
     );
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
-    assert!(a.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
+    assert!(!try_takes(a.lock("k")).await);
     let readers = first.fence().max(second.fence());
     first.release().await.unwrap();
     second.release().await.unwrap();
@@ -1274,73 +1302,16 @@ async fn redlock_read_quorum_holds_with_one_master_of_three_down() {
 /// that lease has ended, with a larger token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_master_restarted_empty_under_a_writer_votes_for_no_reader_until_the_lease_ends() {
-    let _turn = timing_turn().await;
-    let mut fleet = fleet_of(3);
-    let prefix = unique("redlock-amnesia-read");
-    let (a, b) = (
-        runtime(&fleet, &prefix).await,
-        runtime(&fleet, &prefix).await,
-    );
-    let lock_key = a.backend_key("k");
-    foreign_hold(&fleet[1], &lock_key).await;
-    let lease = Duration::from_secs(3);
-    let begun = Instant::now();
-    let held = Arc::new(
-        a.lock("k")
-            .write()
-            .lease(lease)
-            .watchdog(false)
-            .acquire()
-            .await
-            .unwrap(),
-    );
-    assert!(has_key(&fleet[0], &lock_key).await && has_key(&fleet[2], &lock_key).await);
-    fleet[0].restart().await;
-    let _: () = redis::cmd("DEL")
-        .arg(&lock_key)
-        .query_async(&mut raw(&fleet[1]).await)
-        .await
-        .unwrap();
-    let short = Duration::from_millis(500);
-    let request = b.lock("k").read().lease(short);
-    let early = request.wait(Duration::from_millis(300)).acquire().await;
-    assert!(
-        matches!(early, Err(LockError::Timeout { .. })),
-        "with master 0 back empty and master 1 free, a reader: {:?}",
-        early.map(|g| g.fence())
-    );
-    assert!(
-        !held.is_lost(),
-        "the writer's lease ran out during the test's setup"
-    );
-    let (since, until, _) = boot_marker(&fleet[0], &prefix)
-        .await
-        .expect("the reader's attempt recreated master 0's marker");
-    assert!(
-        until > since,
-        "master 0 is not quarantined: {since}..{until}"
-    );
-    let reader = {
-        let (b, held) = (b.clone(), held.clone());
-        tokio::spawn(async move {
-            let request = b.lock("k").read().lease(short);
-            let got = request.wait(Duration::from_secs(8)).acquire().await;
-            (got, held.is_lost(), Instant::now())
-        })
-    };
-    let (got, writer_knew, entered) = reader.await.unwrap();
-    let reader = got.expect("the reader got in once the writer's lease ended");
+    let modes = (LockMode::Write, LockMode::Read);
+    let hazard = Amnesia::arrange("redlock-amnesia-read", modes, ("reader", "writer")).await;
+    let (reader, entered) = hazard.contender_waits_out_the_lease().await;
     println!(
         "redlock reader beside an amnesiac master: in {:?} after the writer's acquire \
-         (lease {lease:?})",
-        entered - begun
+         (lease {:?})",
+        entered - hazard.begun,
+        hazard.lease
     );
-    assert!(
-        writer_knew && entered - begun >= lease,
-        "the reader got in {:?} after the acquire, inside the writer's {lease:?} lease",
-        entered - begun
-    );
-    assert!(reader.fence() > held.fence());
+    assert!(reader.fence() > hazard.held.fence());
     reader.release().await.unwrap();
 }
 
@@ -1469,7 +1440,7 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     assert!(has_key(&fleet[2], &lock_key).await);
     let other = b.lock("k").read().try_acquire().await.unwrap();
     let other = other.expect("a reader was kept out of a hold downgraded on a majority");
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
     let info = b.inspect("k").await.unwrap().expect("read-held");
     assert_eq!(info.mode, lock_runtime::LockMode::Read, "{info:?}");
     let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
@@ -1478,7 +1449,7 @@ async fn redlock_downgrade_is_done_on_a_majority_and_a_master_that_missed_it_kee
     expected.sort();
     assert_eq!(tokens, expected, "{info:?}");
     read.release().await.unwrap();
-    assert!(b.lock("k").write().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k").write()).await);
     let readers = token.max(other.fence());
     other.release().await.unwrap();
     let next = b.lock("k").write().try_acquire().await.unwrap();

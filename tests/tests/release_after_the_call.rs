@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
-use lock_tests::{on_every_backend, redis, unique, until_queued, wait_until, FaultProxy, Kind};
+use lock_tests::{
+    on_every_backend, redis, runtime_at, unique, until_queued, wait_until, FaultProxy, Kind,
+};
 
 on_every_backend!(
     a_returned_call_leaves_its_key_free_for_this_process_and_its_peers,
@@ -54,12 +56,8 @@ async fn a_returned_call_leaves_its_key_free_for_this_process_and_its_peers(kind
         .await
         .unwrap();
     let started = Instant::now();
-    let theirs = peer
-        .lock(&key)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("a peer takes the key after the call returned");
+    let theirs = peer.lock(&key).wait(PATIENCE).acquire().await;
+    let theirs = theirs.expect("a peer takes the key after the call returned");
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "the peer waited {:?}: the release did not go out (the lease is 30 s)",
@@ -174,12 +172,7 @@ async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
 async fn a_call_returns_while_its_release_is_unanswered() {
     let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("unanswered");
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
+    let runtime = runtime_at(&proxy.url(), &prefix).await;
     let peer = Kind::Redis.runtime(&prefix).await;
     let key = unique("unanswered-key");
     let started = Instant::now();
@@ -199,12 +192,8 @@ async fn a_call_returns_while_its_release_is_unanswered() {
         "the release cannot have reached the server yet"
     );
     proxy.resume();
-    let theirs = peer
-        .lock(&key)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("the release went through once the connection did");
+    let theirs = peer.lock(&key).wait(PATIENCE).acquire().await;
+    let theirs = theirs.expect("the release went through once the connection did");
     theirs.release().await.unwrap();
 }
 
@@ -323,6 +312,9 @@ async fn inspect_after_a_call_reads_the_key_free_also_when_the_body_used_up_its_
 /// Calls whose body used up its task's budget, each followed (after one
 /// yield) by `look` at the key; how many looks said "held".
 const BUDGET_CALLS: usize = 40;
+
+/// How long a peer waits for a key that should come free at once.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 async fn after_calls_that_used_up_their_budget<F, Fut>(name: &str, look: F) -> usize
 where

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
 use lock_tests::{
-    block_on, fair_runtime, on_every_backend, queue_len, redis, timing_turn, unique, until_exists,
-    until_queued, wait_until, FaultProxy, Kind,
+    block_on, fair_runtime, on_every_backend, queue_len, redis, runtime_at, timing_turn, unique,
+    until_exists, until_queued, wait_until, FaultProxy, Kind,
 };
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
@@ -422,12 +422,7 @@ async fn shutdown_leaves_no_fair_place_behind() {
 async fn shutdown_waits_for_an_acquire_in_flight() {
     let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("rv-inflight");
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(&prefix)
-        .build()
-        .await
-        .unwrap();
+    let runtime = runtime_at(&proxy.url(), &prefix).await;
     let hash = runtime.backend_key("k");
     let mut con = redis().connection().await;
     // Requests reach Redis 400 ms late, replies 400 ms after that.

@@ -10,26 +10,13 @@
 use std::time::Duration;
 
 use lock_runtime::{distributed_lock, inherit, LockError, LockRuntime};
-use lock_tests::{on_every_backend, redis, unique, Kind};
+use lock_tests::{acquire_elsewhere, on_every_backend, unique, Kind};
 
 on_every_backend!(a_wait_for_a_guards_hold_in_this_process_times_out_pointing_to_scope);
 
 /// Installs the global runtime on the test Redis once per test binary.
 async fn install() -> LockRuntime {
-    if let Ok(runtime) = LockRuntime::global() {
-        return runtime;
-    }
-    let runtime = LockRuntime::builder()
-        .redis(redis().url())
-        .key_prefix(unique("timeout-causes"))
-        .build()
-        .await
-        .unwrap();
-    match runtime.clone().install() {
-        Ok(()) => runtime,
-        Err(LockError::AlreadyInstalled) => LockRuntime::global().unwrap(),
-        Err(e) => panic!("{e}"),
-    }
+    lock_tests::install_global(&unique("timeout-causes")).await
 }
 
 #[distributed_lock(key = "report:<day>", wait = "300ms")]
@@ -84,15 +71,9 @@ async fn a_wait_for_a_guards_hold_in_this_process_times_out_pointing_to_scope(ki
     let runtime = kind.runtime(&unique("guard-timeout")).await;
     let guard = runtime.lock("order:3").acquire().await.unwrap();
     let rt = runtime.clone();
-    let waited = tokio::spawn(async move {
-        rt.lock("order:3")
-            .wait(Duration::from_millis(300))
-            .acquire()
-            .await
-            .map(drop)
-    })
-    .await
-    .unwrap();
+    let waited = acquire_elsewhere(rt.lock("order:3").wait(Duration::from_millis(300)))
+        .await
+        .map(drop);
     let Err(LockError::Timeout { cause, .. }) = &waited else {
         panic!("expected a timeout: {waited:?}");
     };

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime};
 use lock_tests::{
-    block_on, on_every_backend, redis, runtime_at, timing_turn, unique, wait_until, FaultProxy,
-    Kind, Unpark,
+    acquire_elsewhere, block_on, on_every_backend, redis, runtime_at, timing_turn, unique,
+    wait_until, FaultProxy, Kind, Unpark,
 };
 use tokio::time::Instant;
 
@@ -476,17 +476,8 @@ async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
             .unwrap();
         io_only.block_on(async move {
             let guard = rt.lock("k").acquire().await?;
-            let waiter = rt.clone();
-            let waited = tokio::spawn(async move {
-                waiter
-                    .lock("k")
-                    .wait(Duration::from_millis(100))
-                    .acquire()
-                    .await
-                    .map(drop)
-            })
-            .await
-            .unwrap();
+            let request = rt.lock("k").wait(Duration::from_millis(100));
+            let waited = acquire_elsewhere(request).await.map(drop);
             assert!(
                 matches!(waited, Err(LockError::Timeout { .. })),
                 "{waited:?}"

@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use lock_runtime::{LockError, LockGuard, LockRuntime};
-use lock_testkit::signal::{self, Signal};
+use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::{LineChild, ZooKeeperEnsemble, ZooKeeperServer};
-use lock_tests::{unique, zookeeper, FaultProxy};
-use tokio::time::Instant;
+use lock_tests::cut_off::{a_stopped_holder_is_outlived, told_lost_before_the_other_enters};
+use lock_tests::{try_takes, unique, zookeeper, FaultProxy};
 
 /// A runtime on `connect` with the lock path prefix `/<prefix>/` and this
 /// default lease.
@@ -29,6 +28,24 @@ async fn runtime_on(connect: &str, prefix: &str, lease: Duration) -> LockRuntime
         .build()
         .await
         .expect("build the lock runtime on ZooKeeper")
+}
+
+/// Two runtimes (two processes) on `connect` under `prefix`, with this
+/// default lease.
+async fn two_on(connect: &str, prefix: &str, lease: Duration) -> (LockRuntime, LockRuntime) {
+    let a = runtime_on(connect, prefix, lease).await;
+    (a, runtime_on(connect, prefix, lease).await)
+}
+
+/// A runtime on the shared server under a prefix made from `name`, with a
+/// default lease of 5 s.
+async fn shared_runtime(name: &str) -> LockRuntime {
+    runtime_on(
+        &zookeeper().connect_string(),
+        &unique(name),
+        Duration::from_secs(5),
+    )
+    .await
 }
 
 /// The Curator jar, whose manifest names the rest (framework, client,
@@ -137,7 +154,7 @@ async fn curator_and_this_runtime_exclude_each_other_on_one_path() {
     java.expect("held", line).await.unwrap();
 
     // Curator holds: ours fails to try, then queues behind it.
-    assert!(ours.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(ours.lock("k")).await);
     let waiter = {
         let ours = ours.clone();
         tokio::spawn(async move { ours.lock("k").wait(Duration::from_secs(20)).acquire().await })
@@ -278,7 +295,7 @@ async fn curator_read_write_lock_and_ours_share_and_exclude_on_one_path() {
     );
     // A new reader waits for the queued writer, Java's and ours alike.
     ask(&mut java2, "try-read", "busy").await;
-    assert!(ours.lock("k").read().try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(ours.lock("k").read()).await);
     // Our writer enters once both readers are gone, not before.
     ask(&mut java, "release-read", "released").await;
     tokio::time::sleep(quiet).await;
@@ -295,14 +312,8 @@ async fn curator_read_write_lock_and_ours_share_and_exclude_on_one_path() {
     // A Curator writer keeps our readers and writers out; our reader
     // queues behind it and enters at its release.
     ask(&mut java2, "write", "held").await;
-    assert!(ours.lock("k").read().try_acquire().await.unwrap().is_none());
-    assert!(ours
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(ours.lock("k").read()).await);
+    assert!(!try_takes(ours.lock("k").write()).await);
     let waiting = {
         let ours = ours.clone();
         tokio::spawn(async move { ours.lock("k").read().wait(wait).acquire().await })
@@ -414,13 +425,7 @@ async fn a_dropped_write_guard_is_downgraded_in_the_background() {
     drop(write);
     let other = second.lock("k").read().wait(wait).acquire().await;
     let other = other.expect("a reader was kept out of the downgraded hold");
-    assert!(second
-        .lock("k")
-        .write()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(!try_takes(second.lock("k").write()).await);
     let info = first.inspect("k").await.unwrap().expect("held");
     let mut tokens: Vec<Option<u64>> = info.readers.iter().map(|r| r.fence).collect();
     tokens.sort();
@@ -442,8 +447,7 @@ async fn an_ensemble_that_loses_its_leader_keeps_one_holder_and_serves_the_waite
     let mut ensemble = ZooKeeperEnsemble::start();
     let prefix = unique("leader");
     let lease = Duration::from_secs(6);
-    let a = runtime_on(&ensemble.connect_string(), &prefix, lease).await;
-    let b = runtime_on(&ensemble.connect_string(), &prefix, lease).await;
+    let (a, b) = two_on(&ensemble.connect_string(), &prefix, lease).await;
     let guard = a.lock("k").acquire().await.unwrap();
     let before = guard.fence();
     let waiter = {
@@ -549,8 +553,7 @@ async fn a_server_restarted_from_its_data_keeps_the_hold_and_its_tokens_grow() {
     let mut server = ZooKeeperServer::start();
     let prefix = unique("restart");
     let lease = Duration::from_secs(10);
-    let a = runtime_on(&server.connect_string(), &prefix, lease).await;
-    let b = runtime_on(&server.connect_string(), &prefix, lease).await;
+    let (a, b) = two_on(&server.connect_string(), &prefix, lease).await;
     let guard = a.lock("k").acquire().await.unwrap();
     let before = guard.fence();
     server.restart().await;
@@ -572,7 +575,7 @@ async fn a_server_restarted_from_its_data_keeps_the_hold_and_its_tokens_grow() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(answered, "b's session did not come back after the restart");
-    assert!(b.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(b.lock("k")).await);
     guard.release().await.unwrap();
     let next = b.lock("k").acquire().await.unwrap();
     assert!(next.fence() > before, "{} after {before}", next.fence());
@@ -590,39 +593,13 @@ async fn a_server_restarted_from_its_data_keeps_the_hold_and_its_tokens_grow() {
 async fn a_client_stopped_past_its_session_timeout_is_lost_and_the_other_enters_after_it() {
     let _turn = lock_tests::timing_turn().await;
     let prefix = unique("stopped");
-    let url = format!("zookeeper://{}", zookeeper().connect_string());
-    let mut command = Command::new(lock_tests::contender_bin!());
-    command.args([url.as_str(), &format!("/{prefix}/"), "hold", "k", "1000"]);
-    let mut child = LineChild::spawn(&mut command, "contender").unwrap();
-    let held = child.next_line(Duration::from_secs(10)).await.unwrap();
-    let theirs: u64 = held.strip_prefix("held ").unwrap().parse().unwrap();
-    signal::send(child.pid(), Signal::Stop).unwrap();
-    let stopped = Instant::now();
-    let other = runtime_on(
-        &zookeeper().connect_string(),
-        &prefix,
-        Duration::from_secs(1),
-    )
-    .await;
-    let guard = other
-        .lock("k")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    let waited = stopped.elapsed();
-    println!("entered {waited:?} after the holder stopped");
+    let (connect, path) = (zookeeper().connect_string(), format!("/{prefix}/"));
+    let url = format!("zookeeper://{connect}");
+    let holder = (lock_tests::contender_bin!(), url.as_str(), path.as_str());
+    let other = runtime_on(&connect, &prefix, Duration::from_secs(1));
     // The session's last contact may be up to a third of the timeout (its
     // ping interval) before the stop.
-    assert!(
-        waited >= Duration::from_millis(600),
-        "entered {waited:?} after the stop: within the stopped holder's session"
-    );
-    assert!(guard.fence() > theirs, "{} after {theirs}", guard.fence());
-    signal::send(child.pid(), Signal::Cont).unwrap();
-    let told = child.next_line(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(told, "lost");
-    guard.release().await.unwrap();
+    a_stopped_holder_is_outlived(holder, other, Duration::from_millis(600)).await;
 }
 
 /// Keys are paths: awkward ones are distinct locks, `/` nests, and what a
@@ -631,12 +608,7 @@ async fn a_client_stopped_past_its_session_timeout_is_lost_and_the_other_enters_
 /// `maxSessionTimeout`, 60 s on the test servers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_paths_and_what_zookeeper_refuses_is_refused_at_once() {
-    let runtime = runtime_on(
-        &zookeeper().connect_string(),
-        &unique("paths"),
-        Duration::from_secs(5),
-    )
-    .await;
+    let runtime = shared_runtime("paths").await;
     let keys = ["x", "x}:fence", "}x", "{x}", "ключ:ü", "a/b", "a/b/c"];
     let mut guards = Vec::new();
     for key in keys {
@@ -650,10 +622,7 @@ async fn keys_are_paths_and_what_zookeeper_refuses_is_refused_at_once() {
         );
     }
     for key in keys {
-        assert!(
-            runtime.lock(key).try_acquire().await.unwrap().is_none(),
-            "{key}"
-        );
+        assert!(!try_takes(runtime.lock(key)).await, "{key}");
     }
     for guard in guards {
         guard.release().await.unwrap();
@@ -711,39 +680,6 @@ async fn a_stalled_network_loses_the_hold_before_anyone_else_enters() {
     next.release().await.unwrap();
 }
 
-/// Stalls `proxy` (the way of `guard`'s holder to ZooKeeper) while `other`
-/// waits for the lock `k`: the holder must be told its hold is lost before
-/// `other` enters, with a larger token. Resumes the proxy; `other`'s guard.
-async fn told_lost_before_the_other_enters(
-    proxy: &FaultProxy,
-    guard: &LockGuard,
-    other: LockRuntime,
-) -> LockGuard {
-    proxy.stall();
-    let waiter = tokio::spawn(async move {
-        let guard = other
-            .lock("k")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        (guard, Instant::now())
-    });
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the stalled holder was told it lost the lock");
-    let lost_at = Instant::now();
-    let (next, entered) = waiter.await.unwrap();
-    assert!(
-        lost_at <= entered,
-        "the other entered {:?} before the holder was told",
-        lost_at - entered
-    );
-    assert!(next.fence() > guard.fence());
-    proxy.resume();
-    next
-}
-
 /// A process's queued place is shared by its waiters on the key, whatever
 /// their leases, and its node lives on the session of the lease that
 /// queued it. A waiter of a long lease that takes the lock through a place
@@ -792,12 +728,7 @@ async fn a_place_queued_for_a_short_lease_holds_no_longer_lease_past_its_session
 /// `a`): neither is taken for a contender of the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nested_key_is_no_contender_of_its_parent_key() {
-    let runtime = runtime_on(
-        &zookeeper().connect_string(),
-        &unique("nested"),
-        Duration::from_secs(5),
-    )
-    .await;
+    let runtime = shared_runtime("nested").await;
     let child = runtime.lock("a/b").acquire().await.unwrap();
     assert!(runtime.inspect("a").await.unwrap().is_none());
     assert!(!runtime.force_unlock("a").await.unwrap());
@@ -825,7 +756,7 @@ async fn digest_auth_locks_as_usual_and_an_absent_server_fails_the_build() {
         .await
         .unwrap();
     let guard = runtime.lock("k").acquire().await.unwrap();
-    assert!(runtime.lock("k").try_acquire().await.unwrap().is_none());
+    assert!(!try_takes(runtime.lock("k")).await);
     guard.release().await.unwrap();
 
     let port = lock_testkit::free_port();

@@ -1,0 +1,42 @@
+//! Acquires that run in tasks of their own, so that a test can act (release,
+//! freeze a server, move a slot) while they wait, and then see when and how
+//! each ended.
+
+use lock_runtime::{LockError, LockGuard, LockRequest, LockRuntime};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The outcome of a spawned acquire: when it ended, and how.
+pub type Timed = (Instant, Result<LockGuard, LockError>);
+
+/// Spawns `request.acquire()`; the task returns the moment the acquire
+/// ended (taken right after it returned), and its outcome.
+pub fn spawn_acquire(request: LockRequest) -> JoinHandle<Timed> {
+    tokio::spawn(async move {
+        let got = request.acquire().await;
+        (Instant::now(), got)
+    })
+}
+
+/// Spawns `request.acquire()` and waits for it to end: the outcome of an
+/// acquire made by another task, which is not the caller's hold (so it is
+/// neither a re-entry nor a local pass of the caller's).
+pub async fn acquire_elsewhere(request: LockRequest) -> Result<LockGuard, LockError> {
+    tokio::spawn(request.acquire())
+        .await
+        .expect("the acquiring task ran")
+}
+
+/// Spawns `request.acquire()` (a request of `runtime`) and waits until
+/// `runtime` counts one more key waited for: the acquire is then waiting,
+/// subscribed to the key's release. Panics naming `what` if it never waits.
+pub async fn spawn_waiting(
+    runtime: &LockRuntime,
+    request: LockRequest,
+    what: &str,
+) -> JoinHandle<Timed> {
+    let before = runtime.stats().waiting_keys;
+    let task = spawn_acquire(request);
+    crate::wait_until(what, || runtime.stats().waiting_keys == before + 1).await;
+    task
+}
