@@ -52,8 +52,9 @@ async fn shared_runtime(name: &str) -> LockRuntime {
 /// ZooKeeper, Guava, slf4j).
 const CURATOR: &str = "/usr/share/java/curator-recipes.jar";
 
-/// `tests/interop/CuratorHolder.java` and `CuratorRwHolder.java`, compiled
-/// once per test binary into a directory of its own.
+/// `tests/interop/CuratorHolder.java`, `CuratorRwHolder.java` and
+/// `CuratorMultiHolder.java`, compiled once per test binary into a
+/// directory of its own.
 fn curator_classes() -> PathBuf {
     static CLASSES: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     CLASSES
@@ -73,6 +74,7 @@ fn curator_classes() -> PathBuf {
                 .args(["-cp", CURATOR])
                 .arg(interop.join("CuratorHolder.java"))
                 .arg(interop.join("CuratorRwHolder.java"))
+                .arg(interop.join("CuratorMultiHolder.java"))
                 .status()
                 .expect("run javac (apt-get install -y default-jdk-headless)");
             assert!(status.success(), "javac of tests/interop failed");
@@ -84,25 +86,31 @@ fn curator_classes() -> PathBuf {
 /// A Java process holding Curator's `InterProcessMutex` on `path`, driven
 /// by lines (see `CuratorHolder.java`); ready when it returns.
 async fn curator(connect: &str, path: &str) -> LineChild {
-    java_holder("CuratorHolder", connect, path).await
+    java_holder("CuratorHolder", connect, &[path]).await
 }
 
 /// A Java process holding Curator's `InterProcessReadWriteLock` on `path`,
 /// driven by lines (see `CuratorRwHolder.java`); ready when it returns.
 async fn curator_rw(connect: &str, path: &str) -> LineChild {
-    java_holder("CuratorRwHolder", connect, path).await
+    java_holder("CuratorRwHolder", connect, &[path]).await
 }
 
-/// The Java class `main` of `tests/interop/` on `connect` and `path`, once
+/// A Java process holding Curator's `InterProcessMultiLock` over `paths`
+/// (in that order), driven by lines (see `CuratorMultiHolder.java`).
+async fn curator_multi(connect: &str, paths: &[&str]) -> LineChild {
+    java_holder("CuratorMultiHolder", connect, paths).await
+}
+
+/// The Java class `main` of `tests/interop/` on `connect` and `paths`, once
 /// it said `ready`.
-async fn java_holder(main: &str, connect: &str, path: &str) -> LineChild {
+async fn java_holder(main: &str, connect: &str, paths: &[&str]) -> LineChild {
     let classes = curator_classes();
     let classpath = format!(
         "{}:{CURATOR}:/usr/share/java/slf4j-nop.jar",
         classes.display()
     );
     let mut command = Command::new("java");
-    command.args(["-cp", &classpath, main, connect, path]);
+    command.args(["-cp", &classpath, main, connect]).args(paths);
     let mut child = LineChild::spawn(&mut command, main).unwrap();
     child
         .expect("ready", Duration::from_secs(30))
@@ -178,6 +186,64 @@ async fn curator_and_this_runtime_exclude_each_other_on_one_path() {
     java.send("try").unwrap();
     java.expect("busy", line).await.unwrap();
     guard.release().await.unwrap();
+    java.send("try").unwrap();
+    java.expect("held", line).await.unwrap();
+    java.send("release").unwrap();
+    java.expect("released", line).await.unwrap();
+    java.send("exit").unwrap();
+}
+
+/// Curator's `InterProcessMultiLock` over two paths and this runtime's
+/// multi-key lock on the same two keys exclude each other both ways: while
+/// either holds, the other's try takes neither key (Curator's try keeps
+/// none), and each queued acquire enters once the other lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_multi_lock_and_ours_exclude_each_other_on_the_same_paths() {
+    let prefix = unique("interop-multi");
+    let connect = zookeeper().connect_string();
+    let ours = runtime_on(&connect, &prefix, Duration::from_secs(5)).await;
+    // Curator takes them in the order given: the reverse of ours (sorted).
+    let (first, second) = (format!("/{prefix}/b"), format!("/{prefix}/a"));
+    let mut java = curator_multi(&connect, &[&first, &second]).await;
+    let line = Duration::from_secs(10);
+
+    let both = ours.lock_many(["a", "b"]).acquire().await.unwrap();
+    java.send("try").unwrap();
+    java.expect("busy", line).await.unwrap();
+    java.send("acquire").unwrap();
+    // (It queues on its first path.)
+    until_contenders(&ours, "b", 2).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), java.next_line(line))
+            .await
+            .is_err(),
+        "Curator's multi-lock entered while we hold both"
+    );
+    both.release().await.unwrap();
+    java.expect("held", line).await.unwrap();
+
+    // Curator holds both: our try takes neither, our acquire waits.
+    let tried = ours.lock_many(["b", "a"]).try_acquire().await.unwrap();
+    assert!(tried.is_none(), "we took the keys Curator holds");
+    for key in ["a", "b"] {
+        assert!(
+            ours.lock(key).try_acquire().await.unwrap().is_none(),
+            "{key}"
+        );
+    }
+    let waiter = {
+        let ours = ours.clone();
+        let request = ours.lock_many(["a", "b"]).wait(Duration::from_secs(20));
+        tokio::spawn(async move { request.acquire().await })
+    };
+    until_contenders(&ours, "a", 2).await;
+    assert!(!waiter.is_finished(), "we entered while Curator holds");
+    java.send("release").unwrap();
+    java.expect("released", line).await.unwrap();
+    let both = waiter.await.unwrap().unwrap();
+    java.send("try").unwrap();
+    java.expect("busy", line).await.unwrap();
+    both.release().await.unwrap();
     java.send("try").unwrap();
     java.expect("held", line).await.unwrap();
     java.send("release").unwrap();
