@@ -173,7 +173,18 @@ impl Kind {
 
     /// A runtime builder on this backend with this prefix, for a test that
     /// sets more.
+    ///
+    /// Its try timeout is 2 s, not the default 250 ms: on a loaded machine
+    /// (the whole suite on 2 cores) a try-once on a three-member etcd,
+    /// ZooKeeper ensemble or Redlock fleet sometimes got its answer later
+    /// than that, and a behaviour test read it as a backend error. The try
+    /// timeout's own tests build their runtimes with it set.
     pub fn builder(self, prefix: &str) -> LockRuntimeBuilder {
+        self.untimed_builder(prefix)
+            .try_timeout(Duration::from_secs(2))
+    }
+
+    fn untimed_builder(self, prefix: &str) -> LockRuntimeBuilder {
         let builder = match self {
             Kind::Redis => LockRuntime::builder().redis(redis().url()),
             Kind::Memory => LockRuntime::builder().memory(),
