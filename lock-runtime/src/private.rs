@@ -50,13 +50,9 @@ pub async fn locked_with<T, E, F>(
 where
     F: core::future::Future<Output = Result<T, E>>,
 {
-    let runtime = match LockRuntime::global() {
-        Ok(runtime) => runtime,
-        Err(error) => return Err(lift(error)),
-    };
-    let request = runtime.lock(key).apply(options);
-    let body = async { body.await.map_err(Failure::Body) };
-    Failure::split(crate::locked::with_lock(request, body).await, lift)
+    let request = LockRuntime::global().map_err(lift)?.lock(key);
+    let locked = crate::locked::with_lock(request.apply(options), Failure::body(body));
+    Failure::split(locked.await, lift)
 }
 
 /// [`locked_with`] for `key = [...]`: every key of `keys` (formatted from
@@ -70,13 +66,9 @@ pub async fn locked_many_with<T, E, F>(
 where
     F: core::future::Future<Output = Result<T, E>>,
 {
-    let runtime = match LockRuntime::global() {
-        Ok(runtime) => runtime,
-        Err(error) => return Err(lift(error)),
-    };
-    let request = runtime.lock_many(keys).apply(options);
-    let body = async { body.await.map_err(Failure::Body) };
-    Failure::split(crate::many::with_locks(request, body).await, lift)
+    let request = LockRuntime::global().map_err(lift)?.lock_many(keys);
+    let locked = crate::many::with_locks(request.apply(options), Failure::body(body));
+    Failure::split(locked.await, lift)
 }
 
 /// How a [`locked_with`] call failed: the body's own error, or the lock's,
@@ -87,6 +79,11 @@ enum Failure<E> {
 }
 
 impl<E> Failure<E> {
+    /// The body, its error as a `Failure`.
+    async fn body<T>(body: impl core::future::Future<Output = Result<T, E>>) -> Result<T, Self> {
+        body.await.map_err(Failure::Body)
+    }
+
     /// A locked call's outcome in the body's error type.
     fn split<T>(outcome: Result<T, Failure<E>>, lift: fn(LockError) -> E) -> Result<T, E> {
         match outcome {
