@@ -131,6 +131,7 @@ mod duration;
 mod errors;
 mod expand;
 mod item;
+mod keys;
 mod nesting;
 mod patterns;
 mod rebind;
