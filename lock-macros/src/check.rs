@@ -13,7 +13,7 @@
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{Ident, Path, ReturnType, Signature, Type};
+use syn::{Ident, LitStr, Path, ReturnType, Signature, Type};
 
 pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options};
 pub(crate) use crate::async_trait::AsyncTraitBody;
@@ -82,10 +82,8 @@ pub(crate) fn check(
         .krate
         .unwrap_or_else(|| syn::parse_quote!(::lock_runtime));
     if args.options.mode == Some(Mode::Read) {
-        for (lit, key) in &keys {
-            for error in upgrades(&item.body, key, &lit.value(), &krate) {
-                errors.push(error);
-            }
+        for error in upgrades(&item.body, &keys, &krate) {
+            errors.push(error);
         }
     }
     errors.finish(LockedFn {
@@ -99,7 +97,7 @@ pub(crate) fn check(
 
 /// Each key's template checked against the parameters of `item`, with its literal; the
 /// errors of the bad ones (and of a key listed twice) are added to `errors`.
-fn templates(keys: Keys, item: &LockFn<Body>, errors: &mut Errors) -> Vec<(syn::LitStr, Template)> {
+fn templates(keys: Keys, item: &LockFn<Body>, errors: &mut Errors) -> Vec<(LitStr, Template)> {
     let destructured = match &item.body {
         Body::AsyncTrait(body) => body.destructured(),
         Body::Block(_) => Vec::new(),
@@ -116,16 +114,26 @@ fn templates(keys: Keys, item: &LockFn<Body>, errors: &mut Errors) -> Vec<(syn::
     keys::distinct(checked, errors)
 }
 
-/// The write (or exclusive) requests of the fn's own key that the body of a read fn takes
-/// (see `nesting.rs`).
-fn upgrades(body: &Body, key: &Template, written: &str, krate: &Path) -> Vec<syn::Error> {
+/// The write (or exclusive) requests of the fn's own keys (each with its literal) that the
+/// body of a read fn takes, in the order written (see `nesting.rs`).
+fn upgrades(body: &Body, keys: &[(LitStr, Template)], krate: &Path) -> Vec<syn::Error> {
     let (tokens, self_name) = match body {
         Body::Block(block) => (block.stream(), "self"),
         // async-trait renames the body's `self`.
         Body::AsyncTrait(body) => (body.future.block.to_token_stream(), "__self"),
     };
-    let format = key.format_string();
-    let values = key.value_paths();
+    let spelled: Vec<(String, Vec<String>, String)> = keys
+        .iter()
+        .map(|(lit, key)| (key.format_string(), key.value_paths(), lit.value()))
+        .collect();
+    let keys: Vec<nesting::Key<'_>> = spelled
+        .iter()
+        .map(|(format, values, written)| nesting::Key {
+            format,
+            values,
+            written,
+        })
+        .collect();
     let krate: Vec<String> = krate
         .segments
         .iter()
@@ -133,11 +141,7 @@ fn upgrades(body: &Body, key: &Template, written: &str, krate: &Path) -> Vec<syn
         .collect();
     nesting::upgrades(
         tokens,
-        &nesting::Key {
-            format: &format,
-            values: &values,
-            written,
-        },
+        &keys,
         &nesting::Context {
             krate: &krate,
             self_name,
@@ -563,14 +567,15 @@ mod tests {
             ),
         );
         assert_eq!(found.len(), 2, "{found:?}");
+        // In the order written, not in the keys' order.
         assert!(
-            found[0].contains(
-                "an exclusive lock (the default mode, the same lock as a write) of `cfg:<tenant>`"
-            ),
+            found[0].contains("a write lock of `audit:<tenant>`"),
             "{found:?}"
         );
         assert!(
-            found[1].contains("a write lock of `audit:<tenant>`"),
+            found[1].contains(
+                "an exclusive lock (the default mode, the same lock as a write) of `cfg:<tenant>`"
+            ),
             "{found:?}"
         );
     }
