@@ -3,9 +3,9 @@
 //! Parsing happens in two passes so that one mistake does not hide the next: the list is
 //! first split into `name = value` pairs (a string or a name on its own is kept as well, to
 //! be refused among the others; only a broken list stops here), then every pair is checked
-//! on its own and all the errors are combined. The key template is kept as a string
-//! literal here; `check.rs` checks it against the fn's parameters once the fn has been
-//! parsed.
+//! on its own and all the errors are combined. The key templates are kept as string
+//! literals here (one, or a list read by `keys.rs`); `check.rs` checks them against the fn's
+//! parameters once the fn has been parsed.
 //!
 //! Written inside `macro_rules!`, an argument passed in as a fragment (`key = $key` with
 //! `$key:literal` or `$key:expr`) reaches the attribute wrapped in an invisible group, which
@@ -21,6 +21,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::duration;
 use crate::errors::Errors;
+use crate::keys::{self, Keys};
 use crate::suggest;
 
 /// Every argument name, in the order the docs present them.
@@ -67,10 +68,11 @@ const MIN_LEASE_MILLIS: u64 = 10;
 
 /// The arguments of one `#[distributed_lock(...)]`, each value checked on its own.
 pub(crate) struct Args {
-    /// `key = "…"`: the template text, spanned at the literal; or, when there is no usable
-    /// key (missing, not a string, or a list that does not parse), the error that says so,
-    /// already among the errors `Args::parse` reported.
-    pub key: syn::Result<LitStr>,
+    /// `key = "…"` or `key = ["…", …]`: the templates, each spanned at its literal; or, when
+    /// there is no usable key (missing, not a string, an empty list, or an argument list
+    /// that does not parse), the error that says so, already among the errors `Args::parse`
+    /// reported.
+    pub key: syn::Result<Keys>,
     /// How the lock is taken and held.
     pub options: Options,
     /// `crate = "path"`; `None` means `::lock_runtime`.
@@ -133,7 +135,7 @@ struct Pair {
 /// `value` without the invisible groups `macro_rules!` wraps fragments in (`$key:literal`,
 /// `$lease:expr`, `$krate:path`), however deeply nested (a fragment passed on through several
 /// macros has one group per macro).
-fn ungroup(mut value: Expr) -> Expr {
+pub(crate) fn ungroup(mut value: Expr) -> Expr {
     while let Expr::Group(group) = value {
         value = *group.expr;
     }
@@ -235,8 +237,8 @@ impl Args {
 /// The arguments read so far.
 #[derive(Default)]
 struct Reading {
-    /// The key: a literal once one was read, else the first error about it.
-    key: Option<syn::Result<LitStr>>,
+    /// The key: its literals once read, else the first error about it.
+    key: Option<syn::Result<Keys>>,
     options: Options,
     krate: Option<Path>,
     /// The names given so far, to refuse a second `lease`.
@@ -248,17 +250,22 @@ impl Reading {
     fn pair(&mut self, Pair { name, value }: Pair, errors: &mut Errors) {
         let text = name.to_string();
         if self.seen.contains(&text) {
-            errors.push(syn::Error::new(
-                name.span(),
-                format!("duplicate argument `{text}`: give it once"),
-            ));
+            let mut message = format!("duplicate argument `{text}`: give it once");
+            if text == "key" {
+                message.push_str(
+                    "; to lock several keys, list them in one: \
+                     `key = [\"account:<from>\", \"account:<to>\"]`",
+                );
+            }
+            errors.push(syn::Error::new(name.span(), message));
             return;
         }
         self.seen.push(text.clone());
         let options = &mut self.options;
         let read = match text.as_str() {
             "key" => {
-                let key = errors.keep(string(&value, "key", "\"order:<id>\""));
+                let key = keys::parse(&value, errors);
+                let key = errors.keep(key);
                 self.named_key(key);
                 Ok(())
             }
@@ -274,9 +281,9 @@ impl Reading {
         errors.take(read);
     }
 
-    /// `key = …`: a literal replaces any key read before; an error only stands for a key
+    /// `key = …`: literals replace any key read before; an error only stands for a key
     /// not yet read.
-    fn named_key(&mut self, key: syn::Result<LitStr>) {
+    fn named_key(&mut self, key: syn::Result<Keys>) {
         if key.is_ok() || !matches!(self.key, Some(Ok(_))) {
             self.key = Some(key);
         }
@@ -305,7 +312,7 @@ impl Reading {
             ),
         ));
         if !matches!(self.key, Some(Ok(_))) {
-            self.key = Some(Ok(lit));
+            self.key = Some(Ok(Keys::one(lit)));
         }
     }
 }
@@ -539,6 +546,11 @@ mod tests {
         }
     }
 
+    fn templates(args: &Args) -> Vec<String> {
+        let keys = args.key.as_ref().unwrap();
+        keys.0.iter().map(LitStr::value).collect()
+    }
+
     #[test]
     fn on_lost_confirm_is_read() {
         let args = parse(quote!(key = "order:<id>", on_lost = "confirm")).unwrap();
@@ -558,7 +570,7 @@ mod tests {
             crate = "::my_locks",
         ))
         .unwrap();
-        assert_eq!(args.key.unwrap().value(), "order:<id>");
+        assert_eq!(templates(&args), ["order:<id>"]);
         assert!(matches!(
             args.options.lease,
             Some(DurationArg::Millis(90_000, _))
@@ -805,7 +817,7 @@ mod tests {
             on_lost = #lost, mode = #mode, crate = #krate
         ))
         .unwrap();
-        assert_eq!(args.key.unwrap().value(), "order:<id>");
+        assert_eq!(templates(&args), ["order:<id>"]);
         assert!(matches!(
             args.options.lease,
             Some(DurationArg::Millis(30_000, _))
@@ -839,7 +851,7 @@ mod tests {
         let mut errors = Errors::default();
         let args = Args::parse(quote!("order:<id>"), Span::call_site(), &mut errors);
         assert_eq!(
-            args.key.ok().map(|key| key.value()).as_deref(),
+            args.key.ok().map(|keys| keys.0[0].value()).as_deref(),
             Some("order:<id>")
         );
         let errors = errors.finish(()).unwrap_err();
@@ -849,5 +861,47 @@ mod tests {
     #[test]
     fn key_must_be_a_string() {
         assert!(errors(quote!(key = 42))[0].contains("`key` takes a string literal"));
+    }
+
+    #[test]
+    fn a_list_of_keys_is_read_in_order() {
+        let args = parse(quote!(
+            key = ["account:<to>", "account:<from>"],
+            lease = "10s"
+        ))
+        .unwrap();
+        assert_eq!(templates(&args), ["account:<to>", "account:<from>"]);
+        let args = parse(quote!(key = ["a",], mode = "read")).unwrap();
+        assert_eq!(args.options.mode, Some(Mode::Read));
+        assert_eq!(templates(&args), ["a"]);
+    }
+
+    #[test]
+    fn a_bad_list_is_reported_among_the_other_mistakes() {
+        let found = errors(quote!(key = [], lease = "1x"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("`key = []` names no lock"),
+            "{found:?}"
+        );
+        assert!(found[1].contains("invalid duration"), "{found:?}");
+        let found = errors(quote!(key = ["a", 1], wait = 5));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("each key in the list is a string literal"),
+            "{found:?}"
+        );
+        assert!(found[1].contains("a bare number has no unit"), "{found:?}");
+    }
+
+    #[test]
+    fn a_second_key_argument_says_how_to_list_keys() {
+        assert_eq!(
+            errors(quote!(key = "a:<x>", key = "b:<y>")),
+            [
+                "duplicate argument `key`: give it once; to lock several keys, list them in one: \
+              `key = [\"account:<from>\", \"account:<to>\"]`"
+            ]
+        );
     }
 }

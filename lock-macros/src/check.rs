@@ -2,7 +2,8 @@
 //!
 //! Parsing (`args.rs`, `item.rs`) reads each piece on its own; this module checks what only
 //! the pieces together can tell: that the fn is `async` (or an `#[async_trait]` method),
-//! that it returns a `Result`, and that the key's placeholders name its parameters. Every
+//! that it returns a `Result`, and that each key's placeholders name its parameters (and,
+//! for a list of keys, that no two name the same key: `keys.rs`). Every
 //! mistake is reported, in the order the user reads them: the arguments', then the fn's,
 //! then the key's. Only a fn with none becomes a [`LockedFn`], so the expansion never meets
 //! a case it has to refuse.
@@ -12,7 +13,7 @@
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{Ident, Path, ReturnType, Signature, Type};
+use syn::{Ident, LitStr, Path, ReturnType, Signature, Type};
 
 pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options};
 pub(crate) use crate::async_trait::AsyncTraitBody;
@@ -22,6 +23,7 @@ pub(crate) use crate::template::Template;
 use crate::args::Args;
 use crate::async_trait;
 use crate::errors::Errors;
+use crate::keys::{self, Keys};
 use crate::nesting;
 use crate::template::Params;
 use crate::written::written;
@@ -33,8 +35,9 @@ pub(crate) struct LockedFn {
     /// The type the fn's future outputs, as declared; `None` after `#[async_trait]` when
     /// its return type has an unexpected form.
     pub output: Option<Type>,
-    /// The key, checked against the parameters.
-    pub key: Template,
+    /// The keys, each checked against the parameters, in the order written; never empty.
+    /// One is `key = "…"` (or a list of one), more a list.
+    pub keys: Vec<Template>,
     /// How the lock is taken and held.
     pub options: Options,
     /// The runtime crate: `::lock_runtime` unless `crate = "…"` says otherwise.
@@ -70,47 +73,67 @@ pub(crate) fn check(
             sig.paren_token.span.close(),
         ));
     }
-    let key = match args.key {
-        Ok(key) => key,
+    let keys = match args.key {
+        Ok(keys) => keys,
         Err(reported) => return Err(errors.stop(reported)),
     };
-    let destructured = match &item.body {
-        Body::AsyncTrait(body) => body.destructured(),
-        Body::Block(_) => Vec::new(),
-    };
-    let params = Params::of(sig, &destructured);
-    let written = key.value();
-    let key = match Template::new(&written, key.span(), &params, &sig.ident) {
-        Ok(key) => key,
-        Err(error) => return Err(errors.fail(error)),
-    };
+    let keys = templates(keys, &item, &mut errors);
     let krate = args
         .krate
         .unwrap_or_else(|| syn::parse_quote!(::lock_runtime));
     if args.options.mode == Some(Mode::Read) {
-        for error in upgrades(&item.body, &key, &written, &krate) {
+        for error in upgrades(&item.body, &keys, &krate) {
             errors.push(error);
         }
     }
     errors.finish(LockedFn {
         item,
         output,
-        key,
+        keys: keys.into_iter().map(|(_, key)| key).collect(),
         options: args.options,
         krate,
     })
 }
 
-/// The write (or exclusive) requests of the fn's own key that the body of a read fn takes
-/// (see `nesting.rs`).
-fn upgrades(body: &Body, key: &Template, written: &str, krate: &Path) -> Vec<syn::Error> {
+/// Each key's template checked against the parameters of `item`, with its literal; the
+/// errors of the bad ones (and of a key listed twice) are added to `errors`.
+fn templates(keys: Keys, item: &LockFn<Body>, errors: &mut Errors) -> Vec<(LitStr, Template)> {
+    let destructured = match &item.body {
+        Body::AsyncTrait(body) => body.destructured(),
+        Body::Block(_) => Vec::new(),
+    };
+    let params = Params::of(&item.sig, &destructured);
+    let checked = keys
+        .0
+        .into_iter()
+        .filter_map(|lit| {
+            let template = Template::new(&lit.value(), lit.span(), &params, &item.sig.ident);
+            errors.take(template).map(|template| (lit, template))
+        })
+        .collect();
+    keys::distinct(checked, errors)
+}
+
+/// The write (or exclusive) requests of the fn's own keys (each with its literal) that the
+/// body of a read fn takes, in the order written (see `nesting.rs`).
+fn upgrades(body: &Body, keys: &[(LitStr, Template)], krate: &Path) -> Vec<syn::Error> {
     let (tokens, self_name) = match body {
         Body::Block(block) => (block.stream(), "self"),
         // async-trait renames the body's `self`.
         Body::AsyncTrait(body) => (body.future.block.to_token_stream(), "__self"),
     };
-    let format = key.format_string();
-    let values = key.value_paths();
+    let spelled: Vec<(String, Vec<String>, String)> = keys
+        .iter()
+        .map(|(lit, key)| (key.format_string(), key.value_paths(), lit.value()))
+        .collect();
+    let keys: Vec<nesting::Key<'_>> = spelled
+        .iter()
+        .map(|(format, values, written)| nesting::Key {
+            format,
+            values,
+            written,
+        })
+        .collect();
     let krate: Vec<String> = krate
         .segments
         .iter()
@@ -118,11 +141,7 @@ fn upgrades(body: &Body, key: &Template, written: &str, krate: &Path) -> Vec<syn
         .collect();
     nesting::upgrades(
         tokens,
-        &nesting::Key {
-            format: &format,
-            values: &values,
-            written,
-        },
+        &keys,
         &nesting::Context {
             krate: &krate,
             self_name,
@@ -484,5 +503,80 @@ mod tests {
             ),
         );
         assert_eq!(found.len(), 2, "{found:?}");
+    }
+
+    #[test]
+    fn each_key_of_a_list_is_checked_and_every_mistake_reported() {
+        let f = quote!(
+            async fn transfer(from: u64, to: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let found = errors(
+            quote!(key = ["a:<form>", "a:<to>", "b:<too>", ""]),
+            f.clone(),
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("placeholder `<form>` names no parameter of `transfer`"));
+        assert!(found[0].ends_with("(did you mean `<from>`?)"), "{found:?}");
+        assert!(found[1].starts_with("placeholder `<too>` names no parameter"));
+        assert!(found[2].starts_with("the key is empty"));
+        assert!(crate::lock(quote!(key = ["a:<from>", "a:<to>"]), f).is_ok());
+    }
+
+    #[test]
+    fn a_key_listed_twice_is_refused_at_the_second() {
+        let f = quote!(
+            async fn f(id: u64, x: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let found = errors(quote!(key = ["a:<id>", "b:<x>", "a:<id>"]), f.clone());
+        assert_eq!(
+            found,
+            [
+                "duplicate key \"a:<id>\": it is already the 1st key of the list; each key is \
+              locked once, remove this one"
+            ]
+        );
+        // The same text from the same values, written otherwise.
+        let found = errors(quote!(key = ["x{:<id>", "b", "x{{:<id>"]), f.clone());
+        assert_eq!(
+            found,
+            [
+                "key \"x{{:<id>\" is the same key as \"x{:<id>\", the 1st key of the list; each \
+              key is locked once, remove one of them"
+            ]
+        );
+        // Different values are different keys, even when they may format alike.
+        assert!(crate::lock(quote!(key = ["a:<id>", "a:<x>"]), f).is_ok());
+    }
+
+    #[test]
+    fn a_read_fn_is_checked_for_an_upgrade_of_each_of_its_keys() {
+        let found = errors(
+            quote!(key = ["cfg:<tenant>", "audit:<tenant>"], mode = "read"),
+            quote!(
+                async fn f(tenant: u64) -> Result<(), E> {
+                    lock(format!("audit:{}", tenant)).write().acquire().await?;
+                    lock(format!("cfg:{tenant}")).acquire().await?;
+                    lock(format!("other:{tenant}")).acquire().await?;
+                    lock(format!("cfg:{tenant}")).read().acquire().await?;
+                    Ok(())
+                }
+            ),
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        // In the order written, not in the keys' order.
+        assert!(
+            found[0].contains("a write lock of `audit:<tenant>`"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].contains(
+                "an exclusive lock (the default mode, the same lock as a write) of `cfg:<tenant>`"
+            ),
+            "{found:?}"
+        );
     }
 }

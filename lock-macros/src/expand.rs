@@ -4,8 +4,10 @@
 //! came (except where `rebind.rs` moves a parameter into the body). The new body is one
 //! call, `__private::locked_with(key, options, lift, async move { body })`, awaited: the key
 //! is formatted from borrowed parameters first, then the `async move` block takes the
-//! parameters, so no argument is cloned and the only allocation is the key string. Nothing
-//! here can fail: every mistake was reported by `check.rs`.
+//! parameters, so no argument is cloned and the only allocation is the key string. A list
+//! of keys is the same call to `locked_many_with`, its first argument
+//! `::std::vec![key1, key2, …]`, each key formatted as a single one is. Nothing here can
+//! fail: every mistake was reported by `check.rs`.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
@@ -29,11 +31,12 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
                 body,
             },
         output,
-        key,
+        keys,
         options,
         krate,
     } = locked;
-    let call = LockCall::new(output.as_ref(), &krate, options);
+    let call = LockCall::new(output.as_ref(), &krate, options, keys.len() > 1);
+    let key_exprs = |scope: &Scope| keys.iter().map(|key| key.to_key_expr(scope)).collect();
     let new_body = match body {
         // The boxed future already moves the parameters and carries a type hint: wrap it.
         Body::AsyncTrait(body) => {
@@ -47,7 +50,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
                 destructured: future_destructured,
                 names: bound_names(&sig),
             };
-            let call = call.around(key.to_key_expr(&scope), future);
+            let call = call.around(key_exprs(&scope), future);
             quote! {
                 #(#before)*
                 #pin(async move { #call })
@@ -58,7 +61,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
             // the user there would read to rustc as a redundant block (`unused_braces` on a
             // one-line body); they are the macro's braces, located where the user's were.
             body.set_span(generated(body.span()));
-            let read_by_key: Vec<&Ident> = key.roots().collect();
+            let read_by_key: Vec<&Ident> = keys.iter().flat_map(|key| key.roots()).collect();
             let Rebinding { stmts, scope } = rebind::rebind(&mut sig, &read_by_key);
             let hint = return_type_hint(output.as_ref());
             let future = quote_spanned! {call.at=>
@@ -68,7 +71,7 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
                     #body
                 }
             };
-            call.around(key.to_key_expr(&scope), future)
+            call.around(key_exprs(&scope), future)
         }
     };
     quote! {
@@ -80,9 +83,10 @@ pub(crate) fn expand(locked: LockedFn) -> TokenStream {
     }
 }
 
-/// `__private::locked_with(key, options, lift, future).await`, but for the key and the future.
+/// `__private::locked_with(key, options, lift, future).await` (or `locked_many_with(keys, …)`),
+/// but for the keys and the future.
 struct LockCall {
-    /// `locked_with`, at the return type.
+    /// `locked_with` (`locked_many_with` for a list of keys), at the return type.
     locked_with: TokenStream,
     /// The options' struct expression.
     options: TokenStream,
@@ -93,30 +97,40 @@ struct LockCall {
 }
 
 impl LockCall {
-    /// The call for a fn declaring `output`, calling into `krate`.
-    fn new(output: Option<&Type>, krate: &Path, options: Options) -> LockCall {
+    /// The call for a fn declaring `output`, calling into `krate`; `many` for a list of keys.
+    fn new(output: Option<&Type>, krate: &Path, options: Options, many: bool) -> LockCall {
         // Where a type error about the call itself should point: the declared return type
         // (for example when its error type has no `From<LockError>`).
         let output_span = output.map_or_else(Span::call_site, Spanned::span);
         // `lift` is where the type checker requires `From<LockError>` of the error type: at
         // the return type, once (see `__private::locked_with`).
+        let locked_with = if many {
+            quote!(#krate::__private::locked_many_with)
+        } else {
+            quote!(#krate::__private::locked_with)
+        };
         LockCall {
-            locked_with: relocate(quote!(#krate::__private::locked_with), output_span),
+            locked_with: relocate(locked_with, output_span),
             options: options_expr(options, &krate.to_token_stream()),
             lift: relocate(quote!(#krate::__private::lift), output_span),
             at: generated(output_span),
         }
     }
 
-    /// The call, awaited, that runs `future` holding the lock `key` names.
-    fn around(&self, key: TokenStream, future: impl ToTokens) -> TokenStream {
+    /// The call, awaited, that runs `future` holding the locks `keys` name: one key as it
+    /// is, several in a `Vec` (the fn `new` chose for them takes one).
+    fn around(&self, keys: Vec<TokenStream>, future: impl ToTokens) -> TokenStream {
         let LockCall {
             locked_with,
             options,
             lift,
             at,
         } = self;
-        quote_spanned!(*at=> #locked_with(#key, #options, #lift, #future).await)
+        let keys = match <[TokenStream; 1]>::try_from(keys) {
+            Ok([key]) => key,
+            Err(keys) => quote_spanned!(*at=> ::std::vec![#(#keys),*]),
+        };
+        quote_spanned!(*at=> #locked_with(#keys, #options, #lift, #future).await)
     }
 }
 
@@ -536,6 +550,114 @@ mod tests {
                     ::lock_runtime::__private::Options::DEFAULT,
                     ::lock_runtime::__private::lift,
                     async move { let __self = self; let __ret: Result<u8, E> = { Ok(1) }; __ret }
+                ).await
+            })
+        };
+        assert!(out.contains(&wrapped.to_string()), "{out}");
+    }
+
+    #[test]
+    fn a_list_of_keys_is_one_locked_many_with_call_over_a_vec() {
+        let out = expanded(
+            quote!(key = ["account:<from>", "account:<to>"], lease = "10s"),
+            quote!(
+                async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let expected = quote! {
+            async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), E> {
+                ::lock_runtime::__private::locked_many_with(
+                    ::std::vec![
+                        ::std::format!("account:{}", from),
+                        ::std::format!("account:{}", to)
+                    ],
+                    ::lock_runtime::__private::Options {
+                        lease: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(10000u64)),
+                        ..::lock_runtime::__private::Options::DEFAULT
+                    },
+                    ::lock_runtime::__private::lift,
+                    async move {
+                        if let ::core::option::Option::Some(__lock_ret) = ::core::option::Option::None::<Result<(), E> > {
+                            return __lock_ret;
+                        }
+                        let from = from;
+                        let _ = &from;
+                        let to = to;
+                        let _ = &to;
+                        let amount = amount;
+                        { Ok(()) }
+                    }
+                )
+                .await
+            }
+        };
+        assert_eq!(out, expected.to_string());
+    }
+
+    #[test]
+    fn a_list_of_one_key_expands_as_that_key() {
+        let f = quote!(
+            async fn f(&self, id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        assert_eq!(
+            expanded(
+                quote!(key = ["t:<self.tenant>:<id>"], mode = "read"),
+                f.clone()
+            ),
+            expanded(quote!(key = "t:<self.tenant>:<id>", mode = "read"), f)
+        );
+    }
+
+    #[test]
+    fn each_key_of_a_list_reads_patterns_as_a_single_key_does() {
+        let out = expanded(
+            quote!(key = ["k:<a>", "j:<self.tenant>:<a>", "literal"]),
+            quote!(
+                async fn f(&self, (a, b): (u8, u8)) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let keys = quote! {
+            ::std::vec![
+                { let (ref a, _) = __arg1; ::std::format!("k:{}", a) },
+                { let (ref a, _) = __arg1; ::std::format!("j:{}:{}", self.tenant, a) },
+                <::std::string::String as ::core::convert::From<&str>>::from("literal")
+            ]
+        };
+        assert!(out.contains(&keys.to_string()), "{out}");
+        // `a` is read by two keys and used once.
+        let body = quote!(let __arg1 = __arg1; let (a, b) = __arg1; let _ = &a; { Ok(()) });
+        assert!(out.contains(&body.to_string()), "{out}");
+    }
+
+    #[test]
+    fn an_async_trait_future_runs_under_every_key_of_a_list() {
+        let out = expanded(
+            quote!(key = ["t:<self.tenant>", "u:<id>"], crate = "my::locks"),
+            quote! {
+                fn f<'life0, 'async_trait>(&'life0 self, id: u64)
+                    -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'async_trait>>
+                    where 'life0: 'async_trait, Self: 'async_trait
+                {
+                    Box::pin(async move { let __self = self; let id = id; let __ret: Result<u8, E> = { Ok(1) }; __ret })
+                }
+            },
+        );
+        let wrapped = quote! {
+            Box::pin(async move {
+                my::locks::__private::locked_many_with(
+                    ::std::vec![
+                        ::std::format!("t:{}", self.tenant),
+                        ::std::format!("u:{}", id)
+                    ],
+                    my::locks::__private::Options::DEFAULT,
+                    my::locks::__private::lift,
+                    async move { let __self = self; let id = id; let __ret: Result<u8, E> = { Ok(1) }; __ret }
                 ).await
             })
         };

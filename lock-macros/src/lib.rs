@@ -110,6 +110,8 @@
 //!     is reported by rustc at the typo);
 //!   - `async_trait.rs`, which recognises a method `#[async_trait]` has already rewritten;
 //!   - `template.rs`, the key parsed and checked against the parameters;
+//!   - `keys.rs`, a list of keys (`key = ["a:<x>", "b:<y>"]`) read into its templates (for
+//!     `args.rs`), and kept to different keys;
 //!   - `nesting.rs`, the write requests of its own key that a read fn's body takes.
 //! - `expand.rs` writes the new fn from a `LockedFn` alone, with `rebind.rs` moving the
 //!   parameters into its body.
@@ -131,6 +133,7 @@ mod duration;
 mod errors;
 mod expand;
 mod item;
+mod keys;
 mod nesting;
 mod patterns;
 mod rebind;
@@ -153,7 +156,7 @@ mod written;
 ///
 /// | argument | value | default |
 /// |---|---|---|
-/// | `key` | template: text with `<param>` / `<param.field>` placeholders (required) | — |
+/// | `key` | template: text with `<param>` / `<param.field>` placeholders (required); or a list of them, `["a:<x>", "b:<y>"]` (below) | — |
 /// | `lease` | `"30s"`, `"1m30s"`, `"500ms"`; or an expression of type `Duration` | runtime's (30 s) |
 /// | `wait` | same; `"0s"` tries once | runtime's (30 s unless configured) |
 /// | `watchdog` | `true`, `false`: `false` keeps a fixed lease that is not renewed | `true` |
@@ -216,6 +219,20 @@ mod written;
 /// error. The check compares names, not bindings: a local that shadows a parameter and is
 /// formatted into the same key text is taken for the parameter. By hand, the same is
 /// `LockRequest::read` / `write` / `mode`.
+///
+/// **Many keys** (`key = ["account:<from>", "account:<to>"]`, a trailing comma allowed): one
+/// call holds every key of the list, each a template as above, checked and reported at its
+/// own literal. The keys are formatted first, then taken in one order, sorted by their text
+/// (two templates that format alike are one key), all or none within one `wait`: two calls
+/// that share keys never wait for each other for ever, whatever order their lists give.
+/// Every other argument applies to each key (a multi-key read lock is fine, and the upgrade
+/// check above covers each key); one key lost is the call lost. Inside the body a nested call
+/// re-enters any of the keys and may take a key sorting after all of them; a key sorting
+/// before one of them, not held, is `Err(LockError::OrderRefused)` at once (waiting for it
+/// could deadlock): list it in the outer call. `lock_runtime::fences()` gives each key's
+/// fencing token. The expansion calls `__private::locked_many_with(::std::vec![key1, key2],
+/// …)`, each key built as a single key is; a list of one key is that key. By hand, the same
+/// is `with_locks(lock_many([…]), body)`.
 ///
 /// # Examples
 ///
@@ -369,6 +386,39 @@ mod written;
 /// }
 /// ```
 ///
+/// Many keys: both accounts of a transfer, taken in one order whatever the arguments' order;
+/// a nested call re-enters one of them, and one on a key that sorts before them is refused:
+///
+/// ```
+/// use lock_runtime::{distributed_lock, fences, LockError, LockRuntime};
+///
+/// #[distributed_lock(key = ["account:<from>", "account:<to>"], lease = "10s")]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<u64, LockError> {
+///     assert_eq!(fences().len(), 2); // a fencing token per key
+///     Ok(balance(from).await? - amount) // one of the keys: re-enters
+/// }
+///
+/// #[distributed_lock(key = "account:<id>")]
+/// async fn balance(id: u64) -> Result<u64, LockError> {
+///     Ok(100 + id)
+/// }
+///
+/// #[distributed_lock(key = ["account:<from>", "account:<to>"])]
+/// async fn with_fee(from: u64, to: u64) -> Result<u64, LockError> {
+///     balance(0).await // `account:0` sorts before both held keys: refused
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), LockError> {
+///     LockRuntime::builder().memory().build().await?.install()?;
+///     // Opposite orders at once: both take `account:1` first, so they cannot deadlock.
+///     let (a, b) = tokio::join!(transfer(1, 2, 30), transfer(2, 1, 50));
+///     assert_eq!((a?, b?), (71, 52));
+///     assert!(matches!(with_fee(5, 7).await, Err(LockError::OrderRefused { .. })));
+///     Ok(())
+/// }
+/// ```
+///
 /// Durations as expressions, and `crate` for a re-exported runtime:
 ///
 /// ```
@@ -431,7 +481,9 @@ mod written;
 ///
 /// A missing `key`, or a key given as a bare string; an unknown or repeated argument; a
 /// placeholder that names no parameter (or a name bound inside a macro pattern), is empty or
-/// unclosed; a `{name}` that names a parameter; a malformed duration, a lease out of range;
+/// unclosed; a `{name}` that names a parameter (each of these for each key of a list); an
+/// empty list of keys (`key = []`), one with an element that is not a string literal, or that
+/// names the same key twice; a malformed duration, a lease out of range;
 /// a bad `watchdog`, `on_lost`, `fair` or `mode` value, or a mode written as an argument of
 /// its own (`read`); in a `mode = "read"` fn, a write of its own key that the body asks
 /// itself (above); a fn that is not `async` (also one that an attribute above this one

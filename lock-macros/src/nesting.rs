@@ -1,5 +1,5 @@
-//! The one upgrade a fn body shows: a write (or exclusive) request of the fn's own key, taken
-//! in the body of a `mode = "read"` fn.
+//! The one upgrade a fn body shows: a write (or exclusive) request of the fn's own key (or of
+//! any of its keys, for `key = [ … ]`), taken in the body of a `mode = "read"` fn.
 //!
 //! A write asked inside a read hold of the same key is refused by the runtime at once
 //! (`LockError::UpgradeRefused`): two readers upgrading together would wait for each other
@@ -16,7 +16,7 @@
 //! - in write or exclusive mode as the chain leaves it: `.read()`, `.write()` and
 //!   `.mode(LockMode::…)` set it, the last one wins, and a `.mode(…)` of anything but a
 //!   `LockMode` variant's path is not judged;
-//! - where `ARG` is the fn's key written the same way: a string literal equal to a key with no
+//! - where `ARG` is one of the fn's keys written the same way: a string literal equal to a key with no
 //!   placeholders, or `format!` whose text and arguments are the key's text and placeholders
 //!   (`format!("cfg:{}", tenant)`, `format!("cfg:{tenant}")`, `format!("t:{}", self.tenant)`;
 //!   a `&` before either is allowed).
@@ -50,11 +50,16 @@ pub(crate) struct Context<'a> {
     pub self_name: &'a str,
 }
 
-/// Every write or exclusive request of `key` that `body` takes; the fn holds `key` for reading.
-pub(crate) fn upgrades(body: TokenStream, key: &Key<'_>, context: &Context<'_>) -> Vec<syn::Error> {
+/// Every write or exclusive request of one of `keys` that `body` takes, in the order written;
+/// the fn holds `keys` for reading.
+pub(crate) fn upgrades(
+    body: TokenStream,
+    keys: &[Key<'_>],
+    context: &Context<'_>,
+) -> Vec<syn::Error> {
     let mut found = Vec::new();
     Scan {
-        key,
+        keys,
         context,
         found: &mut found,
     }
@@ -87,20 +92,20 @@ struct Chain {
 
 /// One scan of a body, collecting errors.
 struct Scan<'s, 'a> {
-    key: &'s Key<'a>,
+    keys: &'s [Key<'a>],
     context: &'s Context<'a>,
     found: &'s mut Vec<syn::Error>,
 }
 
-impl Scan<'_, '_> {
+impl<'s, 'a> Scan<'s, 'a> {
     /// Looks through `stream`, groups included.
     fn stream(&mut self, stream: TokenStream) {
         let trees = trees(stream);
         for at in 0..trees.len() {
-            if let Some(start) = self.request_at(&trees, at) {
+            if let Some((start, key)) = self.request_at(&trees, at) {
                 let chain = follow(&trees, at + 2);
                 if chain.acquires {
-                    self.judge(&trees[start..chain.end], chain.mode);
+                    self.judge(&trees[start..chain.end], chain.mode, key);
                 }
             }
             if let Some(args) = self.call_of(&trees, at, "with_lock") {
@@ -127,17 +132,17 @@ impl Scan<'_, '_> {
             .unwrap_or(trees.len());
         let first = &trees[..first];
         for at in 0..first.len() {
-            if let Some(start) = self.request_at(first, at) {
+            if let Some((start, key)) = self.request_at(first, at) {
                 let chain = follow(first, at + 2);
                 if !chain.acquires && chain.end == first.len() {
-                    self.judge(&first[start..], chain.mode);
+                    self.judge(&first[start..], chain.mode, key);
                 }
             }
         }
     }
 
-    /// Adds the error for `chain` when it asks a write or an exclusive lock.
-    fn judge(&mut self, chain: &[TokenTree], mode: Asked) {
+    /// Adds the error for `chain` when it asks a write or an exclusive lock of `key`.
+    fn judge(&mut self, chain: &[TokenTree], mode: Asked, key: &Key<'_>) {
         let asked = match mode {
             Asked::Exclusive => "an exclusive lock (the default mode, the same lock as a write)",
             Asked::Write => "a write lock",
@@ -151,14 +156,14 @@ impl Scan<'_, '_> {
                  (`mode = \"read\"`): upgrading is refused, at run time with \
                  `LockError::UpgradeRefused` (two readers doing it at once would deadlock); \
                  take the write lock in the outer call (a writer may read), or ask `.read()` here",
-                key = self.key.written
+                key = key.written
             ),
         ));
     }
 
-    /// Whether `trees[at..]` is a request of the key, `lock(ARG)` called as a fn of the
-    /// runtime or as a method: where its tokens start (at its path, if any).
-    fn request_at(&self, trees: &[TokenTree], at: usize) -> Option<usize> {
+    /// Whether `trees[at..]` is a request of one of the keys, `lock(ARG)` called as a fn of
+    /// the runtime or as a method: where its tokens start (at its path, if any), and the key.
+    fn request_at(&self, trees: &[TokenTree], at: usize) -> Option<(usize, &'s Key<'a>)> {
         let (Some(TokenTree::Ident(name)), Some(TokenTree::Group(args))) =
             (trees.get(at), trees.get(at + 1))
         else {
@@ -173,7 +178,7 @@ impl Scan<'_, '_> {
         } else {
             self.runtime_fn(trees, at)?
         };
-        self.is_key(args.stream()).then_some(start)
+        self.which_key(args.stream()).map(|key| (start, key))
     }
 
     /// The arguments of `name(…)` at `trees[at]`, called as a fn of the runtime.
@@ -207,8 +212,8 @@ impl Scan<'_, '_> {
         runtime.then_some(start)
     }
 
-    /// Whether `arg` is the key, written the same way.
-    fn is_key(&self, arg: TokenStream) -> bool {
+    /// The key `arg` is, written the same way, if any.
+    fn which_key(&self, arg: TokenStream) -> Option<&'s Key<'a>> {
         let trees = trees(arg);
         let mut arg = trees.as_slice();
         while let [first, rest @ ..] = arg {
@@ -221,8 +226,10 @@ impl Scan<'_, '_> {
             [TokenTree::Literal(_)] => string(&arg[0]).map(|text| (escape(&text), Vec::new())),
             _ => format_call(arg).and_then(|args| self.format_args(args)),
         };
-        written
-            .is_some_and(|(format, values)| format == self.key.format && values == self.key.values)
+        let (format, values) = written?;
+        self.keys
+            .iter()
+            .find(|key| format == key.format && values == key.values)
     }
 
     /// The arguments of `format!(…)` as the key's `format!` string and placeholders: every
@@ -476,7 +483,7 @@ mod tests {
             krate: &krate,
             self_name: "self",
         };
-        upgrades(body, &key, &context)
+        upgrades(body, &[key], &context)
             .into_iter()
             .map(|error| error.to_string())
             .collect()
@@ -555,7 +562,7 @@ mod tests {
             self_name: "__self",
         };
         let body = quote!(lock(format!("t:{}", __self.tenant)).acquire());
-        assert_eq!(upgrades(body, &key, &context).len(), 1);
+        assert_eq!(upgrades(body, &[key], &context).len(), 1);
     }
 
     #[test]

@@ -373,6 +373,12 @@ impl Template {
             .collect()
     }
 
+    /// Whether `other` builds the same key: the same text from the same values (`"x{"` and
+    /// `"x{{"` do, as both are the text `x{`).
+    pub(crate) fn same_key(&self, other: &Template) -> bool {
+        self.format_string() == other.format_string() && self.value_paths() == other.value_paths()
+    }
+
     /// The `format!` string: text with `{`/`}` doubled, `{}` for each value.
     pub(crate) fn format_string(&self) -> String {
         let mut out = String::new();

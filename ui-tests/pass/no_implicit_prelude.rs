@@ -24,6 +24,14 @@ mod locked {
         ::core::result::Result::Ok(a)
     }
 
+    #[::lock_runtime::distributed_lock(key = ["jobs", "job:<name>", "pair:<a>"], mode = "read")]
+    pub async fn many(
+        name: &str,
+        (a, _b): (u8, u8),
+    ) -> ::core::result::Result<u8, ::lock_runtime::LockError> {
+        ::core::result::Result::Ok(a + name.len() as u8)
+    }
+
     pub struct Account {
         pub tenant: ::std::string::String,
     }
@@ -38,6 +46,7 @@ mod locked {
 
 fn main() {
     let _ = locked::literal_key();
+    let _ = locked::many("n", (1, 2));
     let _ = locked::placeholders("n", (1, 2), 0, (1, 2), 3);
     let account = locked::Account {
         tenant: String::new(),

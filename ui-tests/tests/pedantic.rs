@@ -78,6 +78,12 @@ async fn patterns(
     Ok(name.len() + usize::from(all.1) + right.len())
 }
 
+/// Many keys: fields, `self`'s fields and names inside patterns, in one list.
+#[distributed_lock(key = ["many:<pair.0>", "many:<a>", "many:<name>"], mode = "read", lease = "1s")]
+async fn many(pair: (u8, u8), (a, _b): (u8, u8), name: &str) -> Result<usize, LockError> {
+    Ok(name.len() + usize::from(a))
+}
+
 struct Account {
     tenant: String,
 }
@@ -85,6 +91,11 @@ struct Account {
 impl Account {
     #[distributed_lock(key = "acct:<self.tenant>:<_n>")]
     async fn method(&self, _n: u8) -> Result<usize, LockError> {
+        Ok(self.tenant.len())
+    }
+
+    #[distributed_lock(key = ["acct:<self.tenant>", "acct:<self.tenant>:<n>"])]
+    async fn many(&self, n: u8) -> Result<usize, LockError> {
         Ok(self.tenant.len())
     }
 
@@ -125,6 +136,8 @@ fn every_form_runs_without_a_lint() -> Result<(), LockError> {
             tenant: "t".to_owned(),
         };
         assert_eq!(account.method(1).await?, 1);
+        assert_eq!(many((1, 2), (3, 4), "ab").await?, 2 + 3);
+        assert_eq!(account.many(5).await?, 1);
         assert_eq!(account.by_value(0).await?, "t");
         Ok(())
     })

@@ -454,6 +454,58 @@ fn nested_call_on_the_same_key_reenters() {
     });
 }
 
+// ---- many keys -----------------------------------------------------------------------------
+
+struct Bank {
+    tenant: String,
+}
+
+#[derive(Clone, Copy)]
+struct Transfer {
+    from: u64,
+    to: u64,
+}
+
+impl Bank {
+    #[distributed_lock(key = ["<self.tenant>:acct:<t.from>", "<self.tenant>:acct:<t.to>"], wait = "5s")]
+    async fn transfer(&self, t: Transfer, amount: u64) -> Result<u64, LockError> {
+        for id in [t.from, t.to] {
+            assert!(held(&format!("{}:acct:{id}", self.tenant)).await);
+        }
+        assert_eq!(lock_runtime::fences().len(), 2);
+        Ok(self.balance(t.to).await? + amount)
+    }
+
+    #[distributed_lock(key = "<self.tenant>:acct:<id>")]
+    async fn balance(&self, id: u64) -> Result<u64, LockError> {
+        Ok(id)
+    }
+}
+
+#[distributed_lock(key = ["many:<a>", "many:<b>", "many:<a>:<b>"], mode = "read")]
+async fn read_many((a, b): (u8, u8)) -> Result<u8, LockError> {
+    assert!(held(&format!("many:{a}:{b}")).await);
+    Ok(a + b)
+}
+
+#[test]
+fn a_list_of_keys_runs_holding_every_key_and_releases_them_all() {
+    block_on(async {
+        let bank = Bank {
+            tenant: "t".to_owned(),
+        };
+        let there = Transfer { from: 2, to: 1 };
+        let back = Transfer { from: 1, to: 2 };
+        // Opposite orders at once: the keys are taken sorted, so both finish.
+        let (a, b) = tokio::join!(bank.transfer(there, 10), bank.transfer(back, 20));
+        assert_eq!((a.unwrap(), b.unwrap()), (11, 22));
+        assert!(!held("t:acct:1").await && !held("t:acct:2").await);
+        let (a, b) = tokio::join!(read_many((1, 2)), read_many((1, 2)));
+        assert_eq!((a.unwrap(), b.unwrap()), (3, 3));
+        assert!(!held("many:1").await && !held("many:1:2").await);
+    });
+}
+
 // ---- non-Send bodies -----------------------------------------------------------------------
 
 #[distributed_lock(key = "local:<id>")]
