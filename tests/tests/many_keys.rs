@@ -50,14 +50,21 @@ async fn every_key_is_held_in_the_body_and_none_after_it(kind: Kind) {
     let (runtime, peer) = kind.two("many-held").await;
     let keys = ["acct:2", "acct:1", "acct:3", "acct:2"];
     let seen = with_locks(runtime.lock_many(keys), async {
-        let peer = peer.clone();
+        let other = peer.clone();
         let inside = tokio::spawn(async move {
             // (A task of its own: the body's scope would re-enter.)
             for key in ["acct:1", "acct:2", "acct:3"] {
-                assert!(!free(&peer, key).await, "{key} free inside the body");
+                assert!(!free(&other, key).await, "{key} free inside the body");
             }
         });
         inside.await.unwrap();
+        // `inspect` (what lockctl shows) names this process on each key.
+        for key in ["acct:1", "acct:2", "acct:3"] {
+            let info = peer.inspect(key).await.unwrap().expect("a holder");
+            assert!(!info.holder.is_empty(), "{key}: {info:?}");
+            let here = runtime.inspect(key).await.unwrap().expect("a holder");
+            assert!(here.held_by_this_process, "{key}: {here:?}");
+        }
         Ok::<_, LockError>((fences(), fence()))
     })
     .await
