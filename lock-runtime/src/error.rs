@@ -64,11 +64,12 @@ pub enum LockError {
         waited: Duration,
     },
 
-    /// The lock stopped being ours while it was held: it expired, was deleted,
-    /// or Redis could not be reached before the lease ran out.
+    /// The lock stopped being ours while it was held: it expired, was deleted
+    /// (a force unlock, an etcd lease revoked, a ZooKeeper session ended),
+    /// or the lock backend could not be reached before the lease ran out.
     #[error(
-        "lock `{key}` was lost while held (it expired, was deleted, or Redis was unreachable \
-         for longer than the lease); another holder may have entered"
+        "lock `{key}` was lost while held (it expired, was deleted, or the lock backend was \
+         unreachable for longer than the lease); another holder may have entered"
     )]
     Lost {
         /// The key as the caller gave it.

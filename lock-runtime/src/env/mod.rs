@@ -414,9 +414,10 @@ fn sentinel_from_env(
 }
 
 /// What a debug build says when it falls back to the embedded backend.
-const FALLBACK: &str = "no REDIS_URL set: using the embedded backend, whose locks exclude only \
-                        tasks of this process (debug build only; a release build refuses to \
-                        start unless LOCK_BACKEND=memory)";
+const FALLBACK: &str = "no lock backend configured (REDIS_URL, LOCK_ETCD_ENDPOINTS, \
+                        LOCK_ZOOKEEPER, ... are unset): using the embedded backend, whose locks \
+                        exclude only tasks of this process (debug build only; a release build \
+                        refuses to start unless LOCK_BACKEND=memory)";
 
 /// Says `message` where the user sees it: through `tracing` when a
 /// subscriber takes warnings from here, else on stderr. A library does not
