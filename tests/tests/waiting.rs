@@ -504,3 +504,44 @@ async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
         }
     }
 }
+
+/// A nested call that re-enters a hold while the connection is down: the
+/// entry gate wants a renewal to confirm the hold, none can come, and the
+/// call ends in `Timeout` by its wait's deadline plus the try timeout,
+/// not when the connection comes back. (It once went round the gate again
+/// and again until a renewal got through: 2.6 s for a 288 ms wait in the
+/// nemesis.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_the_gate_cannot_confirm_ends_by_its_deadline() {
+    let _turn = timing_turn().await;
+    let proxy = lock_tests::FaultProxy::start(redis().port()).await;
+    let runtime = runtime_at(&proxy.url(), &unique("reenter-down")).await;
+    let request = runtime.lock("k").lease(Duration::from_secs(20));
+    let outer = request.acquire().await.unwrap();
+    proxy.refuse(true);
+    proxy.drop_connections();
+    // The connection is lost: its epoch moves on (waited for, bounded).
+    let lost = Instant::now() + Duration::from_secs(5);
+    while runtime.stats().connections_lost == 0 {
+        assert!(
+            Instant::now() < lost,
+            "the runtime never saw its connection drop"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wait = Duration::from_millis(300);
+    let begun = Instant::now();
+    let nested = outer.scope(runtime.lock("k").wait(wait).acquire()).await;
+    let took = begun.elapsed();
+    proxy.refuse(false);
+    assert!(
+        matches!(nested, Err(LockError::Timeout { .. })),
+        "{nested:?}"
+    );
+    let bound = wait + lock_runtime::DEFAULT_TRY_TIMEOUT * 2 + SLACK;
+    assert!(
+        took <= bound,
+        "a {wait:?} wait took {took:?} (bound {bound:?})"
+    );
+    drop(outer);
+}

@@ -199,7 +199,11 @@ impl Acquisition {
                 };
                 match entered {
                     Some(guard) => break 'run Ok(guard),
-                    None => self.sent_back(),
+                    None => {
+                        if let Err(error) = self.sent_back() {
+                            break 'run Err(error);
+                        }
+                    }
                 }
             };
             // Every way out passes here once: reported, then returned.
@@ -271,11 +275,16 @@ impl Acquisition {
     /// The entry gate gave the hold back (news from before a lost
     /// connection that a renewal did not confirm, a hold lost before its
     /// task ran): ask the server anew. That was no busy key, so a try-once
-    /// (or a last try) gets one more try, once.
-    fn sent_back(&mut self) {
+    /// (or a last try) gets one more try, once. Sent back again past the
+    /// deadline, the wait ends: a re-entry that no renewal confirms (the
+    /// connection down) would otherwise go round the gate until one does.
+    fn sent_back(&mut self) -> Result<(), LockError> {
         if !std::mem::replace(&mut self.sent_back, true) {
             self.last_try = false;
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(self.gave_up());
         }
+        Ok(())
     }
 
     /// Step 2: a deadline that passed allows one last try, then ends the
