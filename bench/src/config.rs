@@ -45,11 +45,15 @@ pub enum Scenario {
     /// read-write locks, the exclusive lock, and an in-process
     /// read-write lock (the limit).
     S14,
+    /// Transfers between 100 accounts, 16 workers in 2 processes: a
+    /// multi-key lock on both accounts, against one global lock and two
+    /// nested single-key locks.
+    S15,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -64,9 +68,14 @@ impl Scenario {
         Scenario::S12,
         Scenario::S13,
         Scenario::S14,
+        Scenario::S15,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {
+        // The one scenario with a name too (issue 38 calls it so).
+        if name == "transfers" {
+            return Some(Scenario::S15);
+        }
         let n = name.trim_start_matches(['s', 'S']);
         Scenario::ALL
             .into_iter()
@@ -137,6 +146,9 @@ pub struct Scale {
     pub s13: Shape,
     /// S14: S3's workers on one read-heavy key, per contender and run.
     pub s14: Shape,
+    /// S15: the transfer workers (16 in 2 processes; the key choice is
+    /// theirs, not the shape's), per variant and run.
+    pub s15: Shape,
 }
 
 impl Scale {
@@ -191,6 +203,12 @@ impl Scale {
         s14: Shape {
             processes: 2,
             tasks: 4,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(5),
+        },
+        s15: Shape {
+            processes: 2,
+            tasks: 8,
             keys: KeyChoice::One,
             duration: Duration::from_secs(5),
         },
@@ -250,6 +268,12 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_millis(400),
         },
+        s15: Shape {
+            processes: 2,
+            tasks: 8,
+            keys: KeyChoice::One,
+            duration: Duration::from_millis(300),
+        },
     };
 }
 
@@ -269,8 +293,9 @@ pub struct Config {
 }
 
 /// Usage text.
-pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s14] [--quick] [--runs N] [--out DIR]\n\
+pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s15] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
+    \n  transfers another name for s15 (multi-key locks)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
     \n  --out DIR results.json and handoff.svg (default <workspace>/target/bench)";
@@ -358,8 +383,12 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s15".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 14);
+        assert!(Config::from_args(&["s16".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 15);
+        let s15 = Config::from_args(&["s15".to_owned()]).unwrap();
+        assert_eq!(s15.scenarios, [Scenario::S15]);
+        let named = Config::from_args(&["transfers".to_owned()]).unwrap();
+        assert_eq!(named.scenarios, [Scenario::S15]);
         let s14 = Config::from_args(&["s14".to_owned()]).unwrap();
         assert_eq!(s14.scenarios, [Scenario::S14]);
         let s13 = Config::from_args(&["s13".to_owned()]).unwrap();

@@ -100,6 +100,11 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S14 rw default", "acquisitions/s, 90 % reads"),
         ("S14 exclusive", "acquisitions/s, 90 % reads"),
         ("S14 limit", "acquisitions/s, 90 % reads"),
+        ("S15", "multi-key lock: transfers/s"),
+        ("S15 multi", "transfers/s"),
+        ("S15 global", "transfers/s"),
+        ("S15 nested-sorted", "transfers/s"),
+        ("S15 multi", "lock commands per transfer"),
     ] {
         let row = find(rows, scenario, metric);
         assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);

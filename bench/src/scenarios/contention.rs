@@ -256,7 +256,7 @@ fn start(
 const INFO_TRIES: usize = 3;
 
 /// The lock server's `INFO commandstats` (see [`INFO_TRIES`]).
-async fn command_stats(conn: &mut MultiplexedConnection) -> Result<CommandStats> {
+pub(super) async fn command_stats(conn: &mut MultiplexedConnection) -> Result<CommandStats> {
     let mut tries = 0;
     loop {
         tries += 1;
@@ -291,7 +291,7 @@ pub(super) async fn servers_cpu(
 
 /// CPU seconds a Redis server has used so far (`INFO cpu`: its
 /// `used_cpu_sys` + `used_cpu_user`, all its threads).
-async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
+pub(super) async fn redis_cpu(conn: &mut MultiplexedConnection) -> Result<f64> {
     let info = info_cpu(conn).await?;
     let field = |name: &str| {
         info.lines()

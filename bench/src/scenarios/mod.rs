@@ -14,7 +14,9 @@
 //! Redis Cluster), S12 `etcd` (S1 and S3 on etcd), S13 `zookeeper` (S1,
 //! S3/S4 and S5 on ZooKeeper, with Curator as the peer; its S5 baseline in
 //! `zookeeper_keys`), S14 `read_write` (a read-heavy key under read-write
-//! locks, the exclusive lock and an in-process read-write lock);
+//! locks, the exclusive lock and an in-process read-write lock), S15
+//! `transfers` (two accounts a transfer under a multi-key lock, one global
+//! lock, or two nested locks);
 //! `baseline` measures the round-trip limit, and `limit` holds S3's, S8's
 //! and S9's contenders against their limit (the body alone, with no lock).
 
@@ -32,6 +34,7 @@ pub mod memory;
 pub mod read_write;
 pub mod reentry;
 pub mod retention;
+pub mod transfers;
 pub mod uncontended;
 pub mod watchdog;
 pub mod workers;

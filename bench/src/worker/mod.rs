@@ -23,17 +23,27 @@
 //!     `timeouts`, `errors`, `passed`, `joined` (reads that joined a read
 //!     hold of the process), `cpu_us` and `served` (fair, plain or local:
 //!     how its holds were served).
+//! --worker transfers <variant> <lock-url> <prefix> <tasks> <first-id> <millis> <seed> <accounts>
+//!     S15: <tasks> workers move 1 between two distinct accounts of
+//!     <accounts>, drawn from the task's generator seeded from <seed>, for
+//!     <millis> after `go`; body: GET both balances, SET both, on the lock
+//!     server. <variant> is multi (`with_locks(lock_many([from, to]))`),
+//!     global (one lock `bank`) or nested-sorted (two nested `with_lock`,
+//!     keys sorted by hand). Prints `tx` lines, then `timeouts`, `errors`,
+//!     `passed` and `cpu_us`.
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
 //!
-//! Both print `ready` once set up (contend then waits for `go` on stdin),
-//! and `done` at the end; [`start`] is the parent's side.
+//! All print `ready` once set up (contend, read-write and transfers then
+//! wait for `go` on stdin), and `done` at the end; [`start`] is the
+//! parent's side.
 
 mod contend;
 mod memory;
 pub mod read_write;
 mod tasks;
+pub mod transfers;
 
 use std::io::Write;
 use std::path::Path;
@@ -58,7 +68,10 @@ pub async fn main(args: &[String]) -> Result<()> {
         [mode, rest @ ..] if mode == "read-write" => {
             read_write::run(read_write::Args::parse(rest)?).await
         }
-        _ => bail!("usage: lock-bench --worker (contend|memory|read-write) ..."),
+        [mode, rest @ ..] if mode == "transfers" => {
+            transfers::run(transfers::Args::parse(rest)?).await
+        }
+        _ => bail!("usage: lock-bench --worker (contend|memory|read-write|transfers) ..."),
     }
 }
 

@@ -1,0 +1,281 @@
+//! The transfer worker (S15): a few tasks of one process moving money
+//! between accounts, two accounts a transfer, under one of three ways of
+//! locking them.
+//!
+//! Each task draws every transfer's pair of distinct accounts (and its
+//! direction) from its own generator, seeded from the run's seed and the
+//! task's number ([`crate::keys::Rng`]), so every variant of a run sees the
+//! same sequence of transfers per task. The body reads both balances and
+//! writes both back, one moved from the first to the second (GET, GET,
+//! SET, SET on the lock server, beside the locks, as an application that
+//! keeps its data in the Redis of its locks does). Without exclusion two
+//! transfers on one account lose an update, and the sum of the balances
+//! moves.
+//!
+//! The variants ([`Variant`]): one multi-key call on both accounts
+//! (`with_locks(lock_many([from, to]))`), one lock for the whole bank
+//! around every transfer, and two nested single-key calls with the keys
+//! sorted by hand (what a user without multi-key locks writes).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use lock_runtime::{with_lock, with_locks, LockRuntime};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+use super::contend::WAIT_LIMIT;
+use super::tasks::{self, cpu_seconds, now_us};
+use crate::keys::Rng;
+use crate::transfers::TransferRecord;
+
+/// Upper bound on transfers per task, whatever the duration.
+const MAX_PER_TASK: usize = 1_000_000;
+/// The one lock of [`Variant::Global`].
+const BANK: &str = "bank";
+
+/// How a transfer locks its two accounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// `with_locks(runtime.lock_many([from, to]), body)`.
+    Multi,
+    /// `with_lock(runtime.lock("bank"), body)`: every transfer in turn.
+    Global,
+    /// `with_lock(first, with_lock(second, body))`, the two account keys
+    /// sorted by hand (byte order, as `lock_many` sorts them).
+    NestedSorted,
+}
+
+impl Variant {
+    /// In report order.
+    pub const ALL: [Variant; 3] = [Variant::Multi, Variant::Global, Variant::NestedSorted];
+
+    /// Name on the command line and in the results file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Multi => "multi",
+            Variant::Global => "global",
+            Variant::NestedSorted => "nested-sorted",
+        }
+    }
+}
+
+/// The lock name of account `n`.
+pub fn account_lock(n: u32) -> String {
+    format!("account:{n}")
+}
+
+/// The balance key of account `n` under `prefix` (beside the lock keys,
+/// never one of them).
+pub fn balance_key(prefix: &str, n: u32) -> String {
+    format!("{prefix}balance:{n}")
+}
+
+/// The generator of task `id`'s transfers in a run seeded `seed`.
+fn pairs(seed: u64, id: u32) -> Rng {
+    Rng::new(seed.rotate_left(32) ^ u64::from(id))
+}
+
+/// The next transfer's two distinct accounts of `accounts` (at least 2),
+/// debited one first.
+fn next_pair(rng: &mut Rng, accounts: u32) -> (u32, u32) {
+    let n = u64::from(accounts.max(2));
+    let from = rng.next_u64() % n;
+    let mut to = rng.next_u64() % (n - 1);
+    if to >= from {
+        to += 1;
+    }
+    (from as u32, to as u32)
+}
+
+/// `transfers` arguments.
+pub struct Args {
+    variant: Variant,
+    lock_url: String,
+    prefix: String,
+    tasks: u32,
+    first_id: u32,
+    duration: Duration,
+    seed: u64,
+    accounts: u32,
+}
+
+impl Args {
+    pub(super) fn parse(args: &[String]) -> Result<Self> {
+        let [variant, lock_url, prefix, tasks, first_id, millis, seed, accounts] = args else {
+            bail!("usage: --worker transfers <variant> <lock-url> <prefix> <tasks> <first-id> <millis> <seed> <accounts>");
+        };
+        let Some(variant) = Variant::ALL.into_iter().find(|v| v.name() == variant) else {
+            bail!("unknown variant {variant:?}");
+        };
+        Ok(Args {
+            variant,
+            lock_url: lock_url.clone(),
+            prefix: prefix.clone(),
+            tasks: super::parse("tasks", tasks)?,
+            first_id: super::parse("first id", first_id)?,
+            duration: Duration::from_millis(super::parse("millis", millis)?),
+            seed: super::parse("seed", seed)?,
+            accounts: super::parse("accounts", accounts)?,
+        })
+    }
+}
+
+/// What one task did.
+type TaskResult = tasks::TaskResult<TransferRecord>;
+
+/// One account as a transfer names it: its number, lock and balance key.
+#[derive(Clone)]
+struct Account {
+    n: u32,
+    lock: String,
+    balance: String,
+}
+
+pub(super) async fn run(args: Args) -> Result<()> {
+    // The balances live on the lock server: one data connection for the
+    // process's tasks, as the contention workers have.
+    let data = tasks::data_connections(&args.lock_url, 1, args.tasks).await?;
+    let runtime = LockRuntime::builder()
+        .redis(args.lock_url.as_str())
+        .key_prefix(args.prefix.as_str())
+        .build()
+        .await?;
+    // Warm up (connections, script cache) before the measured part, on
+    // two accounts of this process's own, which the parent never counts.
+    let warm = |side: &str| Account {
+        n: u32::MAX,
+        lock: format!("warmup:{}:{side}", args.first_id),
+        balance: format!("{}warmup:{}:{side}:balance", args.prefix, args.first_id),
+    };
+    let mut con = data[0].clone();
+    for side in ["a", "b"] {
+        let () = con.set(&warm(side).balance, 0).await?;
+    }
+    let mut scratch = TaskResult::default();
+    let warm_pair = (&warm("a"), &warm("b"));
+    once(
+        &runtime,
+        args.variant,
+        warm_pair,
+        &data[0],
+        0,
+        &mut scratch,
+        true,
+    )
+    .await?;
+
+    let accounts: Vec<Account> = (0..args.accounts)
+        .map(|n| Account {
+            n,
+            lock: account_lock(n),
+            balance: balance_key(&args.prefix, n),
+        })
+        .collect();
+    let accounts = std::sync::Arc::new(accounts);
+    super::emit(["ready".to_owned()])?;
+    super::wait_for_go().await?;
+    let passed_before = runtime.stats().passed_locally;
+    let cpu_before = cpu_seconds();
+    let end = Instant::now() + args.duration;
+    let mut running = tokio::task::JoinSet::new();
+    for id in args.first_id..args.first_id + args.tasks {
+        let (runtime, accounts) = (runtime.clone(), accounts.clone());
+        let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
+        let (variant, mut rng, n) = (args.variant, pairs(args.seed, id), args.accounts);
+        running.spawn(async move {
+            let mut result = TaskResult::default();
+            for _ in 0..MAX_PER_TASK {
+                if Instant::now() >= end {
+                    break;
+                }
+                let (from, to) = next_pair(&mut rng, n);
+                let pair = (&accounts[from as usize], &accounts[to as usize]);
+                once(&runtime, variant, pair, &data, id, &mut result, false).await?;
+            }
+            anyhow::Ok(result)
+        });
+    }
+    let mut lines = tasks::lines_of(running, TransferRecord::to_line).await?;
+    let passed = runtime.stats().passed_locally.saturating_sub(passed_before);
+    lines.push(format!("passed {passed}"));
+    lines.push(tasks::cpu_line(cpu_before));
+    lines.push("done".to_owned());
+    // (The last releases go out before the process exits: see `contend`.)
+    runtime.shutdown().await?;
+    super::emit(lines)
+}
+
+/// The body: moves 1 from `from` to `to`: `(acquired, released)`.
+async fn body(data: &MultiplexedConnection, from: &str, to: &str) -> Result<(u64, u64)> {
+    let mut data = data.clone();
+    let acquired = now_us();
+    let a: Option<i64> = data.get(from).await?;
+    let b: Option<i64> = data.get(to).await?;
+    let (a, b) = (
+        a.with_context(|| format!("no balance {from}"))?,
+        b.with_context(|| format!("no balance {to}"))?,
+    );
+    let () = data.set(from, a - 1).await?;
+    let () = data.set(to, b + 1).await?;
+    Ok((acquired, now_us()))
+}
+
+/// One transfer from `from` to `to` as `variant` locks them, by `worker`;
+/// recorded unless `warmup` (which also turns every error into a failure).
+async fn once(
+    runtime: &LockRuntime,
+    variant: Variant,
+    (from, to): (&Account, &Account),
+    data: &MultiplexedConnection,
+    worker: u32,
+    result: &mut TaskResult,
+    warmup: bool,
+) -> Result<()> {
+    let requested = now_us();
+    let work = body(data, &from.balance, &to.balance);
+    let outcome = match variant {
+        Variant::Multi => {
+            let both = runtime.lock_many([from.lock.as_str(), to.lock.as_str()]);
+            with_locks(both.wait(WAIT_LIMIT), work).await
+        }
+        Variant::Global => with_lock(runtime.lock(BANK).wait(WAIT_LIMIT), work).await,
+        Variant::NestedSorted => {
+            let (first, second) = if from.lock <= to.lock {
+                (&from.lock, &to.lock)
+            } else {
+                (&to.lock, &from.lock)
+            };
+            let inner = with_lock(runtime.lock(second.as_str()).wait(WAIT_LIMIT), work);
+            with_lock(runtime.lock(first.as_str()).wait(WAIT_LIMIT), inner).await
+        }
+    };
+    result.note(worker, outcome, warmup, |(acquired, released)| {
+        TransferRecord {
+            worker,
+            from: from.n,
+            to: to.n,
+            requested,
+            acquired,
+            released,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_distinct_accounts_in_range_and_repeatable() {
+        let mut rng = pairs(15, 3);
+        let drawn: Vec<(u32, u32)> = (0..10_000).map(|_| next_pair(&mut rng, 100)).collect();
+        assert!(drawn.iter().all(|&(a, b)| a != b && a < 100 && b < 100));
+        let mut again = pairs(15, 3);
+        assert!(drawn.iter().all(|&p| p == next_pair(&mut again, 100)));
+        // Both directions, and every account, come up.
+        assert!(drawn.iter().any(|&(a, b)| a < b) && drawn.iter().any(|&(a, b)| a > b));
+        assert!((0..100).all(|n| drawn.iter().any(|&(a, b)| a == n || b == n)));
+    }
+}
