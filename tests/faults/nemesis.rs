@@ -157,6 +157,7 @@
 //! | `many` | the promises of multi-key calls (all keys together, order refusals) |
 //! | `report` | a failing run's message, and the history dump |
 //! | `checker_tests` | the checker on made-up histories |
+//! | `many_tests` | the multi-key checks on made-up histories |
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod check;
@@ -164,6 +165,7 @@ mod checker_tests;
 mod faults;
 mod history;
 mod many;
+mod many_tests;
 mod members;
 mod releases;
 mod report;

@@ -744,6 +744,22 @@ fn linger(backend: Backend, call: &Call, end: u64) -> Duration {
     }
 }
 
+/// When a key of a multi-key call may have been held from: the call's
+/// start, unless the key was never taken (the key its wait timed out on,
+/// or one sorting after that key: never tried).
+fn multi_key_hold(history: &History, call: &Call) -> Option<u64> {
+    let timed_out =
+        |c: &Call| c.acquired.is_none() && c.ended.as_ref().is_some_and(|e| e.1 == "timeout");
+    if timed_out(call) {
+        return None;
+    }
+    let name = |c: &Call| format!("nk{}", c.key);
+    let untried = history
+        .group_mates(call)
+        .any(|m| timed_out(m) && name(m) < name(call));
+    (!untried || call.acquired.is_some()).then_some(call.begin)
+}
+
 /// Bounded waits end in time, and do not time out on a key that was free.
 pub(super) fn check_waiters(
     history: &History,
@@ -762,7 +778,7 @@ pub(super) fn check_waiters(
         // it back, whether or not the body ran: no key of its is free then.
         let acquired = match call.group {
             0 => call.acquired.filter(|_| call.outer),
-            _ => Some(call.begin),
+            _ => multi_key_hold(history, call),
         };
         if let Some(acquired) = acquired {
             let end = history.hold_end(call);
