@@ -55,6 +55,12 @@
 //! or three workers add a burst of 3-8 tasks on one key for up to 3 s, every
 //! call of it cut short (a process's waiters of both modes giving up around
 //! its place in the key's queue, the other processes' readers around).
+//! One top-level call in six takes two of the keys at once (`lock_many`,
+//! a random pair, a read pair only when both are read-write keys) by
+//! `with_locks`, `acquire()` or `try_acquire()`, cut as the others; its
+//! body nests calls that re-enter its keys, take a key sorting past both,
+//! or ask one sorting before them (refused). Each key of it is logged as a
+//! hold of its own, so every per-key promise below covers it.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
 //! while the others take it fair. A run has three keys ([`KeyKind`]):
@@ -109,6 +115,13 @@
 //!   nor on a key that stayed free and out of reach for longer than
 //!   [`STUCK`] in all outside the faults' windows (checked whatever the
 //!   faults: something they left behind that never runs out);
+//! - multi-key calls: a body ran holding every key of its call together
+//!   (each key's hold entered, the holds overlapping), and a call nested
+//!   in one on a key sorting before a key the chain's multi-key calls hold
+//!   (and not held by them) ends at once with `OrderRefused`, no other
+//!   call so; a multi-key call's key counts as held (not free, for the
+//!   waiters) from the call's start, since it may be taken before the
+//!   later key is waited for;
 //! - records: a write (or exclusive) hold whose record the worker reads
 //!   inside its body (`inspect`, half of them) is recorded as a write
 //!   hold, its token not among the readers' (a write hold recorded as a
@@ -141,14 +154,18 @@
 //! | `members` | the faults of an etcd cluster or a ZooKeeper ensemble |
 //! | `history` | the merged event logs, as calls |
 //! | `check` | the promises, checked against the history |
+//! | `many` | the promises of multi-key calls (all keys together, order refusals) |
 //! | `report` | a failing run's message, and the history dump |
 //! | `checker_tests` | the checker on made-up histories |
+//! | `many_tests` | the multi-key checks on made-up histories |
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod check;
 mod checker_tests;
 mod faults;
 mod history;
+mod many;
+mod many_tests;
 mod members;
 mod releases;
 mod report;
@@ -698,6 +715,11 @@ async fn run(backend: Backend, mode: Mode) {
         history.shutdowns.len(),
         coverage.holds_at_a_shutdown,
         coverage.write_holds_inspected
+    );
+    println!(
+        "nemesis: {} multi-key calls ({} entered their body, {} key holds), {} nested calls \
+         refused as out of their order",
+        coverage.many_calls, coverage.many_entered, coverage.many_holds, coverage.order_refused
     );
     match backend {
         Backend::Redis => println!(

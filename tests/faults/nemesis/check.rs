@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::faults::Fault;
 use super::history::{Call, History};
+use super::many::check_many;
 use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, STUCK, TIMEOUT};
 
 pub(super) struct Violation {
@@ -148,6 +149,13 @@ pub(super) struct Coverage {
     pub(super) holds_at_a_shutdown: u64,
     /// Write holds whose record in the backend was read inside the body.
     pub(super) write_holds_inspected: u64,
+    /// Multi-key calls; those whose body ran, and the holds of their keys
+    /// then (`many`).
+    pub(super) many_calls: u64,
+    pub(super) many_entered: u64,
+    pub(super) many_holds: u64,
+    /// Calls nested in a multi-key call refused as out of order.
+    pub(super) order_refused: u64,
 }
 
 pub(super) fn check(
@@ -169,6 +177,7 @@ pub(super) fn check(
     check_data(history, faults, &by_key, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
     check_upgrades(history, faults, violations, &mut coverage);
+    check_many(history, faults, violations, &mut coverage);
     check_recorded(history, violations, &mut coverage);
     check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
@@ -188,9 +197,14 @@ pub(super) fn describe(history: &History, call: &Call) -> String {
     } else {
         format!("entered at {:.3} s", history.secs(acquired))
     };
+    let many = if call.group == 0 {
+        String::new()
+    } else {
+        format!(", a key of multi-key call {}", call.group)
+    };
     format!(
-        "p{} t{} call {} ({} hold, token {}, lease {} ms{}, asked at {:.3} s, {entry}, held \
-         until {:.3} s{})",
+        "p{} t{} call {} ({} hold{many}, token {}, lease {} ms{}, asked at {:.3} s, {entry}, \
+         held until {:.3} s{})",
         call.proc,
         call.task,
         call.id,
@@ -656,16 +670,12 @@ pub(super) fn check_upgrades(
         let mut readers = 0;
         let mut writer = false;
         let mut lost = false;
-        let mut node = history.parent_of(call);
-        // Bounded by the nesting depth; the count guards against a cycle.
-        for _ in 0..64 {
-            let Some(n) = node else { break };
+        for n in history.ancestors(call) {
             if n.key == call.key && n.acquired.is_some() {
                 readers += u64::from(!n.writes());
                 writer |= n.writes();
                 lost |= n.lost.is_some();
             }
-            node = history.parent_of(n);
         }
         if readers == 0 || writer || lost {
             continue;
@@ -734,6 +744,22 @@ fn linger(backend: Backend, call: &Call, end: u64) -> Duration {
     }
 }
 
+/// When a key of a multi-key call may have been held from: the call's
+/// start, unless the key was never taken (the key its wait timed out on,
+/// or one sorting after that key: never tried).
+fn multi_key_hold(history: &History, call: &Call) -> Option<u64> {
+    let timed_out =
+        |c: &Call| c.acquired.is_none() && c.ended.as_ref().is_some_and(|e| e.1 == "timeout");
+    if timed_out(call) {
+        return None;
+    }
+    let name = |c: &Call| format!("nk{}", c.key);
+    let untried = history
+        .group_mates(call)
+        .any(|m| timed_out(m) && name(m) < name(call));
+    (!untried || call.acquired.is_some()).then_some(call.begin)
+}
+
 /// Bounded waits end in time, and do not time out on a key that was free.
 pub(super) fn check_waiters(
     history: &History,
@@ -747,7 +773,14 @@ pub(super) fn check_waiters(
     // `linger`).
     let mut holds: HashMap<usize, Vec<(u64, u64, Duration)>> = HashMap::new();
     for call in &history.calls {
-        if let (Some(acquired), true) = (call.acquired, call.outer) {
+        // A key of a multi-key call may be held from the call's start
+        // (taken before a later key was waited for) until the call gave
+        // it back, whether or not the body ran: no key of its is free then.
+        let acquired = match call.group {
+            0 => call.acquired.filter(|_| call.outer),
+            _ => multi_key_hold(history, call),
+        };
+        if let Some(acquired) = acquired {
             let end = history.hold_end(call);
             let confirmed = history.ended_by_shutdown(call).is_some_and(|s| s.confirmed);
             let linger = if call.released == Some(end) || confirmed {
@@ -776,7 +809,17 @@ pub(super) fn check_waiters(
         // A process that could not run (stopped, executor blocked) returns
         // late by as long.
         let frozen = frozen_within(faults, call.proc, call.begin, t);
-        if t > deadline + ns(LATE_SLACK) + frozen {
+        // A multi-key call's keys each get a last try, and a failed one
+        // gives back what it took, waiting for the answers up to the try
+        // bound (250 ms).
+        let slack = match call.group {
+            0 => ns(LATE_SLACK),
+            _ => {
+                let keys = history.group_mates(call).count() as u64 + 1;
+                keys * ns(LATE_SLACK) + ns(Duration::from_millis(250))
+            }
+        };
+        if t > deadline + slack + frozen {
             violations.push(Violation {
                 class: "waiter overslept",
                 detail: format!(

@@ -43,7 +43,7 @@ fn polled_hold(call: u64, fence: u64, polled: u64, from: u64, to: u64, end: &str
 }
 
 /// The violation classes the checker finds in these per-process logs.
-fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
+pub(super) fn verdict(processes: Vec<Vec<String>>, faults: &[Fault]) -> Vec<&'static str> {
     verdict_on(Backend::Redis, processes, faults)
 }
 

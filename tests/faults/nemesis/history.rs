@@ -54,6 +54,13 @@ pub(super) struct Call {
     pub(super) cut: bool,
     /// Its guard was dropped, not released.
     pub(super) dropped: bool,
+    /// The multi-key call it is one key of (`many=`: the id of that call's
+    /// first key's record), 0 for a single-key call.
+    pub(super) group: u64,
+    /// A key of a multi-key call handed over before the poll that entered
+    /// the body: that poll's start (`lease_from=`), the latest its lease
+    /// can have started counting (`polled` is then the call's start).
+    pub(super) lease_from: Option<u64>,
 }
 
 /// A `shutdown()` of a process's lock runtime, called at `from`, which
@@ -96,6 +103,9 @@ pub(super) struct History {
     pub(super) start: u64,
     /// The shutdowns of the processes' lock runtimes, in order.
     pub(super) shutdowns: Vec<Shutdown>,
+    /// The records of each multi-key call (one per key), by process and
+    /// the call's `many=` id.
+    pub(super) groups: HashMap<(usize, u64), Vec<usize>>,
 }
 
 impl Call {
@@ -119,7 +129,7 @@ impl Call {
     /// executor for that moment fired (ns): how long its process took then
     /// to run what was due, the library's tell included.
     pub(super) fn timer_late(&self) -> Option<u64> {
-        let due = self.polled? + self.lease.as_nanos() as u64;
+        let due = self.lease_from.or(self.polled)? + self.lease.as_nanos() as u64;
         Some(self.lease_timer?.saturating_sub(due)).filter(|_| !self.renew)
     }
 
@@ -163,6 +173,7 @@ impl History {
             ends: ends.to_vec(),
             start,
             shutdowns: Vec::new(),
+            groups: HashMap::new(),
         };
         for (proc, lines) in outputs.iter().enumerate() {
             let mut stats_seen = false;
@@ -212,6 +223,15 @@ impl History {
                 ));
             }
         }
+        for (i, call) in history.calls.iter().enumerate() {
+            if call.group != 0 {
+                history
+                    .groups
+                    .entry((call.proc, call.group))
+                    .or_default()
+                    .push(i);
+            }
+        }
         history.events.sort_by_key(|e| e.t);
         history.shutdowns.sort_by_key(|s| s.to);
         history
@@ -259,6 +279,7 @@ impl History {
                 };
                 call.tried = field("api") == Some("try");
                 call.cut = field("cut").is_some_and(|c| c != "-");
+                call.group = field("many").and_then(|v| v.parse().ok()).unwrap_or(0);
             }
             "data" => {
                 let number = |name: &str| field(name).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -273,6 +294,7 @@ impl History {
                 call.fence = field("fence").and_then(|v| v.parse().ok()).unwrap_or(0);
                 call.polled = field("polled").and_then(|v| v.parse().ok());
                 call.outer = field("outer") == Some("1");
+                call.lease_from = field("lease_from").and_then(|v| v.parse().ok());
             }
             "body_enter" => call.body_enter = Some(t),
             "recorded" => {
@@ -317,18 +339,35 @@ impl History {
             .map(|&i| &self.calls[i])
     }
 
-    /// Whether `a` is an ancestor of `b` (same process, up b's parents).
-    pub(super) fn is_ancestor(&self, a: &Call, b: &Call) -> bool {
-        let mut node = self.parent_of(b);
+    /// The other records of the multi-key call `call` is one key of.
+    pub(super) fn group_mates<'h>(&'h self, call: &'h Call) -> impl Iterator<Item = &'h Call> {
+        self.groups
+            .get(&(call.proc, call.group))
+            .filter(|_| call.group != 0)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.calls[i])
+            .filter(move |c| c.id != call.id)
+    }
+
+    /// The calls `call` is nested in, innermost first: up its parents, a
+    /// multi-key call's records (one per key) all counted as enclosing it.
+    pub(super) fn ancestors<'h>(&'h self, call: &Call) -> Vec<&'h Call> {
+        let mut all = Vec::new();
+        let mut node = self.parent_of(call);
         // Bounded by the nesting depth; the count guards against a cycle.
         for _ in 0..64 {
-            match node {
-                Some(n) if n.id == a.id => return true,
-                Some(n) => node = self.parent_of(n),
-                None => return false,
-            }
+            let Some(n) = node else { break };
+            all.push(n);
+            all.extend(self.group_mates(n));
+            node = self.parent_of(n);
         }
-        false
+        all
+    }
+
+    /// Whether `a` is an ancestor of `b` (same process, up b's parents).
+    pub(super) fn is_ancestor(&self, a: &Call, b: &Call) -> bool {
+        a.proc == b.proc && self.ancestors(b).iter().any(|n| n.id == a.id)
     }
 
     /// The end of a call's hold: its first of released, lost, body exit,
@@ -384,16 +423,13 @@ impl History {
     /// or that of an enclosing call whose hold it re-entered.
     pub(super) fn told_lost(&self, call: &Call) -> Option<u64> {
         let mut told = call.lost;
-        let mut node = self.parent_of(call);
-        for _ in 0..64 {
-            let Some(n) = node else { break };
+        for n in self.ancestors(call) {
             if n.key == call.key && n.fence == call.fence {
                 told = match (told, n.lost) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
             }
-            node = self.parent_of(n);
         }
         told
     }

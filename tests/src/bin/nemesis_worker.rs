@@ -84,12 +84,17 @@
 //!             end=release|drop|cut:<ms>` (`cut`: a timeout around the
 //!             acquire (a `with_lock`: the whole call) or the body; `end`: a
 //!             guard released, dropped, or its release cut by a timeout;
-//!             `try`: `try_acquire()`, `wait=0`)
+//!             `try`: `try_acquire()`, `wait=0`); a multi-key call (one
+//!             top-level call in six, `many.rs`) logs one call per key, each
+//!             `begin` adding `many=<id> keys=<k>,<k>` (`<id>`: its first
+//!             key's call id; `api=with` is `with_locks`)
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
 //!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
 //!             the earliest moment the entry can have happened — the line
-//!             itself may be late when the process was stopped in between)
+//!             itself may be late when the process was stopped in between;
+//!             a multi-key call's keys before its last: `polled` is when
+//!             the call began, `lease_from=<t>` the poll that entered)
 //!   body_enter, body_exit `how=done|dropped`
 //!   recorded  `mode=read|write|free own=writer|reader|-`: for half of
 //!             the outermost write (or exclusive) holds, right after
@@ -107,10 +112,17 @@
 //!             (`dropped=1`: the guard is dropped, released in the background)
 //!   timeout   `waited=<ms>` (a `try_acquire()` that found the lock held:
 //!             `waited=0 busy=1`); error `what=<text>` (`what=upgrade_refused`
-//!             for a write asked inside a read hold, `what=shut_down` after
-//!             the runtime's shutdown); cancelled; panicked
+//!             for a write asked inside a read hold, `what=order_refused`
+//!             for a key asked inside a multi-key call out of its order,
+//!             `what=shut_down` after the runtime's shutdown; a multi-key
+//!             call's key that was not the one its wait timed out on:
+//!             `what=other_key`); cancelled; panicked
 //!   late_lost the release found the lock gone (information only)
 //! ```
+
+// (The crate root: its modules are found beside it, not under its name.)
+#[path = "nemesis_worker/many.rs"]
+mod many;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -558,6 +570,7 @@ enum End {
 }
 
 /// The random options of one call.
+#[derive(Clone, Copy)]
 struct Plan {
     api: Api,
     lease: Duration,
@@ -808,6 +821,7 @@ fn finish_error(rec: &Rec, error: &LockError) {
             rec.finish("timeout", &format!("waited={}", waited.as_millis()));
         }
         LockError::UpgradeRefused { .. } => rec.finish("error", "what=upgrade_refused"),
+        LockError::OrderRefused { .. } => rec.finish("error", "what=order_refused"),
         LockError::ShutDown => rec.finish("error", "what=shut_down"),
         other => rec.finish("error", &format!("what={}", one_word(other))),
     }
@@ -1135,7 +1149,12 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
             burst: None,
         };
         let key = rng.below(ctx.keys.len() as u64) as usize;
-        let op = call(cx, rng.fork(), key, 0);
+        // One call in six takes two keys at once.
+        let op = if ctx.keys.len() > 1 && rng.chance(17) {
+            many::many_call(cx, rng.fork())
+        } else {
+            call(cx, rng.fork(), key, 0)
+        };
         let budget = if rng.chance(25) {
             rng.millis(20, 2000)
         } else {
