@@ -470,6 +470,25 @@ impl Unentered {
 }
 
 impl LockGuard {
+    /// Whether a task could enter this hold as a new holder now (the entry
+    /// gate's verdict on it, as on an acquire's answer), waiting (until
+    /// `bound`) for a renewal to confirm it where the gate asks for one: a
+    /// multi-key set enters its earlier keys again when its last is taken.
+    pub(crate) async fn still_enterable(&self, bound: Option<Instant>) -> bool {
+        loop {
+            let epoch = self.runtime.waiters().connection_epoch();
+            match gate::verdict(Evidence::of(&self.held, epoch, Way::Answer)) {
+                Verdict::Enter => return true,
+                Verdict::Back => return false,
+                Verdict::Confirm => {
+                    if !self.confirmed(bound).await {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
     /// Renews the hold at once and waits (until `bound`) for a renewal
     /// sent from now on to find it in place, or for its loss: `false` if
     /// `bound` passed or the runtime shut down first.

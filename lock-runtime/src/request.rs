@@ -260,6 +260,19 @@ impl LockRequest {
         }
     }
 
+    /// Whether `key` may be asked with this request's lease on `runtime`:
+    /// what its acquire would refuse before any wait (the key, the lease,
+    /// what the backend cannot take).
+    pub(crate) fn check_key(&self, runtime: &LockRuntime, key: &str) -> Result<(), LockError> {
+        validate_key(key)?;
+        let lease = self.lease.unwrap_or(runtime.default_lease());
+        validate_lease(lease)?;
+        runtime
+            .backend()
+            .checked_lock_name(runtime.prefix(), key, lease)
+            .map(drop)
+    }
+
     /// This request's options for `key`, waiting `wait` (`None`: forever).
     pub(crate) fn for_key(&self, key: String, wait: Option<Duration>) -> LockRequest {
         LockRequest {

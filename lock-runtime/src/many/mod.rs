@@ -31,8 +31,10 @@
 mod guard;
 mod locked;
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -41,6 +43,7 @@ pub use guard::ManyGuard;
 pub use locked::with_locks;
 
 use crate::error::LockError;
+use crate::guard::LockGuard;
 use crate::mode::LockMode;
 use crate::owner::{self, Node};
 use crate::request::{validate_key, LockRequest, OnLost};
@@ -177,6 +180,10 @@ impl ManyRequest {
         let ManyRequest { options, keys } = self;
         let runtime = options.runtime()?.clone();
         let keys = in_order(keys)?;
+        // Every key the backend would refuse is refused before any wait.
+        for key in &keys {
+            options.check_key(&runtime, key)?;
+        }
         let caller = owner::current().map(|scope| scope.node);
         if let Some(caller) = &caller {
             for key in &keys {
@@ -190,25 +197,102 @@ impl ManyRequest {
         let node = Node::child_holding(caller.as_ref(), Some(ordered), for_guard);
         let deadline = options
             .wait_on(&runtime)
-            .map(|wait| Instant::now().checked_add(wait));
-        let mut guards = Vec::with_capacity(keys.len());
-        for key in keys {
-            // One budget for all: each key waits what is left of it (a key
-            // reached after the deadline still gets its one try).
-            let wait = match deadline {
-                Some(Some(at)) => Some(at.saturating_duration_since(Instant::now())),
-                Some(None) | None => None,
-            };
-            let guard = options.for_key(key, wait).acquire_as(Some(node.clone()));
-            match guard.await {
+            .and_then(|wait| Instant::now().checked_add(wait));
+        let taking = Taking {
+            runtime: &runtime,
+            options: &options,
+            node: &node,
+            deadline,
+        };
+        let guards = taking.every(&keys).await?;
+        Ok(ManyGuard::new(guards, node))
+    }
+}
+
+/// How many times a set may find one of its keys unfit to enter and take it
+/// anew before its acquire gives up.
+const RETAKES: u32 = 3;
+
+/// One multi-key acquire under way: what each key's acquire is made of.
+struct Taking<'a> {
+    runtime: &'a LockRuntime,
+    options: &'a LockRequest,
+    node: &'a Arc<Node>,
+    /// The one budget's end (`None`: as long as it takes).
+    deadline: Option<Instant>,
+}
+
+impl Taking<'_> {
+    /// Takes `keys` in order. When the last is taken, the set is entered:
+    /// every earlier key passes the entry gate again (a fixed lease may
+    /// have run out, a connection been lost, while a later key was waited
+    /// for); the first that does not is taken anew, with every key after
+    /// it given back first, so the order holds.
+    ///
+    /// Bounded: a key found unfit once the deadline passed, or for the
+    /// [`RETAKES`]th time (a fixed lease too short to outlast the taking of
+    /// the keys after it), ends the acquire in `Timeout` naming it.
+    async fn every(&self, keys: &[String]) -> Result<Vec<LockGuard>, LockError> {
+        let started = Instant::now();
+        let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
+        let mut retakes = 0;
+        while let Some(key) = keys.get(guards.len()) {
+            match self.one(key).await {
                 Ok(guard) => guards.push(guard),
                 Err(error) => {
-                    give_back(&runtime, guards).await;
+                    give_back(self.runtime, guards).await;
                     return Err(error);
                 }
             }
+            if guards.len() < keys.len() {
+                continue;
+            }
+            let Some(stale) = self.first_unfit(&guards).await else {
+                break;
+            };
+            retakes += 1;
+            let late = self.deadline.is_some_and(|d| Instant::now() >= d);
+            if late || retakes >= RETAKES {
+                let key = guards[stale].key().to_owned();
+                give_back(self.runtime, guards).await;
+                let waited = started.elapsed();
+                let cause = crate::error::TimeoutCause::default();
+                return Err(LockError::Timeout { key, waited, cause });
+            }
+            give_back(self.runtime, guards.split_off(stale)).await;
         }
-        Ok(ManyGuard::new(guards, node))
+        Ok(guards)
+    }
+
+    /// One key, waiting what is left of the budget: all of it while at
+    /// least a try's bound is left, else one try (bounded by the try
+    /// timeout), so that no key's round trip is cut short by a sliver of
+    /// budget and reported as busy.
+    async fn one(&self, key: &str) -> Result<LockGuard, LockError> {
+        let wait = self.deadline.map(|at| {
+            let left = at.saturating_duration_since(Instant::now());
+            if left < self.runtime.try_timeout() {
+                Duration::ZERO
+            } else {
+                left
+            }
+        });
+        let request = self.options.for_key(key.to_owned(), wait);
+        request.acquire_as(Some(self.node.clone())).await
+    }
+
+    /// The first key of the set (but the last, entered just now) that the
+    /// entry gate does not let the set enter now.
+    async fn first_unfit(&self, guards: &[LockGuard]) -> Option<usize> {
+        let bound = self
+            .deadline
+            .map(|d| d.max(Instant::now() + self.runtime.try_timeout()));
+        for (i, guard) in guards.iter().enumerate().take(guards.len() - 1) {
+            if !guard.still_enterable(bound).await {
+                return Some(i);
+            }
+        }
+        None
     }
 }
 
@@ -218,18 +302,29 @@ impl ManyRequest {
 /// error comes back the keys are free for every client, not only for this
 /// process. (A cancelled acquire drops its guards: released in the
 /// background at once.)
-async fn give_back(runtime: &LockRuntime, guards: Vec<crate::LockGuard>) {
-    let releases = async {
-        for guard in guards.into_iter().rev() {
+async fn give_back(runtime: &LockRuntime, guards: Vec<LockGuard>) {
+    // All at once: one round trip for the lot, not one per key.
+    let mut releases: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = guards
+        .into_iter()
+        .map(|guard| {
             // (An unanswered release is sent again in the background.)
-            let _ = guard.release().await;
+            Box::pin(async move { drop(guard.release().await) })
+                as Pin<Box<dyn Future<Output = ()> + Send>>
+        })
+        .collect();
+    let all = poll_fn(move |cx| {
+        releases.retain_mut(|release| release.as_mut().poll(cx).is_pending());
+        if releases.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
-    };
+    });
     let bound = runtime.try_timeout();
     // (The timer made inside the runtime's context: the caller may run
     // on another executor.)
     let _ = runtime
-        .run(async move { tokio::time::timeout(bound, releases).await })
+        .run(async move { tokio::time::timeout(bound, all).await })
         .await;
 }
 
