@@ -1,10 +1,8 @@
 //! [`with_lock`]: a body run under a lock, in an owner scope of its own. This
 //! is what `#[distributed_lock]` expands to (through `__private::locked`).
 
-use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 
 use tracing::Instrument;
 
@@ -79,7 +77,7 @@ where
         OnLost::Abort | OnLost::Confirm => {
             let held: &Arc<HeldLock> = guard.held();
             let lost = guard.runtime().run(held.lost());
-            match unless(|| held.is_lost(), lost, body).await {
+            match unless_lost!(held.is_lost(), lost, body) {
                 Some(result) => result,
                 None => return Err(lost_or_shut_down(guard).into()),
             }
@@ -133,29 +131,33 @@ pub(crate) async fn release_after<T, E: From<LockError>>(
     }
 }
 
-/// Runs `body` while the hold stands (`is_lost` says it does not; `lost`
-/// resolves when it is lost): `None` once it is known lost. The loss
-/// first: a body is never polled again (nor for the first time) once its
-/// hold is known lost. Checked without a timer before each poll of the
-/// body; the watch for a loss (a timer at the lease end) is only set up
-/// once the body waits.
-pub(crate) async fn unless<B: Future>(
-    is_lost: impl Fn() -> bool,
-    lost: impl Future<Output = ()>,
-    body: B,
-) -> Option<B::Output> {
-    let (mut lost, mut body) = (pin!(lost), pin!(body));
-    poll_fn(|cx| {
-        if is_lost() {
-            return Poll::Ready(None);
-        }
-        if let Poll::Ready(result) = body.as_mut().poll(cx) {
-            return Poll::Ready(Some(result));
-        }
-        lost.as_mut().poll(cx).map(|()| None)
-    })
-    .await
+/// Runs the future `$body` while the hold stands (`$is_lost` says it does
+/// not; the future `$lost` resolves when it is lost): `None` once it is
+/// known lost. The loss first: a body is never polled again (nor for the
+/// first time) once its hold is known lost. Checked without a timer before
+/// each poll of the body; the watch for a loss (a timer at the lease end)
+/// is only set up once the body waits.
+///
+/// A macro, not an `async fn`: a fn would keep its parameter and its pinned
+/// copy of the body both in its state, and a locked body holding a nested
+/// locked call would then grow several times with each level (a read in a
+/// write in a read fn took 238 KB and overflowed a test thread's stack).
+macro_rules! unless_lost {
+    ($is_lost:expr, $lost:expr, $body:expr) => {{
+        let (mut lost, mut body) = (std::pin::pin!($lost), std::pin::pin!($body));
+        std::future::poll_fn(|cx| {
+            if $is_lost {
+                return std::task::Poll::Ready(None);
+            }
+            if let std::task::Poll::Ready(result) = body.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Some(result));
+            }
+            lost.as_mut().poll(cx).map(|()| None)
+        })
+        .await
+    }};
 }
+pub(crate) use unless_lost;
 
 /// The error of a locked call whose hold was lost (or closed by shutdown).
 pub(crate) fn lost_or_shut_down(guard: LockGuard) -> LockError {

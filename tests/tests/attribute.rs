@@ -308,3 +308,17 @@ async fn attribute_modes_share_reenter_and_refuse_upgrades() {
         "the upgrade waited"
     );
 }
+
+/// A locked fn's future holds its body once, so nested locked fns add
+/// their own size at each level: a read fn in a write fn in a read fn
+/// takes about three times one read fn, not a power of it (it took
+/// 238 KB, and a test thread's stack overflowed).
+#[test]
+fn nested_locked_fns_grow_by_their_own_size() {
+    let one = std::mem::size_of_val(&read_catalog(1, Arc::new(tokio::sync::Barrier::new(1))));
+    let three = std::mem::size_of_val(&read_then_write(1));
+    assert!(
+        three <= 4 * one,
+        "{one} B for one locked fn, {three} B for three nested"
+    );
+}

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::{ManyGuard, ManyRequest};
 use crate::error::LockError;
-use crate::locked::{lost_or_shut_down, release_after, unless};
+use crate::locked::{lost_or_shut_down, release_after, unless_lost};
 use crate::owner;
 use crate::request::OnLost;
 
@@ -51,8 +51,7 @@ where
     let span = tracing::debug_span!("lock_hold", key = %keys.join(" "), fence = scope.fence);
     let body = owner::enter(scope, body).instrument(span);
     let mut result = match on_lost {
-        OnLost::Abort | OnLost::Confirm => match unless(|| held.is_lost(), held.lost(), body).await
-        {
+        OnLost::Abort | OnLost::Confirm => match unless_lost!(held.is_lost(), held.lost(), body) {
             Some(result) => result,
             None => return Err(lost_one(held).into()),
         },
