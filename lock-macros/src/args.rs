@@ -21,6 +21,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::duration;
 use crate::errors::Errors;
+use crate::fragments::ungroup;
 use crate::keys::{self, Keys};
 use crate::suggest;
 
@@ -130,16 +131,6 @@ pub(crate) enum Mode {
 struct Pair {
     name: Ident,
     value: Expr,
-}
-
-/// `value` without the invisible groups `macro_rules!` wraps fragments in (`$key:literal`,
-/// `$lease:expr`, `$krate:path`), however deeply nested (a fragment passed on through several
-/// macros has one group per macro).
-pub(crate) fn ungroup(mut value: Expr) -> Expr {
-    while let Expr::Group(group) = value {
-        value = *group.expr;
-    }
-    value
 }
 
 /// One argument as written: a pair, a string on its own, or a name on its own.

@@ -51,7 +51,7 @@ pub(crate) fn parse(value: &Expr, errors: &mut Errors) -> syn::Result<Keys> {
             }
             let mut templates = Vec::new();
             for element in &array.elems {
-                match crate::args::ungroup(element.clone()) {
+                match crate::fragments::ungroup(element.clone()) {
                     Expr::Lit(ExprLit {
                         lit: Lit::Str(lit), ..
                     }) => templates.push(lit),

@@ -132,6 +132,7 @@ mod check;
 mod duration;
 mod errors;
 mod expand;
+mod fragments;
 mod item;
 mod keys;
 mod nesting;

@@ -21,6 +21,7 @@ use redis::aio::MultiplexedConnection;
 
 pub mod backends;
 pub mod cut_off;
+pub mod looked;
 pub mod on_cluster;
 pub mod own;
 pub mod pki;

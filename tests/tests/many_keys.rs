@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{fence, fences, with_lock, with_locks, LockError, LockRuntime};
+use lock_runtime::{fence, fences, with_lock, with_locks, LockError};
+use lock_tests::looked::{free, until_free, until_held};
 use lock_tests::{on_every_backend, unique, Kind, Occupancy};
 use tokio::time::Instant;
 
@@ -21,27 +22,6 @@ on_every_backend!(
     one_key_lost_is_the_call_lost,
     read_holds_share_every_key_and_keep_writers_out,
 );
-
-/// Whether `runtime` finds `key` free now (and gives it back at once).
-async fn free(runtime: &LockRuntime, key: &str) -> bool {
-    let tried = runtime.lock(key).try_acquire().await.unwrap();
-    match tried {
-        Some(guard) => {
-            guard.release().await.unwrap();
-            true
-        }
-        None => false,
-    }
-}
-
-/// Waits (bounded) until `runtime` finds `key` held by someone else.
-async fn until_held(runtime: &LockRuntime, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while free(runtime, key).await {
-        assert!(Instant::now() < deadline, "{key} never taken");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// In the body every key is held (another client finds each busy), the
 /// keys and their tokens come sorted and each once, and `fence()` is the
@@ -75,7 +55,7 @@ async fn every_key_is_held_in_the_body_and_none_after_it(kind: Kind) {
     assert!(tokens.iter().all(|(_, t)| *t > 0), "{tokens:?}");
     assert_eq!(first, Some(tokens[0].1));
     for key in ["acct:1", "acct:2", "acct:3"] {
-        wait_until_free(&peer, key).await;
+        until_free(&peer, key).await;
     }
     // The same keys again: each token grew.
     let again = runtime.lock_many(keys).acquire().await.unwrap();
@@ -88,16 +68,6 @@ async fn every_key_is_held_in_the_body_and_none_after_it(kind: Kind) {
         runtime.lock_many(Vec::<String>::new()).acquire().await,
         Err(LockError::InvalidKey { .. })
     ));
-}
-
-/// A released key may take a moment to be free for another client (a
-/// release behind the call): waits for it, bounded.
-async fn wait_until_free(runtime: &LockRuntime, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !free(runtime, key).await {
-        assert!(Instant::now() < deadline, "{key} still held after the call");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Another client holds the last key: the wait runs out naming it, and
@@ -115,7 +85,7 @@ async fn a_wait_that_runs_out_on_a_later_key_leaves_none_taken(kind: Kind) {
         other => panic!("expected a timeout on t:c, got {other:?}"),
     }
     for key in ["t:a", "t:b"] {
-        wait_until_free(&peer, key).await;
+        until_free(&peer, key).await;
     }
     let tried = runtime.lock_many(["t:a", "t:c"]).try_acquire().await;
     assert!(tried.unwrap().is_none(), "t:c is held: none may be taken");
@@ -141,9 +111,9 @@ async fn a_cancelled_acquire_leaves_none_taken(kind: Kind) {
     until_held(&peer, "c:a").await;
     waiting.abort();
     let _ = waiting.await;
-    wait_until_free(&peer, "c:a").await;
+    until_free(&peer, "c:a").await;
     blocker.release().await.unwrap();
-    wait_until_free(&peer, "c:b").await;
+    until_free(&peer, "c:b").await;
     // Nothing of the cancelled call took c:b once it was free.
     assert!(free(&peer, "c:b").await);
     assert!(free(&peer, "c:a").await);
@@ -266,7 +236,7 @@ async fn one_key_lost_is_the_call_lost(kind: Kind) {
         Err(LockError::Lost { key }) => assert_eq!(key, "l:b"),
         other => panic!("expected l:b lost, got {other:?}"),
     }
-    wait_until_free(&peer, "l:a").await;
+    until_free(&peer, "l:a").await;
 }
 
 /// Two clients hold read holds on the same keys at once; a writer of one

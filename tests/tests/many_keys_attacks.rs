@@ -16,6 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use lock_runtime::{fence, fences, inherit, with_lock, with_locks, LockError, LockRuntime, OnLost};
+use lock_tests::looked::{free, until_free, until_held};
 use lock_tests::{fair_runtime, on_every_backend, redis, unique, until_queued, Kind, Occupancy};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -32,36 +33,6 @@ on_every_backend!(
     a_hundred_keys_run_out_of_wait_and_are_all_free_when_the_error_arrives,
     free_keys_are_all_taken_wherever_the_budget_runs_out_among_them,
 );
-
-/// Whether `runtime` finds `key` free now (and gives it back at once).
-async fn free(runtime: &LockRuntime, key: &str) -> bool {
-    let tried = runtime.lock(key).try_acquire().await.unwrap();
-    match tried {
-        Some(guard) => {
-            guard.release().await.unwrap();
-            true
-        }
-        None => false,
-    }
-}
-
-/// Waits (bounded) until `runtime` finds `key` held by someone else.
-async fn until_held(runtime: &LockRuntime, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while free(runtime, key).await {
-        assert!(Instant::now() < deadline, "{key} never taken");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Waits (bounded: 5 s) until `runtime` finds `key` free.
-async fn wait_until_free(runtime: &LockRuntime, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !free(runtime, key).await {
-        assert!(Instant::now() < deadline, "{key} still held");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// Whether a task of no owner scope (a stranger) finds `key` free on
 /// `runtime`: from inside a locked body, the body's own scope would
@@ -128,7 +99,7 @@ async fn a_multi_key_acquire_cut_at_any_await_leaves_nothing_taken(kind: Kind) {
             break;
         }
         for key in keys {
-            wait_until_free(&peer, key).await;
+            until_free(&peer, key).await;
         }
         settled(&runtime, 0).await;
     }
@@ -146,7 +117,7 @@ async fn a_multi_key_acquire_cut_at_any_await_leaves_nothing_taken(kind: Kind) {
         let done = cut_after(acquire, polls, Duration::from_millis(400)).await;
         assert!(done.is_none(), "x:3 is held elsewhere: {done:?}");
         for key in ["x:1", "x:2"] {
-            wait_until_free(&peer, key).await;
+            until_free(&peer, key).await;
         }
         // (On the embedded store the blocker is this runtime's own hold.)
         settled(&runtime, usize::from(kind == Kind::Memory)).await;
@@ -198,9 +169,9 @@ async fn shutdown_ends_a_multi_key_wait_and_body_in_shut_down_and_frees_every_ke
         .expect("a multi-key wait outlived shutdown")
         .unwrap();
     assert!(matches!(ended, Err(LockError::ShutDown)), "{ended:?}");
-    wait_until_free(&peer, "s:a").await;
+    until_free(&peer, "s:a").await;
     blocker.release().await.unwrap();
-    wait_until_free(&peer, "s:b").await;
+    until_free(&peer, "s:b").await;
 
     let runtime = kind.runtime(&prefix).await;
     let (inside_tx, inside_rx) = oneshot::channel();
@@ -217,7 +188,7 @@ async fn shutdown_ends_a_multi_key_wait_and_body_in_shut_down_and_frees_every_ke
         .unwrap();
     assert!(matches!(ended, Err(LockError::ShutDown)), "{ended:?}");
     for key in ["s:c", "s:d"] {
-        wait_until_free(&peer, key).await;
+        until_free(&peer, key).await;
     }
 }
 
@@ -296,8 +267,8 @@ async fn an_acquired_set_never_holds_a_key_whose_fixed_lease_ran_out_while_a_lat
         Err(error) => {
             // Failing is allowed (all or none): nothing may stay taken.
             eprintln!("{kind:?}: the set failed: {error:?}");
-            wait_until_free(&peer, "g:a").await;
-            wait_until_free(&peer, "g:b").await;
+            until_free(&peer, "g:a").await;
+            until_free(&peer, "g:b").await;
         }
     }
 }
@@ -348,7 +319,7 @@ async fn a_nested_multi_key_call_that_fails_keeps_the_keys_it_reentered(kind: Ki
     .unwrap();
     blocker.release().await.unwrap();
     for key in ["k:b", "k:d", "k:e"] {
-        wait_until_free(&peer, key).await;
+        until_free(&peer, key).await;
     }
 }
 
@@ -607,7 +578,7 @@ async fn on_lost_continue_and_confirm_apply_to_the_set(kind: Kind) {
             ),
         }
         for key in keys {
-            wait_until_free(&peer, key).await;
+            until_free(&peer, key).await;
         }
     }
 }
@@ -648,7 +619,7 @@ async fn a_hundred_keys_run_out_of_wait_and_are_all_free_when_the_error_arrives(
     let tried = runtime.lock_many(keys.clone()).try_acquire().await.unwrap();
     assert!(tried.is_none(), "{busy} is held: none may be taken");
     for key in [&keys[0], &keys[74], &keys[99]] {
-        wait_until_free(&peer, key).await;
+        until_free(&peer, key).await;
     }
     blocker.release().await.unwrap();
 }
