@@ -40,3 +40,16 @@ pub async fn spawn_waiting(
     crate::wait_until(what, || runtime.stats().waiting_keys == before + 1).await;
     task
 }
+
+/// Waits for every task of `tasks` to end, each without a panic, all
+/// within `limit`; `what` names a hang in the failure.
+pub async fn join_within(tasks: Vec<JoinHandle<()>>, limit: std::time::Duration, what: &str) {
+    let all = async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    };
+    tokio::time::timeout(limit, all)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"));
+}

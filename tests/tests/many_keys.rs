@@ -156,14 +156,12 @@ async fn calls_naming_shared_keys_in_any_order_never_deadlock(kind: Kind) {
             }
         }));
     }
-    let all = async {
-        for task in tasks {
-            task.await.unwrap();
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), all)
-        .await
-        .expect("calls naming shared keys in opposite orders hung");
+    lock_tests::spawn::join_within(
+        tasks,
+        Duration::from_secs(60),
+        "calls naming shared keys in opposite orders",
+    )
+    .await;
     for (i, occupancy) in inside.iter().enumerate() {
         assert_eq!(occupancy.max(), 1, "two calls inside key {i} at once");
     }

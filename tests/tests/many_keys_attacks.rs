@@ -528,14 +528,7 @@ async fn readers_writers_and_single_key_writers_exclude_per_key(kind: Kind) {
             }
         }));
     }
-    let all = async {
-        for task in tasks {
-            task.await.unwrap();
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(90), all)
-        .await
-        .expect("readers and writers hung");
+    lock_tests::spawn::join_within(tasks, Duration::from_secs(90), "readers and writers").await;
     for (key, inside) in ["w:a", "w:b"].iter().zip(inside.iter()) {
         assert!(
             !inside.broken.load(Ordering::SeqCst),
