@@ -433,8 +433,15 @@ impl Unentered {
     /// `Err(self)` if it needs a confirmation first ([`enter`](Self::enter)).
     pub(crate) fn enter_now(self) -> Result<Option<LockGuard>, Unentered> {
         let epoch = self.guard.runtime.waiters().connection_epoch();
-        match gate::verdict(Evidence::of(&self.guard.held, epoch, self.way)) {
-            Verdict::Enter => Ok(Some(self.guard)),
+        let evidence = Evidence::of(&self.guard.held, epoch, self.way);
+        match gate::verdict(evidence) {
+            Verdict::Enter => {
+                tracing::debug!(
+                    key = %self.guard.key(), fence = self.guard.fence(), way = ?self.way,
+                    valid_ms = evidence.left.as_millis(), "lock entered"
+                );
+                Ok(Some(self.guard))
+            }
             Verdict::Back => {
                 tracing::debug!(
                     key = %self.guard.key(), way = ?self.way,

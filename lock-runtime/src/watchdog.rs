@@ -97,6 +97,11 @@ impl Watchdog {
             valid_until
         };
         lock.set_valid_until(valid_until);
+        tracing::debug!(
+            key = %lock.key, fence = lock.fence(),
+            valid_ms = valid_until.saturating_duration_since(Instant::now()).as_millis(),
+            "lock watched"
+        );
         let entry = Entry {
             lock,
             due,
@@ -227,6 +232,11 @@ impl Watchdog {
                 continue; // released, or declared lost, meanwhile
             };
             entry.in_flight = false;
+            tracing::debug!(
+                key = %lock.key, fence = lock.fence(), ?result,
+                sent_ms_ago = now.saturating_duration_since(sent_at).as_millis(),
+                "lock renewal answered"
+            );
             match result {
                 // Renewed, but its lease end passed before the answer came:
                 // the holder may have acted on that already; lost stays lost.

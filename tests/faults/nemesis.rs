@@ -751,8 +751,10 @@ async fn run(backend: Backend, mode: Mode) {
         let header = format!(
             "nemesis on {backend:?} ({mode:?} mode; {}) found {} violations; replay with \
              LOCK_NEMESIS_SEED={seed} LOCK_NEMESIS_SECS={secs} (times below: seconds since \
-             the run began)",
+             the run began, at CLOCK_MONOTONIC {:.6} s, the clock of LOCK_NEMESIS_TRACE's \
+             files)",
             setup.join("; "),
+            run_start as f64 / 1e9,
             violations.len()
         );
         let report = report(&history, &faults, &violations, &header);

@@ -344,6 +344,10 @@ impl HeldLock {
         loop {
             let changed = self.lost_changed.notified();
             if self.is_lost() {
+                tracing::debug!(
+                    key = %self.key, fence = self.fence(), marked = self.lost.load(Ordering::Acquire),
+                    "lock lost (marked, or its client-side lease ended)"
+                );
                 return;
             }
             let until = self.valid_until.load(Ordering::Acquire);

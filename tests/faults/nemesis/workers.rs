@@ -341,6 +341,8 @@ pub(super) async fn spawn_worker(
         data_dir.to_str().expect("a UTF-8 temp path"),
         executor.arg(),
     ]);
+    // (Names its trace file, if LOCK_NEMESIS_TRACE asks for one.)
+    command.env("LOCK_NEMESIS_PROCESS", format!("p{index}"));
     let (mut child, mut lines) = pipes::spawn(&mut command).expect("spawn nemesis_worker");
     let stdin = child.stdin.take().expect("worker stdin");
     let pid = child.id().expect("a running worker has a pid");

@@ -1550,6 +1550,7 @@ fn main() {
         }
     }));
     let args: Vec<String> = std::env::args().skip(1).collect();
+    trace_to_file();
     let executor = match args.last().map(String::as_str) {
         Some("current") => tokio::runtime::Builder::new_current_thread(),
         Some("multi") => {
@@ -1563,6 +1564,42 @@ fn main() {
     .build()
     .expect("build the executor");
     executor.block_on(run(args));
+}
+
+/// With `LOCK_NEMESIS_TRACE=<dir>`, the lock runtime's debug events (and
+/// its backends' clients') go to `<dir>/p<N>-<pid>.log`, stamped with
+/// the same monotonic clock as the events the test reads, so a failed
+/// run's violation can be read beside what each process's runtime did.
+fn trace_to_file() {
+    let Some(dir) = std::env::var_os("LOCK_NEMESIS_TRACE") else {
+        return;
+    };
+    let process = std::env::var("LOCK_NEMESIS_PROCESS").unwrap_or_else(|_| "worker".to_owned());
+    let name = format!("{process}-{}.log", std::process::id());
+    let file = std::fs::File::create(std::path::Path::new(&dir).join(name))
+        .expect("create the trace file in LOCK_NEMESIS_TRACE");
+    tracing_subscriber::fmt()
+        .with_writer(std::sync::Mutex::new(file))
+        .with_max_level(tracing::Level::DEBUG)
+        .with_timer(MonotonicTimer)
+        .with_ansi(false)
+        .init();
+}
+
+/// Trace timestamps on the clock of the event lines (CLOCK_MONOTONIC,
+/// seconds).
+struct MonotonicTimer;
+
+impl tracing_subscriber::fmt::time::FormatTime for MonotonicTimer {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let ns = now_ns();
+        write!(
+            w,
+            "{}.{:06}",
+            ns / 1_000_000_000,
+            (ns % 1_000_000_000) / 1000
+        )
+    }
 }
 
 async fn run(args: Vec<String>) {

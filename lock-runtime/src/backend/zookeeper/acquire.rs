@@ -38,6 +38,7 @@ impl Inner {
                 {
                     return; // released, or another node's now
                 }
+                tracing::debug!(%lock, fence, "ZooKeeper fixed lease ran out: its node is deleted");
                 if backend.delete(&lock, &holder).await.is_ok() {
                     return;
                 }
@@ -135,6 +136,10 @@ impl ZookeeperBackend {
                 // Gone (a force unlock, an expiry): queue again.
                 path::Turn::Gone => inner.forget(lock, holder),
                 path::Turn::Holds => {
+                    tracing::debug!(
+                        lock, node = %place.name, fence, session = place.owner,
+                        first = ?sorted.first(), created, "ZooKeeper lock held"
+                    );
                     inner.waits.stop(lock, holder);
                     if !renewed {
                         inner.expire(lock, holder, place.fence, sent + lease);

@@ -173,6 +173,7 @@ impl Inner {
     }
 
     pub(super) fn forget(&self, lock: &str, holder: &str) {
+        tracing::debug!(lock, holder, "ZooKeeper place forgotten");
         let key = (lock.to_owned(), holder.to_owned());
         self.unsettled().remove(&key);
         self.places().remove(&key);

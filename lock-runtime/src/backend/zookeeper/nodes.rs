@@ -113,6 +113,10 @@ impl Inner {
                         session: session.clone(),
                     };
                     self.remember(lock, holder, place.clone());
+                    tracing::debug!(
+                        lock, node = %place.name, czxid = place.czxid, session = place.owner,
+                        "ZooKeeper lock node created"
+                    );
                     let children = match listed {
                         Ok(children) => children,
                         Err(_) => self.list(&client, lock).await?,
@@ -183,6 +187,10 @@ impl Inner {
             session: session.clone(),
         };
         self.remember(lock, holder, place.clone());
+        tracing::debug!(
+            lock, node = %place.name, czxid = place.czxid, session = place.owner,
+            "ZooKeeper lock node found again after a lost create answer"
+        );
         Ok(Some((place, children)))
     }
 
@@ -204,6 +212,7 @@ impl Inner {
             .filter(|c| c.as_str() != keep && path::is_holders(c, holder))
             .collect();
         for twin in &twins {
+            tracing::debug!(lock, node = %twin, "ZooKeeper twin node deleted");
             match self
                 .within(client.delete(&path::child(lock, twin), None))
                 .await

@@ -63,6 +63,7 @@ impl Inner {
                 if matches!(removed, Err(zookeeper_client::Error::BadVersion)) {
                     removed = self.within(client.delete(&node, None)).await;
                 }
+                tracing::debug!(lock, node = %name, outcome = ?removed, "ZooKeeper lock node deleted");
                 match removed {
                     Ok(()) => freed = true,
                     Err(zookeeper_client::Error::NoNode) => {}

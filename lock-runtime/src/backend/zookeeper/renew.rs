@@ -26,6 +26,7 @@ impl ZookeeperBackend {
         let mut groups: Vec<Group> = Vec::new();
         for (i, lock) in batch.iter().enumerate() {
             let Some(place) = self.inner.place(&lock.lock_key, &lock.holder) else {
+                tracing::debug!(lock = %lock.lock_key, "ZooKeeper renewal: no place for a held lock");
                 outcome[i] = Some(false);
                 continue;
             };
@@ -93,6 +94,12 @@ impl ZookeeperBackend {
                     } => Some(false),
                     _ => None,
                 };
+                if held == Some(false) {
+                    tracing::debug!(
+                        lock = %batch[*i].lock_key, node = %place.name, session = id,
+                        owner = place.owner, "ZooKeeper renewal found a held node gone or not ours"
+                    );
+                }
                 (*i, held)
             })
             .collect()

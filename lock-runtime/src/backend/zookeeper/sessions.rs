@@ -200,6 +200,7 @@ async fn follow(
         let Some(all) = sessions.upgrade() else {
             return;
         };
+        tracing::debug!(?state, timeout = ?asked, "ZooKeeper session state");
         match state {
             SessionState::SyncConnected | SessionState::ConnectedReadOnly => continue,
             SessionState::Disconnected => {
