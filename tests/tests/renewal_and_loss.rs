@@ -23,6 +23,7 @@ on_every_backend!(
     a_fixed_lease_handed_over_through_a_renewed_waiters_place_still_runs_out
         skip(redlock = "Redlock has no fair mode, so no handoff: a fair request is refused"),
     release_after_takeover_is_not_held,
+    a_fixed_lease_holder_is_told_a_margin_before_its_lease_runs_out,
 );
 
 const LEASE: Duration = Duration::from_millis(300);
@@ -273,6 +274,40 @@ async fn fixed_lease_without_watchdog_is_not_renewed(kind: Kind) {
         "the peer's hold was freed by the stale release"
     );
     second.release().await.unwrap();
+}
+
+/// The holder is told its hold is over a margin (`lease / 50 + 10 ms`, 70
+/// ms of 3 s) before the lease runs out on the server, which counts it from
+/// no earlier than the acquire's send: a timer that fires a little late on
+/// a busy machine still tells it before anyone else can enter.
+async fn a_fixed_lease_holder_is_told_a_margin_before_its_lease_runs_out(kind: Kind) {
+    const FIXED: Duration = Duration::from_secs(3);
+    const MARGIN: Duration = Duration::from_millis(70);
+    let (runtime, _peer) = kind.two("margin").await;
+    let asked_at = Instant::now();
+    let request = runtime
+        .lock(unique("margin-key"))
+        .lease(FIXED)
+        .watchdog(false);
+    let guard = request.acquire().await.unwrap();
+    let acquired = asked_at.elapsed();
+    tokio::time::timeout(FIXED, guard.lost())
+        .await
+        .expect("a fixed lease is told lost by its end");
+    let told = asked_at.elapsed();
+    println!("{kind:?}: acquired after {acquired:?}, told lost after {told:?}");
+    // Counted from the send (after `asked_at`, before `acquired`), less
+    // the margin; half the margin allowed for a late timer here.
+    assert!(
+        told + MARGIN >= FIXED,
+        "told {told:?} into a {FIXED:?} lease: too early"
+    );
+    assert!(
+        told <= acquired + FIXED - MARGIN / 2,
+        "told {told:?} into a {FIXED:?} lease acquired after {acquired:?}: no margin left \
+         before the server frees the key"
+    );
+    let _ = guard.release().await;
 }
 
 /// A holder whose lock was deleted and taken by someone else gets `NotHeld`
