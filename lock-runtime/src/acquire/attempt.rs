@@ -139,7 +139,16 @@ impl Acquisition {
         let Some(bound) = bound else {
             return Ok((attempt.await.map_err(stopped)?, sent_at));
         };
-        match tokio::time::timeout_at(bound, attempt).await {
+        tracing::debug!(
+            key = %self.want.key, holder = %in_flight.holder,
+            bound_ms = bound.saturating_duration_since(sent_at).as_millis(), "lock attempt sent"
+        );
+        let answered = tokio::time::timeout_at(bound, attempt).await;
+        tracing::debug!(
+            key = %self.want.key, answered = answered.is_ok(),
+            took_ms = sent_at.elapsed().as_millis(), "lock attempt ended"
+        );
+        match answered {
             Ok(outcome) => Ok((outcome.map_err(stopped)?, sent_at)),
             // (the attempt's in-flight entry gives back whatever the script
             // may yet take)
