@@ -754,8 +754,8 @@ async fn run(backend: Backend, mode: Mode) {
              the run began, at CLOCK_MONOTONIC {:.6} s, the clock of LOCK_NEMESIS_TRACE's \
              files)",
             setup.join("; "),
+            violations.len(),
             run_start as f64 / 1e9,
-            violations.len()
         );
         let report = report(&history, &faults, &violations, &header);
         panic!("{report}");

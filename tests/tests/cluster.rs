@@ -75,7 +75,7 @@ async fn cluster_locks_on_every_master_exclude_across_runtimes() {
 async fn cluster_renewals_across_slots_keep_every_lock() {
     let (runtime, observer) = Kind::Cluster.two("cl-renew").await;
     let keys = keys_by_master(cluster(), &runtime, 10).concat();
-    let lease = Duration::from_millis(400);
+    let lease = Duration::from_millis(1200);
     let mut guards = Vec::new();
     for key in &keys {
         guards.push(runtime.lock(key).lease(lease).acquire().await.unwrap());
