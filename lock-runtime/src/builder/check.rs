@@ -1,16 +1,16 @@
 //! The builder's checks of the settings every backend shares: the
 //! default lease, the timeouts, the fence window, cohorting, the key
-//! prefix; then each backend's own (`redis.rs`).
+//! prefix; then each backend's own (`redis.rs`, `endpoints.rs`).
 //!
 //! Changes no setting and starts nothing.
 
-use super::{redis, Choice, LockRuntimeBuilder, FENCE_WINDOW_RANGE, TIMEOUT_RANGE};
+use super::{endpoints, redis, Choice, LockRuntimeBuilder, FENCE_WINDOW_RANGE, TIMEOUT_RANGE};
 use crate::error::LockError;
 
 impl LockRuntimeBuilder {
     /// Every setting in its range (a `LockError::InvalidConfig` naming
     /// the setter), and each backend's own checks.
-    pub(super) fn check(&self) -> Result<(), LockError> {
+    pub(crate) fn check(&self) -> Result<(), LockError> {
         if !(crate::request::MIN_LEASE..=crate::request::MAX_LEASE).contains(&self.default_lease) {
             return Err(LockError::InvalidConfig(format!(
                 "default_lease {:?} is out of range: use 10ms to 24h",
@@ -47,8 +47,11 @@ impl LockRuntimeBuilder {
                     .to_owned(),
             ));
         }
-        if let Choice::Redlock(urls) = &self.choice {
-            redis::check_redlock(urls.len(), self.fair == Some(true))?;
+        match &self.choice {
+            Choice::Redlock(urls) => redis::check_redlock(urls.len(), self.fair == Some(true))?,
+            Choice::Etcd(endpoints) => endpoints::check_etcd(endpoints)?,
+            Choice::Zookeeper(connect) => endpoints::check_zookeeper(connect)?,
+            _ => {}
         }
         self.check_sync_replicas()?;
         Ok(())

@@ -14,6 +14,7 @@
 //! and `build`.
 
 mod check;
+mod endpoints;
 mod etcd;
 mod redis;
 mod worker;

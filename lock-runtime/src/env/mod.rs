@@ -138,6 +138,34 @@ fn builder_from_env(
     Ok(builder)
 }
 
+/// The values `LOCK_BACKEND` takes.
+const BACKENDS: [&str; 6] = [
+    "redis",
+    "sentinel",
+    "redlock",
+    "etcd",
+    "zookeeper",
+    "memory",
+];
+
+/// `LOCK_BACKEND` names no backend: said before any other variable is
+/// looked at, with the name meant when it is a common other spelling.
+fn not_a_backend(other: &str) -> LockError {
+    let meant = match other {
+        "zk" | "zoo" | "zookeeper3" | "curator" => Some("zookeeper"),
+        "etcd3" | "etcdv3" | "etcd-v3" => Some("etcd"),
+        "mem" | "embedded" | "local" | "in-memory" | "inmemory" => Some("memory"),
+        "cluster" | "redis-cluster" => Some("redis (with LOCK_REDIS_CLUSTER set)"),
+        "valkey" | "keydb" => Some("redis"),
+        _ => None,
+    };
+    let hint = meant.map_or(String::new(), |m| format!(" (did you mean {m}?)"));
+    LockError::InvalidConfig(format!(
+        "LOCK_BACKEND={other:?} is not a backend{hint}: use redis, sentinel, redlock, etcd, \
+         zookeeper or memory"
+    ))
+}
+
 /// The builder of the backend the environment names (`set` looks a
 /// variable up, blank as unset), before the settings every backend shares.
 fn backend_from_env(
@@ -146,6 +174,9 @@ fn backend_from_env(
 ) -> Result<LockRuntimeBuilder, LockError> {
     let url = set("LOCK_REDIS_URL").or_else(|| set("REDIS_URL"));
     let backend = set("LOCK_BACKEND").map(|b| b.trim().to_ascii_lowercase());
+    if let Some(other) = backend.as_deref().filter(|b| !BACKENDS.contains(b)) {
+        return Err(not_a_backend(other));
+    }
     let cluster = set("LOCK_REDIS_CLUSTER");
     let redlock = set("LOCK_REDLOCK_URLS").or_else(|| set("REDLOCK_URLS"));
     let etcd = set("LOCK_ETCD_ENDPOINTS");
@@ -194,12 +225,7 @@ fn backend_from_env(
                     .to_owned(),
             ))
         }
-        (Some(other), _) => {
-            return Err(LockError::InvalidConfig(format!(
-                "LOCK_BACKEND={other:?} is not a backend: use redis, sentinel, redlock, etcd, \
-                 zookeeper or memory"
-            )))
-        }
+        (Some(other), _) => return Err(not_a_backend(other)),
         // Said by `init_from_env` (`FALLBACK`), on stderr if need be.
         (None, None) if debug_build => LockRuntime::builder().memory(),
         (None, None) => {

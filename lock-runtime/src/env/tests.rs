@@ -345,3 +345,47 @@ async fn the_embedded_backend_says_it_excludes_only_this_process() {
         runtime.describe()
     );
 }
+
+#[test]
+fn a_backend_name_that_is_not_one_is_named_before_any_conflict() {
+    for (name, meant) in [
+        ("zk", Some("zookeeper")),
+        ("etcd3", Some("etcd")),
+        ("rdis", None),
+    ] {
+        // Beside the variable of the backend meant: still the name's error,
+        // not a conflict of backend variables.
+        let pairs = [("LOCK_BACKEND", name), ("LOCK_ZOOKEEPER", "h:2181")];
+        let message = error(builder_from_env(env(&pairs), false));
+        assert!(
+            message.contains(&format!("LOCK_BACKEND={name:?} is not a backend")),
+            "{message}"
+        );
+        assert!(!message.contains("unset one of them"), "{message}");
+        if let Some(meant) = meant {
+            assert!(
+                message.contains(&format!("did you mean {meant}?")),
+                "{message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn endpoints_that_are_not_host_port_are_refused_at_build() {
+    let etcd = builder_from_env(env(&[("LOCK_ETCD_ENDPOINTS", "127.0.0.1:2379x")]), false);
+    let message = match etcd.unwrap().check() {
+        Err(LockError::InvalidConfig(message)) => message,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    };
+    assert!(
+        message.contains("\"127.0.0.1:2379x\"") && message.contains("port"),
+        "{message}"
+    );
+    let zookeeper = builder_from_env(env(&[("LOCK_ZOOKEEPER", "zk://h:2181")]), false);
+    let message = match zookeeper.unwrap().check() {
+        Err(LockError::InvalidConfig(message)) => message,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    };
+    assert!(message.contains("no scheme (zk://)"), "{message}");
+}
