@@ -24,8 +24,12 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
-//! The lock lives in Redis (a hash per lock, changed only by Lua scripts) or,
-//! by default, in an embedded in-process store with the same semantics. While
+//! The lock lives in Redis (one server, Cluster, Sentinel or Redlock: a hash
+//! per lock, changed only by Lua scripts), in etcd (etcd's own lock recipe:
+//! `etcdctl lock` and this crate exclude each other), in ZooKeeper (Apache
+//! Curator's recipes: Java services using Curator share the locks) or, by
+//! default, in an embedded in-process store with the same semantics (see
+//! [`LockRuntimeBuilder`] for each, and [`init_from_env`]). While
 //! the body runs a watchdog renews the lease; if the holder crashes the lease
 //! frees the lock; if the call is cancelled or panics the guard frees it at
 //! once; waiters are woken by a release message, not by polling; and every
@@ -66,8 +70,8 @@
 //! `docs/guarantees.md` (what the lock promises and what it does not),
 //! `docs/reentry.md` (when a call re-enters, when it waits),
 //! `docs/configuration.md` ([`init_from_env`]'s variables),
-//! `docs/deploying.md` (one server, Cluster, Sentinel, Redlock; Redis's
-//! requirements), `docs/fair-mode-and-cohorting.md` and `docs/operating.md`
+//! `docs/deploying.md` (one server, Cluster, Sentinel, Redlock, etcd,
+//! ZooKeeper: what each needs and promises), `docs/fair-mode-and-cohorting.md` and `docs/operating.md`
 //! (shutdown, `lockctl`, metrics, tracing). The repository's README is where
 //! to start.
 

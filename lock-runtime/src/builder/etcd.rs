@@ -16,7 +16,7 @@ impl LockRuntimeBuilder {
     /// fair by construction, with the key's create revision as the fencing
     /// token; `etcdctl lock <name>` and this runtime exclude each other on
     /// the same name (with an empty [`key_prefix`](Self::key_prefix), the
-    /// key is the name). Needs the feature `etcd`. See README, "etcd".
+    /// key is the name). Needs the feature `etcd`. See `docs/deploying.md`, "etcd", in the repository.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {

@@ -18,7 +18,7 @@ impl LockRuntimeBuilder {
     /// key (`/locks/` + `order:1`; the default prefix `lock:` becomes
     /// `/locks/`), and a Java service locking that path with Curator and
     /// this runtime exclude each other. Needs the feature `zookeeper`. See
-    /// README, "ZooKeeper".
+    /// `docs/deploying.md`, "ZooKeeper", in the repository.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
