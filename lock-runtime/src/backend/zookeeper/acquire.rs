@@ -7,8 +7,11 @@
 //! Owns the decision of an attempt; creates no node itself (`nodes.rs`)
 //! and renews nothing (`renew.rs`).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::sessions::Session;
 use super::{path, wait, Inner, Place, ZookeeperBackend, RELEASE_ATTEMPTS};
@@ -16,36 +19,77 @@ use crate::backend::{Acquire, Queue};
 use crate::error::BackendError;
 use crate::mode::LockMode;
 
+/// Numbers the fixed-lease timers of a process.
+static NEXT_END: AtomicU64 = AtomicU64::new(1);
+
 impl Inner {
-    /// Deletes `holder`'s node of `lock` (the hold of token `fence`; its
-    /// read node after a downgrade) at `at`, if it is still there then: a
-    /// fixed lease (no watchdog) ends on the server when it runs out, as a
-    /// Redis key's TTL does, although our session would keep the node.
-    /// `at` is counted from when our acquire was sent, so it is never
-    /// before the end of the hold's validity, which counts from before.
-    fn expire(self: &Arc<Self>, lock: &str, holder: &str, fence: i64, at: tokio::time::Instant) {
+    /// Sets the end of `holder`'s hold of `lock` (token `fence`) on the
+    /// server: `Some(at)` for a fixed lease (no watchdog), which ends there
+    /// as a Redis key's TTL does although our session would keep the node
+    /// (its read node after a downgrade is deleted then); `None` for a
+    /// renewed one, which the session keeps. Either replaces the end an
+    /// earlier answer on the same node set: a process's place serves its
+    /// waiters in turn, and a fixed lease's timer left from a waiter that
+    /// went away must not delete the node under the renewed hold of the
+    /// next (the nemesis saw that: a 77 ms overlap on ZooKeeper). `at` is
+    /// counted from when the acquire was sent, so it is never before the
+    /// end of the hold's validity, which counts from before.
+    fn end_fixed_lease(
+        self: &Arc<Self>,
+        lock: &str,
+        holder: &str,
+        fence: i64,
+        at: Option<Instant>,
+    ) {
+        let key = (lock.to_owned(), holder.to_owned());
+        let mut ends = self
+            .fixed_ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(at) = at else {
+            ends.remove(&key);
+            return;
+        };
+        let number = NEXT_END.fetch_add(1, Ordering::Relaxed);
+        ends.insert(key.clone(), number);
+        drop(ends);
         let inner = Arc::downgrade(self);
-        let (lock, holder) = (lock.to_owned(), holder.to_owned());
         self.handle.spawn(async move {
             tokio::time::sleep_until(at).await;
             for attempt in 1..=RELEASE_ATTEMPTS {
                 let Some(backend) = inner.upgrade() else {
                     return;
                 };
-                if backend
-                    .place(&lock, &holder)
-                    .is_none_or(|p| p.fence != fence)
-                {
-                    return; // released, or another node's now
+                if !backend.fixed_end_stands(&key, number, fence) {
+                    return; // released, replaced, or another node's now
                 }
-                tracing::debug!(%lock, fence, "ZooKeeper fixed lease ran out: its node is deleted");
-                if backend.delete(&lock, &holder).await.is_ok() {
+                tracing::debug!(lock = %key.0, fence, "ZooKeeper fixed lease ran out: its node is deleted");
+                if backend.delete(&key.0, &key.1).await.is_ok() {
                     return;
                 }
                 drop(backend);
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
             }
         });
+    }
+
+    /// Drops `key`'s fixed-lease end (its node is gone, or forgotten).
+    pub(super) fn forget_fixed_end(&self, key: &(String, String)) {
+        let mut ends = self
+            .fixed_ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ends.remove(key);
+    }
+
+    /// Whether timer `number` still ends `key`'s hold of token `fence`.
+    fn fixed_end_stands(&self, key: &(String, String), number: u64, fence: i64) -> bool {
+        let ends = self
+            .fixed_ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ends.get(key) == Some(&number)
+            && self.place(&key.0, &key.1).is_some_and(|p| p.fence == fence)
     }
 }
 
@@ -141,9 +185,8 @@ impl ZookeeperBackend {
                         first = ?sorted.first(), created, "ZooKeeper lock held"
                     );
                     inner.waits.stop(lock, holder);
-                    if !renewed {
-                        inner.expire(lock, holder, place.fence, sent + lease);
-                    }
+                    let ends = (!renewed).then_some(sent + lease);
+                    inner.end_fixed_lease(lock, holder, place.fence, ends);
                     return Ok(Acquire::Held {
                         fence,
                         upto: fence,

@@ -54,6 +54,7 @@ pub(crate) async fn connect(
         unsettled: Mutex::default(),
         waits: wait::Waits::default(),
         downgrades: Mutex::default(),
+        fixed_ends: Mutex::default(),
         releases,
         wakeups,
         timeout: settings.response_timeout,

@@ -55,6 +55,8 @@ mod release;
 mod releaser;
 mod renew;
 mod sessions;
+#[cfg(test)]
+mod tests;
 mod wait;
 
 use std::collections::HashMap;
@@ -129,6 +131,10 @@ pub(super) struct Inner {
     /// Downgrades in flight, by (lock, holder id): a release of the holder
     /// waits for its downgrade first (see [`Inner::after_downgrade`]).
     downgrades: Mutex<HashMap<(String, String), watch::Receiver<bool>>>,
+    /// The fixed-lease end in force on a holder's node, by (lock, holder
+    /// id): the number of the timer that deletes it (see
+    /// [`Inner::end_fixed_lease`]). Each answer that holds replaces it.
+    fixed_ends: Mutex<HashMap<(String, String), u64>>,
     releases: ReleaseQueue,
     wakeups: Weak<dyn Wakeups>,
     timeout: Duration,
@@ -177,6 +183,7 @@ impl Inner {
         let key = (lock.to_owned(), holder.to_owned());
         self.unsettled().remove(&key);
         self.places().remove(&key);
+        self.forget_fixed_end(&key);
     }
 
     /// `fut`, bounded by the response timeout (then [`Timeout`]).

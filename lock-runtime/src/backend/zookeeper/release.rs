@@ -93,6 +93,7 @@ impl Inner {
             places.remove(key);
         }
         self.unsettled().remove(key);
+        self.forget_fixed_end(key);
         true
     }
 }
