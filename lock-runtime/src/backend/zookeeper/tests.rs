@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The backend called directly, on a ZooKeeper server of the test kit.
 
 use std::sync::Weak;
