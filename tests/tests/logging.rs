@@ -4,13 +4,27 @@
 //! subscriber (the runtime logs from its own thread).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lock_testkit::RedisServer;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
+
+/// The events of this process's runtimes: one subscriber for the process,
+/// installed by the first test that asks (each test counts its own
+/// backend's messages).
+fn events() -> Events {
+    static EVENTS: OnceLock<Events> = OnceLock::new();
+    EVENTS
+        .get_or_init(|| {
+            let events = Events::default();
+            tracing::subscriber::set_global_default(events.clone()).unwrap();
+            events
+        })
+        .clone()
+}
 
 /// Every event of the runtime, as `LEVEL message field=value …`.
 #[derive(Clone, Default)]
@@ -68,11 +82,10 @@ impl Subscriber for Events {
 /// outage is a new one and is said again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_of_background_releases_is_warned_about_once_with_what_is_pending() {
-    let events = Events::default();
-    tracing::subscriber::set_global_default(events.clone()).unwrap();
+    let events = events();
     let mut server = RedisServer::start();
     let runtime = lock_tests::impatient_runtime(&server.url()).await;
-    let warned = "background release";
+    let warned = "freed by their leases instead";
     let failed = |events: &Events| {
         events.count("WARN", warned) + events.count("DEBUG", "background releases still failing")
     };
@@ -119,7 +132,7 @@ async fn an_outage_of_background_releases_is_warned_about_once_with_what_is_pend
         loop {
             if let Ok(guard) = runtime.lock("after").acquire().await {
                 drop(guard);
-                if events.count("INFO", "background releases go through again") == outage {
+                if events.count("INFO", "go through again; those given up") == outage {
                     break;
                 }
             }
@@ -131,4 +144,92 @@ async fn an_outage_of_background_releases_is_warned_about_once_with_what_is_pend
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// On etcd and ZooKeeper a release is retried until the backend answers:
+/// releases that fail one after another in an outage (guards dropped a
+/// moment apart, each its own batch) are one warning naming the backend,
+/// then debug events, and one info event once a release goes through.
+async fn retried_releases_warn_once_per_outage(
+    runtime: lock_runtime::LockRuntime,
+    backend: &str,
+    outage: impl FnOnce(),
+    over: impl FnOnce(),
+) {
+    let events = events();
+    let warned = format!("background releases fail: {backend}");
+    let mut guards = Vec::new();
+    for n in 0..3 {
+        guards.push(
+            runtime
+                .lock(format!("dropped-{n}"))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    outage();
+    for guard in guards {
+        drop(guard);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let failing = |events: &Events| {
+        events.count("WARN", &warned) + events.count("DEBUG", "background release still failing")
+    };
+    let start = Instant::now();
+    while failing(&events) < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "three releases did not fail past their quick attempts: {:#?}",
+            events.matching("release")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        events.count("WARN", &warned),
+        1,
+        "{:#?}",
+        events.matching("release")
+    );
+    over();
+    let again = format!("background releases go through again on {backend}");
+    let start = Instant::now();
+    while events.count("INFO", &again) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no release went through after the outage: {:#?}",
+            events.matching("release")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_outage_of_retried_releases_is_warned_about_once() {
+    let cluster = lock_testkit::etcd::EtcdCluster::start(1);
+    let timeout = Duration::from_millis(300);
+    let runtime = lock_runtime::LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .response_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let name = format!("etcd at {}", cluster.endpoints().join(","));
+    let (freeze, thaw) = (|| cluster.freeze(0), || cluster.thaw(0));
+    retried_releases_warn_once_per_outage(runtime, &name, freeze, thaw).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_outage_of_retried_releases_is_warned_about_once() {
+    let server = lock_testkit::zookeeper::ZooKeeperServer::start();
+    let timeout = Duration::from_millis(300);
+    let runtime = lock_runtime::LockRuntime::builder()
+        .zookeeper(server.connect_string())
+        .response_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let name = format!("ZooKeeper at {}", server.connect_string());
+    let (freeze, thaw) = (|| server.freeze(), || server.thaw());
+    retried_releases_warn_once_per_outage(runtime, &name, freeze, thaw).await;
 }

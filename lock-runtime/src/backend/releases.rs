@@ -310,6 +310,41 @@ pub(crate) struct ReleaseOutage {
     given_up: AtomicUsize,
 }
 
+/// An outage of background releases that are retried until the backend
+/// answers (etcd, ZooKeeper): every failing release would otherwise warn
+/// once (a waiter's give-backs alone make about one a second). The first
+/// release past its quick attempts says it; the others are debug events
+/// until one is answered again (one info event), and the next failure is a
+/// new outage.
+#[derive(Debug, Default)]
+pub(crate) struct RetriedOutage {
+    failing: AtomicBool,
+}
+
+impl RetriedOutage {
+    /// A release of `lock` failed past its quick attempts on `backend`
+    /// (`etcd at host:port`), and goes on being retried.
+    pub(crate) fn failing(&self, backend: &str, error: &dyn std::fmt::Display, lock: &str) {
+        if self.failing.swap(true, Ordering::AcqRel) {
+            tracing::debug!(%error, lock, "background release still failing; retrying");
+            return;
+        }
+        tracing::warn!(
+            %error,
+            lock,
+            "background releases fail: {backend} does not answer; they are retried until it \
+             does (said once until one goes through again)"
+        );
+    }
+
+    /// A release was answered: an outage, if there was one, is over.
+    pub(crate) fn answered(&self, backend: &str) {
+        if self.failing.swap(false, Ordering::AcqRel) {
+            tracing::info!("background releases go through again on {backend}");
+        }
+    }
+}
+
 /// Lock names a warning lists at most.
 const SHOWN_LOCKS: usize = 5;
 

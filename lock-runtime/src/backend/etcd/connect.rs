@@ -14,7 +14,7 @@ use super::lease::Leases;
 use super::places::EtcdWatches;
 use super::releaser::releaser;
 use super::{tomb, wait, EtcdBackend, EtcdConfig, Inner};
-use crate::backend::releases::ReleaseQueue;
+use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::{BackendError, LockError};
 
@@ -143,6 +143,7 @@ pub(crate) async fn connect(
         ping_key: format!("{}%ping", config.prefix),
         unanswered: tomb::Unanswered::default(),
         downgrading: Mutex::default(),
+        release_outage: RetriedOutage::default(),
     });
     let backend = EtcdBackend { inner };
     // One answer before the runtime is handed out: a wrong address fails

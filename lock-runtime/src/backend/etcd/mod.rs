@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::releases::{Job, PendingReleases, ReleaseQueue};
+use super::releases::{Job, PendingReleases, ReleaseQueue, RetriedOutage};
 use super::Wakeups;
 use crate::error::BackendError;
 pub(crate) use connect::connect;
@@ -164,6 +164,8 @@ pub(super) struct Inner {
     /// Holders whose background downgrade is queued and not superseded
     /// by a release of theirs, as (lock, holder).
     downgrading: Mutex<HashSet<(String, String)>>,
+    /// Background releases failing (warned once per outage).
+    release_outage: RetriedOutage,
 }
 
 impl std::fmt::Debug for Inner {

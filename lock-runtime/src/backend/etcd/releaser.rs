@@ -149,7 +149,12 @@ async fn delete_until_answered(inner: &Weak<Inner>, keys: &[(String, String)]) -
             return Deleted::Answered; // the runtime is gone: so is its lease, soon
         };
         match backend.delete_keys(keys).await {
-            Ok(_) => return Deleted::Answered,
+            Ok(_) => {
+                backend
+                    .release_outage
+                    .answered(&format!("etcd at {}", backend.endpoints));
+                return Deleted::Answered;
+            }
             Err(error) if error.is_permission_denied() => {
                 if let [(lock, _)] = keys {
                     tracing::warn!(
@@ -163,11 +168,9 @@ async fn delete_until_answered(inner: &Weak<Inner>, keys: &[(String, String)]) -
             Err(error) => {
                 tries += 1;
                 if tries == RELEASE_ATTEMPTS {
-                    tracing::warn!(
-                        %error,
-                        locks = keys.len(),
-                        "background release failed; retrying until etcd answers"
-                    );
+                    let lock = keys.first().map_or("", |(lock, _)| lock.as_str());
+                    let etcd = format!("etcd at {}", backend.endpoints);
+                    backend.release_outage.failing(&etcd, &error, lock);
                 } else {
                     tracing::debug!(%error, "background release failed; retrying");
                 }

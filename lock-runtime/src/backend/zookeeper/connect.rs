@@ -13,7 +13,7 @@ use super::places::ZookeeperWatches;
 use super::releaser::releaser;
 use super::sessions::Sessions;
 use super::{path, wait, Inner, ZookeeperBackend, ZookeeperConfig};
-use crate::backend::releases::ReleaseQueue;
+use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::LockError;
 
@@ -55,6 +55,7 @@ pub(crate) async fn connect(
         waits: wait::Waits::default(),
         downgrades: Mutex::default(),
         fixed_ends: Mutex::default(),
+        release_outage: RetriedOutage::default(),
         releases,
         wakeups,
         timeout: settings.response_timeout,

@@ -66,7 +66,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::releases::{PendingReleases, ReleaseQueue};
+use super::releases::{PendingReleases, ReleaseQueue, RetriedOutage};
 use super::Wakeups;
 use crate::error::BackendError;
 pub(crate) use connect::connect;
@@ -136,6 +136,8 @@ pub(super) struct Inner {
     /// [`Inner::end_fixed_lease`]). Each answer that holds replaces it.
     fixed_ends: Mutex<HashMap<(String, String), u64>>,
     releases: ReleaseQueue,
+    /// Background releases failing (warned once per outage).
+    release_outage: RetriedOutage,
     wakeups: Weak<dyn Wakeups>,
     timeout: Duration,
     /// The runtime's tokio runtime (tasks are spawned there, whoever polls).

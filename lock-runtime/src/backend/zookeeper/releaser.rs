@@ -153,6 +153,8 @@ async fn release_retrying(
         }
         match backend.delete(&lock, &holder).await {
             Ok(_) => {
+                let servers = format!("ZooKeeper at {}", backend.sessions.shown());
+                backend.release_outage.answered(&servers);
                 given_up = false;
                 break;
             }
@@ -166,16 +168,13 @@ async fn release_retrying(
                 break;
             }
             Err(error) => {
-                drop(backend);
                 if attempt == RELEASE_ATTEMPTS {
-                    tracing::warn!(
-                        %error,
-                        lock,
-                        "background release failed; still trying while the session lives"
-                    );
+                    let servers = format!("ZooKeeper at {}", backend.sessions.shown());
+                    backend.release_outage.failing(&servers, &error, &lock);
                     pending.unblock(&lock);
                     blocking = false;
                 }
+                drop(backend);
                 let pause = if attempt < RELEASE_ATTEMPTS {
                     Duration::from_millis(50 * u64::from(attempt))
                 } else {
