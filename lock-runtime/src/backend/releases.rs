@@ -316,11 +316,13 @@ pub(crate) struct ReleaseOutage {
 /// release past its quick attempts says it; the others are debug events
 /// until one is answered again (one info event), and the next failure is a
 /// new outage.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 #[derive(Debug, Default)]
 pub(crate) struct RetriedOutage {
     failing: AtomicBool,
 }
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 impl RetriedOutage {
     /// A release of `lock` failed past its quick attempts on `backend`
     /// (`etcd at host:port`), and goes on being retried.
