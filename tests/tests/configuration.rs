@@ -668,3 +668,61 @@ async fn a_wait_that_runs_out_during_an_outage_names_the_backend_failure_not_con
     assert!(text.contains("ms into it"), "{text}");
     assert!(!cause.held_by_this_process(), "{text}");
 }
+
+/// The same on etcd and ZooKeeper, their only server stopped: the timeout
+/// names the backend's failure, with the address it failed at.
+async fn an_outage_ends_a_wait_in_a_timeout_naming_the_servers(runtime: LockRuntime, at: &str) {
+    let started = std::time::Instant::now();
+    let err = runtime
+        .lock("order:72")
+        .wait(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    println!("{text}");
+    let LockError::Timeout { cause, .. } = &err else {
+        panic!("expected a timeout at the deadline: {err:?}");
+    };
+    let last = cause
+        .backend_error()
+        .expect("the backend's failure is named");
+    assert!(last.contains(at), "not naming {at}: {last}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_outage_ends_a_wait_in_a_timeout_naming_the_endpoints() {
+    let mut cluster = lock_testkit::etcd::EtcdCluster::start(1);
+    let timeout = Duration::from_millis(300);
+    let runtime = LockRuntime::builder()
+        .etcd(cluster.endpoints())
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    cluster.kill(0);
+    let at = cluster.endpoints().join(",");
+    an_outage_ends_a_wait_in_a_timeout_naming_the_servers(runtime, &at).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_outage_ends_a_wait_in_a_timeout_naming_the_servers() {
+    let mut server = lock_testkit::zookeeper::ZooKeeperServer::start();
+    let timeout = Duration::from_millis(300);
+    let runtime = LockRuntime::builder()
+        .zookeeper(server.connect_string())
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let at = server.connect_string();
+    server.kill();
+    an_outage_ends_a_wait_in_a_timeout_naming_the_servers(runtime, &at).await;
+}

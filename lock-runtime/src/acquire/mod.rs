@@ -331,9 +331,10 @@ impl Acquisition {
     }
 
     /// Step 4 (on backend failure): a bounded wait rides out backend
-    /// trouble until its deadline, backing off; an unbounded one reports it
-    /// at once, and so does every wait a failed replica sync or a refusal
-    /// for lack of a permission.
+    /// trouble until its deadline, backing off, and ends in a `Timeout`
+    /// naming it; an unbounded one and a try-once report it at once, and so
+    /// does every wait a failed replica sync or a refusal for lack of a
+    /// permission.
     async fn back_off(&mut self, error: BackendError) -> Result<(), LockError> {
         if error.is_permission_denied() {
             // Refused for good: the wait would end as a timeout, later.
@@ -348,10 +349,10 @@ impl Acquisition {
             // only add replication timeouts to the wait.
             return Err(error.into());
         }
-        if self.last_try || Instant::now() >= deadline {
+        if self.try_once {
+            // (Never "busy" for an unknown answer: the backend's error.)
             return Err(error.into());
         }
-        tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
         let now = Instant::now();
         let trouble = self.trouble.get_or_insert_with(|| {
             Box::new(Trouble {
@@ -362,6 +363,13 @@ impl Acquisition {
         });
         trouble.last = error.what_failed();
         trouble.last_at = now;
+        if self.last_try || now >= deadline {
+            // The wait ran out in the outage: a timeout that says so, with
+            // the backend's last error (not a bare backend error, as if the
+            // wait had never begun; nor contention).
+            return Err(self.gave_up());
+        }
+        tracing::debug!(%error, "lock acquire failed; retrying until the deadline");
         tokio::time::sleep_until((Instant::now() + self.backoff).min(deadline)).await;
         self.backoff = (self.backoff * 2).min(ERROR_BACKOFF_MAX);
         Ok(())
