@@ -14,8 +14,10 @@
 //!
 //! The variants ([`Variant`]): one multi-key call on both accounts
 //! (`with_locks(lock_many([from, to]))`), one lock for the whole bank
-//! around every transfer, and two nested single-key calls with the keys
-//! sorted by hand (what a user without multi-key locks writes).
+//! around every transfer, two nested single-key calls with the keys
+//! sorted by hand (what a user without multi-key locks writes), and the
+//! body with no lock at all: the ceiling of this machine, which loses
+//! updates.
 
 use std::time::Duration;
 
@@ -45,11 +47,19 @@ pub enum Variant {
     /// `with_lock(first, with_lock(second, body))`, the two account keys
     /// sorted by hand (byte order, as `lock_many` sorts them).
     NestedSorted,
+    /// The body alone, no lock: what the machine does without exclusion
+    /// (it loses updates; only its rate means anything).
+    Unlocked,
 }
 
 impl Variant {
     /// In report order.
-    pub const ALL: [Variant; 3] = [Variant::Multi, Variant::Global, Variant::NestedSorted];
+    pub const ALL: [Variant; 4] = [
+        Variant::Multi,
+        Variant::Global,
+        Variant::NestedSorted,
+        Variant::Unlocked,
+    ];
 
     /// Name on the command line and in the results file.
     pub fn name(self) -> &'static str {
@@ -57,7 +67,14 @@ impl Variant {
             Variant::Multi => "multi",
             Variant::Global => "global",
             Variant::NestedSorted => "nested-sorted",
+            Variant::Unlocked => "unlocked",
         }
+    }
+
+    /// Whether it excludes (every variant but [`Variant::Unlocked`]): only
+    /// then do the exactness checks apply.
+    pub fn locks(self) -> bool {
+        self != Variant::Unlocked
     }
 }
 
@@ -250,6 +267,7 @@ async fn once(
             let inner = with_lock(runtime.lock(second.as_str()).wait(WAIT_LIMIT), work);
             with_lock(runtime.lock(first.as_str()).wait(WAIT_LIMIT), inner).await
         }
+        Variant::Unlocked => work.await,
     };
     result.note(worker, outcome, warmup, |(acquired, released)| {
         TransferRecord {
