@@ -355,6 +355,23 @@ struct Cx {
     burst: Option<u64>,
 }
 
+impl Cx {
+    /// Where a top-level call of `task` runs, on `runtime`: no parent, no
+    /// holds around it, neither armed nor part of a burst.
+    fn top_level(ctx: &Arc<Ctx>, runtime: LockRuntime, task: u32, passes: Arc<Passes>) -> Cx {
+        Cx {
+            ctx: ctx.clone(),
+            runtime,
+            task,
+            parent: 0,
+            frames: Vec::new(),
+            passes,
+            arm: None,
+            burst: None,
+        }
+    }
+}
+
 /// Whether a release passed its hold to another task of the process (lock
 /// cohorting): it did when it ended in the poll it began in (a release to
 /// Redis waits for the server) and the process's count of passes grew
@@ -1138,16 +1155,8 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
     while Instant::now() < end && count < 1_000_000 {
         count += 1;
         let passes = Arc::new(Passes::default());
-        let cx = Cx {
-            ctx: ctx.clone(),
-            runtime: ctx.runtime_for_a_call(end).await,
-            task: index,
-            parent: 0,
-            frames: Vec::new(),
-            passes: passes.clone(),
-            arm: None,
-            burst: None,
-        };
+        let runtime = ctx.runtime_for_a_call(end).await;
+        let cx = Cx::top_level(&ctx, runtime, index, passes.clone());
         let key = rng.below(ctx.keys.len() as u64) as usize;
         // One call in six takes two keys at once.
         let op = if ctx.keys.len() > 1 && rng.chance(17) {
@@ -1257,15 +1266,11 @@ async fn burster(
                         if Instant::now() >= end {
                             break;
                         }
+                        let runtime = ctx.runtime_for_a_call(end).await;
+                        let passes = Arc::new(Passes::default());
                         let cx = Cx {
-                            ctx: ctx.clone(),
-                            runtime: ctx.runtime_for_a_call(end).await,
-                            task: first_task + i,
-                            parent: 0,
-                            frames: Vec::new(),
-                            passes: Arc::new(Passes::default()),
-                            arm: None,
                             burst: Some(burst.readers),
+                            ..Cx::top_level(&ctx, runtime, first_task + i, passes)
                         };
                         let call = call(cx, rng.fork(), burst.key, 0);
                         let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
@@ -1318,14 +1323,8 @@ async fn armer(
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let cx = Cx {
-            ctx: ctx.clone(),
-            runtime,
-            task,
-            parent: 0,
-            frames: Vec::new(),
-            passes: Arc::new(Passes::default()),
             arm: Some(arm),
-            burst: None,
+            ..Cx::top_level(&ctx, runtime, task, Arc::new(Passes::default()))
         };
         let call = call(cx, rng.fork(), arm.key, 0);
         // Its own tokio task, as every top-level call (a panic ends only
