@@ -336,13 +336,17 @@ impl Run {
     }
 }
 
+/// One figure of a run (`Run::rate`, `Run::wait_p99_ms`, ...), as the rows
+/// read it from each run.
+pub type Figure = fn(&Run) -> f64;
+
 /// Median over the runs of one figure.
-pub fn median(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+pub fn median(runs: &[Run], figure: Figure) -> f64 {
     median_of(runs, figure)
 }
 
 /// The worst (largest) run of one figure, for exactness checks.
-pub fn worst(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+pub fn worst(runs: &[Run], figure: Figure) -> f64 {
     runs.iter().map(figure).fold(0.0, f64::max)
 }
 

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::baseline::{plain_ping_p50, runtime_ping_p50};
 use super::contention::{self, Placement};
-use super::figures::{median, worst, Run};
+use super::figures::{median, worst, Figure, Run};
 use super::{commands, limit, Ctx, Curves, LimitGroup, Output};
 use crate::handoff::Analysis;
 use crate::report::{Row, Target};
@@ -401,6 +401,43 @@ fn shared_rows(side: &Side) -> Vec<Row> {
     rows
 }
 
+/// S3's rows of the peer (rslock): its figures over its runs, then ours
+/// (plain mode, `plain`) against it.
+fn peer_rows(peer: &[Run], plain: &[Run], ping: &Pings) -> Vec<Row> {
+    let medians: [(&str, Figure); 7] = [
+        ("rslock wait p99 (ms)", Run::wait_p99_ms),
+        ("rslock wait max (ms)", Run::wait_max_ms),
+        ("rslock busiest / idlest worker", Run::spread),
+        ("rslock smallest process share (%)", Run::min_process_pct),
+        ("rslock acquisitions/s", Run::rate),
+        ("rslock handed to a waiter (%)", Run::handed_pct),
+        ("rslock barging past a waiter (%)", Run::barged_pct),
+    ];
+    let against: [(&str, Figure); 2] = [
+        ("handoff p50 ours / rslock", Run::handoff_p50),
+        ("wait p99 ours / rslock", Run::wait_p99_ms),
+    ];
+    let handoff = median(peer, Run::handoff_p50);
+    let mut rows = vec![Row::new("S3 peer", "rslock handoff p50 (us)", handoff)
+        .vs("1 PING, plain conn", ping.plain)];
+    for (metric, figure) in medians {
+        rows.push(Row::new("S3 peer", metric, median(peer, figure)));
+    }
+    let counter = worst(peer, Run::counter_error);
+    rows.push(Row::new(
+        "S3 peer",
+        "rslock |counter - acq|, worst run",
+        counter,
+    ));
+    for (metric, figure) in against {
+        rows.push(
+            Row::new("S3 vs peer", metric, median(plain, figure))
+                .vs("rslock", median(peer, figure)),
+        );
+    }
+    rows
+}
+
 /// Runs S3 and S4 (the same runs), keeping the rows asked for.
 pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
     let shape = ctx.scale().s3;
@@ -435,62 +472,7 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         rows.extend(default_row(ours, peer, &ping));
         rows.extend(limit_rows(&two));
         rows.extend(shared_rows(&shared));
-        rows.extend([
-            Row::new(
-                "S3 peer",
-                "rslock handoff p50 (us)",
-                median(peer, Run::handoff_p50),
-            )
-            .vs("1 PING, plain conn", ping.plain),
-            Row::new(
-                "S3 peer",
-                "rslock wait p99 (ms)",
-                median(peer, Run::wait_p99_ms),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock wait max (ms)",
-                median(peer, Run::wait_max_ms),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock busiest / idlest worker",
-                median(peer, Run::spread),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock smallest process share (%)",
-                median(peer, Run::min_process_pct),
-            ),
-            Row::new("S3 peer", "rslock acquisitions/s", median(peer, Run::rate)),
-            Row::new(
-                "S3 peer",
-                "rslock handed to a waiter (%)",
-                median(peer, Run::handed_pct),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock barging past a waiter (%)",
-                median(peer, Run::barged_pct),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock |counter - acq|, worst run",
-                worst(peer, Run::counter_error),
-            ),
-            Row::new(
-                "S3 vs peer",
-                "handoff p50 ours / rslock",
-                median(plain, Run::handoff_p50),
-            )
-            .vs("rslock", median(peer, Run::handoff_p50)),
-            Row::new(
-                "S3 vs peer",
-                "wait p99 ours / rslock",
-                median(plain, Run::wait_p99_ms),
-            )
-            .vs("rslock", median(peer, Run::wait_p99_ms)),
-        ]);
+        rows.extend(peer_rows(peer, plain, &ping));
     }
     if show_s4 {
         for (mode, runs) in MODES.iter().zip(ours) {
