@@ -454,6 +454,30 @@ impl Rec {
         });
     }
 
+    /// Logs a hold of `key` entered with `token` in the poll that began at
+    /// `polled` (`acquired`, then `body_enter`), and times its lease's end
+    /// when it is `fixed`; whether it is the outermost hold of `key` in `cx`.
+    fn entered(
+        &self,
+        cx: &Cx,
+        key: usize,
+        token: u64,
+        polled: u64,
+        fixed: Option<Duration>,
+    ) -> bool {
+        let outer = outer(&cx.frames, key, token);
+        self.set(Phase::Holding);
+        self.emit(
+            "acquired",
+            &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
+        );
+        self.emit("body_enter", "");
+        if let (Some(lease), true) = (fixed, outer) {
+            self.time_lease_end(polled, lease);
+        }
+        outer
+    }
+
     fn set(&self, phase: Phase) {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
     }
@@ -878,16 +902,7 @@ fn locked_body(
     async move {
         let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
-        let outer = outer(&cx.frames, key, token);
-        rec.set(Phase::Holding);
-        rec.emit(
-            "acquired",
-            &format!("fence={token} outer={} polled={entered}", u8::from(outer)),
-        );
-        rec.emit("body_enter", "");
-        if let (Some(lease), true) = (fixed, outer) {
-            rec.time_lease_end(entered, lease);
-        }
+        let outer = rec.entered(&cx, key, token, entered, fixed);
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
@@ -1067,16 +1082,8 @@ async fn guarded(
     };
     let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
-    let outer = outer(&cx.frames, key, token);
-    rec.set(Phase::Holding);
-    rec.emit(
-        "acquired",
-        &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
-    );
-    rec.emit("body_enter", "");
-    if !plan.renew && outer {
-        rec.time_lease_end(polled, plan.lease);
-    }
+    let fixed = (!plan.renew).then_some(plan.lease);
+    let outer = rec.entered(&cx, key, token, polled, fixed);
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
@@ -1240,15 +1247,9 @@ struct Burst {
 /// Runs the test's `burst` orders, one after the other: the burst's tasks
 /// (numbered from `first_task`) make calls on its key, each cut by a 0-60
 /// ms timeout around its acquire or its body, until the burst's end.
-async fn burster(
-    ctx: Arc<Ctx>,
-    mut orders: tokio::sync::mpsc::UnboundedReceiver<Burst>,
-    first_task: u32,
-    mut rng: Rng,
-    end: Instant,
-) {
+async fn burster(ctx: Arc<Ctx>, mut orders: Orders<Burst>, first_task: u32, mut rng: Rng) {
     // Until the run's end (bounded: each burst ends by itself).
-    while let Some(burst) = next_order(&mut orders, end).await {
+    while let Some(burst) = orders.next().await {
         println!(
             "burst {} {} {} {}",
             burst.id,
@@ -1256,7 +1257,7 @@ async fn burster(
             burst.key,
             burst.tasks
         );
-        let end = (Instant::now() + burst.length).min(end);
+        let end = (Instant::now() + burst.length).min(orders.end);
         let tasks: Vec<_> = (0..burst.tasks)
             .map(|i| {
                 let (ctx, mut rng) = (ctx.clone(), rng.fork());
@@ -1284,33 +1285,33 @@ async fn burster(
     }
 }
 
-/// The next order of a kind, until `end` (`None` after it, also when
-/// orders are still queued: a backlog of bursts must not outlive the run).
-async fn next_order<T>(
-    orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+/// The test's orders of one kind (bursts, arms), taken until the run's
+/// `end`.
+struct Orders<T> {
+    queue: tokio::sync::mpsc::UnboundedReceiver<T>,
     end: Instant,
-) -> Option<T> {
-    if Instant::now() >= end {
-        return None;
+}
+
+impl<T> Orders<T> {
+    /// The next order, until the run's end (`None` after it, also when
+    /// orders are still queued: a backlog of bursts must not outlive the run).
+    async fn next(&mut self) -> Option<T> {
+        if Instant::now() >= self.end {
+            return None;
+        }
+        tokio::time::timeout_at(self.end, self.queue.recv())
+            .await
+            .ok()
+            .flatten()
     }
-    tokio::time::timeout_at(end, orders.recv())
-        .await
-        .ok()
-        .flatten()
 }
 
 /// Runs the test's `arm` orders: for each, once its key looks free to
 /// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
 /// random options, as task `task`, armed to stall after its first poll.
-async fn armer(
-    ctx: Arc<Ctx>,
-    mut orders: tokio::sync::mpsc::UnboundedReceiver<Arm>,
-    task: u32,
-    mut rng: Rng,
-    end: Instant,
-) {
+async fn armer(ctx: Arc<Ctx>, mut orders: Orders<Arm>, task: u32, mut rng: Rng) {
     // Until the run's end (bounded: each call by `OP_LIMIT`).
-    while let Some(arm) = next_order(&mut orders, end).await {
+    while let Some(arm) = orders.next().await {
         let runtime = ctx.runtime();
         let name = ctx.keys[arm.key].name.as_str();
         let free_by = Instant::now() + ARM_FREE_WAIT;
@@ -1615,8 +1616,13 @@ async fn run(args: Vec<String>) {
     let handles: Vec<_> = (0..tasks)
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
-    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork(), end));
-    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork(), end));
+    let arm_orders = Orders { queue: arm_rx, end };
+    let burst_orders = Orders {
+        queue: burst_rx,
+        end,
+    };
+    let arms = tokio::spawn(armer(ctx.clone(), arm_orders, tasks, rng.fork()));
+    let bursts = tokio::spawn(burster(ctx.clone(), burst_orders, tasks + 1, rng.fork()));
     for handle in handles.into_iter().chain([arms, bursts]) {
         handle.await.expect("a worker task failed outside a call");
     }
