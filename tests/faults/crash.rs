@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lock_tests::assert_token_above;
 use lock_tests::unique;
 use tokio::time::Instant;
 
@@ -100,11 +101,7 @@ async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
         after_kill <= LEASE + Duration::from_millis(500),
         "acquired {after_kill:?} after the kill: the lease should have freed it sooner"
     );
-    assert!(
-        guard.fence() > old_fence,
-        "fence {} not above the killed holder's {old_fence}",
-        guard.fence()
-    );
+    assert_token_above(&guard, old_fence, "the killed holder");
     guard.release().await.unwrap();
     assert_eq!(runtime.stats().held, 0);
     assert_eq!(runtime.stats().watchdog.tracked, 0);

@@ -14,6 +14,7 @@ use lock_runtime::{with_lock, LockError, LockMode, LockRuntime};
 use lock_testkit::etcd::etcdctl_binary;
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{EtcdCluster, LineChild};
+use lock_tests::assert_token_above;
 use lock_tests::cut_off::{a_stopped_holder_is_outlived, told_lost_before_the_other_enters};
 use lock_tests::looked::until_contenders;
 use lock_tests::{etcd, try_takes, unique, FaultProxy, Occupancy};
@@ -196,11 +197,7 @@ async fn etcdctl_lock_and_our_readers_exclude_each_other_both_ways() {
     let mut guards = Vec::new();
     for reader in readers {
         let (guard, entered) = reader.await.unwrap().unwrap();
-        assert!(
-            guard.fence() > their_fence,
-            "{} after {their_fence}",
-            guard.fence()
-        );
+        assert_token_above(&guard, their_fence, "their hold");
         assert!(entered >= let_go);
         assert!(
             entered - let_go < Duration::from_secs(3),

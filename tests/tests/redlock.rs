@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockGuard, LockMode, LockRuntime};
 use lock_testkit::RedisServer;
+use lock_tests::assert_token_above;
 use lock_tests::looked::at_once;
 use lock_tests::{
     take_and_release, timing_turn, try_takes, unique, wait_until, FaultProxy, Occupancy,
@@ -393,11 +394,7 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
         second.fence(),
         begun.elapsed()
     );
-    assert!(
-        second.fence() > first_token,
-        "the second holder's token {} is not above the first's {first_token}",
-        second.fence()
-    );
+    assert_token_above(&second, first_token, "the first holder");
     second.release().await.unwrap();
 }
 
