@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::config::Shape;
 use crate::handoff::{Analysis, Record};
-use crate::report::commands_json;
+use crate::report::{commands_json, Row};
 use crate::stats::median_of;
 
 /// Figures of one run of one library.
@@ -343,6 +343,12 @@ pub type Figure = fn(&Run) -> f64;
 /// Median over the runs of one figure.
 pub fn median(runs: &[Run], figure: Figure) -> f64 {
     median_of(runs, figure)
+}
+
+/// The row `metric` of `group`: `runs`' median `figure` (add `.vs` and
+/// `.target` to judge it).
+pub fn median_row(group: &'static str, metric: &str, runs: &[Run], figure: Figure) -> Row {
+    Row::new(group, metric, median(runs, figure))
 }
 
 /// The worst (largest) run of one figure, for exactness checks.

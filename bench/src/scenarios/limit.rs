@@ -11,9 +11,9 @@
 //! acquisitions/s are the most any lock could give there; each contender's
 //! are reported as a fraction of it, and where a contender falls short the
 //! breakdown rows say where its time per acquisition went (from the
-//! records: [`Breakdown`]).
+//! records: [`Breakdown`](super::figures::Breakdown)).
 
-use super::figures::{median, worst, Figure, Run};
+use super::figures::{median, median_row, worst, Figure, Run};
 use super::{LimitBar, LimitGroup};
 use crate::report::{Row, Target};
 use crate::stats;
@@ -23,10 +23,11 @@ use crate::worker::Library;
 /// (the counter and overlaps, worst run).
 pub fn limit_rows(group: &'static str, limit: &[Run]) -> Vec<Row> {
     vec![
-        Row::new(
+        median_row(
             group,
             "no lock, bodies one at a time per key: acquisitions/s",
-            median(limit, Run::rate),
+            limit,
+            Run::rate,
         ),
         Row::new(
             group,
@@ -46,13 +47,9 @@ pub fn limit_rows(group: &'static str, limit: &[Run]) -> Vec<Row> {
 /// `runs`' acquisitions/s against the limit's (medians over the
 /// repetitions), judged against `target` (a ratio).
 pub fn vs_limit(group: &'static str, runs: &[Run], limit: &[Run], target: Target) -> Row {
-    Row::new(
-        group,
-        "acquisitions/s vs the limit",
-        median(runs, Run::rate),
-    )
-    .vs("limit", median(limit, Run::rate))
-    .target(target)
+    median_row(group, "acquisitions/s vs the limit", runs, Run::rate)
+        .vs("limit", median(limit, Run::rate))
+        .target(target)
 }
 
 /// Issue 27's goal for the default mode: at least this fraction of the
