@@ -9,7 +9,9 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::RUN_LIMIT;
-use common::{code, held, holder_of, lockctl, run_env, stderr, stdout, two_readers, Watching};
+use common::{
+    code, held, holder_of, lockctl, run_env, stderr, stdout, taken, two_readers, Watching,
+};
 use common::{ERROR, FOUND, NOT_FOUND};
 use lock_tests::{redis, unique, Kind};
 use serde_json::Value;
@@ -183,8 +185,7 @@ async fn release_asks_and_then_frees_the_lock_from_its_holder() {
 async fn watch_prints_releases_and_acquisitions_as_they_happen() {
     let prefix = unique("ctl-watch");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let first = holder.lock("k").acquire().await.unwrap();
-    let first_holder = holder_of(&holder, "k").await;
+    let (first, first_holder) = taken(&holder, "k").await;
     let mut watching = watch(&prefix, &["k", "--count", "2", "--for", "20s"]);
     watching
         .next_with(&[&format!("k: held by {first_holder}")])
@@ -329,8 +330,7 @@ async fn release_with_yes_but_no_force_suggests_force_and_yes() {
 async fn watch_says_a_forced_release_was_forced() {
     let prefix = unique("ctl-forced");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let guard = holder.lock("k").acquire().await.unwrap();
-    let held_by = holder_of(&holder, "k").await;
+    let (guard, held_by) = taken(&holder, "k").await;
     let mut watching = watch(&prefix, &["k", "--count", "1"]);
     watching
         .next_with(&[&format!("k: held by {held_by}")])
@@ -433,8 +433,7 @@ async fn show_and_list_say_which_process_holds_the_lock() {
         .build()
         .await
         .unwrap();
-    let guard = holder.lock("order:1").acquire().await.unwrap();
-    let held_by = holder_of(&holder, "order:1").await;
+    let (guard, held_by) = taken(&holder, "order:1").await;
     // The runtime's watchdog publishes its identity at its first tick,
     // right after the build; no event says when it landed: look (bounded).
     let mut published = None;

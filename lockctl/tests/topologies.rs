@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{code, held, holder_of, run_env, stderr, stdout, Watching};
+use common::{code, held, run_env, stderr, stdout, taken, Watching};
 use common::{force_release, this_process, until_published};
 use common::{FOUND, PARTIAL};
 use lock_runtime::{layout, LockRuntime};
@@ -267,8 +267,7 @@ async fn redlock_with_a_master_down_answers_with_the_quorum_and_exits_partial() 
 async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
     let prefix = unique("ctl-redlock-watch");
     let holder = Kind::Redlock.runtime(&prefix).await;
-    let first = holder.lock("k").acquire().await.unwrap();
-    let first_holder = holder_of(&holder, "k").await;
+    let (first, first_holder) = taken(&holder, "k").await;
     let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
     let masters = masters.join(",");
     let env = [
@@ -283,8 +282,7 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
     watching.release_seen(first, "k", &first_holder).await;
     // Three masters announced that release: the next line is the next
     // holder, not a release "by a holder not seen".
-    let second = holder.lock("k").acquire().await.unwrap();
-    let second_holder = holder_of(&holder, "k").await;
+    let (second, second_holder) = taken(&holder, "k").await;
     // (Not its token: `watch` shows the token of the master whose
     // announcement came first, and a Redlock token is the majority's.)
     watching
@@ -302,7 +300,7 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
 mod queued_stores {
     use std::time::Duration;
 
-    use super::common::{code, holder_of, run_env, stderr, stdout, Watching};
+    use super::common::{code, run_env, stderr, stdout, taken, Watching};
     use super::common::{ERROR, FOUND, RUN_LIMIT};
     use super::listed;
     use lock_runtime::LockRuntime;
@@ -487,8 +485,7 @@ mod queued_stores {
     pub(super) async fn watch_hears_a_release_and_the_next_holder(store: Store) {
         let prefix = unique("ctl-queued-watch");
         let holder = store.kind().runtime(&prefix).await;
-        let first = holder.lock("k").acquire().await.unwrap();
-        let first_holder = holder_of(&holder, "k").await;
+        let (first, first_holder) = taken(&holder, "k").await;
         let env = store.env(&prefix);
         let env = pairs(&env);
         // A long interval: what is printed was heard from the watch.
@@ -499,8 +496,7 @@ mod queued_stores {
             .next_with(&[&format!("k: held by {first_holder} (fence {fence}")])
             .await;
         watching.release_seen(first, "k", &first_holder).await;
-        let second = holder.lock("k").acquire().await.unwrap();
-        let second_holder = holder_of(&holder, "k").await;
+        let (second, second_holder) = taken(&holder, "k").await;
         let fence = second.fence();
         watching
             .next_with(&[&format!("k: acquired by {second_holder} (fence {fence})")])

@@ -136,6 +136,16 @@ pub async fn held(
     request.acquire().await.unwrap()
 }
 
+/// `key` taken on `runtime`, and the holder id `inspect` gives for it: what
+/// `lockctl` prints as the holder.
+pub async fn taken(
+    runtime: &lock_runtime::LockRuntime,
+    key: &str,
+) -> (lock_runtime::LockGuard, String) {
+    let guard = runtime.lock(key).acquire().await.unwrap();
+    (guard, holder_of(runtime, key).await)
+}
+
 /// The holder id `inspect` gives for `key`, which `runtime` must see held:
 /// what `lockctl` prints as the holder.
 pub async fn holder_of(runtime: &lock_runtime::LockRuntime, key: &str) -> String {
