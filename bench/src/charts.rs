@@ -194,13 +194,8 @@ fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
         .fold(1.0_f64, f64::max);
     let top = (highest * 1.15).max(1.2);
     let width = groups.len().max(1) as f64;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 15))
-            .margin(12)
+    svg(|root| {
+        let mut chart = titled(root, title)
             .x_label_area_size(30)
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..top)?;
@@ -230,55 +225,7 @@ fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
                     .pos(Pos::new(HPos::Left, VPos::Bottom)),
             )))?;
         }
-        let mut legend: Vec<Library> = Vec::new();
-        let label_style = ("sans-serif", 12)
-            .into_font()
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Top));
-        let value_style = ("sans-serif", 10)
-            .into_font()
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Bottom));
-        for (g, group) in groups.iter().enumerate() {
-            let n = group.bars.len().max(1) as f64;
-            let bar = BARS_WIDTH / n;
-            let left = g as f64 + (1.0 - BARS_WIDTH) / 2.0;
-            for (i, b) in group.bars.iter().enumerate() {
-                let (_, colour) = style(b.library);
-                if !legend.contains(&b.library) {
-                    legend.push(b.library);
-                }
-                let x0 = left + i as f64 * bar;
-                let (x1, mid) = (x0 + bar * 0.9, x0 + bar * 0.45);
-                let v = if b.fraction.is_finite() {
-                    b.fraction
-                } else {
-                    0.0
-                };
-                chart.draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x1, v)],
-                    colour.filled(),
-                )))?;
-                chart.draw_series(
-                    b.runs
-                        .iter()
-                        .filter(|r| r.is_finite())
-                        .map(|&r| Circle::new((mid, r), 2, BLACK.filled())),
-                )?;
-                let above = b.runs.iter().copied().fold(v, f64::max);
-                chart.draw_series(std::iter::once(Text::new(
-                    format!("{v:.2}"),
-                    (mid, above + top * 0.01),
-                    value_style.clone(),
-                )))?;
-            }
-            let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
-            root.draw(&Text::new(
-                group.scenario.to_owned(),
-                (px, py + 8),
-                label_style.clone(),
-            ))?;
-        }
+        let legend = draw_bars(&mut chart, root, groups, top)?;
         for library in legend {
             let (name, colour) = style(library);
             chart
@@ -288,10 +235,99 @@ fn limits_chart(title: &str, groups: &[LimitGroup]) -> Result<String> {
                     Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
                 });
         }
-        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+    })
+}
+
+/// The drawing area of one chart.
+type Root<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+/// The limits chart: x the scenario groups, y the fraction of the limit.
+type BarChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// The limits chart's bars: per group, a bar per contender with its value
+/// on top and its repetitions as dots, the group's name below; returns
+/// the libraries drawn, in order, for the legend.
+fn draw_bars(
+    chart: &mut BarChart<'_, '_>,
+    root: &Root<'_>,
+    groups: &[LimitGroup],
+    top: f64,
+) -> Result<Vec<Library>> {
+    let mut legend: Vec<Library> = Vec::new();
+    let label_style = ("sans-serif", 12)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    let value_style = ("sans-serif", 10)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    for (g, group) in groups.iter().enumerate() {
+        let n = group.bars.len().max(1) as f64;
+        let bar = BARS_WIDTH / n;
+        let left = g as f64 + (1.0 - BARS_WIDTH) / 2.0;
+        for (i, b) in group.bars.iter().enumerate() {
+            let (_, colour) = style(b.library);
+            if !legend.contains(&b.library) {
+                legend.push(b.library);
+            }
+            let x0 = left + i as f64 * bar;
+            let (x1, mid) = (x0 + bar * 0.9, x0 + bar * 0.45);
+            let v = if b.fraction.is_finite() {
+                b.fraction
+            } else {
+                0.0
+            };
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x0, 0.0), (x1, v)],
+                colour.filled(),
+            )))?;
+            chart.draw_series(
+                b.runs
+                    .iter()
+                    .filter(|r| r.is_finite())
+                    .map(|&r| Circle::new((mid, r), 2, BLACK.filled())),
+            )?;
+            let above = b.runs.iter().copied().fold(v, f64::max);
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{v:.2}"),
+                (mid, above + top * 0.01),
+                value_style.clone(),
+            )))?;
+        }
+        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        root.draw(&Text::new(
+            group.scenario.to_owned(),
+            (px, py + 8),
+            label_style.clone(),
+        ))?;
+    }
+    Ok(legend)
+}
+
+/// The frame every chart here is drawn in: an SVG of [`SIZE`] on white,
+/// drawn by `draw`, returned as text.
+fn svg(draw: impl FnOnce(&Root<'_>) -> Result<()>) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        draw(&root)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// A chart on `root` titled `title`, in the title font and margin every
+/// chart here shares.
+fn titled<'a, 'b>(root: &'a Root<'b>, title: &str) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder.caption(title, ("sans-serif", 15)).margin(12);
+    builder
 }
 
 /// Draws the legend box of `chart`'s labelled series at `position`, in the
@@ -343,13 +379,8 @@ fn cdf_chart(
 ) -> Result<String> {
     let (lo, hi) = decades(series, markers);
     let clamp = |us: f64| us.clamp(lo, hi);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 15))
-            .margin(12)
+    svg(|root| {
+        let mut chart = titled(root, title)
             // Room for the last tick label (`100 ms`), centred on the edge.
             .margin_right(30)
             .x_label_area_size(40)
@@ -396,10 +427,8 @@ fn cdf_chart(
                     PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3))
                 });
         }
-        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
-        root.present()?;
-    }
-    Ok(svg)
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Where the `redis-server` executable is, or how to install it.
+//! Where the `redis-server` executable is, or how to install it; and where
+//! any server binary is looked for first (`installed`).
 //!
 //! A machine without it must not pass for a machine where every test
 //! passed: nothing is skipped, every start fails with the install command.
@@ -22,16 +23,23 @@ pub const INSTALL_HINT: &str =
 /// # drop(path);
 /// ```
 pub fn redis_server() -> Result<String> {
-    if let Ok(path) = std::env::var("REDIS_SERVER_BIN") {
+    if let Some(path) = installed("REDIS_SERVER_BIN", "redis-server") {
         return Ok(path);
-    }
-    for candidate in ["/usr/bin/redis-server", "/usr/local/bin/redis-server"] {
-        if Path::new(candidate).exists() {
-            return Ok(candidate.to_owned());
-        }
     }
     match Command::new("redis-server").arg("--version").output() {
         Ok(out) if out.status.success() => Ok("redis-server".to_owned()),
         _ => bail!("{INSTALL_HINT}"),
     }
+}
+
+/// The server binary `name` as a test runs it: `$var` when set, else
+/// `name` where packages install it (`/usr/bin`, `/usr/local/bin`).
+pub fn installed(var: &str, name: &str) -> Option<String> {
+    if let Ok(path) = std::env::var(var) {
+        return Some(path);
+    }
+    ["/usr/bin", "/usr/local/bin"]
+        .iter()
+        .map(|dir| format!("{dir}/{name}"))
+        .find(|candidate| Path::new(candidate).exists())
 }

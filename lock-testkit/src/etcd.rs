@@ -10,12 +10,13 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
+use crate::binary::installed;
 use crate::port::try_free_port;
 use crate::process::{self, ServerProcess};
 use crate::signal::{self, Signal};
@@ -31,28 +32,12 @@ const READY_LIMIT: Duration = Duration::from_secs(20);
 /// The `etcd` to run: `$ETCD_BIN`, else the usual install places; an error
 /// naming the install command when there is none.
 pub fn etcd_binary() -> Result<String> {
-    if let Ok(path) = std::env::var("ETCD_BIN") {
-        return Ok(path);
-    }
-    for candidate in ["/usr/bin/etcd", "/usr/local/bin/etcd"] {
-        if Path::new(candidate).exists() {
-            return Ok(candidate.to_owned());
-        }
-    }
-    bail!("{ETCD_INSTALL_HINT}")
+    installed("ETCD_BIN", "etcd").ok_or_else(|| anyhow!("{ETCD_INSTALL_HINT}"))
 }
 
 /// The `etcdctl` to run (`$ETCDCTL_BIN`, else the usual install places).
 pub fn etcdctl_binary() -> Result<String> {
-    if let Ok(path) = std::env::var("ETCDCTL_BIN") {
-        return Ok(path);
-    }
-    for candidate in ["/usr/bin/etcdctl", "/usr/local/bin/etcdctl"] {
-        if Path::new(candidate).exists() {
-            return Ok(candidate.to_owned());
-        }
-    }
-    bail!("{ETCD_INSTALL_HINT}")
+    installed("ETCDCTL_BIN", "etcdctl").ok_or_else(|| anyhow!("{ETCD_INSTALL_HINT}"))
 }
 
 /// One member: its name, ports, data directory and process.

@@ -8,7 +8,10 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use common::{code, held, lockctl, run_env, stderr, stdout, Watching, RUN_LIMIT};
+use common::RUN_LIMIT;
+use common::{
+    code, held, holder_of, lockctl, run_env, stderr, stdout, taken, two_readers, Watching,
+};
 use common::{ERROR, FOUND, NOT_FOUND};
 use lock_tests::{redis, unique, Kind};
 use serde_json::Value;
@@ -19,6 +22,14 @@ async fn run(prefix: &str, args: &[&str], stdin: &str) -> Output {
     let mut all = vec!["--redis-url", &url, "--prefix", prefix];
     all.extend_from_slice(args);
     run_raw(&all, stdin).await
+}
+
+/// Starts `lockctl watch args` on the test server under `prefix`.
+fn watch(prefix: &str, args: &[&str]) -> Watching {
+    let url = redis().url();
+    let mut all = vec!["--redis-url", &url, "--prefix", prefix, "watch"];
+    all.extend_from_slice(args);
+    Watching::start(&all, &[])
 }
 
 async fn run_raw(args: &[&str], stdin: &str) -> Output {
@@ -174,20 +185,13 @@ async fn release_asks_and_then_frees_the_lock_from_its_holder() {
 async fn watch_prints_releases_and_acquisitions_as_they_happen() {
     let prefix = unique("ctl-watch");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let first = holder.lock("k").acquire().await.unwrap();
-    let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
-    let url = redis().url();
-    let args = ["--redis-url", &url, "--prefix", &prefix];
-    let watch = [&args[..], &["watch", "k", "--count", "2", "--for", "20s"]].concat();
-    let mut watching = Watching::start(&watch, &[]);
+    let (first, first_holder) = taken(&holder, "k").await;
+    let mut watching = watch(&prefix, &["k", "--count", "2", "--for", "20s"]);
     watching
         .next_with(&[&format!("k: held by {first_holder}")])
         .await;
     // Subscribed before it printed the state: this release is seen.
-    first.release().await.unwrap();
-    watching
-        .next_with(&[&format!("k: released by {first_holder}")])
-        .await;
+    watching.release_seen(first, "k", &first_holder).await;
     let second = holder.lock("k").acquire().await.unwrap();
     let fence = second.fence().to_string();
     watching.next_with(&["k: acquired by ", &fence]).await;
@@ -326,17 +330,12 @@ async fn release_with_yes_but_no_force_suggests_force_and_yes() {
 async fn watch_says_a_forced_release_was_forced() {
     let prefix = unique("ctl-forced");
     let holder = Kind::Redis.runtime(&prefix).await;
-    let guard = holder.lock("k").acquire().await.unwrap();
-    let held_by = holder.inspect("k").await.unwrap().unwrap().holder;
-    let url = redis().url();
-    let args = ["--redis-url", &url, "--prefix", &prefix];
-    let watch = [&args[..], &["watch", "k", "--count", "1"]].concat();
-    let mut watching = Watching::start(&watch, &[]);
+    let (guard, held_by) = taken(&holder, "k").await;
+    let mut watching = watch(&prefix, &["k", "--count", "1"]);
     watching
         .next_with(&[&format!("k: held by {held_by}")])
         .await;
-    let release = [&args[..], &["release", "k", "--force", "--yes"]].concat();
-    let freed = run_env(&release, &[], "").await;
+    let freed = run(&prefix, &["release", "k", "--force", "--yes"], "").await;
     assert_eq!(code(&freed), FOUND, "{}", stderr(&freed));
     watching
         .next_with(&[&format!("k: forced release: was held by {held_by}")])
@@ -355,11 +354,8 @@ async fn watch_tells_each_reader_that_comes_and_goes() {
     let one = Kind::Redis.runtime(&prefix).await;
     let two = Kind::Redis.runtime(&prefix).await;
     let first = one.lock("k").read().acquire().await.unwrap();
-    let first_holder = one.inspect("k").await.unwrap().unwrap().holder;
-    let url = redis().url();
-    let args = ["--redis-url", &url, "--prefix", &prefix];
-    let watch = [&args[..], &["watch", "k", "--count", "3", "--for", "20s"]].concat();
-    let mut watching = Watching::start(&watch, &[]);
+    let first_holder = holder_of(&one, "k").await;
+    let mut watching = watch(&prefix, &["k", "--count", "3", "--for", "20s"]);
     watching
         .next_with(&[&format!("k: held by {first_holder} (read×1")])
         .await;
@@ -368,10 +364,7 @@ async fn watch_tells_each_reader_that_comes_and_goes() {
     watching
         .next_with(&["k: acquired by ", &fence, "(read×2)"])
         .await;
-    first.release().await.unwrap();
-    watching
-        .next_with(&[&format!("k: released by {first_holder}")])
-        .await;
+    watching.release_seen(first, "k", &first_holder).await;
     second.release().await.unwrap();
     watching.next_with(&["k: released by "]).await;
     watching.exits_with(FOUND).await;
@@ -382,15 +375,9 @@ async fn watch_tells_each_reader_that_comes_and_goes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_of_a_read_hold_frees_and_names_every_reader() {
     let prefix = unique("ctl-release-readers");
-    let one = Kind::Redis.runtime(&prefix).await;
-    let two = Kind::Redis.runtime(&prefix).await;
-    let a = one.lock("k").read().acquire().await.unwrap();
-    let b = two.lock("k").read().acquire().await.unwrap();
+    let ([one, _two], [a, b]) = two_readers(Kind::Redis, &prefix, "k").await;
     let info = one.inspect("k").await.unwrap().unwrap();
-    let url = redis().url();
-    let args = ["--redis-url", &url, "--prefix", &prefix];
-    let release = [&args[..], &["release", "k", "--force", "--yes"]].concat();
-    let freed = run_env(&release, &[], "").await;
+    let freed = run(&prefix, &["release", "k", "--force", "--yes"], "").await;
     assert_eq!(code(&freed), FOUND, "{}", stderr(&freed));
     let out = stdout(&freed);
     assert!(out.contains("k: released, freeing 2 readers"), "{out}");
@@ -407,8 +394,7 @@ async fn release_of_a_read_hold_frees_and_names_every_reader() {
     }
 
     let c = one.lock("k").read().acquire().await.unwrap();
-    let json = [&args[..], &["release", "k", "--force", "--yes", "--json"]].concat();
-    let freed = run_env(&json, &[], "").await;
+    let freed = run(&prefix, &["release", "k", "--force", "--yes", "--json"], "").await;
     let value: Value = serde_json::from_str(&stdout(&freed)).unwrap();
     assert_eq!(value["mode"], "read");
     assert_eq!(value["readers"].as_array().unwrap().len(), 1, "{value}");
@@ -447,8 +433,7 @@ async fn show_and_list_say_which_process_holds_the_lock() {
         .build()
         .await
         .unwrap();
-    let guard = holder.lock("order:1").acquire().await.unwrap();
-    let held_by = holder.inspect("order:1").await.unwrap().unwrap().holder;
+    let (guard, held_by) = taken(&holder, "order:1").await;
     // The runtime's watchdog publishes its identity at its first tick,
     // right after the build; no event says when it landed: look (bounded).
     let mut published = None;
@@ -514,10 +499,7 @@ async fn show_and_list_write_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_lists_the_readers_of_a_read_hold() {
     let prefix = unique("ctl-readers");
-    let first = Kind::Redis.runtime(&prefix).await;
-    let second = Kind::Redis.runtime(&prefix).await;
-    let a = first.lock("cfg:1").read().acquire().await.unwrap();
-    let b = second.lock("cfg:1").read().acquire().await.unwrap();
+    let (_runtimes, [a, b]) = two_readers(Kind::Redis, &prefix, "cfg:1").await;
 
     let text = run(&prefix, &["show", "cfg:1"], "").await;
     assert_eq!(code(&text), 0, "{}", stderr(&text));

@@ -9,8 +9,8 @@
 
 mod common;
 
-use common::{code, held, run_env, stderr, stdout, Watching};
-use common::{this_process, until_published};
+use common::{code, held, run_env, stderr, stdout, taken, Watching};
+use common::{force_release, this_process, until_published};
 use common::{FOUND, PARTIAL};
 use lock_runtime::{layout, LockRuntime};
 use lock_testkit::{RedisCluster, RedisServer};
@@ -80,9 +80,7 @@ async fn cluster_list_covers_every_master_and_show_and_release_follow_moved() {
     );
     assert!(out.contains(&this_process()), "{out}");
 
-    let release = run_env(&["release", &keys[1], "--force", "--yes"], &env, "").await;
-    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
-    assert!(!holder.is_locked(&keys[1]).await.unwrap());
+    force_release(&holder, &keys[1], &env).await;
     for (n, guard) in guards.into_iter().enumerate() {
         if n != 1 {
             guard.release().await.unwrap();
@@ -140,8 +138,7 @@ async fn cluster_watch_hears_the_release_on_the_node_that_owns_the_key() {
     let args = ["watch", &keys[2], "--count", "1", "--interval", "60s"];
     let mut watching = Watching::start(&args, &env);
     watching.next_with(&[": held by "]).await;
-    guard.release().await.unwrap();
-    watching.next_with(&[": released by "]).await;
+    watching.release_seen(guard, &keys[2], "").await;
     watching.exits_with(FOUND).await;
 }
 
@@ -166,9 +163,7 @@ async fn sentinel_list_show_and_release_work_on_the_current_primary() {
     assert_eq!(code(&show), FOUND, "{}", stderr(&show));
     assert!(stdout(&show).contains(&info.holder), "{}", stdout(&show));
     assert!(stdout(&show).contains(&this_process()), "{}", stdout(&show));
-    let release = run_env(&["release", "order:1", "--force", "--yes"], &env, "").await;
-    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
-    assert!(!holder.is_locked("order:1").await.unwrap());
+    force_release(&holder, "order:1", &env).await;
     drop(guard);
 }
 
@@ -222,9 +217,7 @@ async fn redlock_show_gives_the_quorum_view_and_every_masters_record() {
     assert_eq!(value[0]["key"], "order:9");
     assert_eq!(value[0]["masters_holding"], 3);
 
-    let release = run_env(&["release", "order:9", "--force", "--yes"], &env, "").await;
-    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
-    assert!(!holder.is_locked("order:9").await.unwrap());
+    force_release(&holder, "order:9", &env).await;
     drop(guard);
 }
 
@@ -274,8 +267,7 @@ async fn redlock_with_a_master_down_answers_with_the_quorum_and_exits_partial() 
 async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
     let prefix = unique("ctl-redlock-watch");
     let holder = Kind::Redlock.runtime(&prefix).await;
-    let first = holder.lock("k").acquire().await.unwrap();
-    let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+    let (first, first_holder) = taken(&holder, "k").await;
     let masters: Vec<String> = redlock().iter().map(RedisServer::url).collect();
     let masters = masters.join(",");
     let env = [
@@ -287,14 +279,10 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
     watching
         .next_with(&[&format!("k: held by {first_holder}")])
         .await;
-    first.release().await.unwrap();
-    watching
-        .next_with(&[&format!("k: released by {first_holder}")])
-        .await;
+    watching.release_seen(first, "k", &first_holder).await;
     // Three masters announced that release: the next line is the next
     // holder, not a release "by a holder not seen".
-    let second = holder.lock("k").acquire().await.unwrap();
-    let second_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+    let (second, second_holder) = taken(&holder, "k").await;
     // (Not its token: `watch` shows the token of the master whose
     // announcement came first, and a Redlock token is the majority's.)
     watching
@@ -312,7 +300,7 @@ async fn redlock_watch_prints_one_release_though_every_master_announces_it() {
 mod queued_stores {
     use std::time::Duration;
 
-    use super::common::{code, run_env, stderr, stdout, Watching};
+    use super::common::{code, run_env, stderr, stdout, taken, Watching};
     use super::common::{ERROR, FOUND, RUN_LIMIT};
     use super::listed;
     use lock_runtime::LockRuntime;
@@ -497,8 +485,7 @@ mod queued_stores {
     pub(super) async fn watch_hears_a_release_and_the_next_holder(store: Store) {
         let prefix = unique("ctl-queued-watch");
         let holder = store.kind().runtime(&prefix).await;
-        let first = holder.lock("k").acquire().await.unwrap();
-        let first_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+        let (first, first_holder) = taken(&holder, "k").await;
         let env = store.env(&prefix);
         let env = pairs(&env);
         // A long interval: what is printed was heard from the watch.
@@ -508,12 +495,8 @@ mod queued_stores {
         watching
             .next_with(&[&format!("k: held by {first_holder} (fence {fence}")])
             .await;
-        first.release().await.unwrap();
-        watching
-            .next_with(&[&format!("k: released by {first_holder}")])
-            .await;
-        let second = holder.lock("k").acquire().await.unwrap();
-        let second_holder = holder.inspect("k").await.unwrap().unwrap().holder;
+        watching.release_seen(first, "k", &first_holder).await;
+        let (second, second_holder) = taken(&holder, "k").await;
         let fence = second.fence();
         watching
             .next_with(&[&format!("k: acquired by {second_holder} (fence {fence})")])

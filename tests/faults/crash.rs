@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
+use lock_tests::assert_token_above;
 use lock_tests::unique;
 use tokio::time::Instant;
 
-use crate::{ms, next_line, quick_runtime, serial, spawn_contender};
+use crate::{ms, next_line, own_server, spawn_contender};
 
 const LEASE: Duration = Duration::from_secs(2);
 
@@ -19,13 +19,9 @@ const LEASE: Duration = Duration::from_secs(2);
 /// greater fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("crash");
-    let key = unique("crash-key");
     let timeouts = Duration::from_millis(500);
-    let runtime = quick_runtime(&server.url(), &prefix, timeouts).await;
-    let prober = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let (_turn, server, prefix, runtime, prober) = own_server("crash", timeouts).await;
+    let key = unique("crash-key");
     let hash = runtime.backend_key(&key);
     let mut con = server.connection().await;
 
@@ -105,11 +101,7 @@ async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
         after_kill <= LEASE + Duration::from_millis(500),
         "acquired {after_kill:?} after the kill: the lease should have freed it sooner"
     );
-    assert!(
-        guard.fence() > old_fence,
-        "fence {} not above the killed holder's {old_fence}",
-        guard.fence()
-    );
+    assert_token_above(&guard, old_fence, "the killed holder");
     guard.release().await.unwrap();
     assert_eq!(runtime.stats().held, 0);
     assert_eq!(runtime.stats().watchdog.tracked, 0);
@@ -122,13 +114,9 @@ async fn killed_holder_frees_its_lock_after_the_lease_and_never_before() {
 /// within the claim plus one refresh of its own place, with a higher fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_queued_waiter_blocks_a_fair_lock_for_its_claim_at_most() {
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("crash-fair");
-    let key = unique("crash-fair-key");
     let timeouts = Duration::from_millis(500);
-    let holder = quick_runtime(&server.url(), &prefix, timeouts).await;
-    let waiter = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let (_turn, server, prefix, holder, waiter) = own_server("crash-fair", timeouts).await;
+    let key = unique("crash-fair-key");
     let queue = format!("{}:queue", holder.backend_key(&key));
     let con = server.connection().await;
     let llen = |mut con: redis::aio::MultiplexedConnection, queue: String| async move {

@@ -193,12 +193,9 @@ async fn herd(fair: bool) {
 async fn waiters_of_one_process_do_not_stampede_redis_on_each_handover() {
     const WAITERS: usize = 200;
     const MAX_SCRIPTS_PER_ACQUISITION: f64 = 10.0;
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("stampede");
+    let (_turn, server, _, holder, waiters) =
+        crate::own_server("stampede", Duration::from_secs(2)).await;
     let key = unique("stampede-key");
-    let holder = crate::quick_runtime(&server.url(), &prefix, Duration::from_secs(2)).await;
-    let waiters = crate::quick_runtime(&server.url(), &prefix, Duration::from_secs(2)).await;
     let mut con = server.connection().await;
 
     let first = holder.lock(&key).acquire().await.unwrap();

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use lock_runtime::LockRuntime;
 use lock_testkit::pipes::{self, Lines};
-use lock_testkit::CommandStats;
+use lock_testkit::{CommandStats, RedisServer};
+use lock_tests::unique;
 use tokio::process::Child;
 
 /// One case at a time: timing bounds stay meaningful on a 2-core machine.
@@ -44,6 +45,28 @@ pub async fn quick_runtime(url: &str, prefix: &str, timeouts: Duration) -> LockR
         .await
         .expect("build the lock runtime")
 }
+
+/// Where a fault case starts: its turn (see [`serial`]), a server of its
+/// own (its faults reach no other case), a new prefix named after `name`,
+/// and two runtimes ("processes": say a holder and a peer) made by
+/// [`quick_runtime`] with `timeouts` on that server and prefix.
+pub async fn own_server(name: &str, timeouts: Duration) -> OwnServer {
+    let turn = serial().await;
+    let server = RedisServer::start();
+    let prefix = unique(name);
+    let one = quick_runtime(&server.url(), &prefix, timeouts).await;
+    let two = quick_runtime(&server.url(), &prefix, timeouts).await;
+    (turn, server, prefix, one, two)
+}
+
+/// What [`own_server`] gives: the turn, the server, the prefix, two runtimes.
+pub type OwnServer = (
+    tokio::sync::MutexGuard<'static, ()>,
+    RedisServer,
+    String,
+    LockRuntime,
+    LockRuntime,
+);
 
 /// Milliseconds, for the printed figures.
 pub fn ms(d: Duration) -> u128 {

@@ -374,51 +374,46 @@ enum Mode {
     Mixed,
 }
 
-/// Plain mode: random faults, random calls, every promise checked.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nemesis_plain_mode_keeps_every_promise() {
-    let _turn = serial().await;
-    run(Backend::Redis, Mode::Plain).await;
+/// One test per run of the list below: [`run`] on its backend and in its
+/// mode, in the binary's turn (each line names the promise it keeps).
+macro_rules! nemesis_runs {
+    ($($(#[doc = $doc:literal])* $name:ident: $backend:expr, $mode:expr;)*) => {$(
+        $(#[doc = $doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let _turn = serial().await;
+            run($backend, $mode).await;
+        }
+    )*};
 }
 
-/// Fair mode: the same, with the keys queued fairly.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nemesis_fair_mode_keeps_every_promise() {
-    let _turn = serial().await;
-    run(Backend::Redis, Mode::Fair).await;
-}
+nemesis_runs! {
+    /// Plain mode: random faults, random calls, every promise checked.
+    nemesis_plain_mode_keeps_every_promise: Backend::Redis, Mode::Plain;
 
-/// Both modes on one key, one plain process beside fair ones: exclusion,
-/// fencing and nesting hold all the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nemesis_plain_and_fair_processes_on_one_key_keep_every_promise() {
-    let _turn = serial().await;
-    run(Backend::Redis, Mode::Mixed).await;
-}
+    /// Fair mode: the same, with the keys queued fairly.
+    nemesis_fair_mode_keeps_every_promise: Backend::Redis, Mode::Fair;
 
-/// On an etcd cluster of three, whose members are frozen, killed (the
-/// leader most often) and restarted from disk beside the network and
-/// process faults: the same promises. Every lock is fair on etcd, so the
-/// processes' plain and fair requests (mixed, as in the test above) queue
-/// alike; holds are never passed between tasks there. etcd applies one
-/// process's calls in any order, and a call the client gave up on may be
-/// applied late: the "free key stuck" rule catches a late put that stood
-/// again after its key's delete (`backend/etcd/tomb.rs`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nemesis_on_etcd_keeps_every_promise() {
-    let _turn = serial().await;
-    run(Backend::Etcd, Mode::Mixed).await;
-}
+    /// Both modes on one key, one plain process beside fair ones: exclusion,
+    /// fencing and nesting hold all the same.
+    nemesis_plain_and_fair_processes_on_one_key_keep_every_promise: Backend::Redis, Mode::Mixed;
 
-/// On a ZooKeeper ensemble of three, whose servers are frozen, killed (the
-/// leader most often) and restarted from disk, and whose sessions expire
-/// (a worker's network stalled or the worker stopped past a lease, which
-/// is its session's timeout): the same promises. Every lock is fair there
-/// too, and holds are not passed between tasks.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nemesis_on_zookeeper_keeps_every_promise() {
-    let _turn = serial().await;
-    run(Backend::ZooKeeper, Mode::Mixed).await;
+    /// On an etcd cluster of three, whose members are frozen, killed (the
+    /// leader most often) and restarted from disk beside the network and
+    /// process faults: the same promises. Every lock is fair on etcd, so the
+    /// processes' plain and fair requests (mixed, as in the test above) queue
+    /// alike; holds are never passed between tasks there. etcd applies one
+    /// process's calls in any order, and a call the client gave up on may be
+    /// applied late: the "free key stuck" rule catches a late put that stood
+    /// again after its key's delete (`backend/etcd/tomb.rs`).
+    nemesis_on_etcd_keeps_every_promise: Backend::Etcd, Mode::Mixed;
+
+    /// On a ZooKeeper ensemble of three, whose servers are frozen, killed (the
+    /// leader most often) and restarted from disk, and whose sessions expire
+    /// (a worker's network stalled or the worker stopped past a lease, which
+    /// is its session's timeout): the same promises. Every lock is fair there
+    /// too, and holds are not passed between tasks.
+    nemesis_on_zookeeper_keeps_every_promise: Backend::ZooKeeper, Mode::Mixed;
 }
 
 /// What lock a key is. Every process takes a key as the same kind (in

@@ -5,12 +5,11 @@
 use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, OnLost};
-use lock_testkit::RedisServer;
 use lock_tests::unique;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::{ms, numsub, quick_runtime, serial};
+use crate::{ms, numsub, own_server};
 
 const LEASE: Duration = Duration::from_millis(600);
 const TIMEOUTS: Duration = Duration::from_millis(300);
@@ -37,11 +36,7 @@ struct Span {
 /// no two holders that kept their locks were ever inside one key together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_restart_loses_held_locks_and_waiters_take_over_with_higher_fences() {
-    let _turn = serial().await;
-    let mut server = RedisServer::start();
-    let prefix = unique("restart");
-    let holders = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
-    let waiters = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
+    let (_turn, mut server, _, holders, waiters) = own_server("restart", TIMEOUTS).await;
     let ka = unique("restart-abort");
     let kc = unique("restart-continue");
     let lost_before = holders.stats().watchdog.lost;

@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime};
 use lock_testkit::signal::{self, Signal};
-use lock_testkit::RedisServer;
 use lock_tests::unique;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::{ms, numsub, quick_runtime, serial};
+use crate::{ms, numsub, own_server};
 
 const LEASE: Duration = Duration::from_millis(600);
 const TIMEOUTS: Duration = Duration::from_millis(300);
@@ -137,11 +136,7 @@ async fn recovers(thawed_at: Instant, key: &str, runtimes: [&LockRuntime; 2]) ->
 /// the stop, and after SIGCONT the same runtimes acquire and release again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_tells_the_holder_lost_and_recovers_after_sigcont() {
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("frozen");
-    let holder = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
-    let peer = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
+    let (_turn, server, _, holder, peer) = own_server("frozen", TIMEOUTS).await;
     let key = unique("frozen-key");
 
     let held = spawn_holder(&holder, &key).await;
@@ -183,11 +178,7 @@ async fn frozen_server_tells_the_holder_lost_and_recovers_after_sigcont() {
 /// hang; after SIGCONT the runtimes work again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_times_out_waiters_at_their_deadline() {
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("frozen-wait");
-    let holder = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
-    let peer = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
+    let (_turn, server, _, holder, peer) = own_server("frozen-wait", TIMEOUTS).await;
     let key = unique("frozen-wait-key");
 
     let held = spawn_holder(&holder, &key).await;
@@ -253,11 +244,7 @@ async fn frozen_server_times_out_waiters_at_their_deadline() {
 /// hand-over); fresh acquires work on both runtimes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connections_reconnect_and_resubscribe() {
-    let _turn = serial().await;
-    let server = RedisServer::start();
-    let prefix = unique("ckill");
-    let holder = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
-    let peer = quick_runtime(&server.url(), &prefix, TIMEOUTS).await;
+    let (_turn, server, _, holder, peer) = own_server("ckill", TIMEOUTS).await;
     let key = unique("ckill-key");
     let channel = format!("{}:released", holder.backend_key(&key));
     let mut con = server.connection().await;

@@ -96,6 +96,14 @@ pub fn zookeeper3() -> &'static ZooKeeperEnsemble {
     ENSEMBLE.get_or_init(ZooKeeperEnsemble::start)
 }
 
+/// Asserts that `guard`'s token is above `before`, a token handed out
+/// earlier on its key (`whose` names that hold): tokens never go back.
+#[track_caller]
+pub fn assert_token_above(guard: &lock_runtime::LockGuard, before: u64, whose: &str) {
+    let token = guard.fence();
+    assert!(token > before, "token {token} not above {whose}'s {before}");
+}
+
 /// A name no other test of this run uses (for keys and prefixes).
 pub fn unique(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -1,10 +1,12 @@
 //! Whether a key is held, as another client finds it: one try, given back
 //! at once, and bounded waits for a key to be taken or freed. For tests
-//! that check what a call holds from outside it (many keys at once).
+//! that check what a call holds from outside it (many keys at once), that
+//! take a key they know free (`at_once`), or wait for another client's place
+//! in a queue (`until_contenders`).
 
 use std::time::Duration;
 
-use lock_runtime::LockRuntime;
+use lock_runtime::{LockGuard, LockRequest, LockRuntime};
 use tokio::time::Instant;
 
 /// Whether `runtime` finds `key` free now (and gives it back at once).
@@ -17,6 +19,13 @@ pub async fn free(runtime: &LockRuntime, key: &str) -> bool {
         }
         None => false,
     }
+}
+
+/// What `request` takes at its first try, which must find the key free
+/// (`why` says why it should be, for the failure).
+pub async fn at_once(request: LockRequest, why: &str) -> LockGuard {
+    let tried = request.try_acquire().await.unwrap();
+    tried.unwrap_or_else(|| panic!("{why}"))
 }
 
 /// Waits (bounded: 10 s) until `runtime` finds `key` held by someone else.
@@ -37,4 +46,22 @@ pub async fn until_free(runtime: &LockRuntime, key: &str) {
         assert!(Instant::now() < deadline, "{key} still held");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits (bounded: 5 s) until `runtime` finds `want` contenders for `key`:
+/// its holders (the readers, or the one holder) and those queued behind
+/// them. For a queue whose places show up by themselves (another client's,
+/// a task's): no event says when one landed.
+pub async fn until_contenders(runtime: &LockRuntime, key: &str, want: usize) {
+    for _ in 0..500 {
+        let info = runtime.inspect(key).await.unwrap();
+        if info.map_or(0, |i| i.readers.len().max(1) + i.queue.len()) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{key} never had {want} contenders: {:?}",
+        runtime.inspect(key).await
+    );
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, LockRuntime, DEFAULT_COHORT};
 use lock_testkit::{CommandStats, RedisServer};
+use lock_tests::assert_token_above;
 use lock_tests::{on_every_backend, runtime_at, unique, wait_until, Kind, Occupancy};
 use tokio::time::Instant;
 
@@ -474,11 +475,7 @@ async fn cohort_does_not_pass_a_hold_the_server_may_have_lost() {
     let token = other.fence();
     other.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
-    assert!(
-        next.fence() > token,
-        "tokens went back: {} after {token}",
-        next.fence()
-    );
+    assert_token_above(&next, token, "the forced-out hold");
     next.release().await.unwrap();
 }
 /// A hold freed by force (`force_unlock`, `lockctl release`) is not passed

@@ -7,13 +7,22 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::{with_lock, LockError, LockRuntime, LockRuntimeBuilder};
 use lock_testkit::{free_port, RedisServer};
 use lock_tests::{impatient_runtime, redis, unique, until_queued};
 
 // ---------------------------------------------------------------------------
 // Refused before anything runs
 // ---------------------------------------------------------------------------
+
+/// How `build()` fails for `builder`, given half a second to connect.
+async fn refused(builder: LockRuntimeBuilder) -> LockError {
+    builder
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err()
+}
 
 #[tokio::test]
 async fn malformed_url_is_invalid_config_without_echoing_it() {
@@ -42,12 +51,9 @@ async fn unreachable_redis_fails_fast_and_names_the_address_not_the_password() {
         .unwrap()
         .port();
     let start = Instant::now();
-    let err = LockRuntime::builder()
-        .redis(format!("redis://app:hunter2@127.0.0.1:{port}"))
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap_err();
+    let err =
+        refused(LockRuntime::builder().redis(format!("redis://app:hunter2@127.0.0.1:{port}")))
+            .await;
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "took {:?}",
@@ -295,12 +301,7 @@ async fn tls_connection_locks_and_rejects_an_unknown_ca() {
 
     // The system roots do not know the test CA: refused, with a clear error.
     let server = RedisServer::start_with(&tls_only);
-    let err = LockRuntime::builder()
-        .redis(&url)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap_err();
+    let err = refused(LockRuntime::builder().redis(&url)).await;
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
     drop(server);
 }
@@ -561,12 +562,8 @@ async fn a_cluster_node_given_as_one_server_is_refused_at_start_naming_lock_redi
 #[tokio::test]
 async fn a_port_that_does_not_speak_redis_is_named_as_such() {
     let (port, http) = not_redis().await;
-    let err = LockRuntime::builder()
-        .redis(format!("redis://:hunter2@127.0.0.1:{port}"))
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap_err();
+    let err =
+        refused(LockRuntime::builder().redis(format!("redis://:hunter2@127.0.0.1:{port}"))).await;
     http.abort();
     let text = format!("{err} {err:?}");
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
@@ -584,18 +581,14 @@ async fn a_port_that_does_not_speak_redis_is_named_as_such() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_or_sentinel_that_does_not_speak_redis_is_named_as_such() {
     let (port, http) = not_redis().await;
-    let cluster = LockRuntime::builder()
-        .redis_cluster(vec![format!("redis://127.0.0.1:{port}")])
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap_err();
-    let sentinel = LockRuntime::builder()
-        .redis_sentinel(vec![format!("redis://127.0.0.1:{port}")], "mymaster")
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap_err();
+    let cluster =
+        refused(LockRuntime::builder().redis_cluster(vec![format!("redis://127.0.0.1:{port}")]))
+            .await;
+    let sentinel = refused(
+        LockRuntime::builder()
+            .redis_sentinel(vec![format!("redis://127.0.0.1:{port}")], "mymaster"),
+    )
+    .await;
     http.abort();
     let text = format!("{cluster} {cluster:?}");
     assert!(

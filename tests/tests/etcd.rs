@@ -14,7 +14,9 @@ use lock_runtime::{with_lock, LockError, LockMode, LockRuntime};
 use lock_testkit::etcd::etcdctl_binary;
 use lock_testkit::signal::{self, Signal};
 use lock_testkit::{EtcdCluster, LineChild};
+use lock_tests::assert_token_above;
 use lock_tests::cut_off::{a_stopped_holder_is_outlived, told_lost_before_the_other_enters};
+use lock_tests::looked::until_contenders;
 use lock_tests::{etcd, try_takes, unique, FaultProxy, Occupancy};
 use tokio::time::Instant;
 
@@ -68,22 +70,6 @@ fn etcdctl_lock(endpoint: &str, name: &str) -> LineChild {
         .env("ETCDCTL_API", "3")
         .args(["--endpoints", endpoint, "lock", name]);
     LineChild::spawn(&mut command, "etcdctl lock").unwrap()
-}
-
-/// Polls (bounded: 5 s) until `name` has `want` contenders in etcd, the
-/// holders (a writer, or every reader) included.
-async fn until_contenders(runtime: &LockRuntime, name: &str, want: usize) {
-    for _ in 0..500 {
-        let info = runtime.inspect(name).await.unwrap();
-        if info.map_or(0, |i| i.readers.len().max(1) + i.queue.len()) == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "{name} never had {want} contenders: {:?}",
-        runtime.inspect(name).await
-    );
 }
 
 /// `etcdctl lock NAME` and a runtime with an empty prefix, whose key `NAME`
@@ -211,11 +197,7 @@ async fn etcdctl_lock_and_our_readers_exclude_each_other_both_ways() {
     let mut guards = Vec::new();
     for reader in readers {
         let (guard, entered) = reader.await.unwrap().unwrap();
-        assert!(
-            guard.fence() > their_fence,
-            "{} after {their_fence}",
-            guard.fence()
-        );
+        assert_token_above(&guard, their_fence, "their hold");
         assert!(entered >= let_go);
         assert!(
             entered - let_go < Duration::from_secs(3),

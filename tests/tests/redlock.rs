@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use lock_runtime::{fence, layout, with_lock, LockError, LockGuard, LockMode, LockRuntime};
 use lock_testkit::RedisServer;
+use lock_tests::assert_token_above;
+use lock_tests::looked::at_once;
 use lock_tests::{
     take_and_release, timing_turn, try_takes, unique, wait_until, FaultProxy, Occupancy,
 };
@@ -392,11 +394,7 @@ async fn redlock_tokens_grow_across_majorities_whatever_the_masters_clocks() {
         second.fence(),
         begun.elapsed()
     );
-    assert!(
-        second.fence() > first_token,
-        "the second holder's token {} is not above the first's {first_token}",
-        second.fence()
-    );
+    assert_token_above(&second, first_token, "the first holder");
     second.release().await.unwrap();
 }
 
@@ -535,12 +533,7 @@ async fn redlock_master_restarted_empty_mid_hold_lets_no_second_holder_in() {
     assert!(!guard.is_lost());
     let first = guard.fence();
     guard.release().await.unwrap();
-    let next = b
-        .lock("k")
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free after release");
+    let next = at_once(b.lock("k"), "free after release").await;
     assert!(next.fence() > first);
     next.release().await.unwrap();
 }
@@ -888,13 +881,11 @@ async fn redlock_fresh_fleet_locks_at_once_and_records_the_longest_lease() {
         let (since, until, lease) = boot_marker(server, &prefix).await.expect("created");
         assert_eq!((until, lease), (since, 0), "a fresh master opens at once");
     }
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(3))
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("a fresh fleet locks at once");
+    let guard = at_once(
+        a.lock("k").lease(Duration::from_secs(3)),
+        "a fresh fleet locks at once",
+    )
+    .await;
     guard.release().await.unwrap();
     // 3 s padded: 3000 + 30 + 2 ms, on every master that took the hold.
     let mut recorded = Vec::new();

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
+use lock_tests::looked::at_once;
 use lock_tests::{
     on_every_backend, redis, runtime_at, unique, until_queued, wait_until, FaultProxy, Kind,
 };
@@ -44,12 +45,11 @@ async fn a_returned_call_leaves_its_key_free_for_this_process_and_its_peers(kind
             "this process reads the key free once its call returned"
         );
     }
-    let again = runtime
-        .lock(&key)
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("this process takes the key again at once");
+    let again = at_once(
+        runtime.lock(&key),
+        "this process takes the key again at once",
+    )
+    .await;
     again.release().await.unwrap();
 
     with_lock(runtime.lock(&key), async { Ok::<_, LockError>(()) })

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use lock_runtime::{with_lock, LockError, OnLost};
 use lock_testkit::pipes;
+use lock_tests::looked::at_once;
 use lock_tests::{
     contender_bin, on_every_backend, redis, runtime_at, timing_turn, unique, FaultProxy, Kind,
 };
@@ -321,13 +322,7 @@ async fn release_after_takeover_is_not_held(kind: Kind) {
 
     let first = runtime.lock(&key).lease(lease).acquire().await.unwrap();
     assert!(peer.force_unlock(&key).await.unwrap(), "no lock to delete");
-    let second = peer
-        .lock(&key)
-        .lease(lease)
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("the deleted lock is free");
+    let second = at_once(peer.lock(&key).lease(lease), "the deleted lock is free").await;
     assert!(second.fence() > first.fence(), "fences must increase");
 
     match first.release().await {

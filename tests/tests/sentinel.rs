@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockError, LockGuard, LockRuntime};
 use lock_testkit::sentinel::SERVICE;
 use lock_testkit::SentinelSet;
+use lock_tests::looked::at_once;
 use lock_tests::{count_under_lock, take_and_release, unique};
 
 /// Longest a failover may take before a test fails.
@@ -28,6 +29,17 @@ async fn runtime(set: &SentinelSet, prefix: &str, sync: bool) -> LockRuntime {
         builder = builder.sync_replicas(1, Duration::from_millis(300));
     }
     builder.build().await.expect("build a sentinel runtime")
+}
+
+/// Two runtimes on `set`'s service under a new prefix named after `name`:
+/// the first has every lock acknowledged by a replica (`runtime`'s `sync`),
+/// the second does not.
+async fn synced_and_plain(set: &SentinelSet, name: &str) -> (LockRuntime, LockRuntime) {
+    let prefix = unique(name);
+    (
+        runtime(set, &prefix, true).await,
+        runtime(set, &prefix, false).await,
+    )
 }
 
 /// A plain connection to the data node at `address`.
@@ -131,12 +143,7 @@ async fn sentinel_backend_excludes_across_two_runtimes_and_names_the_primary() {
     assert!(b.lock("one").try_acquire().await.unwrap().is_none());
     let token = first.fence();
     first.release().await.unwrap();
-    let second = b
-        .lock("one")
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free now");
+    let second = at_once(b.lock("one"), "free now").await;
     assert!(second.fence() > token, "{} <= {token}", second.fence());
     // The lock lives on the primary the sentinels name.
     assert!(has_key(set, &primary, &b.backend_key("one")).await);
@@ -297,9 +304,7 @@ async fn sentinel_primary_killed_a_replica_is_promoted_and_locks_work_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_sync_replicas_lock_survives_a_kill_right_after_the_acquire() {
     let mut set = SentinelSet::start(1);
-    let prefix = unique("sentinel-sync");
-    let holder = runtime(&set, &prefix, true).await;
-    let other = runtime(&set, &prefix, false).await;
+    let (holder, other) = synced_and_plain(&set, "sentinel-sync").await;
 
     // The cost of the sync: the same first acquisition without it.
     let started = Instant::now();
@@ -329,9 +334,7 @@ async fn sentinel_sync_replicas_lock_survives_a_kill_right_after_the_acquire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
     let set = SentinelSet::start(1);
-    let prefix = unique("sentinel-nosync");
-    let synced = runtime(&set, &prefix, true).await;
-    let plain = runtime(&set, &prefix, false).await;
+    let (synced, plain) = synced_and_plain(&set, "sentinel-nosync").await;
     let primary = format!("127.0.0.1:{}", set.first_primary().port());
 
     set.replicas()[0].freeze();
@@ -389,9 +392,7 @@ async fn sentinel_failed_sync_releases_the_lock_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failed_sync_of_a_read_gives_back_only_its_own_share() {
     let set = SentinelSet::start(1);
-    let prefix = unique("sentinel-read-sync");
-    let synced = runtime(&set, &prefix, true).await;
-    let plain = runtime(&set, &prefix, false).await;
+    let (synced, plain) = synced_and_plain(&set, "sentinel-read-sync").await;
     let reader = plain.lock("k").read().acquire().await.unwrap();
 
     set.replicas()[0].freeze();
@@ -529,9 +530,7 @@ fn runtime_connections(clients: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_frozen_primary_is_replaced_and_a_held_lock_rides_it_out() {
     let set = SentinelSet::start(1);
-    let prefix = unique("sentinel-frozen");
-    let holder = runtime(&set, &prefix, true).await;
-    let other = runtime(&set, &prefix, false).await;
+    let (holder, other) = synced_and_plain(&set, "sentinel-frozen").await;
     let first = format!("127.0.0.1:{}", set.first_primary().port());
     let request = holder.lock("held").lease(Duration::from_secs(20));
     let guard = request.acquire().await.unwrap();

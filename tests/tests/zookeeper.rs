@@ -16,6 +16,7 @@ use std::time::Duration;
 use lock_runtime::{LockError, LockRuntime};
 use lock_testkit::{LineChild, ZooKeeperEnsemble, ZooKeeperServer};
 use lock_tests::cut_off::{a_stopped_holder_is_outlived, told_lost_before_the_other_enters};
+use lock_tests::looked::{at_once, until_contenders};
 use lock_tests::{try_takes, unique, zookeeper, FaultProxy};
 
 /// A runtime on `connect` with the lock path prefix `/<prefix>/` and this
@@ -119,22 +120,6 @@ async fn java_holder(main: &str, connect: &str, paths: &[&str]) -> LineChild {
     child
 }
 
-/// Polls (bounded: 5 s) until `key` has `want` contenders, the holder
-/// included.
-async fn until_contenders(runtime: &LockRuntime, key: &str, want: usize) {
-    for _ in 0..500 {
-        let info = runtime.inspect(key).await.unwrap();
-        if info.map_or(0, |i| 1 + i.queue.len()) == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "{key} never had {want} contenders: {:?}",
-        runtime.inspect(key).await
-    );
-}
-
 /// Curator's `InterProcessMutex` and this runtime on the same path exclude
 /// each other both ways, each queues behind the other, and Curator sees our
 /// node as a contender in its own order (behind it, ahead of nobody).
@@ -148,16 +133,7 @@ async fn curator_and_this_runtime_exclude_each_other_on_one_path() {
 
     // We hold: Curator's try fails, its acquire queues behind us.
     let guard = ours.lock("k").acquire().await.unwrap();
-    java.send("try").unwrap();
-    java.expect("busy", line).await.unwrap();
-    java.send("acquire").unwrap();
-    until_contenders(&ours, "k", 2).await;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), java.next_line(line))
-            .await
-            .is_err(),
-        "Curator entered while we hold"
-    );
+    curator_queues_behind_us(&mut java, &ours, "k", "Curator entered while we hold").await;
     guard.release().await.unwrap();
     java.expect("held", line).await.unwrap();
 
@@ -180,17 +156,9 @@ async fn curator_and_this_runtime_exclude_each_other_on_one_path() {
         "{nodes:?}"
     );
     assert!(!waiter.is_finished(), "we entered while Curator holds");
-    java.send("release").unwrap();
-    java.expect("released", line).await.unwrap();
-    let guard = waiter.await.unwrap().unwrap();
-    java.send("try").unwrap();
-    java.expect("busy", line).await.unwrap();
+    let guard = curator_hands_over(&mut java, waiter).await;
     guard.release().await.unwrap();
-    java.send("try").unwrap();
-    java.expect("held", line).await.unwrap();
-    java.send("release").unwrap();
-    java.expect("released", line).await.unwrap();
-    java.send("exit").unwrap();
+    curator_takes_it_back_and_exits(&mut java).await;
 }
 
 /// Curator's `InterProcessMultiLock` over two paths and this runtime's
@@ -208,17 +176,9 @@ async fn curator_multi_lock_and_ours_exclude_each_other_on_the_same_paths() {
     let line = Duration::from_secs(10);
 
     let both = ours.lock_many(["a", "b"]).acquire().await.unwrap();
-    java.send("try").unwrap();
-    java.expect("busy", line).await.unwrap();
-    java.send("acquire").unwrap();
     // (It queues on its first path.)
-    until_contenders(&ours, "b", 2).await;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), java.next_line(line))
-            .await
-            .is_err(),
-        "Curator's multi-lock entered while we hold both"
-    );
+    let entered = "Curator's multi-lock entered while we hold both";
+    curator_queues_behind_us(&mut java, &ours, "b", entered).await;
     both.release().await.unwrap();
     java.expect("held", line).await.unwrap();
 
@@ -238,16 +198,45 @@ async fn curator_multi_lock_and_ours_exclude_each_other_on_the_same_paths() {
     };
     until_contenders(&ours, "a", 2).await;
     assert!(!waiter.is_finished(), "we entered while Curator holds");
-    java.send("release").unwrap();
-    java.expect("released", line).await.unwrap();
-    let both = waiter.await.unwrap().unwrap();
-    java.send("try").unwrap();
-    java.expect("busy", line).await.unwrap();
+    let both = curator_hands_over(&mut java, waiter).await;
     both.release().await.unwrap();
-    java.send("try").unwrap();
-    java.expect("held", line).await.unwrap();
-    java.send("release").unwrap();
-    java.expect("released", line).await.unwrap();
+    curator_takes_it_back_and_exits(&mut java).await;
+}
+
+/// While we hold `key`: Curator's try is busy, and its acquire queues
+/// behind us without entering (nothing said in 300 ms; else the test fails
+/// with `entered`).
+async fn curator_queues_behind_us(
+    java: &mut LineChild,
+    ours: &LockRuntime,
+    key: &str,
+    entered: &str,
+) {
+    ask(java, "try", "busy").await;
+    java.send("acquire").unwrap();
+    until_contenders(ours, key, 2).await;
+    assert!(
+        says_nothing(java, Duration::from_millis(300)).await,
+        "{entered}"
+    );
+}
+
+/// Curator releases what our queued `waiter` waits for: ours enters, and
+/// Curator's try is busy while ours holds.
+async fn curator_hands_over<G>(
+    java: &mut LineChild,
+    waiter: tokio::task::JoinHandle<Result<G, lock_runtime::LockError>>,
+) -> G {
+    ask(java, "release", "released").await;
+    let guard = waiter.await.unwrap().unwrap();
+    ask(java, "try", "busy").await;
+    guard
+}
+
+/// Once ours let go: Curator's try holds again; then it releases and exits.
+async fn curator_takes_it_back_and_exits(java: &mut LineChild) {
+    ask(java, "try", "held").await;
+    ask(java, "release", "released").await;
     java.send("exit").unwrap();
 }
 
@@ -798,12 +787,7 @@ async fn a_nested_key_is_no_contender_of_its_parent_key() {
     let child = runtime.lock("a/b").acquire().await.unwrap();
     assert!(runtime.inspect("a").await.unwrap().is_none());
     assert!(!runtime.force_unlock("a").await.unwrap());
-    let parent = runtime
-        .lock("a")
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("a is free");
+    let parent = at_once(runtime.lock("a"), "a is free").await;
     assert_eq!(runtime.inspect("a").await.unwrap().unwrap().queue.len(), 0);
     parent.release().await.unwrap();
     child.release().await.unwrap();

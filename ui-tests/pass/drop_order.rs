@@ -29,42 +29,37 @@ fn take_drops() -> Vec<(&'static str, bool)> {
     std::mem::take(&mut *DROPS.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-async fn native(
-    a: Noisy,
-    _: Noisy,
-    (b, _): (Noisy, Noisy),
-    _c: Noisy,
-    Pair { left, .. }: Pair,
-    mut d: Noisy,
-    ref e: Noisy,
-    ref mut f: Noisy,
-    g @ Pair { .. }: Pair,
-) -> Result<(), LockError> {
-    let _local = Noisy("local");
-    d.0 = "d";
-    f.0 = "f";
-    let _ = (&a, &b, &left, e, &g);
-    Ok(())
+/// Writes one fn twice from the same parameters and body: as `native`, and under
+/// `#[distributed_lock(key = $key)]` as `locked`, so the two differ by the attribute alone.
+macro_rules! native_and_locked {
+    ($key:tt, ($($params:tt)*) $body:tt) => {
+        async fn native($($params)*) -> Result<(), LockError> $body
+
+        #[distributed_lock(key = $key)]
+        async fn locked($($params)*) -> Result<(), LockError> $body
+    };
 }
 
-#[distributed_lock(key = "drops:<a.0>:<b.0>:<left.0>:<e.0>:<f.0>:<g.left.0>")]
-async fn locked(
-    a: Noisy,
-    _: Noisy,
-    (b, _): (Noisy, Noisy),
-    _c: Noisy,
-    Pair { left, .. }: Pair,
-    mut d: Noisy,
-    ref e: Noisy,
-    ref mut f: Noisy,
-    g @ Pair { .. }: Pair,
-) -> Result<(), LockError> {
-    let _local = Noisy("local");
-    d.0 = "d";
-    f.0 = "f";
-    let _ = (&a, &b, &left, e, &g);
-    Ok(())
-}
+native_and_locked!(
+    "drops:<a.0>:<b.0>:<left.0>:<e.0>:<f.0>:<g.left.0>",
+    (
+        a: Noisy,
+        _: Noisy,
+        (b, _): (Noisy, Noisy),
+        _c: Noisy,
+        Pair { left, .. }: Pair,
+        mut d: Noisy,
+        ref e: Noisy,
+        ref mut f: Noisy,
+        g @ Pair { .. }: Pair,
+    ) {
+        let _local = Noisy("local");
+        d.0 = "d";
+        f.0 = "f";
+        let _ = (&a, &b, &left, e, &g);
+        Ok(())
+    }
+);
 
 impl Noisy {
     async fn native_method(self, a: Noisy) -> Result<(), LockError> {

@@ -1,24 +1,7 @@
 //! `Result<T, E>`, `anyhow::Result<T>`, a fully qualified `Result` and a user alias
 //! `type Result<T> = …` are all accepted.
 use lock_runtime::{distributed_lock, LockError};
-
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Parse(std::num::ParseIntError),
-}
-
-impl From<LockError> for AppError {
-    fn from(error: LockError) -> Self {
-        AppError::Lock(error)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(error: std::num::ParseIntError) -> Self {
-        AppError::Parse(error)
-    }
-}
+use lock_ui_tests::AppError;
 
 mod app {
     pub type Result<T> = std::result::Result<T, super::AppError>;

@@ -1,5 +1,6 @@
 //! The expansion leaves nothing to silence for a crate with `#![deny(warnings)]` and
-//! `#![deny(clippy::pedantic)]`: every argument form and every parameter form, compiled here
+//! `#![deny(clippy::pedantic)]`: every argument, in both forms where there are two (a literal
+//! and an expression, a path as a string and as tokens), and every parameter form, compiled here
 //! and checked by the workspace's `cargo clippy --all-targets -- -D warnings` (trybuild does
 //! not run clippy), then run on the embedded backend.
 #![deny(warnings)]
@@ -34,7 +35,7 @@ async fn expressions(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
-#[distributed_lock(key = "literal", watchdog = true, fair = false)]
+#[distributed_lock(key = "literal", wait = "0s", watchdog = true, fair = false, crate = ::lock_runtime)]
 async fn literal_key() -> Result<(), LockError> {
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_runtime::{distributed_lock, LockError, LockRuntime};
+use lock_ui_tests::AppError;
 
 /// Runs `future` on the shared runtime, installing the lock runtime the first time.
 fn block_on<F: Future>(future: F) -> F::Output {
@@ -177,7 +178,7 @@ fn a_key_reads_names_bound_by_ref_and_inside_patterns_as_the_body_sees_them() {
     });
 }
 
-// ---- methods -------------------------------------------------------------------------------
+// ---- methods (every receiver of an inherent impl: compiled and run here) -------------------
 
 struct Account {
     tenant: String,
@@ -191,7 +192,7 @@ impl Account {
         Ok(self.balance)
     }
 
-    #[distributed_lock(key = "acct:<self.tenant>")]
+    #[distributed_lock(key = "acct:<self.tenant>", wait = "1s")]
     async fn deposit(&mut self, amount: u64) -> Result<u64, LockError> {
         assert!(held(&format!("acct:{}", self.tenant)).await);
         self.balance += amount;
@@ -361,24 +362,6 @@ fn an_async_trait_key_reads_names_bound_inside_patterns() {
 }
 
 // ---- return types, `return` and `?` --------------------------------------------------------
-
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-    Parse(std::num::ParseIntError),
-}
-
-impl From<LockError> for AppError {
-    fn from(error: LockError) -> Self {
-        AppError::Lock(error)
-    }
-}
-
-impl From<std::num::ParseIntError> for AppError {
-    fn from(error: std::num::ParseIntError) -> Self {
-        AppError::Parse(error)
-    }
-}
 
 type AppResult<T> = Result<T, AppError>;
 

@@ -8,7 +8,7 @@
 use std::future::Future;
 
 use anyhow::Result;
-use lock_runtime::LockRuntime;
+use lock_runtime::{with_lock, LockError, LockRuntime};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
@@ -28,6 +28,16 @@ where
         samples.push(us(start.elapsed()));
     }
     Ok(Samples::new(samples))
+}
+
+/// Lock + unlock of `key` on `runtime`, `n` times, each call timed (the
+/// uncontended figure of every backend's scenario).
+pub async fn lock_unlock(runtime: &LockRuntime, key: &str, n: usize) -> Result<Samples> {
+    timed(n, || async {
+        with_lock(runtime.lock(key), async { Ok::<_, LockError>(()) }).await?;
+        anyhow::Ok(())
+    })
+    .await
 }
 
 /// `pings` sequential PINGs per sample, on the runtime's connection.

@@ -9,10 +9,10 @@
 //! server and the cluster, so the two are compared under the same load.
 
 use anyhow::Result;
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::LockRuntime;
 use serde_json::json;
 
-use super::baseline::timed;
+use super::baseline::lock_unlock;
 use super::contention;
 use super::figures::{median, worst, Run};
 use super::{Ctx, Output, PREFIX};
@@ -24,15 +24,6 @@ use crate::worker::Library;
 const BLOCK: usize = 100;
 /// Unmeasured operations per kind before each run.
 const WARMUP: usize = 50;
-
-/// Lock + unlock of `key` on `runtime`, `n` times.
-async fn lock_unlock(runtime: &LockRuntime, key: &str, n: usize) -> Result<Samples> {
-    timed(n, || async {
-        with_lock(runtime.lock(key), async { Ok::<_, LockError>(()) }).await?;
-        anyhow::Ok(())
-    })
-    .await
-}
 
 /// Runs S11.
 pub async fn run(ctx: &Ctx) -> Result<Output> {

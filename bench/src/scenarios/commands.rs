@@ -9,7 +9,7 @@
 use lock_testkit::commandstats::commands_in_script;
 use lock_testkit::Delta;
 
-use super::figures::{median, Run};
+use super::figures::{median, median_row, Run};
 use crate::report::{Row, Target};
 use crate::worker::Library;
 
@@ -65,7 +65,7 @@ pub fn failed_attempts(library: Library, delta: &Delta, acquisitions: usize) -> 
 /// them: in fair mode they queue the process).
 pub fn rows(group: &'static str, runs: &[Run], target: Target, failed: &str) -> Vec<Row> {
     vec![
-        Row::new(group, "commands per acquisition", median(runs, cmds)).target(target),
+        median_row(group, "commands per acquisition", runs, cmds).target(target),
         Row::new(group, failed, median(runs, failed_per)),
     ]
 }
@@ -73,17 +73,14 @@ pub fn rows(group: &'static str, runs: &[Run], target: Target, failed: &str) -> 
 /// The S4 rows of the peer, and ours (plain, cohorting off) against it.
 pub fn peer_rows(ours: &[Run], peer: &[Run]) -> Vec<Row> {
     vec![
-        Row::new(
-            "S4 peer",
-            "rslock commands per acquisition",
-            median(peer, cmds),
-        ),
-        Row::new(
+        median_row("S4 peer", "rslock commands per acquisition", peer, cmds),
+        median_row(
             "S4 peer",
             "rslock failed acquire attempts",
-            median(peer, failed_per),
+            peer,
+            failed_per,
         ),
-        Row::new("S4 vs peer", "commands ours / rslock", median(ours, cmds))
+        median_row("S4 vs peer", "commands ours / rslock", ours, cmds)
             .vs("rslock", median(peer, cmds)),
     ]
 }

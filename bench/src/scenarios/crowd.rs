@@ -20,7 +20,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::contention::{self, Placement};
-use super::figures::{median, Run};
+use super::figures::{median, median_row, Run};
 use super::{limit, Ctx, LimitGroup, Output};
 use crate::config::Shape;
 use crate::report::{Row, Target};
@@ -98,7 +98,7 @@ struct Side {
 fn rows(group: &'static str, runs: &[Run], peer: Option<&[Run]>) -> Vec<Row> {
     let ours = peer.is_some();
     let judged = |t: Target| if ours { t } else { Target::Info };
-    let mut rate = Row::new(group, "acquisitions/s", median(runs, Run::rate));
+    let mut rate = median_row(group, "acquisitions/s", runs, Run::rate);
     if let Some(peer) = peer {
         rate = rate
             .vs("rslock", median(peer, Run::rate))
@@ -106,32 +106,22 @@ fn rows(group: &'static str, runs: &[Run], peer: Option<&[Run]>) -> Vec<Row> {
     }
     let mut rows = vec![
         rate,
-        Row::new(
-            group,
-            "wait to acquire p50 (ms)",
-            median(runs, Run::wait_p50_ms),
-        ),
-        Row::new(
-            group,
-            "wait to acquire p99 (ms)",
-            median(runs, Run::wait_p99_ms),
-        ),
-        Row::new(
-            group,
-            "wait to acquire max (ms)",
-            median(runs, Run::wait_max_ms),
-        )
-        .target(judged(Target::AtMost(100.0))),
-        Row::new(group, "busiest / idlest worker", median(runs, Run::spread)),
-        Row::new(
+        median_row(group, "wait to acquire p50 (ms)", runs, Run::wait_p50_ms),
+        median_row(group, "wait to acquire p99 (ms)", runs, Run::wait_p99_ms),
+        median_row(group, "wait to acquire max (ms)", runs, Run::wait_max_ms)
+            .target(judged(Target::AtMost(100.0))),
+        median_row(group, "busiest / idlest worker", runs, Run::spread),
+        median_row(
             group,
             "smallest process share (%)",
-            median(runs, Run::min_process_pct),
+            runs,
+            Run::min_process_pct,
         ),
-        Row::new(
+        median_row(
             group,
             "largest process share (%)",
-            median(runs, Run::max_process_pct),
+            runs,
+            Run::max_process_pct,
         ),
     ];
     rows.extend(super::handoff::tail_rows(

@@ -17,10 +17,10 @@
 //! slower by about one fsync per write.
 
 use anyhow::{Context, Result};
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::LockRuntime;
 use serde_json::json;
 
-use super::baseline::{runtime_pings, timed};
+use super::baseline::{lock_unlock, runtime_pings, timed};
 use super::contention;
 use super::figures::{median, worst, Run};
 use super::{Ctx, Output, PREFIX};
@@ -34,15 +34,6 @@ const BLOCK: usize = 100;
 const WARMUP: usize = 50;
 /// `etcdctl lock` calls timed per run.
 const ETCDCTL_CALLS: usize = 10;
-
-/// Lock + unlock of `key` on `runtime`, `n` times.
-async fn lock_unlock(runtime: &LockRuntime, key: &str, n: usize) -> Result<Samples> {
-    timed(n, || async {
-        with_lock(runtime.lock(key), async { Ok::<_, LockError>(()) }).await?;
-        anyhow::Ok(())
-    })
-    .await
-}
 
 /// `etcdctl lock <name> true` (lock, run `true`, unlock, exit), `n` times.
 async fn etcdctl_calls(endpoint: &str, name: &str, n: usize) -> Result<Samples> {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::config::Shape;
 use crate::handoff::{Analysis, Record};
-use crate::report::commands_json;
+use crate::report::{commands_json, Row};
 use crate::stats::median_of;
 
 /// Figures of one run of one library.
@@ -336,13 +336,23 @@ impl Run {
     }
 }
 
+/// One figure of a run (`Run::rate`, `Run::wait_p99_ms`, ...), as the rows
+/// read it from each run.
+pub type Figure = fn(&Run) -> f64;
+
 /// Median over the runs of one figure.
-pub fn median(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+pub fn median(runs: &[Run], figure: Figure) -> f64 {
     median_of(runs, figure)
 }
 
+/// The row `metric` of `group`: `runs`' median `figure` (add `.vs` and
+/// `.target` to judge it).
+pub fn median_row(group: &'static str, metric: &str, runs: &[Run], figure: Figure) -> Row {
+    Row::new(group, metric, median(runs, figure))
+}
+
 /// The worst (largest) run of one figure, for exactness checks.
-pub fn worst(runs: &[Run], figure: fn(&Run) -> f64) -> f64 {
+pub fn worst(runs: &[Run], figure: Figure) -> f64 {
     runs.iter().map(figure).fold(0.0, f64::max)
 }
 

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::baseline::{plain_ping_p50, runtime_ping_p50};
 use super::contention::{self, Placement};
-use super::figures::{median, worst, Run};
+use super::figures::{median, median_row, worst, Figure, Run};
 use super::{commands, limit, Ctx, Curves, LimitGroup, Output};
 use crate::handoff::Analysis;
 use crate::report::{Row, Target};
@@ -95,49 +95,45 @@ fn s3_rows(group: &'static str, runs: &[Run], peer: &[Run], ping: &Pings, t: Tar
         Targets::Cohort => cohort,
     };
     let mut rows = vec![
-        Row::new(group, "handoff p50 (us)", median(runs, Run::handoff_p50))
+        median_row(group, "handoff p50 (us)", runs, Run::handoff_p50)
             .vs("1 PING, runtime conn", ping.runtime)
             .target(judged(Target::RatioAtMost(3.0), Target::Info)),
-        Row::new(group, "handoff p99 (us)", median(runs, Run::handoff_p99))
+        median_row(group, "handoff p99 (us)", runs, Run::handoff_p99)
             .vs("1 PING, runtime conn", ping.runtime),
-        Row::new(
+        median_row(
             group,
             "handoff p50 vs PING p50 under load (us)",
-            median(runs, Run::handoff_p50),
+            runs,
+            Run::handoff_p50,
         )
         .vs("PING during run", median(runs, |r| r.loaded_ping)),
-        Row::new(group, "acquisitions/s", median(runs, Run::rate))
+        median_row(group, "acquisitions/s", runs, Run::rate)
             .vs("rslock", median(peer, Run::rate))
             .target(judged(Target::Info, Target::RatioAtLeast(2.0))),
-        Row::new(
-            group,
-            "wait to acquire p99 (ms)",
-            median(runs, Run::wait_p99_ms),
-        )
-        .target(Target::AtMost(5.0)),
-        Row::new(
-            group,
-            "wait to acquire max (ms)",
-            median(runs, Run::wait_max_ms),
-        )
-        .target(Target::AtMost(50.0)),
-        Row::new(group, "busiest / idlest worker", median(runs, Run::spread))
+        median_row(group, "wait to acquire p99 (ms)", runs, Run::wait_p99_ms)
+            .target(Target::AtMost(5.0)),
+        median_row(group, "wait to acquire max (ms)", runs, Run::wait_max_ms)
+            .target(Target::AtMost(50.0)),
+        median_row(group, "busiest / idlest worker", runs, Run::spread)
             .target(judged(Target::AtMost(2.0), Target::AtMost(1.5))),
-        Row::new(
+        median_row(
             group,
             "smallest process share (%)",
-            median(runs, Run::min_process_pct),
+            runs,
+            Run::min_process_pct,
         )
         .target(judged(Target::Info, Target::AtLeast(40.0))),
-        Row::new(
+        median_row(
             group,
             "acquisitions handed to a waiter (%)",
-            median(runs, Run::handed_pct),
+            runs,
+            Run::handed_pct,
         ),
-        Row::new(
+        median_row(
             group,
             "acquisitions barging past a waiter (%)",
-            median(runs, Run::barged_pct),
+            runs,
+            Run::barged_pct,
         ),
     ];
     rows.extend(tail_rows(
@@ -160,10 +156,11 @@ pub(crate) fn tail_rows(
 ) -> Vec<Row> {
     let mut rows = Vec::new();
     if passed {
-        rows.push(Row::new(
+        rows.push(median_row(
             group,
             "acquisitions passed locally (%)",
-            median(runs, Run::passed_pct),
+            runs,
+            Run::passed_pct,
         ));
     }
     rows.extend([
@@ -335,27 +332,14 @@ fn shared_rows(side: &Side) -> Vec<Row> {
     for (mode, runs) in MODES.iter().zip(&side.ours) {
         let g = mode.shared;
         rows.extend([
-            Row::new(g, "acquisitions/s", median(runs, Run::rate))
-                .vs("rslock", median(peer, Run::rate)),
+            median_row(g, "acquisitions/s", runs, Run::rate).vs("rslock", median(peer, Run::rate)),
             limit::vs_limit(g, runs, lim, Target::Info),
-            Row::new(
-                g,
-                "wait to acquire p99 (ms)",
-                median(runs, Run::wait_p99_ms),
-            )
-            .target(Target::AtMost(5.0)),
-            Row::new(
-                g,
-                "wait to acquire max (ms)",
-                median(runs, Run::wait_max_ms),
-            )
-            .target(Target::AtMost(50.0)),
-            Row::new(g, "busiest / idlest worker", median(runs, Run::spread)),
-            Row::new(
-                g,
-                "smallest process share (%)",
-                median(runs, Run::min_process_pct),
-            ),
+            median_row(g, "wait to acquire p99 (ms)", runs, Run::wait_p99_ms)
+                .target(Target::AtMost(5.0)),
+            median_row(g, "wait to acquire max (ms)", runs, Run::wait_max_ms)
+                .target(Target::AtMost(50.0)),
+            median_row(g, "busiest / idlest worker", runs, Run::spread),
+            median_row(g, "smallest process share (%)", runs, Run::min_process_pct),
         ]);
         rows.extend(tail_rows(
             g,
@@ -387,10 +371,10 @@ fn shared_rows(side: &Side) -> Vec<Row> {
     rows.extend(limit::breakdown_rows("S3 shared limit", lim, lim));
     let g = "S3 shared peer";
     rows.extend([
-        Row::new(g, "rslock acquisitions/s", median(peer, Run::rate)),
+        median_row(g, "rslock acquisitions/s", peer, Run::rate),
         limit::vs_limit(g, peer, lim, Target::Info),
-        Row::new(g, "rslock wait p99 (ms)", median(peer, Run::wait_p99_ms)),
-        Row::new(g, "rslock wait max (ms)", median(peer, Run::wait_max_ms)),
+        median_row(g, "rslock wait p99 (ms)", peer, Run::wait_p99_ms),
+        median_row(g, "rslock wait max (ms)", peer, Run::wait_max_ms),
         Row::new(
             g,
             "rslock |counter - acq|, worst run",
@@ -398,6 +382,43 @@ fn shared_rows(side: &Side) -> Vec<Row> {
         ),
     ]);
     rows.extend(limit::breakdown_rows(g, peer, lim));
+    rows
+}
+
+/// S3's rows of the peer (rslock): its figures over its runs, then ours
+/// (plain mode, `plain`) against it.
+fn peer_rows(peer: &[Run], plain: &[Run], ping: &Pings) -> Vec<Row> {
+    let medians: [(&str, Figure); 7] = [
+        ("rslock wait p99 (ms)", Run::wait_p99_ms),
+        ("rslock wait max (ms)", Run::wait_max_ms),
+        ("rslock busiest / idlest worker", Run::spread),
+        ("rslock smallest process share (%)", Run::min_process_pct),
+        ("rslock acquisitions/s", Run::rate),
+        ("rslock handed to a waiter (%)", Run::handed_pct),
+        ("rslock barging past a waiter (%)", Run::barged_pct),
+    ];
+    let against: [(&str, Figure); 2] = [
+        ("handoff p50 ours / rslock", Run::handoff_p50),
+        ("wait p99 ours / rslock", Run::wait_p99_ms),
+    ];
+    let handoff = median(peer, Run::handoff_p50);
+    let mut rows = vec![Row::new("S3 peer", "rslock handoff p50 (us)", handoff)
+        .vs("1 PING, plain conn", ping.plain)];
+    for (metric, figure) in medians {
+        rows.push(Row::new("S3 peer", metric, median(peer, figure)));
+    }
+    let counter = worst(peer, Run::counter_error);
+    rows.push(Row::new(
+        "S3 peer",
+        "rslock |counter - acq|, worst run",
+        counter,
+    ));
+    for (metric, figure) in against {
+        rows.push(
+            Row::new("S3 vs peer", metric, median(plain, figure))
+                .vs("rslock", median(peer, figure)),
+        );
+    }
     rows
 }
 
@@ -435,62 +456,7 @@ pub async fn run(ctx: &Ctx, show_s3: bool, show_s4: bool) -> Result<Output> {
         rows.extend(default_row(ours, peer, &ping));
         rows.extend(limit_rows(&two));
         rows.extend(shared_rows(&shared));
-        rows.extend([
-            Row::new(
-                "S3 peer",
-                "rslock handoff p50 (us)",
-                median(peer, Run::handoff_p50),
-            )
-            .vs("1 PING, plain conn", ping.plain),
-            Row::new(
-                "S3 peer",
-                "rslock wait p99 (ms)",
-                median(peer, Run::wait_p99_ms),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock wait max (ms)",
-                median(peer, Run::wait_max_ms),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock busiest / idlest worker",
-                median(peer, Run::spread),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock smallest process share (%)",
-                median(peer, Run::min_process_pct),
-            ),
-            Row::new("S3 peer", "rslock acquisitions/s", median(peer, Run::rate)),
-            Row::new(
-                "S3 peer",
-                "rslock handed to a waiter (%)",
-                median(peer, Run::handed_pct),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock barging past a waiter (%)",
-                median(peer, Run::barged_pct),
-            ),
-            Row::new(
-                "S3 peer",
-                "rslock |counter - acq|, worst run",
-                worst(peer, Run::counter_error),
-            ),
-            Row::new(
-                "S3 vs peer",
-                "handoff p50 ours / rslock",
-                median(plain, Run::handoff_p50),
-            )
-            .vs("rslock", median(peer, Run::handoff_p50)),
-            Row::new(
-                "S3 vs peer",
-                "wait p99 ours / rslock",
-                median(plain, Run::wait_p99_ms),
-            )
-            .vs("rslock", median(peer, Run::wait_p99_ms)),
-        ]);
+        rows.extend(peer_rows(peer, plain, &ping));
     }
     if show_s4 {
         for (mode, runs) in MODES.iter().zip(ours) {

@@ -11,9 +11,9 @@
 //! acquisitions/s are the most any lock could give there; each contender's
 //! are reported as a fraction of it, and where a contender falls short the
 //! breakdown rows say where its time per acquisition went (from the
-//! records: [`Breakdown`]).
+//! records: [`Breakdown`](super::figures::Breakdown)).
 
-use super::figures::{median, worst, Breakdown, Run};
+use super::figures::{median, median_row, worst, Figure, Run};
 use super::{LimitBar, LimitGroup};
 use crate::report::{Row, Target};
 use crate::stats;
@@ -23,10 +23,11 @@ use crate::worker::Library;
 /// (the counter and overlaps, worst run).
 pub fn limit_rows(group: &'static str, limit: &[Run]) -> Vec<Row> {
     vec![
-        Row::new(
+        median_row(
             group,
             "no lock, bodies one at a time per key: acquisitions/s",
-            median(limit, Run::rate),
+            limit,
+            Run::rate,
         ),
         Row::new(
             group,
@@ -46,13 +47,9 @@ pub fn limit_rows(group: &'static str, limit: &[Run]) -> Vec<Row> {
 /// `runs`' acquisitions/s against the limit's (medians over the
 /// repetitions), judged against `target` (a ratio).
 pub fn vs_limit(group: &'static str, runs: &[Run], limit: &[Run], target: Target) -> Row {
-    Row::new(
-        group,
-        "acquisitions/s vs the limit",
-        median(runs, Run::rate),
-    )
-    .vs("limit", median(limit, Run::rate))
-    .target(target)
+    median_row(group, "acquisitions/s vs the limit", runs, Run::rate)
+        .vs("limit", median(limit, Run::rate))
+        .target(target)
 }
 
 /// Issue 27's goal for the default mode: at least this fraction of the
@@ -103,72 +100,43 @@ const SLOW_REGIME: f64 = 1.5;
 /// processes' CPU and context switches, the Redis servers' CPU), against
 /// the limit's where the limit has the same figure.
 pub fn breakdown_rows(group: &'static str, runs: &[Run], limit: &[Run]) -> Vec<Row> {
-    let b = |f: fn(&Breakdown) -> f64| move |r: &Run| f(&r.breakdown);
+    let alone = |metric: &str, figure: Figure| Row::new(group, metric, median(runs, figure));
+    let against =
+        |metric: &str, figure: Figure| alone(metric, figure).vs("limit", median(limit, figure));
     vec![
-        Row::new(
-            group,
-            "time per acquisition (us)",
-            median(runs, Run::per_acquisition_us),
-        )
-        .vs("limit", median(limit, Run::per_acquisition_us)),
-        Row::new(
-            group,
-            "- body GET+SET (us per acq.)",
-            stats::median_of(runs, b(|b| b.body)),
-        )
-        .vs("limit", stats::median_of(limit, b(|b| b.body))),
+        against("time per acquisition (us)", Run::per_acquisition_us),
+        against("- body GET+SET (us per acq.)", |r| r.breakdown.body),
         // Both terms from the same records: unlike the fraction of the
         // limit, it does not move with the limit run's own regime (its
         // bodies were 5-6x slower in some runs on a quiet machine).
-        Row::new(
-            group,
+        against(
             "bodies' share of the time (body / time per acq.)",
-            median(runs, bodies_share),
-        )
-        .vs("limit", median(limit, bodies_share)),
-        Row::new(
-            group,
-            "- handoffs within a process (us per acq.)",
-            stats::median_of(runs, b(|b| b.local)),
+            bodies_share,
         ),
-        Row::new(
-            group,
-            "- handoffs across processes (us per acq.)",
-            stats::median_of(runs, b(|b| b.cross)),
-        ),
-        Row::new(
-            group,
-            "- lock free, nobody waiting (us per acq.)",
-            stats::median_of(runs, b(|b| b.idle)),
-        ),
-        Row::new(
-            group,
-            "handoffs across processes (% of acq.)",
-            stats::median_of(runs, b(|b| b.cross_share * 100.0)),
-        ),
-        Row::new(
-            group,
-            "handoff across processes, mean (us)",
-            stats::median_of(runs, b(|b| b.cross_mean)),
-        ),
-        Row::new(
-            group,
-            "worker CPU (us per acq.)",
-            median(runs, Run::worker_cpu_per_acquisition),
-        )
-        .vs("limit", median(limit, Run::worker_cpu_per_acquisition)),
-        Row::new(
-            group,
+        alone("- handoffs within a process (us per acq.)", |r| {
+            r.breakdown.local
+        }),
+        alone("- handoffs across processes (us per acq.)", |r| {
+            r.breakdown.cross
+        }),
+        alone("- lock free, nobody waiting (us per acq.)", |r| {
+            r.breakdown.idle
+        }),
+        alone("handoffs across processes (% of acq.)", |r| {
+            r.breakdown.cross_share * 100.0
+        }),
+        alone("handoff across processes, mean (us)", |r| {
+            r.breakdown.cross_mean
+        }),
+        against("worker CPU (us per acq.)", Run::worker_cpu_per_acquisition),
+        against(
             "worker context switches per acq.",
-            median(runs, Run::switches_per_acquisition),
-        )
-        .vs("limit", median(limit, Run::switches_per_acquisition)),
-        Row::new(
-            group,
+            Run::switches_per_acquisition,
+        ),
+        against(
             "Redis CPU, both servers (us per acq.)",
-            median(runs, Run::redis_cpu_per_acquisition),
-        )
-        .vs("limit", median(limit, Run::redis_cpu_per_acquisition)),
+            Run::redis_cpu_per_acquisition,
+        ),
     ]
 }
 

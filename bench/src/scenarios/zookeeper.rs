@@ -30,12 +30,12 @@
 //! server writes its log to a disk and waits for its fsync on every write.
 
 use anyhow::{Context, Result};
-use lock_runtime::{with_lock, LockError, LockRuntime};
+use lock_runtime::LockRuntime;
 use serde_json::json;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::baseline::{runtime_pings, timed};
+use super::baseline::{lock_unlock, runtime_pings, timed};
 use super::contention::{self, requests_received};
 use super::figures::{median, worst, Run};
 use super::many_keys::{self, KEYS, TASKS};
@@ -93,15 +93,6 @@ impl Uncontended {
             "s5_curator_errors": self.s5_curator_errors,
         })
     }
-}
-
-/// Lock + unlock of `key` on `runtime`, `n` times.
-async fn lock_unlock(runtime: &LockRuntime, key: &str, n: usize) -> Result<Samples> {
-    timed(n, || async {
-        with_lock(runtime.lock(key), async { Ok::<_, LockError>(()) }).await?;
-        anyhow::Ok(())
-    })
-    .await
 }
 
 /// `acquire()` and `release()` of `key` timed apart, `n` times each (where

@@ -189,12 +189,7 @@ fn cohort_tried() -> Option<Cohort> {
 /// `contend` arguments.
 pub struct Args {
     library: Library,
-    lock_url: String,
-    data_url: String,
-    prefix: String,
-    tasks: u32,
-    first_id: u32,
-    duration: Duration,
+    run: super::Run,
     keys: KeyChoice,
     connections: u32,
 }
@@ -206,17 +201,9 @@ impl Args {
         else {
             bail!("usage: --worker contend <library> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <one|zipf:N:S> <connections>");
         };
-        let Some(library) = Library::ALL.into_iter().find(|l| l.name() == library) else {
-            bail!("unknown library {library:?}");
-        };
         Ok(Args {
-            library,
-            lock_url: lock_url.clone(),
-            data_url: data_url.clone(),
-            prefix: prefix.clone(),
-            tasks: super::parse("tasks", tasks)?,
-            first_id: super::parse("first id", first_id)?,
-            duration: Duration::from_millis(super::parse("millis", millis)?),
+            library: tasks::named(Library::ALL, Library::name, "library", library)?,
+            run: super::Run::parse([lock_url, data_url, prefix, tasks, first_id, millis])?,
             keys: KeyChoice::parse(keys)?,
             connections: super::parse("connections", connections)?,
         })
@@ -237,7 +224,8 @@ enum Client {
 type TaskResult = tasks::TaskResult<Record>;
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    let data = tasks::data_connections(&args.data_url, args.connections, args.tasks).await?;
+    let data =
+        tasks::data_connections(&args.run.data_url, args.connections, args.run.tasks).await?;
     let client = match args.library {
         Library::Serial => Client::Serial(Arc::new(
             (0..args.keys.keys())
@@ -245,27 +233,27 @@ pub(super) async fn run(args: Args) -> Result<()> {
                 .collect(),
         )),
         Library::Rslock => Client::Rslock(
-            rslock::LockManager::new(vec![args.lock_url.as_str()]),
-            args.prefix.as_str().into(),
+            rslock::LockManager::new(vec![args.run.lock_url.as_str()]),
+            args.run.prefix.as_str().into(),
         ),
         Library::OursCluster => Client::Ours(
             Library::OursCluster
-                .configure(LockRuntime::builder().redis_cluster(args.lock_url.split(',')))
-                .key_prefix(args.prefix.as_str())
+                .configure(LockRuntime::builder().redis_cluster(args.run.lock_url.split(',')))
+                .key_prefix(args.run.prefix.as_str())
                 .build()
                 .await?,
         ),
         Library::OursEtcd => Client::Ours(
             LockRuntime::builder()
-                .etcd(args.lock_url.split(','))
-                .key_prefix(args.prefix.as_str())
+                .etcd(args.run.lock_url.split(','))
+                .key_prefix(args.run.prefix.as_str())
                 .build()
                 .await?,
         ),
         Library::OursZooKeeper => Client::Ours(
             LockRuntime::builder()
-                .zookeeper(args.lock_url.as_str())
-                .key_prefix(Library::zookeeper_prefix(&args.prefix))
+                .zookeeper(args.run.lock_url.as_str())
+                .key_prefix(Library::zookeeper_prefix(&args.run.prefix))
                 .build()
                 .await?,
         ),
@@ -274,17 +262,17 @@ pub(super) async fn run(args: Args) -> Result<()> {
         }
         library => Client::Ours(
             library
-                .configure(LockRuntime::builder().redis(args.lock_url.as_str()))
-                .key_prefix(args.prefix.as_str())
+                .configure(LockRuntime::builder().redis(args.run.lock_url.as_str()))
+                .key_prefix(args.run.prefix.as_str())
                 .build()
                 .await?,
         ),
     };
     // Warm up (connections, script cache) before the measured part.
-    let warm = format!("warmup:{}", args.first_id);
+    let warm = format!("warmup:{}", args.run.first_id);
     // Not the lock's own name: with the data on the lock server it would be
     // the lock's key.
-    let warm_counter = format!("{}{warm}:counter", args.prefix);
+    let warm_counter = format!("{}{warm}:counter", args.run.prefix);
     let mut scratch = TaskResult::default();
     once(
         &client,
@@ -300,18 +288,18 @@ pub(super) async fn run(args: Args) -> Result<()> {
     // Every key's lock and counter name, made once, indexed by key number.
     let names: Arc<Vec<(String, String)>> = Arc::new(
         (0..args.keys.keys())
-            .map(|k| (args.keys.key(k), args.keys.counter(&args.prefix, k)))
+            .map(|k| (args.keys.key(k), args.keys.counter(&args.run.prefix, k)))
             .collect(),
     );
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&client);
     let (cpu_before, switches_before) = (cpu_seconds(), context_switches());
-    let end = Instant::now() + args.duration;
+    let end = Instant::now() + args.run.duration;
     let mut running = tokio::task::JoinSet::new();
-    for id in args.first_id..args.first_id + args.tasks {
+    for id in args.run.first_id..args.run.first_id + args.run.tasks {
         let client = client.clone();
-        let mut data = tasks::connection_of(&data, id - args.first_id, args.tasks);
+        let mut data = tasks::connection_of(&data, id - args.run.first_id, args.run.tasks);
         let names = names.clone();
         let mut picker = args.keys.picker(id);
         running.spawn(async move {

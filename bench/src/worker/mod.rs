@@ -48,6 +48,7 @@ pub mod transfers;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use lock_testkit::LineChild;
@@ -96,6 +97,32 @@ async fn wait_for_go() -> Result<()> {
         bail!("expected `go` from the parent, got {line:?}");
     }
     Ok(())
+}
+
+/// What the contention and the read-write workers are both given first, in this
+/// order: where the locks and the data live, the key prefix, how many tasks from
+/// which task id, and how long they run after `go`.
+struct Run {
+    lock_url: String,
+    data_url: String,
+    prefix: String,
+    tasks: u32,
+    first_id: u32,
+    duration: Duration,
+}
+
+impl Run {
+    /// Parses `<lock-url> <data-url> <prefix> <tasks> <first-id> <millis>`.
+    fn parse([lock_url, data_url, prefix, tasks, first_id, millis]: [&String; 6]) -> Result<Run> {
+        Ok(Run {
+            lock_url: lock_url.clone(),
+            data_url: data_url.clone(),
+            prefix: prefix.clone(),
+            tasks: parse("tasks", tasks)?,
+            first_id: parse("first id", first_id)?,
+            duration: Duration::from_millis(parse("millis", millis)?),
+        })
+    }
 }
 
 fn parse<T: std::str::FromStr>(what: &str, s: &str) -> Result<T> {

@@ -77,12 +77,7 @@ impl Contender {
 /// `read-write` arguments.
 pub struct Args {
     contender: Contender,
-    lock_url: String,
-    data_url: String,
-    prefix: String,
-    tasks: u32,
-    first_id: u32,
-    duration: Duration,
+    run: super::Run,
     connections: u32,
     seed: u64,
     /// Writes per thousand calls.
@@ -98,17 +93,9 @@ impl Args {
         else {
             bail!("usage: --worker read-write <contender> <lock-url> <data-url> <prefix> <tasks> <first-id> <millis> <connections> <seed> <writes-per-mille> <pause-us>");
         };
-        let Some(contender) = Contender::ALL.into_iter().find(|c| c.name() == contender) else {
-            bail!("unknown contender {contender:?}");
-        };
         Ok(Args {
-            contender,
-            lock_url: lock_url.clone(),
-            data_url: data_url.clone(),
-            prefix: prefix.clone(),
-            tasks: super::parse("tasks", tasks)?,
-            first_id: super::parse("first id", first_id)?,
-            duration: Duration::from_millis(super::parse("millis", millis)?),
+            contender: tasks::named(Contender::ALL, Contender::name, "contender", contender)?,
+            run: super::Run::parse([lock_url, data_url, prefix, tasks, first_id, millis])?,
             connections: super::parse("connections", connections)?,
             seed: super::parse("seed", seed)?,
             write_permille: super::parse("writes per mille", writes)?,
@@ -148,9 +135,10 @@ pub fn kinds(seed: u64, id: u32) -> Rng {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    let data = tasks::data_connections(&args.data_url, args.connections, args.tasks).await?;
+    let data =
+        tasks::data_connections(&args.run.data_url, args.connections, args.run.tasks).await?;
     let builder = || {
-        let builder = LockRuntime::builder().redis(args.lock_url.as_str());
+        let builder = LockRuntime::builder().redis(args.run.lock_url.as_str());
         match cohort_tried() {
             Some(c) => builder.cohort(c.handoffs, c.budget),
             None => builder,
@@ -161,20 +149,23 @@ pub(super) async fn run(args: Args) -> Result<()> {
         Contender::ReadWritePlain => Guard::Ours {
             runtime: builder()
                 .fair(false)
-                .key_prefix(args.prefix.as_str())
+                .key_prefix(args.run.prefix.as_str())
                 .build()
                 .await?,
             rw: true,
         },
         Contender::ReadWriteDefault | Contender::Exclusive => Guard::Ours {
-            runtime: builder().key_prefix(args.prefix.as_str()).build().await?,
+            runtime: builder()
+                .key_prefix(args.run.prefix.as_str())
+                .build()
+                .await?,
             rw: args.contender == Contender::ReadWriteDefault,
         },
     };
     // Warm up (connections, script cache) before the measured part, on a
     // key and a counter of this process's own.
-    let warm = format!("warmup:{}", args.first_id);
-    let warm_counter = format!("{}{warm}:counter", args.prefix);
+    let warm = format!("warmup:{}", args.run.first_id);
+    let warm_counter = format!("{}{warm}:counter", args.run.prefix);
     let mut scratch = TaskResult::default();
     for kind in [Kind::Write, Kind::Read] {
         let at = Call { worker: 0, kind };
@@ -183,17 +174,17 @@ pub(super) async fn run(args: Args) -> Result<()> {
     }
     let served = served(args.contender, &guard, &warm).await?;
 
-    let counter = format!("{}counter", args.prefix);
+    let counter = format!("{}counter", args.run.prefix);
     super::emit(["ready".to_owned()])?;
     super::wait_for_go().await?;
     let passed_before = passed_locally(&guard);
     let joined_before = joined_locally(&guard);
     let cpu_before = cpu_seconds();
-    let end = Instant::now() + args.duration;
+    let end = Instant::now() + args.run.duration;
     let mut running = tokio::task::JoinSet::new();
-    for id in args.first_id..args.first_id + args.tasks {
+    for id in args.run.first_id..args.run.first_id + args.run.tasks {
         let guard = guard.clone();
-        let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
+        let data = tasks::connection_of(&data, id - args.run.first_id, args.run.tasks);
         let counter = counter.clone();
         let mut kinds = kinds(args.seed, id);
         let write_share = args.write_permille as f64 / 1000.0;

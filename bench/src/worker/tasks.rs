@@ -11,6 +11,18 @@ use lock_runtime::LockError;
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 
+/// The one of `all` whose name is `name`, else an error naming the `what`.
+pub(super) fn named<T: Copy>(
+    all: impl IntoIterator<Item = T>,
+    name_of: fn(T) -> &'static str,
+    what: &str,
+    name: &str,
+) -> Result<T> {
+    all.into_iter()
+        .find(|t| name_of(*t) == name)
+        .ok_or_else(|| anyhow::anyhow!("unknown {what} {name:?}"))
+}
+
 /// What one task did.
 pub(super) struct TaskResult<R> {
     pub(super) records: Vec<R>,

@@ -89,6 +89,14 @@ impl Watching {
         line
     }
 
+    /// Releases `guard`, held by `holder` (as `inspect` names it) on
+    /// `key`, and reads the line that tells of it.
+    pub async fn release_seen(&mut self, guard: lock_runtime::LockGuard, key: &str, holder: &str) {
+        guard.release().await.unwrap();
+        self.next_with(&[&format!("{key}: released by {holder}")])
+            .await;
+    }
+
     /// Waits for the exit (bounded), which must be with `expected`.
     pub async fn exits_with(mut self, expected: i32) {
         let status = tokio::time::timeout(RUN_LIMIT, self.child.wait())
@@ -126,6 +134,44 @@ pub async fn held(
 ) -> lock_runtime::LockGuard {
     let request = runtime.lock(key).lease(Duration::from_secs(secs));
     request.acquire().await.unwrap()
+}
+
+/// `key` taken on `runtime`, and the holder id `inspect` gives for it: what
+/// `lockctl` prints as the holder.
+pub async fn taken(
+    runtime: &lock_runtime::LockRuntime,
+    key: &str,
+) -> (lock_runtime::LockGuard, String) {
+    let guard = runtime.lock(key).acquire().await.unwrap();
+    (guard, holder_of(runtime, key).await)
+}
+
+/// The holder id `inspect` gives for `key`, which `runtime` must see held:
+/// what `lockctl` prints as the holder.
+pub async fn holder_of(runtime: &lock_runtime::LockRuntime, key: &str) -> String {
+    runtime.inspect(key).await.unwrap().unwrap().holder
+}
+
+/// `lockctl release key --force --yes` with `env`: it must succeed, and
+/// `runtime` then see `key` free.
+pub async fn force_release(runtime: &lock_runtime::LockRuntime, key: &str, env: &[(&str, &str)]) {
+    let release = run_env(&["release", key, "--force", "--yes"], env, "").await;
+    assert_eq!(code(&release), FOUND, "{}", stderr(&release));
+    assert!(!runtime.is_locked(key).await.unwrap());
+}
+
+/// Two runtimes under `prefix`, each holding `key` for reading: a read
+/// hold of two readers of two processes as `lockctl` sees it.
+pub async fn two_readers(
+    kind: lock_tests::Kind,
+    prefix: &str,
+    key: &str,
+) -> ([lock_runtime::LockRuntime; 2], [lock_runtime::LockGuard; 2]) {
+    let one = kind.runtime(prefix).await;
+    let two = kind.runtime(prefix).await;
+    let a = one.lock(key).read().acquire().await.unwrap();
+    let b = two.lock(key).read().acquire().await.unwrap();
+    ([one, two], [a, b])
 }
 
 /// What `show` prints of the test process as the holder's process.

@@ -591,14 +591,7 @@ async fn restart_at_release(
     let from_snapshot = rng.below(100) < 30;
     let pause = millis(rng, 0, 10);
     let choice = rng.next_u64();
-    // A worker waiting for a key another one holds (waiting for one, within
-    // a second).
-    let limit = Instant::now() + Duration::from_secs(1);
-    until(stage.changed, limit, || {
-        !candidates(stage.workers).is_empty()
-    })
-    .await;
-    let candidates = candidates(stage.workers);
+    let candidates = waiting_for_held(stage).await;
     if candidates.is_empty() {
         // Nobody waits for a held key: an executor stall at random then.
         let p = (choice % PROCESSES as u64) as usize;
@@ -619,11 +612,7 @@ async fn restart_at_release(
             heads.push((p, key));
         }
     }
-    let current: Vec<(usize, usize)> = candidates
-        .iter()
-        .copied()
-        .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
-        .collect();
+    let current = on_current_thread(stage.workers, &candidates);
     let pool = [heads, current, candidates]
         .into_iter()
         .find(|pool| !pool.is_empty())
@@ -862,23 +851,14 @@ async fn kill_at_handoff(stage: &mut Stage<'_>, rng: &mut XorShift) -> Option<Fa
     let pause = millis(rng, 0, 10);
     let away = millis(rng, 50, 600);
     let choice = rng.next_u64();
-    let limit = Instant::now() + Duration::from_secs(1);
-    until(stage.changed, limit, || {
-        !candidates(stage.workers).is_empty()
-    })
-    .await;
-    let candidates = candidates(stage.workers);
+    let candidates = waiting_for_held(stage).await;
     if candidates.is_empty() {
         stall_at_random(stage.workers, rng, choice).await;
         return None;
     }
     // A `current_thread` executor if one waits (a blocked poll stops all
     // its tasks, the waiter's too).
-    let current: Vec<(usize, usize)> = candidates
-        .iter()
-        .copied()
-        .filter(|&(p, _)| stage.workers[p].executor == Executor::Current)
-        .collect();
+    let current = on_current_thread(stage.workers, &candidates);
     let pool = if current.is_empty() {
         candidates
     } else {
@@ -1057,6 +1037,30 @@ async fn handed_on_zookeeper<F: std::future::Future<Output = bool>>(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     false
+}
+
+/// [`candidates`] once there is one, waiting for one a second at the most
+/// (the faults timed at a handoff need a worker waiting for a held key).
+async fn waiting_for_held(stage: &Stage<'_>) -> Vec<(usize, usize)> {
+    let limit = Instant::now() + Duration::from_secs(1);
+    until(stage.changed, limit, || {
+        !candidates(stage.workers).is_empty()
+    })
+    .await;
+    candidates(stage.workers)
+}
+
+/// Those of `candidates` whose worker runs a `current_thread` executor, on
+/// which one blocked poll stops all its tasks (the waiter's too).
+fn on_current_thread(
+    workers: &[Arc<Control>],
+    candidates: &[(usize, usize)],
+) -> Vec<(usize, usize)> {
+    candidates
+        .iter()
+        .copied()
+        .filter(|&(p, _)| workers[p].executor == Executor::Current)
+        .collect()
 }
 
 /// `(worker, key)`: the worker waits for the key, and another one holds it.

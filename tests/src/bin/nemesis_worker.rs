@@ -355,6 +355,23 @@ struct Cx {
     burst: Option<u64>,
 }
 
+impl Cx {
+    /// Where a top-level call of `task` runs, on `runtime`: no parent, no
+    /// holds around it, neither armed nor part of a burst.
+    fn top_level(ctx: &Arc<Ctx>, runtime: LockRuntime, task: u32, passes: Arc<Passes>) -> Cx {
+        Cx {
+            ctx: ctx.clone(),
+            runtime,
+            task,
+            parent: 0,
+            frames: Vec::new(),
+            passes,
+            arm: None,
+            burst: None,
+        }
+    }
+}
+
 /// Whether a release passed its hold to another task of the process (lock
 /// cohorting): it did when it ended in the poll it began in (a release to
 /// Redis waits for the server) and the process's count of passes grew
@@ -435,6 +452,30 @@ impl Rec {
             tokio::time::sleep_until(due).await;
             fired.store(now_ns(), Ordering::Relaxed);
         });
+    }
+
+    /// Logs a hold of `key` entered with `token` in the poll that began at
+    /// `polled` (`acquired`, then `body_enter`), and times its lease's end
+    /// when it is `fixed`; whether it is the outermost hold of `key` in `cx`.
+    fn entered(
+        &self,
+        cx: &Cx,
+        key: usize,
+        token: u64,
+        polled: u64,
+        fixed: Option<Duration>,
+    ) -> bool {
+        let outer = outer(&cx.frames, key, token);
+        self.set(Phase::Holding);
+        self.emit(
+            "acquired",
+            &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
+        );
+        self.emit("body_enter", "");
+        if let (Some(lease), true) = (fixed, outer) {
+            self.time_lease_end(polled, lease);
+        }
+        outer
     }
 
     fn set(&self, phase: Phase) {
@@ -861,16 +902,7 @@ fn locked_body(
     async move {
         let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
-        let outer = outer(&cx.frames, key, token);
-        rec.set(Phase::Holding);
-        rec.emit(
-            "acquired",
-            &format!("fence={token} outer={} polled={entered}", u8::from(outer)),
-        );
-        rec.emit("body_enter", "");
-        if let (Some(lease), true) = (fixed, outer) {
-            rec.time_lease_end(entered, lease);
-        }
+        let outer = rec.entered(&cx, key, token, entered, fixed);
         let data = Data::begin(&cx.ctx, key, outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
@@ -1050,16 +1082,8 @@ async fn guarded(
     };
     let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
-    let outer = outer(&cx.frames, key, token);
-    rec.set(Phase::Holding);
-    rec.emit(
-        "acquired",
-        &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
-    );
-    rec.emit("body_enter", "");
-    if !plan.renew && outer {
-        rec.time_lease_end(polled, plan.lease);
-    }
+    let fixed = (!plan.renew).then_some(plan.lease);
+    let outer = rec.entered(&cx, key, token, polled, fixed);
     let data = Data::begin(&cx.ctx, key, outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
@@ -1138,16 +1162,8 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
     while Instant::now() < end && count < 1_000_000 {
         count += 1;
         let passes = Arc::new(Passes::default());
-        let cx = Cx {
-            ctx: ctx.clone(),
-            runtime: ctx.runtime_for_a_call(end).await,
-            task: index,
-            parent: 0,
-            frames: Vec::new(),
-            passes: passes.clone(),
-            arm: None,
-            burst: None,
-        };
+        let runtime = ctx.runtime_for_a_call(end).await;
+        let cx = Cx::top_level(&ctx, runtime, index, passes.clone());
         let key = rng.below(ctx.keys.len() as u64) as usize;
         // One call in six takes two keys at once.
         let op = if ctx.keys.len() > 1 && rng.chance(17) {
@@ -1231,15 +1247,9 @@ struct Burst {
 /// Runs the test's `burst` orders, one after the other: the burst's tasks
 /// (numbered from `first_task`) make calls on its key, each cut by a 0-60
 /// ms timeout around its acquire or its body, until the burst's end.
-async fn burster(
-    ctx: Arc<Ctx>,
-    mut orders: tokio::sync::mpsc::UnboundedReceiver<Burst>,
-    first_task: u32,
-    mut rng: Rng,
-    end: Instant,
-) {
+async fn burster(ctx: Arc<Ctx>, mut orders: Orders<Burst>, first_task: u32, mut rng: Rng) {
     // Until the run's end (bounded: each burst ends by itself).
-    while let Some(burst) = next_order(&mut orders, end).await {
+    while let Some(burst) = orders.next().await {
         println!(
             "burst {} {} {} {}",
             burst.id,
@@ -1247,7 +1257,7 @@ async fn burster(
             burst.key,
             burst.tasks
         );
-        let end = (Instant::now() + burst.length).min(end);
+        let end = (Instant::now() + burst.length).min(orders.end);
         let tasks: Vec<_> = (0..burst.tasks)
             .map(|i| {
                 let (ctx, mut rng) = (ctx.clone(), rng.fork());
@@ -1257,15 +1267,11 @@ async fn burster(
                         if Instant::now() >= end {
                             break;
                         }
+                        let runtime = ctx.runtime_for_a_call(end).await;
+                        let passes = Arc::new(Passes::default());
                         let cx = Cx {
-                            ctx: ctx.clone(),
-                            runtime: ctx.runtime_for_a_call(end).await,
-                            task: first_task + i,
-                            parent: 0,
-                            frames: Vec::new(),
-                            passes: Arc::new(Passes::default()),
-                            arm: None,
                             burst: Some(burst.readers),
+                            ..Cx::top_level(&ctx, runtime, first_task + i, passes)
                         };
                         let call = call(cx, rng.fork(), burst.key, 0);
                         let _ = tokio::spawn(tokio::time::timeout(OP_LIMIT, call)).await;
@@ -1279,33 +1285,33 @@ async fn burster(
     }
 }
 
-/// The next order of a kind, until `end` (`None` after it, also when
-/// orders are still queued: a backlog of bursts must not outlive the run).
-async fn next_order<T>(
-    orders: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+/// The test's orders of one kind (bursts, arms), taken until the run's
+/// `end`.
+struct Orders<T> {
+    queue: tokio::sync::mpsc::UnboundedReceiver<T>,
     end: Instant,
-) -> Option<T> {
-    if Instant::now() >= end {
-        return None;
+}
+
+impl<T> Orders<T> {
+    /// The next order, until the run's end (`None` after it, also when
+    /// orders are still queued: a backlog of bursts must not outlive the run).
+    async fn next(&mut self) -> Option<T> {
+        if Instant::now() >= self.end {
+            return None;
+        }
+        tokio::time::timeout_at(self.end, self.queue.recv())
+            .await
+            .ok()
+            .flatten()
     }
-    tokio::time::timeout_at(end, orders.recv())
-        .await
-        .ok()
-        .flatten()
 }
 
 /// Runs the test's `arm` orders: for each, once its key looks free to
 /// `inspect` (or after [`ARM_FREE_WAIT`]), one top-level call on it with
 /// random options, as task `task`, armed to stall after its first poll.
-async fn armer(
-    ctx: Arc<Ctx>,
-    mut orders: tokio::sync::mpsc::UnboundedReceiver<Arm>,
-    task: u32,
-    mut rng: Rng,
-    end: Instant,
-) {
+async fn armer(ctx: Arc<Ctx>, mut orders: Orders<Arm>, task: u32, mut rng: Rng) {
     // Until the run's end (bounded: each call by `OP_LIMIT`).
-    while let Some(arm) = next_order(&mut orders, end).await {
+    while let Some(arm) = orders.next().await {
         let runtime = ctx.runtime();
         let name = ctx.keys[arm.key].name.as_str();
         let free_by = Instant::now() + ARM_FREE_WAIT;
@@ -1318,14 +1324,8 @@ async fn armer(
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let cx = Cx {
-            ctx: ctx.clone(),
-            runtime,
-            task,
-            parent: 0,
-            frames: Vec::new(),
-            passes: Arc::new(Passes::default()),
             arm: Some(arm),
-            burst: None,
+            ..Cx::top_level(&ctx, runtime, task, Arc::new(Passes::default()))
         };
         let call = call(cx, rng.fork(), arm.key, 0);
         // Its own tokio task, as every top-level call (a panic ends only
@@ -1653,8 +1653,13 @@ async fn run(args: Vec<String>) {
     let handles: Vec<_> = (0..tasks)
         .map(|i| tokio::spawn(task(ctx.clone(), i, rng.fork(), end)))
         .collect();
-    let arms = tokio::spawn(armer(ctx.clone(), arm_rx, tasks, rng.fork(), end));
-    let bursts = tokio::spawn(burster(ctx.clone(), burst_rx, tasks + 1, rng.fork(), end));
+    let arm_orders = Orders { queue: arm_rx, end };
+    let burst_orders = Orders {
+        queue: burst_rx,
+        end,
+    };
+    let arms = tokio::spawn(armer(ctx.clone(), arm_orders, tasks, rng.fork()));
+    let bursts = tokio::spawn(burster(ctx.clone(), burst_orders, tasks + 1, rng.fork()));
     for handle in handles.into_iter().chain([arms, bursts]) {
         handle.await.expect("a worker task failed outside a call");
     }
