@@ -53,3 +53,19 @@ pub(crate) struct ConnectSettings {
     /// cohorting; 0: none).
     pub(crate) fence_reserve: u32,
 }
+
+#[cfg(test)]
+impl ConnectSettings {
+    /// What the backend tests connect with: patient timeouts, no TLS, no
+    /// tokens reserved.
+    pub(crate) fn for_tests() -> ConnectSettings {
+        ConnectSettings {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
+            tls_root_ca: None,
+            tls_client: None,
+            fence_window: Duration::from_secs(60),
+            fence_reserve: 0,
+        }
+    }
+}

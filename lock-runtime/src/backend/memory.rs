@@ -333,22 +333,13 @@ fn micros_since_epoch() -> u64 {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    /// Waiters nobody has: these tests call the store directly.
-    struct Nobody;
-
-    impl super::Wakeups for Nobody {
-        fn released(&self, _: &str) {}
-        fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
-        fn connection_lost(&self) {}
-    }
-
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(30);
     const WINDOW: Duration = Duration::from_millis(20);
 
     fn store() -> MemoryBackend {
-        MemoryBackend::new(std::sync::Weak::<Nobody>::new(), WINDOW)
+        MemoryBackend::new(crate::backend::news::nobody(), WINDOW)
     }
 
     fn token(store: &MemoryBackend, lock_key: &str, holder: &str, lease: Duration) -> u64 {

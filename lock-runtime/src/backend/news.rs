@@ -22,6 +22,18 @@ pub(crate) trait Wakeups: Send + Sync {
     fn connection_lost(&self);
 }
 
+/// Waiters nobody has, for tests that call a backend directly.
+#[cfg(test)]
+pub(crate) fn nobody() -> std::sync::Weak<dyn Wakeups> {
+    struct Nobody;
+    impl Wakeups for Nobody {
+        fn released(&self, _: &str) {}
+        fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
+        fn connection_lost(&self) {}
+    }
+    std::sync::Weak::<Nobody>::new()
+}
+
 /// The waiters of one lock, as the backend's watch on its releases sees
 /// them.
 pub(crate) trait Watched: Send + Sync + std::fmt::Debug {

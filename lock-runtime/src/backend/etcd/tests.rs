@@ -1,40 +1,25 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use std::sync::Weak;
 use std::time::Duration;
 
 use super::acquire::acquire_txn;
 use super::{connect, lock_name, node, tomb, EtcdBackend, EtcdConfig};
-use crate::backend::{ConnectSettings, Wakeups};
-
-/// Waiters nobody has: these tests call the backend directly.
-struct Nobody;
-
-impl Wakeups for Nobody {
-    fn released(&self, _: &str) {}
-    fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
-    fn connection_lost(&self) {}
-}
+use crate::backend::ConnectSettings;
 
 const LEASE: Duration = Duration::from_secs(3);
 
 async fn backend(cluster: &lock_testkit::etcd::EtcdCluster) -> EtcdBackend {
-    let settings = ConnectSettings {
-        connect_timeout: Duration::from_secs(5),
-        response_timeout: Duration::from_secs(2),
-        tls_root_ca: None,
-        tls_client: None,
-        fence_window: Duration::from_secs(60),
-        fence_reserve: 0,
-    };
+    let settings = ConnectSettings::for_tests();
     let config = EtcdConfig {
         endpoints: cluster.endpoints(),
         user: None,
         prefix: "lock:".to_owned(),
         default_lease: LEASE,
     };
-    let nobody: Weak<dyn Wakeups> = Weak::<Nobody>::new();
-    connect(config, &settings, nobody).await.unwrap().0
+    connect(config, &settings, crate::backend::news::nobody())
+        .await
+        .unwrap()
+        .0
 }
 
 /// What etcd holds under `key` now.

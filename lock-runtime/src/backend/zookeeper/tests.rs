@@ -1,39 +1,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The backend called directly, on a ZooKeeper server of the test kit.
 
-use std::sync::Weak;
 use std::time::Duration;
 
 use super::{connect, ZookeeperBackend, ZookeeperConfig};
-use crate::backend::{Acquire, ConnectSettings, Queue, Wakeups};
+use crate::backend::{Acquire, ConnectSettings, Queue};
 use crate::mode::LockMode;
 
-/// Waiters nobody has: these tests call the backend directly.
-struct Nobody;
-
-impl Wakeups for Nobody {
-    fn released(&self, _: &str) {}
-    fn handed_over(&self, _: &str, _: &str, _: u64, _: u64) {}
-    fn connection_lost(&self) {}
-}
-
 async fn backend(server: &lock_testkit::zookeeper::ZooKeeperServer) -> ZookeeperBackend {
-    let settings = ConnectSettings {
-        connect_timeout: Duration::from_secs(5),
-        response_timeout: Duration::from_secs(2),
-        tls_root_ca: None,
-        tls_client: None,
-        fence_window: Duration::from_secs(60),
-        fence_reserve: 0,
-    };
+    let settings = ConnectSettings::for_tests();
     let config = ZookeeperConfig {
         connect: server.connect_string(),
         auth: None,
         prefix: "/zk-backend-tests/".to_owned(),
         default_lease: Duration::from_secs(3),
     };
-    let nobody: Weak<dyn Wakeups> = Weak::<Nobody>::new();
-    connect(config, &settings, nobody).await.unwrap().0
+    connect(config, &settings, crate::backend::news::nobody())
+        .await
+        .unwrap()
+        .0
 }
 
 /// A process's place serves its waiters in turn: an answer that holds for
