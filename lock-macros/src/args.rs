@@ -23,15 +23,16 @@ use crate::duration;
 use crate::errors::Errors;
 use crate::fragments::ungroup;
 use crate::keys::{self, Keys};
-use crate::suggest;
+pub(crate) use crate::permits::PermitsArg;
+use crate::{permits, suggest};
 
 /// Every argument name, in the order the docs present them.
-const NAMES: [&str; 8] = [
-    "key", "lease", "wait", "watchdog", "on_lost", "fair", "mode", "crate",
+const NAMES: [&str; 9] = [
+    "key", "lease", "wait", "watchdog", "on_lost", "fair", "mode", "permits", "crate",
 ];
 
 /// Names users reach for that mean one of ours.
-const SYNONYMS: [(&str, &str); 13] = [
+const SYNONYMS: [(&str, &str); 16] = [
     ("name", "key"),
     ("lock", "key"),
     ("ttl", "lease"),
@@ -44,6 +45,9 @@ const SYNONYMS: [(&str, &str); 13] = [
     ("access", "mode"),
     ("kind", "mode"),
     ("lock_mode", "mode"),
+    ("semaphore", "permits"),
+    ("max_holders", "permits"),
+    ("concurrency", "permits"),
     ("krate", "crate"),
 ];
 
@@ -95,6 +99,8 @@ pub(crate) struct Options {
     pub fair: Option<bool>,
     /// `mode = "read" | "write" | "exclusive"`; the runtime's default is exclusive.
     pub mode: Option<Mode>,
+    /// `permits = N`; an ordinary lock (one holder) otherwise.
+    pub permits: Option<PermitsArg>,
 }
 
 /// A duration argument.
@@ -266,6 +272,7 @@ impl Reading {
             "on_lost" => on_lost_arg(&value).map(|o| options.on_lost = Some(o)),
             "fair" => bool_arg(&value, "fair").map(|b| options.fair = Some(b)),
             "mode" => mode_arg(&value).map(|m| options.mode = Some(m)),
+            "permits" => permits::parse(value).map(|p| options.permits = Some(p)),
             "crate" => crate_arg(value).map(|p| self.krate = Some(p)),
             _ => Err(unknown(&name)),
         };

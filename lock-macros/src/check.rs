@@ -15,7 +15,7 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{Ident, LitStr, Path, ReturnType, Signature, Type};
 
-pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options};
+pub(crate) use crate::args::{DurationArg, Mode, OnLost, Options, PermitsArg};
 pub(crate) use crate::async_trait::AsyncTraitBody;
 pub(crate) use crate::item::LockFn;
 pub(crate) use crate::template::Template;
@@ -78,6 +78,9 @@ pub(crate) fn check(
         Err(reported) => return Err(errors.stop(reported)),
     };
     let keys = templates(keys, &item, &mut errors);
+    if let Some(permits) = &args.options.permits {
+        errors.take(permits_apply(permits, args.options.mode, keys.len()));
+    }
     let krate = args
         .krate
         .unwrap_or_else(|| syn::parse_quote!(::lock_runtime));
@@ -93,6 +96,29 @@ pub(crate) fn check(
         options: args.options,
         krate,
     })
+}
+
+/// `permits = N` with the other arguments: one key, exclusive mode.
+fn permits_apply(permits: &PermitsArg, mode: Option<Mode>, keys: usize) -> syn::Result<()> {
+    let refused = match mode {
+        Some(Mode::Read) => Some(
+            "`permits` does not apply to `mode = \"read\"`: readers already share the key; \
+             drop one of the two",
+        ),
+        Some(Mode::Write) => Some(
+            "`permits` does not apply to `mode = \"write\"`: each permit is an exclusive hold \
+             of its own; drop `mode`",
+        ),
+        _ if keys > 1 => Some(
+            "`permits` applies to one key: a list of keys is taken all together, each by one \
+             holder; give one key, or take each key's permits in a call of its own",
+        ),
+        _ => None,
+    };
+    match refused {
+        Some(message) => Err(syn::Error::new(permits.span(), message)),
+        None => Ok(()),
+    }
 }
 
 /// Each key's template checked against the parameters of `item`, with its literal; the

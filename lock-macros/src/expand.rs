@@ -162,6 +162,7 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
         on_lost,
         fair,
         mode,
+        permits,
     } = options;
     let given = [
         lease.map(|lease| {
@@ -189,6 +190,10 @@ fn options_expr(options: Options, krate: &TokenStream) -> TokenStream {
                 Mode::Write => quote!(Write),
             };
             quote!(mode: #private::LockMode::#variant)
+        }),
+        permits.map(|permits| {
+            let value = permits.option_expr();
+            quote!(permits: #value)
         }),
     ];
     let every_field = given.iter().all(Option::is_some);
@@ -447,7 +452,8 @@ mod tests {
                 watchdog = true,
                 on_lost = "abort",
                 fair = true,
-                mode = "write"
+                mode = "exclusive",
+                permits = 2
             ),
             quote!(
                 async fn f() -> Result<(), E> {
@@ -459,13 +465,14 @@ mod tests {
         // is allowed.
         let nested = quote! {
             ::lock_runtime::__private::Options {
-                mode: ::lock_runtime::__private::LockMode::Write,
+                permits: ::core::option::Option::Some(2u32),
                 ..::lock_runtime::__private::Options {
                     lease: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
                     wait: ::core::option::Option::Some(::lock_runtime::__private::Duration::from_millis(1000u64)),
                     watchdog: true,
                     on_lost: ::lock_runtime::__private::OnLost::Abort,
                     fair: ::core::option::Option::Some(true),
+                    mode: ::lock_runtime::__private::LockMode::Exclusive,
                     ..::lock_runtime::__private::Options::DEFAULT
                 }
             }

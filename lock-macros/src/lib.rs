@@ -137,6 +137,7 @@ mod item;
 mod keys;
 mod nesting;
 mod patterns;
+mod permits;
 mod rebind;
 mod spans;
 mod suggest;

@@ -48,6 +48,8 @@ pub struct LockGuard {
     scope: Arc<Node>,
     /// What this guard's frame asked for.
     mode: LockMode,
+    /// The permit index, for a hold taken as one of several permits.
+    permit: Option<u32>,
     released: bool,
 }
 
@@ -116,9 +118,23 @@ impl LockGuard {
             frame,
             scope,
             mode,
+            permit: None,
             released: false,
         };
         Unentered { guard, way }
+    }
+
+    /// This guard as permit `permit` of its key.
+    pub(crate) fn as_permit(mut self, permit: u32) -> LockGuard {
+        self.permit = Some(permit);
+        self
+    }
+
+    /// Which permit this hold is, `0..n`, for a lock taken with
+    /// [`LockRequest::permits`](crate::LockRequest::permits); `None` for
+    /// any other.
+    pub fn permit(&self) -> Option<u32> {
+        self.permit
     }
 
     pub(crate) fn runtime(&self) -> &LockRuntime {
@@ -192,6 +208,7 @@ impl LockGuard {
             node: Node::child_of(Some(&self.scope)),
             fence: Some(self.fence()),
             fences: None,
+            permit: self.permit,
         };
         owner::enter(scope, fut)
     }

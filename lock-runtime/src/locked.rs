@@ -65,10 +65,12 @@ where
     if guard.is_lost() {
         return Err(lost_or_shut_down(guard).into());
     }
+    let outer = owner::current();
     let scope = Scope {
         node,
         fence: Some(guard.fence()),
-        fences: owner::current().and_then(|s| s.fences),
+        fences: outer.as_ref().and_then(|s| s.fences.clone()),
+        permit: guard.permit().or(outer.and_then(|s| s.permit)),
     };
     // The body runs in a span of the hold: the user's own spans nest in it.
     let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());

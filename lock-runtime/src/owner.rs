@@ -114,6 +114,8 @@ pub(crate) struct Scope {
     pub(crate) fence: Option<u64>,
     /// Every key and token of the innermost multi-key call around, if any.
     pub(crate) fences: Option<Arc<[(String, u64)]>>,
+    /// The permit index of the innermost permit call around, if any.
+    pub(crate) permit: Option<u32>,
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -191,6 +193,7 @@ pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
         node: Node::child_of(Some(&scope.node)),
         fence: scope.fence,
         fences: scope.fences,
+        permit: scope.permit,
     });
     SCOPE.scope(child, fut)
 }
@@ -245,4 +248,31 @@ pub fn fences() -> Vec<(String, u64)> {
     current()
         .and_then(|s| s.fences)
         .map_or_else(Vec::new, |f| f.to_vec())
+}
+
+/// Which permit the innermost permit call around the running code holds
+/// (`permits = N`, [`LockRequest::permits`](crate::LockRequest::permits)):
+/// its index, `0..N`, the same for the whole body; `None` outside any. A
+/// call nested in a permit call's body sees the outer call's permit unless
+/// it is a permit call itself.
+///
+/// The design notes' split of a hot item: with the stock of an item split
+/// over `N` counters, the body works on counter `permit()`, and `N` buyers
+/// proceed at once, each on a counter of its own.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{lock, permit, with_lock, LockError};
+/// # lock_runtime::LockRuntime::builder().memory().build().await?.install().ok();
+/// assert_eq!(permit(), None);
+/// let segment = with_lock(lock("stock:7").permits(4), async {
+///     Ok::<_, LockError>(permit())
+/// })
+/// .await?;
+/// assert!(segment.is_some_and(|p| p < 4));
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub fn permit() -> Option<u32> {
+    current().and_then(|s| s.permit)
 }

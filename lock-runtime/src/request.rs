@@ -60,6 +60,8 @@ pub struct Options {
     pub fair: Option<bool>,
     /// `mode = ...`.
     pub mode: LockMode,
+    /// `permits = N`; `None`: an ordinary lock.
+    pub permits: Option<u32>,
 }
 
 impl Options {
@@ -71,6 +73,7 @@ impl Options {
         on_lost: OnLost::Abort,
         fair: None,
         mode: LockMode::Exclusive,
+        permits: None,
     };
 }
 
@@ -114,6 +117,8 @@ pub struct LockRequest {
     pub(crate) on_lost: OnLost,
     fair: Option<bool>,
     mode: LockMode,
+    /// `Some(n)`: one of `n` permits (see [`permits`](Self::permits)).
+    permits: Option<u32>,
 }
 
 impl LockRequest {
@@ -127,6 +132,7 @@ impl LockRequest {
             on_lost: OnLost::Abort,
             fair: None,
             mode: LockMode::Exclusive,
+            permits: None,
         }
     }
 
@@ -210,6 +216,34 @@ impl LockRequest {
     /// The hold's mode (default [`LockMode::Exclusive`]).
     pub fn mode(mut self, mode: LockMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// One of `n` permits of the key: at most `n` calls hold the key at
+    /// once, across processes, each with its own permit index `0..n`
+    /// ([`LockGuard::permit`], [`permit`](crate::permit) in a locked body).
+    /// `permits(1)` is the ordinary exclusive lock, with permit index 0.
+    /// Each permit is an ordinary lock with its own fencing token, renewal
+    /// and queue: permit 0 is the lock of the key itself, permit `i > 0`
+    /// the lock of the key followed by `#i` (`stock:7#3`), which is how
+    /// `inspect` and `lockctl` show its holder. Exclusive mode only; `n` from
+    /// 1 to [`MAX_PERMITS`](crate::MAX_PERMITS). Calls that give different
+    /// `n` for one key share the low permits: at most `n` of them hold
+    /// permits below `n`, for each `n` in use (docs/guarantees.md,
+    /// "Permits").
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let first = runtime.lock("export").permits(2).acquire().await?;
+    /// let second = runtime.lock("export").permits(2).acquire().await?;
+    /// assert_ne!(first.permit(), second.permit());
+    /// assert!(runtime.lock("export").permits(2).try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn permits(mut self, n: u32) -> Self {
+        self.permits = Some(n);
         self
     }
 
@@ -297,12 +331,40 @@ impl LockRequest {
         self.watchdog = options.watchdog;
         self.on_lost = options.on_lost;
         self.mode = options.mode;
+        if options.permits.is_some() {
+            self.permits = options.permits;
+        }
         self
+    }
+
+    /// This request as an ordinary lock of `key` (a permit's, for
+    /// `permits.rs`), waiting `wait` (`None`: forever).
+    pub(crate) fn permit_lock(&self, key: String, wait: Option<Duration>) -> LockRequest {
+        LockRequest {
+            permits: None,
+            ..self.for_key(key, wait)
+        }
+    }
+
+    /// The mode asked for.
+    pub(crate) fn mode_asked(&self) -> LockMode {
+        self.mode
     }
 
     /// Acquires for `scope`, or for the scope current at the first poll
     /// (a fresh root outside any) when `None`.
     pub(crate) async fn acquire_as(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
+        if let Some(permits) = self.permits {
+            let scope = scope.unwrap_or_else(owner::current_or_root);
+            // (Boxed: kept out of every ordinary acquire's state.)
+            return Box::pin(crate::permits::acquire(self, permits, scope)).await;
+        }
+        self.acquire_lock(scope).await
+    }
+
+    /// [`acquire_as`](Self::acquire_as) for an ordinary lock (a permit's
+    /// too: `permits` is not looked at).
+    pub(crate) async fn acquire_lock(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
         // Taken apart at once: a request kept whole (partly moved) would
         // stay in every waiting acquire's state.
         let LockRequest {

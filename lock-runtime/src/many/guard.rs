@@ -99,6 +99,7 @@ impl ManyGuard {
             node,
             fence: fences.first().map(|(_, t)| *t),
             fences: Some(fences),
+            permit: owner::current().and_then(|s| s.permit),
         }
     }
 

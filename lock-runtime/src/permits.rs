@@ -1,0 +1,261 @@
+//! Permits: up to N holders of one key at once (`permits = N`,
+//! [`LockRequest::permits`]), each with a permit index of its own, `0..N`.
+//!
+//! **A permit is a lock.** Permit 0 of key `k` is the ordinary lock of `k`
+//! and permit `i > 0` the ordinary lock of `k#i` ([`permit_key`]). A call
+//! holds a permit by holding that lock, taken through the same
+//! acquisition, entry gate, renewal, loss, fencing, fairness and cohorting
+//! as any single-key call, on every backend; `inspect` and `lockctl` show
+//! each permit's holder as that lock's. So at most N calls hold permits of
+//! `k` at any time, one per index, and a permit's token grows for each new
+//! holder of that permit. `permits = 1` is the ordinary exclusive lock.
+//!
+//! **Taking one.** A call whose scope's ancestry holds a permit of the key
+//! re-enters it (nesting). Otherwise it tries each permit once, starting
+//! at a rotating index so that callers spread over the permits, and keeps
+//! the first it gets. When every permit is busy and it may wait, it waits
+//! for all N at once and keeps the first it is given: the other waits are
+//! dropped as any cancelled acquire is (their queue places go; a permit
+//! given to one of them at that moment is given back in the background).
+//! In fair mode a waiter so stands in every permit's queue, in its order
+//! of arrival.
+//!
+//! **Different N for one key.** A call with `permits = n` takes one of the
+//! permits `0..n`. Calls giving different N share the low permits: for
+//! every n in use, at most n calls hold permits below n, and at most the
+//! largest N hold permits at all.
+//!
+//! Owns only the choice of a permit; what one lock's acquire does is
+//! `acquire/`'s.
+
+use std::future::{poll_fn, Future};
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{LockError, TimeoutCause};
+use crate::guard::LockGuard;
+use crate::mode::LockMode;
+use crate::owner::Node;
+use crate::request::LockRequest;
+use crate::runtime::LockRuntime;
+
+/// The most permits one key may have.
+pub const MAX_PERMITS: u32 = 1024;
+
+/// The key of permit `permit` of `key`: the key itself for permit 0, else
+/// the key, `#` and the index (`stock:7#3`).
+pub(crate) fn permit_key(key: &str, permit: u32) -> String {
+    if permit == 0 {
+        key.to_owned()
+    } else {
+        format!("{key}#{permit}")
+    }
+}
+
+/// Why `permits` permits in `mode` cannot be asked for, if they cannot.
+pub(crate) fn refused(permits: u32, mode: LockMode) -> Option<LockError> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Some(LockError::InvalidConfig(format!(
+            "permits = {permits} is out of range: use 1 to {MAX_PERMITS}"
+        )));
+    }
+    if mode != LockMode::Exclusive {
+        return Some(LockError::InvalidConfig(format!(
+            "permits apply to exclusive locks only, not to {mode:?} holds: \
+             drop `permits` or the read/write mode"
+        )));
+    }
+    None
+}
+
+/// Takes one of `permits` permits of `request`'s key for `scope` (see the
+/// module docs); the guard says which ([`LockGuard::permit`]).
+pub(crate) async fn acquire(
+    request: LockRequest,
+    permits: u32,
+    scope: Arc<Node>,
+) -> Result<LockGuard, LockError> {
+    let runtime = request.runtime()?.clone();
+    if let Some(refused) = refused(permits, request.mode_asked()) {
+        return Err(refused);
+    }
+    let key = request.key().to_owned();
+    // The longest permit key is refused here if any is (length, path).
+    request.check_key(&runtime, &permit_key(&key, permits - 1))?;
+    let started = Instant::now();
+    let wait = request.wait_on(&runtime);
+    let taking = Taking {
+        runtime: &runtime,
+        request: &request,
+        key: &key,
+        scope: &scope,
+    };
+    if let Some(held) = taking.held_by_scope(permits) {
+        return taking.one(held, wait).await;
+    }
+    let tried = taking.each_once(permits, wait.is_some_and(|w| w.is_zero())).await;
+    match tried {
+        Ok(Some(guard)) => return Ok(guard),
+        Ok(None) if wait.is_some_and(|w| w.is_zero()) => {
+            let cause = TimeoutCause::default();
+            let waited = started.elapsed();
+            return Err(LockError::Timeout { key, waited, cause });
+        }
+        Ok(None) | Err(_) => {}
+    }
+    let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+    taking.any(permits, left).await.map_err(|e| as_key(e, &key))
+}
+
+/// One permit acquire under way: what each permit's acquire is made of.
+struct Taking<'a> {
+    runtime: &'a LockRuntime,
+    request: &'a LockRequest,
+    key: &'a str,
+    scope: &'a Arc<Node>,
+}
+
+impl Taking<'_> {
+    /// The permit below `permits` that the scope's ancestry holds.
+    fn held_by_scope(&self, permits: u32) -> Option<u32> {
+        let table = self.runtime.table();
+        let prefix = self.runtime.prefix();
+        (0..permits).find(|&permit| {
+            let name = self
+                .runtime
+                .backend()
+                .lock_name(prefix, &permit_key(self.key, permit));
+            table.holds_in(&name, self.scope) > 0
+        })
+    }
+
+    /// Permit `permit`, waiting `wait` (`None`: as long as it takes).
+    async fn one(&self, permit: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
+        let request = self
+            .request
+            .permit_lock(permit_key(self.key, permit), wait);
+        let guard = request.acquire_lock(Some(self.scope.clone())).await?;
+        Ok(guard.as_permit(permit))
+    }
+
+    /// Tries each permit once, from a rotating start: the first taken, or
+    /// `None` when every one is busy. An error ends the tries: returned
+    /// when `only` (the call tries once), else left to the wait.
+    async fn each_once(&self, permits: u32, only: bool) -> Result<Option<LockGuard>, LockError> {
+        let start = rotating_start(permits);
+        for step in 0..permits {
+            let permit = (start + step) % permits;
+            match self.one(permit, Some(Duration::ZERO)).await {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(LockError::Timeout { .. }) => {}
+                Err(error) if only => return Err(as_key(error, self.key)),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits for every permit at once, `wait` at most, and keeps the first
+    /// given; the other waits are dropped (cancelled). When all of them
+    /// fail, the first one's error.
+    async fn any(&self, permits: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
+        type Waiting<'w> = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send + 'w>>;
+        let mut waits: Vec<Option<Waiting<'_>>> = (0..permits)
+            .map(|permit| Some(Box::pin(self.one(permit, wait)) as Waiting<'_>))
+            .collect();
+        let mut first_error: Option<LockError> = None;
+        poll_fn(|cx| {
+            for slot in waits.iter_mut() {
+                let Some(waiting) = slot else { continue };
+                match waiting.as_mut().poll(cx) {
+                    Poll::Ready(Ok(guard)) => return Poll::Ready(Ok(guard)),
+                    Poll::Ready(Err(error)) => {
+                        *slot = None;
+                        first_error.get_or_insert(error);
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            if waits.iter().all(Option::is_none) {
+                let error = first_error.take().unwrap_or(LockError::ShutDown);
+                return Poll::Ready(Err(error));
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// `error` naming the key the caller asked for, not one permit's.
+fn as_key(error: LockError, key: &str) -> LockError {
+    match error {
+        LockError::Timeout { waited, cause, .. } => LockError::Timeout {
+            key: key.to_owned(),
+            waited,
+            cause,
+        },
+        other => other,
+    }
+}
+
+/// Where a call starts trying permits: a counter of the process, from a
+/// random start, so that the callers of one process and of different
+/// processes spread over the permits.
+fn rotating_start(permits: u32) -> u32 {
+    static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        AtomicU64::new(seed)
+    });
+    let n = next.fetch_add(1, Ordering::Relaxed);
+    u32::try_from(n % u64::from(permits)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Permit 0 is the key itself (so `permits = 1` is the ordinary lock);
+    /// the others carry their index.
+    #[test]
+    fn permit_zero_is_the_key_and_the_others_carry_their_index() {
+        assert_eq!(permit_key("stock:7", 0), "stock:7");
+        assert_eq!(permit_key("stock:7", 3), "stock:7#3");
+    }
+
+    /// Zero permits, too many, and permits with a read or write mode are
+    /// refused with the reason.
+    #[test]
+    fn out_of_range_counts_and_shared_modes_are_refused() {
+        for bad in [0, MAX_PERMITS + 1, u32::MAX] {
+            let refused = refused(bad, LockMode::Exclusive).map(|e| e.to_string());
+            assert!(refused.is_some_and(|e| e.contains("out of range")), "{bad}");
+        }
+        for mode in [LockMode::Read, LockMode::Write] {
+            let refused = refused(2, mode).map(|e| e.to_string());
+            assert!(refused.is_some_and(|e| e.contains("exclusive locks only")));
+        }
+        assert!(refused(1, LockMode::Exclusive).is_none());
+        assert!(refused(MAX_PERMITS, LockMode::Exclusive).is_none());
+    }
+
+    /// The start stays below the count, and moves on call by call.
+    #[test]
+    fn the_rotating_start_stays_in_range_and_moves() {
+        let starts: Vec<u32> = (0..8).map(|_| rotating_start(4)).collect();
+        assert!(starts.iter().all(|&s| s < 4), "{starts:?}");
+        let mut distinct = starts.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 1, "{starts:?}");
+        assert_eq!(rotating_start(1), 0);
+    }
+}
