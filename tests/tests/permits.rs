@@ -16,7 +16,7 @@ use lock_runtime::{
 };
 use lock_tests::looked::{at_once, until_free};
 use lock_tests::spawn::{join_within, spawn_acquire};
-use lock_tests::{install_global, on_every_backend, unique, Kind, Occupancy};
+use lock_tests::{install_global, on_every_backend, unique, wait_until, Kind, Occupancy};
 
 on_every_backend!(
     at_most_n_calls_hold_at_once_each_with_a_permit_of_its_own,
@@ -82,7 +82,13 @@ async fn with_every_permit_held_a_try_fails_and_a_waiter_gets_the_one_freed(kind
     assert_eq!(taken, [0, 1, 2]);
     let tried = peer.lock("pool").permits(3).try_acquire().await.unwrap();
     assert!(tried.is_none(), "a fourth holder got {:?}", tried.map(|g| g.permit()));
+    let before = peer.stats().waiting_keys;
     let waiter = spawn_acquire(peer.lock("pool").permits(3).wait(Duration::from_secs(20)));
+    // Released once the waiter waits for every permit (not while it tries).
+    wait_until("a wait for each permit", || {
+        peer.stats().waiting_keys == before + 3
+    })
+    .await;
     let freed = guards.iter().position(|g| g.permit() == Some(1)).unwrap();
     guards.swap_remove(freed).release().await.unwrap();
     let (_, got) = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -96,18 +102,21 @@ async fn with_every_permit_held_a_try_fails_and_a_waiter_gets_the_one_freed(kind
 }
 
 /// A call nested in a permit call's body, on the same key, re-enters the
-/// caller's permit (same index, same token) instead of taking another;
-/// meanwhile the other permit stays free for another client.
+/// caller's permit (same index, same token) instead of taking another,
+/// however many times it is made (each starts its tries elsewhere);
+/// meanwhile another permit stays free for another client.
 async fn a_nested_call_reenters_the_permit_its_caller_holds(kind: Kind) {
     let (runtime, peer) = kind.two("permits-nest").await;
-    with_lock(runtime.lock("seat").permits(2), async {
+    with_lock(runtime.lock("seat").permits(3), async {
         let (outer, outer_token) = (permit().unwrap(), fence().unwrap());
-        let inner = with_lock(runtime.lock("seat").permits(2), async {
-            Ok::<_, LockError>((permit().unwrap(), fence().unwrap()))
-        })
-        .await?;
-        assert_eq!(inner, (outer, outer_token));
-        let other = tokio::spawn(peer.lock("seat").permits(2).try_acquire());
+        for _ in 0..4 {
+            let inner = with_lock(runtime.lock("seat").permits(3), async {
+                Ok::<_, LockError>((permit().unwrap(), fence().unwrap()))
+            })
+            .await?;
+            assert_eq!(inner, (outer, outer_token));
+        }
+        let other = tokio::spawn(peer.lock("seat").permits(3).try_acquire());
         let other = other.await.unwrap()?.expect("the other permit is free");
         assert_ne!(other.permit(), Some(outer));
         other.release().await
