@@ -165,6 +165,7 @@ mod written;
 /// | `on_lost` | `"abort"`: drop the body, return `Err(LockError::Lost)`; `"continue"`: finish it; `"confirm"`: abort, and wait for the release's answer (a hold it finds gone is `Err(LockError::Lost)` too; one more round trip) | `"abort"` |
 /// | `fair` | `true`: first come, first served across processes (below); `false`: plain | runtime's (`true` on Redis) |
 /// | `mode` | `"read"`: shared with other readers, excludes writers; `"write"`: excludes readers and writers; `"exclusive"`: the same lock as `"write"` (below) | `"exclusive"` |
+/// | `permits` | how many calls may hold the key at once: `4`, or a `u32` constant (below) | one holder |
 /// | `crate` | path of `lock_runtime` when it is renamed or re-exported | `::lock_runtime` |
 ///
 /// **Key.** `<id>` formats the parameter `id` with `Display`; `<req.order_id>`,
@@ -221,6 +222,16 @@ mod written;
 /// error. The check compares names, not bindings: a local that shadows a parameter and is
 /// formatted into the same key text is taken for the parameter. By hand, the same is
 /// `LockRequest::read` / `write` / `mode`.
+///
+/// **Permits** (`permits = 4`, or `permits = SEGMENTS` for a `const SEGMENTS: u32`): up to
+/// that many calls hold the key at once, across processes, each with a permit index of its
+/// own that `lock_runtime::permit()` returns in the body (`0..N`, the same for the whole
+/// body): split a hot item's stock over N counters and let each call work on counter
+/// `permit()`. A nested call on the same key re-enters its caller's permit. A literal count
+/// is checked here (1 to 1024), a constant when it is evaluated; a value known only at run
+/// time is refused by the compiler (use `LockRequest::permits` by hand). Permits take one
+/// key, in exclusive mode: with `mode = "read"` or `"write"`, or a list of keys, it is a
+/// compile error.
 ///
 /// **Many keys** (`key = ["account:<from>", "account:<to>"]`, a trailing comma allowed): one
 /// call holds every key of the list, each a template as above, checked and reported at its
