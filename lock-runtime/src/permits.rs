@@ -192,6 +192,39 @@ impl Taking<'_> {
     }
 }
 
+impl LockRuntime {
+    /// What the backend records of each of the `permits` permits of `key`:
+    /// one entry per permit, in index order, `None` for a free one (see
+    /// [`inspect`](Self::inspect); permit `i`'s `key` is `key#i`, or the
+    /// key itself for permit 0). A snapshot, asked permit by permit.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let runtime = lock_runtime::LockRuntime::builder().memory().build().await?;
+    /// let guard = runtime.lock("export").permits(3).acquire().await?;
+    /// let seen = runtime.inspect_permits("export", 3).await?;
+    /// assert_eq!(seen.len(), 3);
+    /// let held: Vec<u32> = (0..3).filter(|&i| seen[i as usize].is_some()).collect();
+    /// assert_eq!(held, [guard.permit().unwrap()]);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn inspect_permits(
+        &self,
+        key: &str,
+        permits: u32,
+    ) -> Result<Vec<Option<crate::LockInfo>>, LockError> {
+        if let Some(refused) = refused(permits, LockMode::Exclusive) {
+            return Err(refused);
+        }
+        let mut seen = Vec::with_capacity(permits as usize);
+        for permit in 0..permits {
+            seen.push(self.inspect(&permit_key(key, permit)).await?);
+        }
+        Ok(seen)
+    }
+}
+
 /// `error` naming the key the caller asked for, not one permit's.
 fn as_key(error: LockError, key: &str) -> LockError {
     match error {

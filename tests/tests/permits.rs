@@ -80,6 +80,13 @@ async fn with_every_permit_held_a_try_fails_and_a_waiter_gets_the_one_freed(kind
     let mut taken: Vec<u32> = guards.iter().map(|g| g.permit().unwrap()).collect();
     taken.sort_unstable();
     assert_eq!(taken, [0, 1, 2]);
+    // Another client sees a holder on each permit, under the permit's key.
+    let seen = peer.inspect_permits("pool", 3).await.unwrap();
+    for (i, info) in seen.iter().enumerate() {
+        let info = info.as_ref().unwrap_or_else(|| panic!("permit {i} shows no holder"));
+        let key = if i == 0 { "pool".to_owned() } else { format!("pool#{i}") };
+        assert_eq!(info.key, key);
+    }
     let tried = peer.lock("pool").permits(3).try_acquire().await.unwrap();
     assert!(tried.is_none(), "a fourth holder got {:?}", tried.map(|g| g.permit()));
     let before = peer.stats().waiting_keys;
