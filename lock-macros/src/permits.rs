@@ -117,14 +117,20 @@ mod tests {
     /// A literal in range is read as its count; a path is left to the compiler.
     #[test]
     fn counts_in_range_and_constants_are_read() {
-        for (value, expected) in [(parse_quote!(1), 1), (parse_quote!(8), 8), (parse_quote!(1024), 1024)]
-        {
+        for (value, expected) in [
+            (parse_quote!(1), 1),
+            (parse_quote!(8), 8),
+            (parse_quote!(1024), 1024),
+        ] {
             match parse(value).unwrap() {
                 PermitsArg::Count(count, _) => assert_eq!(count, expected),
                 PermitsArg::Expr(_) => panic!("a literal read as an expression"),
             }
         }
-        assert!(matches!(parse(parse_quote!(SEGMENTS)).unwrap(), PermitsArg::Expr(_)));
+        assert!(matches!(
+            parse(parse_quote!(SEGMENTS)).unwrap(),
+            PermitsArg::Expr(_)
+        ));
     }
 
     /// Zero, negative, too many, fractional and quoted counts are refused, each saying why.

@@ -125,7 +125,7 @@ impl LockGuard {
     }
 
     /// This guard as permit `permit` of its key.
-    pub(crate) fn as_permit(mut self, permit: u32) -> LockGuard {
+    pub(crate) fn with_permit(mut self, permit: u32) -> LockGuard {
         self.permit = Some(permit);
         self
     }

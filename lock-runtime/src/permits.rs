@@ -99,7 +99,9 @@ pub(crate) async fn acquire(
     if let Some(held) = taking.held_by_scope(permits) {
         return taking.one(held, wait).await;
     }
-    let tried = taking.each_once(permits, wait.is_some_and(|w| w.is_zero())).await;
+    let deadline = wait.and_then(|w| started.checked_add(w));
+    let only = wait.is_some_and(|w| w.is_zero());
+    let tried = taking.each_once(permits, only, deadline).await;
     match tried {
         Ok(Some(guard)) => return Ok(guard),
         Ok(None) if wait.is_some_and(|w| w.is_zero()) => {
@@ -137,19 +139,26 @@ impl Taking<'_> {
 
     /// Permit `permit`, waiting `wait` (`None`: as long as it takes).
     async fn one(&self, permit: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
-        let request = self
-            .request
-            .permit_lock(permit_key(self.key, permit), wait);
+        let request = self.request.permit_lock(permit_key(self.key, permit), wait);
         let guard = request.acquire_lock(Some(self.scope.clone())).await?;
-        Ok(guard.as_permit(permit))
+        Ok(guard.with_permit(permit))
     }
 
     /// Tries each permit once, from a rotating start: the first taken, or
     /// `None` when every one is busy. An error ends the tries: returned
-    /// when `only` (the call tries once), else left to the wait.
-    async fn each_once(&self, permits: u32, only: bool) -> Result<Option<LockGuard>, LockError> {
+    /// when `only` (the call tries once), else left to the wait. A wait's
+    /// tries stop at its `deadline` (a try-once tries every permit).
+    async fn each_once(
+        &self,
+        permits: u32,
+        only: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>, LockError> {
         let start = rotating_start(permits);
         for step in 0..permits {
+            if !only && deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
             let permit = (start + step) % permits;
             match self.one(permit, Some(Duration::ZERO)).await {
                 Ok(guard) => return Ok(Some(guard)),
@@ -163,7 +172,7 @@ impl Taking<'_> {
 
     /// Waits for every permit at once, `wait` at most, and keeps the first
     /// given; the other waits are dropped (cancelled). When all of them
-    /// fail, the first one's error.
+    /// fail, the first error that is not a plain timeout, else the first.
     async fn any(&self, permits: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
         type Waiting<'w> = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send + 'w>>;
         let mut waits: Vec<Option<Waiting<'_>>> = (0..permits)
@@ -177,7 +186,14 @@ impl Taking<'_> {
                     Poll::Ready(Ok(guard)) => return Poll::Ready(Ok(guard)),
                     Poll::Ready(Err(error)) => {
                         *slot = None;
-                        first_error.get_or_insert(error);
+                        // A timeout is the least telling error: another
+                        // permit's (a self-deadlock, an outage) wins.
+                        let timeout = |e: &LockError| matches!(e, LockError::Timeout { .. });
+                        if first_error.as_ref().is_none_or(timeout) && !timeout(&error) {
+                            first_error = Some(error);
+                        } else {
+                            first_error.get_or_insert(error);
+                        }
                     }
                     Poll::Pending => {}
                 }

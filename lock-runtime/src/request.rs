@@ -364,7 +364,10 @@ impl LockRequest {
 
     /// [`acquire_as`](Self::acquire_as) for an ordinary lock (a permit's
     /// too: `permits` is not looked at).
-    pub(crate) async fn acquire_lock(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
+    pub(crate) async fn acquire_lock(
+        self,
+        scope: Option<Arc<Node>>,
+    ) -> Result<LockGuard, LockError> {
         // Taken apart at once: a request kept whole (partly moved) would
         // stay in every waiting acquire's state.
         let LockRequest {

@@ -11,9 +11,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{
-    distributed_lock, fence, permit, with_lock, LockError, LockGuard, LockRuntime,
-};
+use lock_runtime::{distributed_lock, fence, permit, with_lock, LockError, LockGuard, LockRuntime};
 use lock_tests::looked::{at_once, until_free};
 use lock_tests::spawn::{join_within, spawn_acquire};
 use lock_tests::{install_global, on_every_backend, unique, wait_until, Kind, Occupancy};
@@ -83,12 +81,22 @@ async fn with_every_permit_held_a_try_fails_and_a_waiter_gets_the_one_freed(kind
     // Another client sees a holder on each permit, under the permit's key.
     let seen = peer.inspect_permits("pool", 3).await.unwrap();
     for (i, info) in seen.iter().enumerate() {
-        let info = info.as_ref().unwrap_or_else(|| panic!("permit {i} shows no holder"));
-        let key = if i == 0 { "pool".to_owned() } else { format!("pool#{i}") };
+        let info = info
+            .as_ref()
+            .unwrap_or_else(|| panic!("permit {i} shows no holder"));
+        let key = if i == 0 {
+            "pool".to_owned()
+        } else {
+            format!("pool#{i}")
+        };
         assert_eq!(info.key, key);
     }
     let tried = peer.lock("pool").permits(3).try_acquire().await.unwrap();
-    assert!(tried.is_none(), "a fourth holder got {:?}", tried.map(|g| g.permit()));
+    assert!(
+        tried.is_none(),
+        "a fourth holder got {:?}",
+        tried.map(|g| g.permit())
+    );
     let before = peer.stats().waiting_keys;
     let waiter = spawn_acquire(peer.lock("pool").permits(3).wait(Duration::from_secs(20)));
     // Released once the waiter waits for every permit (not while it tries).
@@ -148,7 +156,12 @@ async fn each_permits_token_grows_for_each_new_holder(kind: Kind) {
     until_free(&peer, "slot#1").await;
     for guard in every_permit(&peer, "slot", 2).await {
         let i = guard.permit().unwrap() as usize;
-        assert!(guard.fence() > before[i], "permit {i}: {} after {}", guard.fence(), before[i]);
+        assert!(
+            guard.fence() > before[i],
+            "permit {i}: {} after {}",
+            guard.fence(),
+            before[i]
+        );
         guard.release().await.unwrap();
     }
 }
@@ -180,9 +193,17 @@ async fn calls_giving_different_counts_share_the_low_permits(kind: Kind) {
 async fn a_cancelled_wait_for_a_permit_leaves_every_permit_free(kind: Kind) {
     let (runtime, peer) = kind.two("permits-cancel").await;
     let held = every_permit(&runtime, "lane", 2).await;
-    let waiting = peer.lock("lane").permits(2).wait(Duration::from_secs(30)).acquire();
+    let waiting = peer
+        .lock("lane")
+        .permits(2)
+        .wait(Duration::from_secs(30))
+        .acquire();
     let cancelled = tokio::time::timeout(Duration::from_millis(300), waiting).await;
-    assert!(cancelled.is_err(), "a permit was free: {:?}", cancelled.map(|g| g.map(|g| g.permit())));
+    assert!(
+        cancelled.is_err(),
+        "a permit was free: {:?}",
+        cancelled.map(|g| g.map(|g| g.permit()))
+    );
     for guard in held {
         guard.release().await.unwrap();
     }
