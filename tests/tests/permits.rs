@@ -18,6 +18,7 @@ use lock_tests::{install_global, on_every_backend, unique, wait_until, Kind, Occ
 
 on_every_backend!(
     at_most_n_calls_hold_at_once_each_with_a_permit_of_its_own,
+    a_process_passes_permits_between_its_own_tasks,
     with_every_permit_held_a_try_fails_and_a_waiter_gets_the_one_freed,
     a_nested_call_reenters_the_permit_its_caller_holds,
     each_permits_token_grows_for_each_new_holder,
@@ -36,24 +37,27 @@ async fn every_permit(runtime: &LockRuntime, key: &str, n: u32) -> Vec<LockGuard
 }
 
 /// Eight tasks in two clients, three permits: never more than three bodies
-/// inside, never two on one permit, and more than one inside at a time
-/// (the permits are used side by side, not one after another).
+/// inside, never two on one permit, more than one inside at a time (the
+/// permits are used side by side, not one after another), and each client
+/// gets its share.
 async fn at_most_n_calls_hold_at_once_each_with_a_permit_of_its_own(kind: Kind) {
     let (runtime, peer) = kind.two("permits-most").await;
     let occupancy = Arc::new(Occupancy::new());
     let in_use = Arc::new(Mutex::new(HashSet::new()));
+    let holds = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for t in 0..8 {
         let rt = if t % 2 == 0 { &runtime } else { &peer }.clone();
-        let (occupancy, in_use) = (occupancy.clone(), in_use.clone());
+        let (occupancy, in_use, holds) = (occupancy.clone(), in_use.clone(), holds.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..4 {
+            for _ in 0..6 {
                 let request = rt.lock("stock").permits(3).wait(Duration::from_secs(30));
                 with_lock(request, async {
                     let _inside = occupancy.enter();
                     let mine = permit().expect("a permit in the body");
                     assert!(mine < 3, "permit {mine} of 3");
                     assert!(in_use.lock().unwrap().insert(mine), "two on permit {mine}");
+                    holds.lock().unwrap().push(t % 2);
                     // The body's work, long enough for others to be inside too.
                     tokio::time::sleep(Duration::from_millis(30)).await;
                     in_use.lock().unwrap().remove(&mine);
@@ -67,6 +71,55 @@ async fn at_most_n_calls_hold_at_once_each_with_a_permit_of_its_own(kind: Kind) 
     join_within(tasks, Duration::from_secs(120), "permit holders").await;
     let most = occupancy.max();
     assert!((2..=3).contains(&most), "{most} bodies inside at once");
+    let holds = holds.lock().unwrap().clone();
+    assert_eq!(holds.len(), 48);
+    // (Plain mode lets the clients race: shares vary more.)
+    let least = if std::env::var("LOCK_FAIR").is_ok_and(|v| v == "0") {
+        24
+    } else {
+        6
+    };
+    for client in 0..2 {
+        let share = holds.iter().filter(|&&c| c == client).count();
+        assert!(
+            share * least >= holds.len(),
+            "client {client} got {share} of 48"
+        );
+    }
+}
+
+/// Short bodies of four tasks of one process on two permits: where the
+/// backend passes holds between a process's tasks without a round trip
+/// (Redis, Cluster, Sentinel: README, "lock cohorting"), permits are
+/// passed so too; elsewhere nothing is.
+async fn a_process_passes_permits_between_its_own_tasks(kind: Kind) {
+    let runtime = kind.runtime(&unique("permits-pass")).await;
+    let in_use = Arc::new(Mutex::new(HashSet::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (rt, in_use) = (runtime.clone(), in_use.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let request = rt.lock("hot").permits(2).wait(Duration::from_secs(30));
+                with_lock(request, async {
+                    let mine = permit().expect("a permit in the body");
+                    assert!(in_use.lock().unwrap().insert(mine), "two on permit {mine}");
+                    tokio::task::yield_now().await;
+                    in_use.lock().unwrap().remove(&mine);
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    join_within(tasks, Duration::from_secs(60), "permit holders").await;
+    let passed = runtime.stats().passed_locally;
+    if matches!(kind, Kind::Redis | Kind::Cluster | Kind::Sentinel) {
+        assert!(passed > 0, "no permit passed between the process's tasks");
+    } else {
+        assert_eq!(passed, 0, "{kind:?} passes nothing");
+    }
 }
 
 /// With every permit held, another client's try finds none; a waiter gets
