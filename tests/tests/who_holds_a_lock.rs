@@ -1,5 +1,5 @@
-//! Which process holds a lock, for an operator: a runtime on a Redis server
-//! publishes who it is (host, pid, the name from the builder or
+//! Which process holds a lock, for an operator: a runtime on a server
+//! backend (the Redis family, etcd, ZooKeeper) publishes who it is (host, pid, the name from the builder or
 //! `LOCK_CLIENT_NAME`, when it started) in a small key whose TTL its
 //! watchdog refreshes, so the identity is there while the process lives and
 //! gone soon after it dies. `lockctl show`/`list` print it
@@ -10,7 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lock_runtime::{layout, ClientInfo, LockRuntime};
 use lock_testkit::pipes;
-use lock_tests::{contender_bin, redis, unique, Kind};
+use lock_tests::{contender_bin, on_every_backend, redis, unique, Kind};
+
+on_every_backend!(another_client_sees_the_holders_name_and_pid);
 
 /// The identity of `holder`, once published: the watchdog publishes it at
 /// its first tick, right after the build, and no event says when it landed,
@@ -111,4 +113,39 @@ async fn lock_client_name_names_a_process_whose_builder_gives_no_name() {
     assert_eq!(info.name.as_deref(), Some("nightly-export"));
     assert_eq!(Some(info.pid), child.id());
     drop(child);
+}
+
+/// Another client of the lock store finds the holder's host, pid and name
+/// from the holder id `inspect` shows, on every server backend (etcd: a
+/// key on the runtime's lease; ZooKeeper: an ephemeral node); the embedded
+/// backend has nobody to tell and publishes nothing.
+async fn another_client_sees_the_holders_name_and_pid(kind: Kind) {
+    let prefix = unique("who-every");
+    let runtime = kind
+        .builder(&prefix)
+        .client_name("billing")
+        .build()
+        .await
+        .unwrap();
+    // (Publishing nothing: it shares this process's uuid, so its own
+    // identity, without a name, would replace the holder's.)
+    let peer = match kind {
+        Kind::Memory => runtime.clone(),
+        _ => kind
+            .builder(&prefix)
+            .publish_identity(false)
+            .build()
+            .await
+            .unwrap(),
+    };
+    let guard = runtime.lock("invoice:2").acquire().await.unwrap();
+    let holder = peer.inspect("invoice:2").await.unwrap().unwrap().holder;
+    if kind == Kind::Memory {
+        assert_eq!(peer.client_of(&holder).await.unwrap(), None);
+    } else {
+        let info = published(&peer, &holder).await;
+        assert_eq!(info.name.as_deref(), Some("billing"));
+        assert_eq!(info.pid, std::process::id());
+    }
+    guard.release().await.unwrap();
 }

@@ -378,11 +378,11 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
             Backend::Memory(_) => Ok(()),
-            // Not on etcd or ZooKeeper yet (the Redis family only, for now).
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Ok(()),
+            Backend::Etcd(e) => e.publish_identity(key, value, ttl).await,
+            // (Its node lives with the session, not for `ttl`.)
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => Ok(()),
+            Backend::Zookeeper(z) => z.publish_identity(key, value).await,
             Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
             Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
         }
@@ -394,9 +394,9 @@ impl Backend {
             Backend::Redis(r) => r.read_identity(key).await,
             Backend::Memory(_) => Ok(None),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Ok(None),
+            Backend::Etcd(e) => e.read_identity(key).await,
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(_) => Ok(None),
+            Backend::Zookeeper(z) => z.read_identity(key).await,
             Backend::Redlock(r) => r.read_identity(key).await,
             Backend::Sentinel(s) => s.read_identity(key).await,
         }

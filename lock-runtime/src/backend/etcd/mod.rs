@@ -43,12 +43,14 @@
 //! `release.rs` (a holder's keys deleted), `tomb.rs` (late puts made
 //! harmless), `downgrade.rs`, `releaser.rs` (background releases and
 //! downgrades, retried), `renew.rs`, `places.rs` (fair places: refresh,
-//! give-back), `inspect.rs` (inspect, force-unlock). This file holds what
+//! give-back), `inspect.rs` (inspect, force-unlock), `identity.rs` (the
+//! runtime's identity for operators). This file holds what
 //! they share: the configuration, a lock's names, the backend's state.
 
 mod acquire;
 mod connect;
 mod downgrade;
+mod identity;
 mod inspect;
 mod lease;
 mod modes;

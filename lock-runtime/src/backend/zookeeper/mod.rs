@@ -41,12 +41,14 @@
 //! attempt's steps), `wait.rs` (a queued node's watch), `release.rs` (a
 //! holder's nodes deleted), `downgrade.rs`, `releaser.rs` (background
 //! releases, retried), `renew.rs`, `places.rs` (fair places: refresh,
-//! give-back), `inspect.rs` (inspect, force-unlock). This file holds what
-//! they share: the configuration, a place, the backend's state.
+//! give-back), `inspect.rs` (inspect, force-unlock), `identity.rs` (the
+//! runtime's identity for operators). This file holds what they share:
+//! the configuration, a place, the backend's state.
 
 mod acquire;
 mod connect;
 mod downgrade;
+mod identity;
 mod inspect;
 mod nodes;
 mod path;
