@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Release;
+use crate::backend::{Holding, Release};
 use crate::cohort::Terms;
 use crate::error::LockError;
 use crate::gate::{self, Evidence, Verdict, Way};
@@ -311,14 +311,8 @@ impl LockGuard {
             runtime: &self.runtime,
             held: Some(&held),
         };
-        let outcome = self
-            .runtime
-            .run(
-                self.runtime
-                    .backend()
-                    .release(&held.lock_key, &held.holder, held.fair),
-            )
-            .await;
+        let hold = Holding::from(&*held);
+        let outcome = self.runtime.run(self.runtime.backend().release(hold)).await;
         tracing::debug!(key = %held.key, fence = held.fence(), ?outcome, "lock released");
         // Unanswered (a connection lost on the way, a response timeout):
         // `pending`, dropped, sends the release again in the background, so

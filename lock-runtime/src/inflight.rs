@@ -39,7 +39,7 @@ pub(crate) enum Abandoned {
     /// The script is still out.
     StillOut,
     /// Answered, and this must be given back.
-    GiveBack(Taken),
+    Holding(Taken),
     /// Nothing to give back.
     Nothing,
 }
@@ -135,7 +135,7 @@ impl InFlight {
     }
 
     /// The caller of attempt `id` goes away without claiming its outcome.
-    /// [`Abandoned::GiveBack`]: the answer came, and what it took must be
+    /// [`Abandoned::Holding`]: the answer came, and what it took must be
     /// given back now (the caller queues its release, then calls
     /// [`given_back`](Self::given_back)); [`Abandoned::StillOut`]: the
     /// script is still out (its task gives back what it takes when the
@@ -150,7 +150,7 @@ impl InFlight {
             Some(Phase::Answered(Some(taken))) => {
                 // Out until its release is queued (see `given_back`).
                 state.attempts.insert(id, Phase::GivingBack);
-                Abandoned::GiveBack(taken)
+                Abandoned::Holding(taken)
             }
             Some(Phase::Answered(None)) | None => Abandoned::Nothing,
             // Its task is giving it back already (or it was abandoned).
@@ -239,7 +239,7 @@ mod tests {
         // The answer first, then the caller: the caller gives it back.
         let id = gate.start().unwrap();
         assert!(gate.answered(id, taken()).is_none());
-        assert!(matches!(gate.abandon(id), Abandoned::GiveBack(_)));
+        assert!(matches!(gate.abandon(id), Abandoned::Holding(_)));
         gate.given_back(id);
         // Claimed: nothing to give back.
         let id = gate.start().unwrap();

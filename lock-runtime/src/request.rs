@@ -6,6 +6,8 @@
 
 use std::future::Future;
 
+use futures_util::future::Either;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -353,13 +355,21 @@ impl LockRequest {
 
     /// Acquires for `scope`, or for the scope current at the first poll
     /// (a fresh root outside any) when `None`.
-    pub(crate) async fn acquire_as(self, scope: Option<Arc<Node>>) -> Result<LockGuard, LockError> {
-        if let Some(permits) = self.permits {
-            let scope = scope.unwrap_or_else(owner::current_or_root);
+    ///
+    /// Not an `async fn`: one would keep the request in its state beside
+    /// the acquisition it is moved into (a waiting acquire twice as big).
+    pub(crate) fn acquire_as(
+        self,
+        scope: Option<Arc<Node>>,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
+        match self.permits {
             // (Boxed: kept out of every ordinary acquire's state.)
-            return Box::pin(crate::permits::acquire(self, permits, scope)).await;
+            Some(permits) => Either::Left(Box::pin(async move {
+                let scope = scope.unwrap_or_else(owner::current_or_root);
+                crate::permits::acquire(self, permits, scope).await
+            })),
+            None => Either::Right(self.acquire_lock(scope)),
         }
-        self.acquire_lock(scope).await
     }
 
     /// [`acquire_as`](Self::acquire_as) for an ordinary lock (a permit's

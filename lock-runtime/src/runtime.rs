@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backend::releases::PendingReleases;
-use crate::backend::{Backend, Release};
+use crate::backend::{Backend, Holding, Release};
 use crate::error::{BackendError, LockError};
 use crate::held::{HeldLock, HeldTable};
 use crate::inflight::InFlight;
@@ -334,7 +334,12 @@ impl LockRuntime {
             held.fair,
         );
         self.start_on_worker(async move {
-            match backend.release(&lock_key, &holder, fair).await {
+            let given = Holding {
+                lock_key: &lock_key,
+                holder: &holder,
+                fair,
+            };
+            match backend.release(given).await {
                 Ok(outcome @ (Release::Freed | Release::StillHeld)) => {
                     tracing::debug!(%key, ?outcome, behind = true, "lock released");
                 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Heartbeats, PlaceRefresh, QUEUE_ENTRY_LIFE};
+use crate::backend::{Backend, Heartbeats, PlaceRefresh, Published, QUEUE_ENTRY_LIFE};
 use crate::held::HeldLock;
 use crate::meter;
 use crate::who::{self, Identity};
@@ -390,9 +390,12 @@ pub(crate) async fn run(
 /// Publishes the runtime's identity once. A failure only costs an operator
 /// the name next to a holder id until the next refresh: logged, not fatal.
 async fn publish(backend: Backend, identity: Identity) {
-    let published = backend
-        .publish_identity(&identity.key, &identity.value, who::TTL)
-        .await;
+    let it = Published {
+        key: &identity.key,
+        value: &identity.value,
+        ttl: who::TTL,
+    };
+    let published = backend.publish_identity(it).await;
     if let Err(error) = published {
         tracing::debug!(%error, "could not publish this runtime's identity");
     }

@@ -392,7 +392,7 @@ impl Drop for InFlight {
         if let Some(id) = self.sent.take() {
             let gate = self.runtime.in_flight();
             match gate.abandon(id) {
-                Abandoned::GiveBack(taken) => {
+                Abandoned::Holding(taken) => {
                     self.runtime.backend().release_in_background(
                         taken.lock_key,
                         taken.holder,

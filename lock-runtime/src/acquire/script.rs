@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Acquire, Backend, Queue};
+use crate::backend::{Acquire, Ask, Backend, Queue};
 use crate::error::BackendError;
 use crate::inflight::{InFlight, Taken};
 use crate::mode::LockMode;
@@ -62,9 +62,15 @@ impl Script {
             }),
             backend: backend.clone(),
         };
-        let outcome = backend
-            .acquire(&lock_key, &holder, lease, queue, mode)
-            .await;
+        let ask = Ask {
+            lock_key: &lock_key,
+            holder: &holder,
+            lease: lease.0,
+            renewed: lease.1,
+            queue,
+            mode,
+        };
+        let outcome = backend.acquire(ask).await;
         unanswered.defuse();
         drop(place_attempt);
         // What the script may have left under a fresh id: the lock, a place

@@ -37,7 +37,8 @@ pub(crate) mod zookeeper;
 pub(crate) use config::{BackendConfig, ConnectSettings};
 pub(crate) use news::{Heartbeats, Wakeups, Watched, Watches};
 pub(crate) use replies::{
-    Acquire, PlaceRefresh, Queue, Recorded, RecordedReader, Refreshed, Release, QUEUE_ENTRY_LIFE,
+    Acquire, Ask, Holding, PlaceRefresh, Published, Queue, Recorded, RecordedReader, Refreshed,
+    Release, QUEUE_ENTRY_LIFE,
 };
 
 use std::sync::{Arc, Weak};
@@ -45,7 +46,16 @@ use std::time::Duration;
 
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
-use crate::mode::LockMode;
+
+impl<'a> From<&'a HeldLock> for Holding<'a> {
+    fn from(held: &'a HeldLock) -> Self {
+        Holding {
+            lock_key: &held.lock_key,
+            holder: &held.holder,
+            fair: held.fair,
+        }
+    }
+}
 
 /// The backend of one runtime.
 #[derive(Clone, Debug)]
@@ -217,44 +227,30 @@ impl Backend {
         matches!(self, Backend::Redlock(_)).then_some(redlock::FAIR_UNSUPPORTED)
     }
 
-    /// One acquire attempt for `holder`. `queue` asks for the fair mode: when
-    /// the lock is busy the holder id joins (or stays in) the key's queue.
-    /// The embedded backend, where this process is the only contender and the
-    /// local waiter queue is already first come first served, ignores it.
+    /// One acquire attempt for `ask.holder`. `ask.queue` asks for the fair
+    /// mode: when the lock is busy the holder id joins (or stays in) the
+    /// key's queue. The embedded backend, where this process is the only
+    /// contender and the local waiter queue is already first come first
+    /// served, ignores it.
     ///
-    /// `(lease, renewed)`: the lease, and whether the watchdog will renew it
-    /// (a fixed lease must end on the server by itself: on etcd it gets an
-    /// etcd lease of its own that nobody keeps alive).
+    /// `ask.renewed`: whether the watchdog will renew the lease (a fixed
+    /// lease must end on the server by itself: on etcd it gets an etcd
+    /// lease of its own that nobody keeps alive).
     ///
-    /// `mode`: read holds share the key; a write is the exclusive lock
+    /// `ask.mode`: read holds share the key; a write is the exclusive lock
     /// (every backend serves both).
     /// ZooKeeper also names its node by it (Curator's mutex node for
     /// exclusive, its read-write lock's for read and write).
-    pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        (lease, renewed): (Duration, bool),
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
-        #[cfg(not(any(feature = "etcd", feature = "zookeeper")))]
-        let _ = renewed;
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
-            Backend::Memory(m) => Ok(m.acquire(lock_key, holder, lease, mode)),
-            Backend::Redlock(r) => r.acquire(lock_key, holder, lease, queue, mode).await,
-            Backend::Sentinel(s) => s.acquire(lock_key, holder, lease, queue, mode).await,
+            Backend::Redis(r) => r.acquire(ask).await,
+            Backend::Memory(m) => Ok(m.acquire(ask.lock_key, ask.holder, ask.lease, ask.mode)),
+            Backend::Redlock(r) => r.acquire(ask).await,
+            Backend::Sentinel(s) => s.acquire(ask).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => {
-                e.acquire(lock_key, holder, (lease, renewed), queue, mode)
-                    .await
-            }
+            Backend::Etcd(e) => e.acquire(ask).await,
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => {
-                z.acquire(lock_key, holder, (lease, renewed), queue, mode)
-                    .await
-            }
+            Backend::Zookeeper(z) => z.acquire(ask).await,
         }
     }
 
@@ -268,8 +264,8 @@ impl Backend {
         let (lock_key, holder) = (&held.lock_key, &held.holder);
         match self {
             Backend::Memory(m) => Ok(m.downgrade(lock_key, holder)),
-            Backend::Redis(r) => r.downgrade(lock_key, holder, held.fair).await,
-            Backend::Sentinel(s) => s.downgrade(lock_key, holder, held.fair).await,
+            Backend::Redis(r) => r.downgrade(held.into()).await,
+            Backend::Sentinel(s) => s.downgrade(held.into()).await,
             Backend::Redlock(r) => r.downgrade(lock_key, holder).await,
             #[cfg(feature = "zookeeper")]
             Backend::Zookeeper(z) => z.downgrade(lock_key, holder).await,
@@ -304,23 +300,18 @@ impl Backend {
         }
     }
 
-    /// Gives back one hold of `holder` (`fair`: hand the lock to the first in
-    /// the key's queue; for a queued holder id, leave the queue).
-    pub(crate) async fn release(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
+    /// Gives back one hold of `hold.holder` (fair: hand the lock to the
+    /// first in the key's queue; for a queued holder id, leave the queue).
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(r) => r.release(lock_key, holder, fair).await,
-            Backend::Memory(m) => Ok(m.release(lock_key, holder)),
-            Backend::Redlock(r) => r.release(lock_key, holder, fair).await,
-            Backend::Sentinel(s) => s.release(lock_key, holder, fair).await,
+            Backend::Redis(r) => r.release(hold).await,
+            Backend::Memory(m) => Ok(m.release(hold.lock_key, hold.holder)),
+            Backend::Redlock(r) => r.release(hold).await,
+            Backend::Sentinel(s) => s.release(hold).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.release(lock_key, holder, fair).await,
+            Backend::Etcd(e) => e.release(hold).await,
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.release(lock_key, holder, fair).await,
+            Backend::Zookeeper(z) => z.release(hold).await,
         }
     }
 
@@ -369,22 +360,17 @@ impl Backend {
     /// Publishes this runtime's identity (`who.rs`): `value` under `key`,
     /// for `ttl`. Nothing on the embedded backend (no operator can look
     /// into it).
-    pub(crate) async fn publish_identity(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), BackendError> {
+    pub(crate) async fn publish_identity(&self, it: Published<'_>) -> Result<(), BackendError> {
         match self {
-            Backend::Redis(r) => r.publish_identity(key, value, ttl).await,
+            Backend::Redis(r) => r.publish_identity(it).await,
             Backend::Memory(_) => Ok(()),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.publish_identity(key, value, ttl).await,
+            Backend::Etcd(e) => e.publish_identity(it).await,
             // (Its node lives with the session, not for `ttl`.)
             #[cfg(feature = "zookeeper")]
-            Backend::Zookeeper(z) => z.publish_identity(key, value).await,
-            Backend::Redlock(r) => r.publish_identity(key, value, ttl).await,
-            Backend::Sentinel(s) => s.publish_identity(key, value, ttl).await,
+            Backend::Zookeeper(z) => z.publish_identity(it.key, it.value).await,
+            Backend::Redlock(r) => r.publish_identity(it).await,
+            Backend::Sentinel(s) => s.publish_identity(it).await,
         }
     }
 

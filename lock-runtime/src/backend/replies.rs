@@ -7,6 +7,84 @@ use std::time::Duration;
 
 use crate::mode::LockMode;
 
+/// One acquire attempt, as every backend is asked it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    /// The lock's name in the backend.
+    pub(crate) lock_key: &'a str,
+    /// The holder id the attempt takes it under.
+    pub(crate) holder: &'a str,
+    /// The lease.
+    pub(crate) lease: Duration,
+    /// Whether the watchdog will renew it (a fixed lease must end on the
+    /// server by itself: on etcd it gets an etcd lease of its own). Read
+    /// by the etcd and ZooKeeper backends only.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) renewed: bool,
+    /// How it treats the key's fair queue.
+    pub(crate) queue: Queue,
+    /// Read or write (exclusive).
+    pub(crate) mode: LockMode,
+}
+
+/// One holder id's hold of a lock, as every backend is asked to give it
+/// back or downgrade it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding<'a> {
+    /// The lock's name in the backend.
+    pub(crate) lock_key: &'a str,
+    /// The holder id.
+    pub(crate) holder: &'a str,
+    /// Fair mode: hand the lock to the first in the key's queue (a queued
+    /// holder id leaves the queue).
+    pub(crate) fair: bool,
+}
+
+/// A runtime's identity to publish (`who.rs`): `value` under `key`, for
+/// `ttl` where the backend gives keys a TTL.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Published<'a> {
+    /// Where: `<prefix>client:<process-uuid>`.
+    pub(crate) key: &'a str,
+    /// What: one `field=value` a line.
+    pub(crate) value: &'a str,
+    /// How long it lives without a refresh (Redis family, etcd).
+    pub(crate) ttl: Duration,
+}
+
+#[cfg(test)]
+impl<'a> Ask<'a> {
+    /// An ask from its parts, in the order the backends' tests write them.
+    pub(crate) fn of(
+        lock_key: &'a str,
+        holder: &'a str,
+        (lease, renewed): (Duration, bool),
+        queue: Queue,
+        mode: LockMode,
+    ) -> Self {
+        Ask {
+            lock_key,
+            holder,
+            lease,
+            renewed,
+            queue,
+            mode,
+        }
+    }
+}
+
+#[cfg(test)]
+impl<'a> Holding<'a> {
+    /// A hold from its parts, for the backends' tests.
+    pub(crate) fn of(lock_key: &'a str, holder: &'a str, fair: bool) -> Self {
+        Holding {
+            lock_key,
+            holder,
+            fair,
+        }
+    }
+}
+
 /// Reply of an acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Acquire {

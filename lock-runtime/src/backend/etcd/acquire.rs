@@ -7,16 +7,14 @@
 //! Owns no key's delete (`release.rs`) and no renewal (`renew.rs`); never
 //! changes a key's mode (`modes.rs`).
 
-use std::time::Duration;
-
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::readers::{self, read_node};
 use super::txn::gets;
 use super::{dir, first_of, modes, node, tomb, wait, EtcdBackend};
+use crate::backend::Ask;
 use crate::backend::{Acquire, Queue};
 use crate::error::BackendError;
-use crate::mode::LockMode;
 
 /// The transaction of one attempt of `holder` at `lock` (see the module
 /// docs): its key (`read`: its read key) is put on `lease` if neither of
@@ -121,14 +119,9 @@ enum Decide {
 impl EtcdBackend {
     /// One attempt for `holder` (see the module docs); a read (`mode`)
     /// puts its read key and is decided as `readers.rs` says.
-    pub(crate) async fn acquire(
-        &self,
-        lock: &str,
-        holder: &str,
-        (lease, renewed): (Duration, bool),
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
+        let (lock, holder, lease, renewed) = (ask.lock_key, ask.holder, ask.lease, ask.renewed);
+        let (queue, mode) = (ask.queue, ask.mode);
         let read = mode.is_read();
         let on = self.inner.leases.ahead(lease).await?;
         // Waiting: our key joins the queue (or stays in it). Trying once:

@@ -7,23 +7,21 @@
 //!
 //! Owns only that key.
 
-use std::time::Duration;
-
 use etcd_client::{PutOptions, Txn, TxnOp};
 
 use super::{txn, EtcdBackend};
+use crate::backend::Published;
 use crate::error::BackendError;
 
 impl EtcdBackend {
     /// Puts `value` under `key` on the kept lease for `ttl`.
-    pub(crate) async fn publish_identity(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), BackendError> {
-        let lease = self.inner.leases.ahead(ttl).await?;
-        let put = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease.id)));
+    pub(crate) async fn publish_identity(&self, it: Published<'_>) -> Result<(), BackendError> {
+        let lease = self.inner.leases.ahead(it.ttl).await?;
+        let put = TxnOp::put(
+            it.key,
+            it.value,
+            Some(PutOptions::new().with_lease(lease.id)),
+        );
         self.inner.txn(Txn::new().and_then([put])).await.map(drop)
     }
 

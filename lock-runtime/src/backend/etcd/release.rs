@@ -12,6 +12,7 @@ use super::readers::read_node;
 use super::txn::deleted;
 use super::{node, tomb, EtcdBackend, Inner};
 use crate::backend::releases::{Job, Op};
+use crate::backend::Holding;
 use crate::backend::Release;
 use crate::error::BackendError;
 
@@ -85,12 +86,8 @@ impl EtcdBackend {
     /// Deletes `holder`'s keys of `lock` (write and read: whichever it
     /// has). A background downgrade of the holder still queued is
     /// superseded: its answer no longer says anything of the hold.
-    pub(crate) async fn release(
-        &self,
-        lock: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
+        let (lock, holder, fair) = (hold.lock_key, hold.holder, hold.fair);
         self.inner.waits.stop(lock, holder);
         self.inner.superseded(lock, holder);
         let deleted = match self

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::acquire::acquire_txn;
 use super::{connect, lock_name, node, tomb, EtcdBackend, EtcdConfig};
-use crate::backend::ConnectSettings;
+use crate::backend::{Ask, ConnectSettings, Holding};
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -44,7 +44,10 @@ async fn a_put_applied_after_the_delete_of_its_key_writes_nothing() {
         // The attempt's put goes out; its answer never comes.
         drop(backend.inner.unanswered.put_out(&key, lease));
         // Given up: its key is deleted (the put has not arrived yet) ...
-        backend.release(&lock, holder, true).await.unwrap();
+        backend
+            .release(Holding::of(&lock, holder, true))
+            .await
+            .unwrap();
         // ... and then the put arrives.
         let mut kv = backend.inner.client.kv_client();
         let late = kv
@@ -57,7 +60,10 @@ async fn a_put_applied_after_the_delete_of_its_key_writes_nothing() {
         // The lock itself is free for everyone else.
         let other = acquire_txn(&lock, "another", lease, joins, false);
         assert!(kv.txn(other).await.unwrap().succeeded());
-        backend.release(&lock, "another", true).await.unwrap();
+        backend
+            .release(Holding::of(&lock, "another", true))
+            .await
+            .unwrap();
     }
 }
 
@@ -70,17 +76,17 @@ async fn an_answered_put_leaves_no_tombstone() {
     let backend = backend(&cluster).await;
     let lock = "answered";
     let acquired = backend
-        .acquire(
+        .acquire(Ask::of(
             lock,
             "h",
             (LEASE, true),
             crate::backend::Queue::Join(LEASE),
             crate::mode::LockMode::Write,
-        )
+        ))
         .await
         .unwrap();
     assert!(matches!(acquired, crate::backend::Acquire::Held { .. }));
-    backend.release(lock, "h", true).await.unwrap();
+    backend.release(Holding::of(lock, "h", true)).await.unwrap();
     assert!(!stands(&backend, &node(lock, "h")).await);
     assert!(!stands(&backend, &tomb::key(lock, "h")).await);
 }
@@ -101,7 +107,10 @@ async fn a_delete_whose_tombstone_lease_is_gone_still_deletes() {
     let mut kv = backend.inner.client.kv_client();
     kv.put(key.as_str(), "", None).await.unwrap();
     drop(backend.inner.unanswered.put_out(&key, gone));
-    backend.release(lock, holder, true).await.unwrap();
+    backend
+        .release(Holding::of(lock, holder, true))
+        .await
+        .unwrap();
     assert!(!stands(&backend, &key).await);
     assert_eq!(backend.inner.unanswered.lease_of(&key), None);
     let late = kv.txn(acquire_txn(lock, holder, gone, true, false)).await;
@@ -135,16 +144,18 @@ async fn a_holder_id_never_serves_two_modes() {
         ("writer-place", LockMode::Write, LockMode::Read),
         ("reader-place", LockMode::Read, LockMode::Write),
     ] {
-        let held = backend.acquire(lock, "w", renewed, join, LockMode::Write);
+        let held = backend.acquire(Ask::of(lock, "w", renewed, join, LockMode::Write));
         assert!(matches!(held.await.unwrap(), Acquire::Held { .. }));
-        let place = backend.acquire(lock, "p", renewed, join, mode);
+        let place = backend.acquire(Ask::of(lock, "p", renewed, join, mode));
         assert_eq!(place.await.unwrap(), busy, "{lock}");
         let key = match mode {
             LockMode::Read => read_node(lock, "p"),
             _ => node(lock, "p"),
         };
         let before = key_of(&backend, &key).await.unwrap();
-        let refused = backend.acquire(lock, "p", renewed, join, other).await;
+        let refused = backend
+            .acquire(Ask::of(lock, "p", renewed, join, other))
+            .await;
         assert!(refused.is_err(), "{lock}: {refused:?}");
         assert_eq!(key_of(&backend, &key).await, Some(before.clone()), "{lock}");
         let other_key = match mode {
@@ -152,17 +163,17 @@ async fn a_holder_id_never_serves_two_modes() {
             _ => read_node(lock, "p"),
         };
         assert_eq!(key_of(&backend, &other_key).await, None, "{lock}");
-        backend.release(lock, "w", true).await.unwrap();
+        backend.release(Holding::of(lock, "w", true)).await.unwrap();
         let token = u64::try_from(before.0).unwrap();
         let held = backend
-            .acquire(lock, "p", renewed, join, mode)
+            .acquire(Ask::of(lock, "p", renewed, join, mode))
             .await
             .unwrap();
         assert!(
             matches!(held, Acquire::Held { fence, .. } if fence == token),
             "{lock}: {held:?}"
         );
-        backend.release(lock, "p", true).await.unwrap();
+        backend.release(Holding::of(lock, "p", true)).await.unwrap();
     }
 }
 
@@ -180,13 +191,13 @@ async fn a_write_hold_whose_key_turned_reader_is_not_renewed() {
     let backend = backend(&cluster).await;
     let lock = "turned";
     let held = backend
-        .acquire(
+        .acquire(Ask::of(
             lock,
             "h",
             (LEASE, true),
             Queue::Join(LEASE),
             LockMode::Write,
-        )
+        ))
         .await
         .unwrap();
     let Acquire::Held { fence, .. } = held else {
@@ -216,7 +227,7 @@ async fn a_write_hold_whose_key_turned_reader_is_not_renewed() {
     assert!(turned.unwrap().succeeded());
     let renewed = backend.renew_many(&both).await.unwrap();
     assert_eq!(renewed, [Some(false), Some(true)], "write, read");
-    backend.release(lock, "h", true).await.unwrap();
+    backend.release(Holding::of(lock, "h", true)).await.unwrap();
 }
 
 #[test]

@@ -36,6 +36,7 @@ use scripts::{by_sha, eval, is_noscript, Scripts};
 
 use super::releases::{PendingReleases, ReleaseQueue};
 use super::{Acquire, PlaceRefresh, Queue, Recorded, Refreshed, Release, QUEUE_ENTRY_LIFE};
+use crate::backend::{Ask, Holding, Published};
 use crate::error::BackendError;
 use crate::held::HeldLock;
 use crate::mode::LockMode;
@@ -148,14 +149,9 @@ impl RedisBackend {
 
     /// One acquire attempt: `acquire.lua` (plain), `read.lua` (a plain read
     /// hold) or `fair.lua` (fair, either mode).
-    pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        lease: Duration,
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
+        let (lock_key, holder, queue, mode) = (ask.lock_key, ask.holder, ask.queue, ask.mode);
+        let lease = ask.lease;
         let fence_key = LockNames::fence(lock_key);
         let lease = ms(lease);
         let mut con = self.con.clone();
@@ -276,12 +272,8 @@ impl RedisBackend {
         by_sha(con, |sha| self.scripts.fair(sha, lock_key, &args)).await
     }
 
-    pub(crate) async fn release(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
+        let (lock_key, holder, fair) = (hold.lock_key, hold.holder, hold.fair);
         let mut con = self.con.clone();
         let left: i64 = by_sha(&mut con, |sha| {
             self.scripts
@@ -299,12 +291,8 @@ impl RedisBackend {
     /// `holder`'s write hold becomes a read hold: `downgrade.lua` (plain),
     /// or `fair.lua`'s downgrade, which also lets in the readers first in
     /// the key's queue; `false` when the hash does not record it.
-    pub(crate) async fn downgrade(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<bool, BackendError> {
+    pub(crate) async fn downgrade(&self, hold: Holding<'_>) -> Result<bool, BackendError> {
+        let (lock_key, holder, fair) = (hold.lock_key, hold.holder, hold.fair);
         let channel = LockNames::channel(lock_key);
         let mut con = self.con.clone();
         let done: i64 = by_sha(&mut con, |sha| {
@@ -332,18 +320,13 @@ impl RedisBackend {
     }
 
     /// Writes the identity `key` (`who.rs`) with its TTL: one `SET … PX`.
-    pub(crate) async fn publish_identity(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), BackendError> {
+    pub(crate) async fn publish_identity(&self, it: Published<'_>) -> Result<(), BackendError> {
         let mut con = self.con.clone();
         redis::cmd("SET")
-            .arg(key)
-            .arg(value)
+            .arg(it.key)
+            .arg(it.value)
             .arg("PX")
-            .arg(ms(ttl))
+            .arg(ms(it.ttl))
             .query_async::<()>(&mut con)
             .await
             .map_err(|e| self.failed("publishing this runtime's identity failed", e))

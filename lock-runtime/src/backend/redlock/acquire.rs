@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::gather::gather;
 use super::{quorum, Answer, Redlock, FAIR_UNSUPPORTED};
 use crate::backend::redis::{Ballot, Vote};
-use crate::backend::{Acquire, Queue};
+use crate::backend::{Acquire, Ask, Holding, Queue};
 use crate::error::BackendError;
 use crate::mode::LockMode;
 
@@ -49,14 +49,9 @@ pub(super) fn refused_for(answer: &Option<Answer<Ballot>>) -> Option<Option<Dura
 }
 
 impl Redlock {
-    pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        lease: Duration,
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
+        let (lock_key, holder, lease) = (ask.lock_key, ask.holder, ask.lease);
+        let (queue, mode) = (ask.queue, ask.mode);
         if queue != Queue::No {
             return Err(BackendError::msg(FAIR_UNSUPPORTED));
         }
@@ -180,7 +175,11 @@ impl Redlock {
                 let (lock_key, holder) = (lock_key.to_owned(), holder.to_owned());
                 let bound = self.inner.timeout;
                 self.inner.worker.spawn(async move {
-                    let release = backend.release(&lock_key, &holder, false);
+                    let release = backend.release(Holding {
+                        lock_key: &lock_key,
+                        holder: &holder,
+                        fair: false,
+                    });
                     if let Ok(Err(error)) = tokio::time::timeout(bound, release).await {
                         tracing::debug!(%error, "Redlock: undoing a partial hold failed; its lease frees it");
                     }

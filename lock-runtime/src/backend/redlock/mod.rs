@@ -89,7 +89,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::redis::{Ballot, BootCheck, RedisBackend, Vote};
-use super::{Recorded, Watches};
+use super::{Published, Recorded, Watches};
 use crate::error::BackendError;
 use gather::{gather, Call};
 
@@ -351,16 +351,8 @@ impl Redlock {
 
     /// Publishes the identity on every master (`who.rs`); fine when any
     /// took it (it is for people to read, not part of any lock).
-    pub(crate) async fn publish_identity(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), BackendError> {
-        let answers = gather(self.calls(|m| m.publish_identity(key, value, ttl)), |_| {
-            false
-        })
-        .await;
+    pub(crate) async fn publish_identity(&self, it: Published<'_>) -> Result<(), BackendError> {
+        let answers = gather(self.calls(|m| m.publish_identity(it)), |_| false).await;
         if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
             Ok(())
         } else {

@@ -6,18 +6,14 @@
 
 use super::gather::{gather, Call};
 use super::{quorum, Answer, Redlock};
+use crate::backend::Holding;
 use crate::backend::Release;
 use crate::error::BackendError;
 
 impl Redlock {
-    pub(crate) async fn release(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
         let quorum = self.inner.quorum;
-        let calls = self.calls(|m| m.release(lock_key, holder, fair));
+        let calls = self.calls(|m| m.release(hold));
         let answers = gather(calls, |answers| {
             answers
                 .iter()
@@ -44,9 +40,9 @@ impl Redlock {
         for (answer, master) in answers.iter().zip(&self.inner.masters) {
             if let (None | Some(Err(_)), Some(connected)) = (answer, master.slot.get()) {
                 connected.backend.release_in_background(
-                    lock_key.to_owned(),
-                    holder.to_owned(),
-                    fair,
+                    hold.lock_key.to_owned(),
+                    hold.holder.to_owned(),
+                    hold.fair,
                 );
             }
         }
@@ -88,7 +84,12 @@ impl Redlock {
             quorum::renewal(masters, said(true), said(false))
         };
         // (Plain: Redlock has no fair mode.)
-        let calls = self.calls(|m| m.downgrade(lock_key, holder, false));
+        let hold = Holding {
+            lock_key,
+            holder,
+            fair: false,
+        };
+        let calls = self.calls(|m| m.downgrade(hold));
         let answers = gather(calls, |answers| verdict(answers).is_some()).await;
         verdict(&answers).ok_or_else(|| self.no_quorum("downgrade", &answers))
     }

@@ -47,9 +47,9 @@ use super::{
     Acquire, ConnectSettings, PlaceRefresh, Queue, Recorded, Refreshed, Release, Wakeups, Watched,
     Watches,
 };
+use crate::backend::{Ask, Holding, Published};
 use crate::error::{BackendError, LockError};
 use crate::held::HeldLock;
-use crate::mode::LockMode;
 
 /// How far back a switch of primary sends the old primary's background
 /// releases again (Sentinel's default `down-after-milliseconds` is 30 s),
@@ -291,53 +291,33 @@ impl SentinelBackend {
 
     /// An acquire on the primary; with `sync_replicas`, a hold taken (read
     /// or write) is `WAIT`ed for before it counts.
-    pub(crate) async fn acquire(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        lease: Duration,
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
+        let (lock_key, holder, queue) = (ask.lock_key, ask.holder, ask.queue);
         self.on_primary(|p| async move {
             match (&p.sync, self.shared.sync) {
                 (Some(sync), Some(want)) => {
                     let fair = queue != Queue::No;
-                    let taken = sync.acquire(lock_key, holder, lease, queue, mode).await?;
+                    let taken = sync.acquire(ask).await?;
                     if let Acquire::Held { .. } = taken {
                         replicated(&p, sync, want, lock_key, holder, fair).await?;
                     }
                     Ok(taken)
                 }
-                _ => {
-                    p.backend
-                        .acquire(lock_key, holder, lease, queue, mode)
-                        .await
-                }
+                _ => p.backend.acquire(ask).await,
             }
         })
         .await
     }
 
-    pub(crate) async fn release(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<Release, BackendError> {
-        self.on_primary(|p| async move { p.backend.release(lock_key, holder, fair).await })
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
+        self.on_primary(|p| async move { p.backend.release(hold).await })
             .await
     }
 
     /// A downgrade on the current primary. (No `WAIT`: a replica that
     /// missed it still records the write hold, more exclusive, never less.)
-    pub(crate) async fn downgrade(
-        &self,
-        lock_key: &str,
-        holder: &str,
-        fair: bool,
-    ) -> Result<bool, BackendError> {
-        self.on_primary(|p| async move { p.backend.downgrade(lock_key, holder, fair).await })
+    pub(crate) async fn downgrade(&self, hold: Holding<'_>) -> Result<bool, BackendError> {
+        self.on_primary(|p| async move { p.backend.downgrade(hold).await })
             .await
     }
 
@@ -351,13 +331,8 @@ impl SentinelBackend {
             .await
     }
 
-    pub(crate) async fn publish_identity(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), BackendError> {
-        self.on_primary(|p| async move { p.backend.publish_identity(key, value, ttl).await })
+    pub(crate) async fn publish_identity(&self, it: Published<'_>) -> Result<(), BackendError> {
+        self.on_primary(|p| async move { p.backend.publish_identity(it).await })
             .await
     }
 
@@ -464,7 +439,12 @@ async fn replicated(
     if matches!(acked, Ok(n) if n >= replicas) {
         return Ok(());
     }
-    let released = primary.backend.release(lock_key, holder, fair).await;
+    let hold = Holding {
+        lock_key,
+        holder,
+        fair,
+    };
+    let released = primary.backend.release(hold).await;
     let acked = match acked {
         Ok(n) => format!("only {n} of {replicas} replicas acknowledged it within {timeout:?}"),
         Err(e) => format!("waiting for {replicas} replicas failed ({e})"),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::sessions::Session;
 use super::{path, wait, Inner, Place, ZookeeperBackend, RELEASE_ATTEMPTS};
+use crate::backend::Ask;
 use crate::backend::{Acquire, Queue};
 use crate::error::BackendError;
 use crate::mode::LockMode;
@@ -145,14 +146,9 @@ impl Inner {
 
 impl ZookeeperBackend {
     /// One attempt for `holder` (see the module docs).
-    pub(crate) async fn acquire(
-        &self,
-        lock: &str,
-        holder: &str,
-        (lease, renewed): (Duration, bool),
-        queue: Queue,
-        mode: LockMode,
-    ) -> Result<Acquire, BackendError> {
+    pub(crate) async fn acquire(&self, ask: Ask<'_>) -> Result<Acquire, BackendError> {
+        let (lock, holder, lease) = (ask.lock_key, ask.holder, ask.lease);
+        let (renewed, queue, mode) = (ask.renewed, ask.queue, ask.mode);
         let sent = tokio::time::Instant::now();
         let inner = &self.inner;
         let session = inner.sessions.for_lease(lease).await?;

@@ -6,6 +6,7 @@
 //! (`releaser.rs`).
 
 use super::{path, Inner, ZookeeperBackend};
+use crate::backend::Holding;
 use crate::backend::Release;
 use crate::error::BackendError;
 
@@ -102,12 +103,8 @@ impl ZookeeperBackend {
     /// Deletes `holder`'s node of `lock`. A delete whose answer was lost is
     /// sent again in the background (the node would otherwise stand as
     /// long as our session), and reported as a failure.
-    pub(crate) async fn release(
-        &self,
-        lock: &str,
-        holder: &str,
-        _fair: bool,
-    ) -> Result<Release, BackendError> {
+    pub(crate) async fn release(&self, hold: Holding<'_>) -> Result<Release, BackendError> {
+        let (lock, holder) = (hold.lock_key, hold.holder);
         self.inner.waits.stop(lock, holder);
         match self.inner.delete(lock, holder).await {
             Ok(release) => Ok(release),

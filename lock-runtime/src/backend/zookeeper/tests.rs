@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{connect, ZookeeperBackend, ZookeeperConfig};
-use crate::backend::{Acquire, ConnectSettings, Queue};
+use crate::backend::{Acquire, Ask, ConnectSettings, Queue};
 use crate::mode::LockMode;
 
 async fn backend(server: &lock_testkit::zookeeper::ZooKeeperServer) -> ZookeeperBackend {
@@ -33,12 +33,18 @@ async fn a_renewed_answer_on_a_node_replaces_an_earlier_fixed_lease_end() {
     // One lease length, so one session: the node serves both answers.
     let lease = Duration::from_secs(1);
     let join = Queue::Join(lease);
-    let first = backend.acquire(lock, "place", (lease, false), join, LockMode::Exclusive);
+    let first = backend.acquire(Ask::of(
+        lock,
+        "place",
+        (lease, false),
+        join,
+        LockMode::Exclusive,
+    ));
     let Acquire::Held { fence, .. } = first.await.unwrap() else {
         panic!("a free lock is not held");
     };
     let renewed = (lease, true);
-    let next = backend.acquire(lock, "place", renewed, join, LockMode::Exclusive);
+    let next = backend.acquire(Ask::of(lock, "place", renewed, join, LockMode::Exclusive));
     let Acquire::Held { fence: again, .. } = next.await.unwrap() else {
         panic!("the place's own node is not held");
     };
@@ -67,7 +73,13 @@ async fn a_fixed_lease_alone_ends_on_the_server() {
     let backend = backend(&server).await;
     let lock = "/zk-backend-tests/fixed-alone";
     let fixed = Duration::from_millis(300);
-    let once = backend.acquire(lock, "one", (fixed, false), Queue::No, LockMode::Exclusive);
+    let once = backend.acquire(Ask::of(
+        lock,
+        "one",
+        (fixed, false),
+        Queue::No,
+        LockMode::Exclusive,
+    ));
     assert!(matches!(once.await.unwrap(), Acquire::Held { .. }));
     let place = backend.inner.place(lock, "one").expect("held");
     let client = place.session.client();
