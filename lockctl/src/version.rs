@@ -1,7 +1,7 @@
 //! What `lockctl --version` says: its own version, the lock-runtime it was
 //! built with (whose layout it reads and writes, so an operator can match
-//! it to the services'), and the backends compiled in, with the install
-//! command for the ones left out.
+//! it to the services'), the backends compiled in, and the features left
+//! out (`cargo install --path lockctl --features etcd,zookeeper,tls`).
 
 /// The lock-runtime version this lockctl is built with. The workspace
 /// releases both at one version and lockctl's manifest requires exactly
@@ -37,9 +37,8 @@ pub(crate) fn line() -> String {
     );
     if !missing.is_empty() {
         line.push_str(&format!(
-            "; built without {}: cargo install lockctl --features {}",
-            missing.join(", "),
-            missing.join(",")
+            "; without the cargo features {}",
+            missing.join(", ")
         ));
     }
     line
@@ -72,7 +71,7 @@ mod tests {
             assert_eq!(named, on, "{name} named iff built in: {line}");
         }
         assert_eq!(
-            line.contains("built without"),
+            line.contains("without the cargo features"),
             !cfg!(all(
                 feature = "etcd",
                 feature = "zookeeper",
