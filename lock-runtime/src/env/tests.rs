@@ -446,5 +446,18 @@ async fn zookeeper_refuses_at_start_a_default_lease_longer_than_its_sessions_nam
     }
     let pairs = [("LOCK_ZOOKEEPER", connect.as_str()), ("LOCK_LEASE", "59s")];
     let runtime = builder_from_env(env(&pairs), false).unwrap().build().await;
-    assert!(runtime.is_ok(), "{:?}", runtime.err());
+    let runtime = runtime.unwrap_or_else(|e| panic!("a default that fits: {e}"));
+    // A lock's own lease is known only at its first acquire: refused then,
+    // naming its key.
+    let long = runtime.lock("order:7").lease(Duration::from_secs(61));
+    let said = match long.try_acquire().await {
+        Err(LockError::InvalidConfig(message)) => message,
+        other => panic!("expected InvalidConfig, got {:?}", other.map(|_| ())),
+    };
+    assert!(
+        said.contains("the lease of key \"order:7\" of 61s"),
+        "{said}"
+    );
+    assert!(!said.contains("LOCK_LEASE"), "not the default: {said}");
+    runtime.shutdown().await.unwrap();
 }

@@ -78,21 +78,22 @@ pub(crate) async fn connect(
 
 /// Which lease a refusal is about: the words for it, and where it is set.
 #[derive(Clone, Copy)]
-enum Lease {
+enum Lease<'a> {
     /// The runtime's default, for every lock that sets none.
     Default,
-    /// A lock's own (`lease = "…"`, `LockRequest::lease`).
-    OfLock,
+    /// The lease of a lock of this key (`lease = "…"`, `LockRequest::lease`),
+    /// refused at its first acquire: only then is it known.
+    OfLock(&'a str),
 }
 
 /// The refusal of a lease longer than any session the servers grant.
 fn refuse_lease(sessions: &Sessions, lease: Duration, which: Lease) -> Option<LockError> {
     let (what, fix) = match which {
         Lease::Default => (
-            "the default lease",
+            "the default lease".to_owned(),
             "set LOCK_LEASE (init_from_env) or the builder's default_lease to",
         ),
-        Lease::OfLock => ("a lease", "use a lease of"),
+        Lease::OfLock(key) => (format!("the lease of key {key:?}"), "use a lease of"),
     };
     (lease > sessions.longest).then(|| {
         LockError::InvalidConfig(format!(
@@ -115,6 +116,6 @@ impl ZookeeperBackend {
         if let Err(refused) = path::check_key(key, lock) {
             return Some(refused);
         }
-        refuse_lease(&self.inner.sessions, lease, Lease::OfLock)
+        refuse_lease(&self.inner.sessions, lease, Lease::OfLock(key))
     }
 }
