@@ -1,3 +1,4 @@
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Declarative, reentrant, self-renewing distributed locks for async Rust.
 //!
 //! Annotate a handler and every call runs holding a lock that excludes every
@@ -120,6 +121,7 @@ pub use lock_macros::distributed_lock;
 pub use locked::with_lock;
 pub use many::{lock_many, with_locks, ManyGuard, ManyRequest};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use meter::describe_metrics;
 pub use mode::LockMode;
 pub use names::layout;

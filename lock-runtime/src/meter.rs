@@ -196,6 +196,7 @@ pub(crate) use off::{
 /// the lock's `key`: one series per key, so use it only with a bounded set of
 /// keys. Holder ids and passwords are never labels.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::duration::parse_duration;
 use crate::topology::Flags;
@@ -75,6 +75,19 @@ pub(crate) struct Servers {
     pub(crate) zookeeper: Option<String>,
 }
 
+/// The command line as clap sees it: the derived one, with the version
+/// line naming lock-runtime and the backends built in (`version.rs`).
+pub(crate) fn command() -> clap::Command {
+    Cli::command().version(crate::version::line())
+}
+
+/// The parsed command line (exits with clap's message and code 2 on a
+/// usage error, and prints `--help` and `--version`).
+pub(crate) fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 impl Servers {
     /// The flags as the topology reads them.
     pub(crate) fn flags(&self) -> Flags<'_> {
@@ -118,6 +131,13 @@ pub(crate) enum Command {
         /// on etcd and ZooKeeper every change is).
         #[arg(long, default_value = "100ms", value_parser = parse_duration)]
         interval: Duration,
+    },
+    /// Prints the shell's completion script (bash, zsh, fish, elvish,
+    /// powershell): `lockctl completions bash >
+    /// ~/.local/share/bash-completion/completions/lockctl`.
+    Completions {
+        /// The shell to complete in.
+        shell: clap_complete::Shell,
     },
     /// Frees a lock whoever holds it (the holder learns at its next
     /// renewal that it lost it).

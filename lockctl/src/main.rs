@@ -12,6 +12,7 @@
 //! answer (a server did not answer: what was printed may be incomplete).
 
 mod cli;
+mod completions;
 mod connect;
 mod duration;
 #[cfg(feature = "etcd")]
@@ -28,13 +29,12 @@ mod secret;
 mod show;
 mod subscribe;
 mod topology;
+mod version;
 mod watch;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
 use std::process::ExitCode;
-
-use clap::Parser;
 
 use cli::{Cli, Command};
 use connect::Target;
@@ -68,7 +68,14 @@ pub(crate) enum Outcome {
 pub(crate) struct Failure(pub(crate) String);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
+    // Needs no server: answered before any is looked for.
+    if let Command::Completions { shell } = cli.command {
+        return match completions::write(shell, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::from(EXIT_FOUND),
+            Err(failure) => fail(&failure),
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -109,5 +116,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
             watch::run(&target, &key, limits, json).await
         }
         Command::Release { key, force, yes } => release::run(&target, &key, force, yes, json).await,
+        // Answered by `main`, before any server is looked for.
+        Command::Completions { .. } => Ok(Outcome::Found),
     }
 }

@@ -27,6 +27,7 @@ impl LockRuntimeBuilder {
     /// # drop(runtime); Ok(()) }
     /// ```
     #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
     pub fn etcd<I>(mut self, endpoints: I) -> Self
     where
         I: IntoIterator,
@@ -38,6 +39,7 @@ impl LockRuntimeBuilder {
 
     /// etcd: authenticate as `user` with `password` (etcd's own auth).
     #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
     pub fn etcd_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.etcd_user = Some((user.into(), password.into()));
         self

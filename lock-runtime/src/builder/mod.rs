@@ -342,6 +342,7 @@ impl LockRuntimeBuilder {
     /// endpoints instead of the system's roots: for servers with
     /// certificates from a private CA. Needs the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_ca = Some(pem.into());
         self
@@ -351,6 +352,7 @@ impl LockRuntimeBuilder {
     /// mutual TLS (Redis, and etcd's `--client-cert-auth`). Needs the `tls`
     /// feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
         mut self,
         cert_pem: impl Into<Vec<u8>>,

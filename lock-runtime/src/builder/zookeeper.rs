@@ -30,6 +30,7 @@ impl LockRuntimeBuilder {
     /// # drop(runtime); Ok(()) }
     /// ```
     #[cfg(feature = "zookeeper")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
     pub fn zookeeper(mut self, connect: impl Into<String>) -> Self {
         self.choice = Choice::Zookeeper(connect.into());
         self
@@ -39,6 +40,7 @@ impl LockRuntimeBuilder {
     /// scheme, what `addauth digest user:password` does), for lock paths
     /// whose ACLs ask for it.
     #[cfg(feature = "zookeeper")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
     pub fn zookeeper_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.zookeeper_auth = Some((user.into(), password.into()));
         self

@@ -1,6 +1,8 @@
 //! Configuration from the environment: [`init_from_env`], the variables it
 //! reads, and the fail-closed rule for a missing backend.
 
+mod duration;
+
 use crate::builder::{Choice, LockRuntimeBuilder};
 use crate::error::LockError;
 use crate::runtime::LockRuntime;
@@ -16,6 +18,8 @@ use crate::runtime::LockRuntime;
 /// | `LOCK_ZOOKEEPER` | ZooKeeper (feature `zookeeper`): a connect string, `host:port,host:port[/chroot]`; `LOCK_ZOOKEEPER_USER` and `LOCK_ZOOKEEPER_PASSWORD` for the `digest` scheme (both or neither) |
 /// | `LOCK_BACKEND` | `redis` (needs a URL), `sentinel`, `redlock` (needs the URLs), `etcd`, `zookeeper` or `memory` (the embedded backend, on purpose) |
 /// | `LOCK_PREFIX` | prefix of every lock name (default `lock:`) |
+/// | `LOCK_LEASE` | the default lease of a lock that sets none, as the attribute writes one (`10s`, `1m30s`; 10ms to 24h): [`default_lease`](LockRuntimeBuilder::default_lease), unset [`DEFAULT_LEASE`](crate::DEFAULT_LEASE) (30 s). On ZooKeeper it must fit the servers' `maxSessionTimeout`, or the start is refused naming this variable |
+/// | `LOCK_WAIT` | the default wait of an acquire that sets none (`5s`; `0s` tries once, `forever` has no bound): [`default_wait`](LockRuntimeBuilder::default_wait), unset [`DEFAULT_WAIT`](crate::DEFAULT_WAIT) (30 s) |
 /// | `LOCK_FAIR` | the default mode: `true`, `yes`, `on` or `1` fair, `false`, `no`, `off` or `0` plain (any case; another value is refused); unset, fair ([`DEFAULT_FAIR`](crate::DEFAULT_FAIR)) |
 /// | `LOCK_CLIENT_NAME` | the name operators see beside this process's holds: [`client_name`](LockRuntimeBuilder::client_name) |
 /// | `LOCK_COHORT`, `LOCK_COHORT_BUDGET_MS` | local handoffs in a row (`0`: none) and their time budget in ms: [`cohort`](LockRuntimeBuilder::cohort) (default 32 and 5) |
@@ -97,7 +101,7 @@ pub async fn init_from_env() -> Result<LockRuntime, LockError> {
 }
 
 /// The variables [`init_from_env`] reads.
-const ENV_VARIABLES: [&str; 19] = [
+const ENV_VARIABLES: [&str; 21] = [
     "LOCK_REDIS_URL",
     "LOCK_REDIS_CLUSTER",
     "LOCK_ZOOKEEPER",
@@ -112,6 +116,8 @@ const ENV_VARIABLES: [&str; 19] = [
     "LOCK_BACKEND",
     "LOCK_PREFIX",
     "LOCK_FAIR",
+    "LOCK_LEASE",
+    "LOCK_WAIT",
     "LOCK_COHORT",
     "LOCK_COHORT_BUDGET_MS",
     "LOCK_SYNC_REPLICAS",
@@ -134,6 +140,12 @@ fn builder_from_env(
     builder = builder.cohort(cohort.handoffs, cohort.budget);
     if let Some(fair) = crate::builder::fair_from_env(read("LOCK_FAIR").as_deref())? {
         builder = builder.fair(fair);
+    }
+    if let Some(lease) = set("LOCK_LEASE") {
+        builder = builder.default_lease(duration::lease_from_env(&lease)?);
+    }
+    if let Some(wait) = set("LOCK_WAIT") {
+        builder = builder.default_wait(duration::wait_from_env(&wait)?);
     }
     Ok(builder)
 }

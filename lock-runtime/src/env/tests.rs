@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use std::time::Duration;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: std::collections::HashMap<String, String> = pairs
@@ -388,4 +389,75 @@ fn endpoints_that_are_not_host_port_are_refused_at_build() {
         other => panic!("expected InvalidConfig, got {other:?}"),
     };
     assert!(message.contains("no scheme (zk://)"), "{message}");
+}
+
+#[test]
+fn the_default_lease_and_wait_come_from_lock_lease_and_lock_wait() {
+    let memory = ("LOCK_BACKEND", "memory");
+    let unset = builder_from_env(env(&[memory]), false).unwrap();
+    assert_eq!(unset.default_lease, crate::DEFAULT_LEASE);
+    assert_eq!(unset.default_wait, Some(crate::DEFAULT_WAIT));
+    let pairs = [memory, ("LOCK_LEASE", "10s"), ("LOCK_WAIT", "1m30s")];
+    let set = builder_from_env(env(&pairs), false).unwrap();
+    assert_eq!(set.default_lease, Duration::from_secs(10));
+    assert_eq!(set.default_wait, Some(Duration::from_secs(90)));
+    let forever = [memory, ("LOCK_WAIT", "forever"), ("LOCK_LEASE", " ")];
+    let forever = builder_from_env(env(&forever), false).unwrap();
+    assert_eq!(forever.default_wait, None);
+    assert_eq!(
+        forever.default_lease,
+        crate::DEFAULT_LEASE,
+        "blank is unset"
+    );
+}
+
+#[test]
+fn a_lease_or_wait_that_is_no_duration_is_refused_naming_its_variable() {
+    let memory = ("LOCK_BACKEND", "memory");
+    for (name, value, why) in [
+        ("LOCK_LEASE", "30", "has no unit"),
+        ("LOCK_LEASE", "1ms", "out of range"),
+        ("LOCK_WAIT", "5 seconds", "a number before it"),
+        ("LOCK_WAIT", "never", "or forever"),
+    ] {
+        let said = error(builder_from_env(env(&[memory, (name, value)]), false));
+        assert!(said.contains(&format!("{name}={value:?}")), "{said}");
+        assert!(said.contains(why), "{said}");
+    }
+}
+
+/// A ZooKeeper whose `maxSessionTimeout` (60 s on the test server) is under
+/// the default lease refuses the runtime at start, saying that the default
+/// lease is at fault and which variable sets it; a default it can serve
+/// starts.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_refuses_at_start_a_default_lease_longer_than_its_sessions_naming_lock_lease() {
+    let server = lock_testkit::zookeeper::ZooKeeperServer::shared();
+    let connect = server.connect_string();
+    let pairs = [("LOCK_ZOOKEEPER", connect.as_str()), ("LOCK_LEASE", "2m")];
+    let builder = builder_from_env(env(&pairs), false).unwrap();
+    let said = match builder.build().await {
+        Err(LockError::InvalidConfig(message)) => message,
+        other => panic!("expected InvalidConfig, got {:?}", other.map(|_| ())),
+    };
+    for part in ["the default lease of 120s", "LOCK_LEASE", "at most 60s"] {
+        assert!(said.contains(part), "{part:?} not in: {said}");
+    }
+    let pairs = [("LOCK_ZOOKEEPER", connect.as_str()), ("LOCK_LEASE", "59s")];
+    let runtime = builder_from_env(env(&pairs), false).unwrap().build().await;
+    let runtime = runtime.unwrap_or_else(|e| panic!("a default that fits: {e}"));
+    // A lock's own lease is known only at its first acquire: refused then,
+    // naming its key.
+    let long = runtime.lock("order:7").lease(Duration::from_secs(61));
+    let said = match long.try_acquire().await {
+        Err(LockError::InvalidConfig(message)) => message,
+        other => panic!("expected InvalidConfig, got {:?}", other.map(|_| ())),
+    };
+    assert!(
+        said.contains("the lease of key \"order:7\" of 61s"),
+        "{said}"
+    );
+    assert!(!said.contains("LOCK_LEASE"), "not the default: {said}");
+    runtime.shutdown().await.unwrap();
 }

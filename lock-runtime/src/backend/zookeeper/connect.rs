@@ -42,7 +42,9 @@ pub(crate) async fn connect(
         wakeups.clone(),
     )
     .await?;
-    if let Some(refused) = refuse_lease(&sessions, config.default_lease) {
+    // Known only now that the servers said their limit: the default lease
+    // is refused at start, naming where it was set, not at the first call.
+    if let Some(refused) = refuse_lease(&sessions, config.default_lease, Lease::Default) {
         return Err(refused);
     }
     let reader = sessions.for_lease(config.default_lease).await?;
@@ -74,14 +76,31 @@ pub(crate) async fn connect(
     Ok((backend, watches))
 }
 
+/// Which lease a refusal is about: the words for it, and where it is set.
+#[derive(Clone, Copy)]
+enum Lease<'a> {
+    /// The runtime's default, for every lock that sets none.
+    Default,
+    /// The lease of a lock of this key (`lease = "…"`, `LockRequest::lease`),
+    /// refused at its first acquire: only then is it known.
+    OfLock(&'a str),
+}
+
 /// The refusal of a lease longer than any session the servers grant.
-fn refuse_lease(sessions: &Sessions, lease: Duration) -> Option<LockError> {
+fn refuse_lease(sessions: &Sessions, lease: Duration, which: Lease) -> Option<LockError> {
+    let (what, fix) = match which {
+        Lease::Default => (
+            "the default lease".to_owned(),
+            "set LOCK_LEASE (init_from_env) or the builder's default_lease to",
+        ),
+        Lease::OfLock(key) => (format!("the lease of key {key:?}"), "use a lease of"),
+    };
     (lease > sessions.longest).then(|| {
         LockError::InvalidConfig(format!(
-            "a lease of {lease:?} is longer than the longest ZooKeeper session timeout the \
+            "{what} of {lease:?} is longer than the longest ZooKeeper session timeout the \
              servers at {} grant ({:?}, their maxSessionTimeout): a holder's node could \
-             vanish while it still counts on its lease; use a lease of at most {:?}, or \
-             raise maxSessionTimeout",
+             vanish while it still counts on its lease; {fix} at most {:?}, or raise \
+             maxSessionTimeout",
             sessions.shown(),
             sessions.longest,
             sessions.longest
@@ -97,6 +116,6 @@ impl ZookeeperBackend {
         if let Err(refused) = path::check_key(key, lock) {
             return Some(refused);
         }
-        refuse_lease(&self.inner.sessions, lease)
+        refuse_lease(&self.inner.sessions, lease, Lease::OfLock(key))
     }
 }
