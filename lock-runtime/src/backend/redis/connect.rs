@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::mpsc;
 
-use super::con::Con;
+use super::conn::Con;
 use super::heard::Heard;
 use super::scripts::{load_scripts, Scripts};
 use super::tasks::{releaser, send, subscriptions, SubscriptionCommand};

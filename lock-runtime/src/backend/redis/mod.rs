@@ -18,7 +18,7 @@
 //! the releaser, which sends the releases queued by dropped guards and
 //! cancelled acquires, pipelined.
 
-mod con;
+mod conn;
 mod connect;
 mod heard;
 mod recorded;
@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult};
 
-use con::Con;
+use conn::Con;
 pub(crate) use connect::{connect, connect_cluster};
 use scripts::{by_sha, eval, is_noscript, Scripts};
 

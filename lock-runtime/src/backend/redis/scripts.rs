@@ -7,7 +7,7 @@
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
 
-use super::con::Con;
+use super::conn::Con;
 
 use crate::names::LockNames;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::sync::mpsc;
 
-use super::con::Con;
+use super::conn::Con;
 use super::heard::Heard;
 use super::scripts::{is_noscript, Scripts};
 use crate::backend::releases::{PendingReleases, ReleaseJob, ReleaseOutage};
