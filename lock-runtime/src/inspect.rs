@@ -34,6 +34,12 @@ pub struct LockInfo {
     /// clock-drift allowance, lease / 100 + 2 ms, so this can exceed the
     /// lease asked for by that much.)
     pub remaining_lease: Option<Duration>,
+    /// Whether [`remaining_lease`](Self::remaining_lease) is only the
+    /// longest it can be, not a count-down: on ZooKeeper it is the holder's
+    /// session timeout, how long its node would outlive a holder that died
+    /// now (ZooKeeper does not tell another client when a session was last
+    /// heard from, so it stays the same, also once the holder has died).
+    pub remaining_lease_is_bound: bool,
     /// The holder's fencing token, when recorded.
     pub fence: Option<u64>,
     /// Fair mode: the holder ids queued for the lock, oldest first (one per
@@ -98,6 +104,7 @@ impl LockRuntime {
             holder: r.holder,
             holds: r.holds,
             remaining_lease: r.remaining,
+            remaining_lease_is_bound: self.backend().lease_left_is_bound(),
             fence: r.fence,
             queue: r.queue,
             mode: r.mode,

@@ -162,7 +162,7 @@ fn print(target: &Target, rows: &[Row], json: bool) {
             Some(info) => out!(
                 "{:<32} {:<12} {:>20} {:>6}{}  {}{}",
                 info.key,
-                report::lease(info.remaining_lease),
+                report::lease_cell(info),
                 report::fence(info.fence),
                 info.queue.len(),
                 masters_column(row),

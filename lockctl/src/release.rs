@@ -109,7 +109,7 @@ fn confirm(info: &lock_runtime::LockInfo, who: Option<lock_runtime::ClientInfo>)
         info.key,
         info.holder,
         report::fence(info.fence),
-        report::lease(info.remaining_lease)
+        report::lease_of(info)
     );
     said_yes()
 }

@@ -16,6 +16,7 @@ pub(crate) fn info_json(info: &LockInfo) -> Value {
         "holder": info.holder,
         "holds": info.holds,
         "remaining_lease_ms": info.remaining_lease.map(|d| d.as_millis() as u64),
+        "remaining_lease_is_bound": info.remaining_lease_is_bound,
         "fence": info.fence,
         "queue": info.queue,
         "mode": info.mode.as_str(),
@@ -74,7 +75,7 @@ pub(crate) fn info_text(info: &LockInfo, who: Option<&ClientInfo>) -> String {
         text.push_str(&format!("  process     {}\n", client(who)));
     }
     text.push_str(&format!("  holds       {}\n", info.holds));
-    text.push_str(&format!("  lease left  {}\n", lease(info.remaining_lease)));
+    text.push_str(&format!("  lease left  {}\n", lease_of(info)));
     text.push_str(&format!("  fence       {}\n", fence(info.fence)));
     for (n, reader) in info.readers.iter().enumerate() {
         text.push_str(&format!(
@@ -105,6 +106,27 @@ pub(crate) fn mode(info: &LockInfo) -> String {
 /// A lease left, for people: `29.512s`, or `none` when it does not expire.
 pub(crate) fn lease(left: Option<Duration>) -> String {
     left.map_or("none".to_owned(), |d| format!("{:.3}s", d.as_secs_f64()))
+}
+
+/// The holder's lease left, for people: as [`lease`], or, where the
+/// backend only knows a bound (ZooKeeper's session timeout), `at most …`.
+pub(crate) fn lease_of(info: &LockInfo) -> String {
+    let left = lease(info.remaining_lease);
+    if info.remaining_lease_is_bound {
+        format!("at most {left} (the holder's session timeout)")
+    } else {
+        left
+    }
+}
+
+/// [`lease_of`] for a table's cell: `≤20.000s` for a bound.
+pub(crate) fn lease_cell(info: &LockInfo) -> String {
+    let left = lease(info.remaining_lease);
+    if info.remaining_lease_is_bound {
+        format!("≤{left}")
+    } else {
+        left
+    }
 }
 
 /// A fencing token, for people (`-` when not recorded).

@@ -237,6 +237,10 @@ async fn inspect_reports_holder_lease_and_token_and_nothing_once_free(kind: Kind
         left <= most && left > lease - Duration::from_secs(5),
         "{left:?}"
     );
+    // ZooKeeper tells nobody when a session was last heard: its figure is
+    // the session timeout, a bound that does not count down, and says so.
+    let bound = matches!(kind, Kind::Zookeeper | Kind::Zookeeper3);
+    assert_eq!(info.remaining_lease_is_bound, bound, "{kind:?}");
     assert!(info.queue.is_empty());
     assert!(other.is_locked("order:1").await.unwrap());
 

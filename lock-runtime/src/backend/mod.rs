@@ -194,6 +194,16 @@ impl Backend {
         matches!(self, Backend::Redis(_) | Backend::Sentinel(_))
     }
 
+    /// Whether what `inspect` reads as a holder's lease left is only a
+    /// bound (ZooKeeper: the session timeout), not a count-down.
+    pub(crate) fn lease_left_is_bound(&self) -> bool {
+        match self {
+            #[cfg(feature = "zookeeper")]
+            Backend::Zookeeper(_) => true,
+            _ => false,
+        }
+    }
+
     /// Whether locks exclude only tasks of this process.
     pub(crate) fn is_embedded(&self) -> bool {
         matches!(self, Backend::Memory(_))
