@@ -89,6 +89,8 @@ fn draw(range: &Range<u16>) -> u16 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     /// The ports a test may expect: below the ephemeral range where there
