@@ -1,11 +1,14 @@
 //! The wait tasks of queued places, for backends whose places watch the
 //! entry before them (etcd's keys, ZooKeeper's nodes): one task per (lock,
 //! holder id), started once, stopped when the place holds the lock or is
-//! given back, and all stopped with the backend.
+//! given back, and all stopped with the backend. Also the pace a wait
+//! task keeps after a failed read or watch (`Backoff`), and its first step,
+//! a read retried until answered (`read_until_answered`).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
@@ -57,5 +60,55 @@ impl PlaceTasks {
     /// The wait of `holder` in `lock` ends by itself.
     pub(crate) fn ended(&self, lock: &str, holder: &str) {
         self.tasks().remove(&(lock.to_owned(), holder.to_owned()));
+    }
+}
+
+/// The pause of a wait task after a failed read or watch: from 20 ms,
+/// doubled after each failure up to 1 s, back to 20 ms once a watch is set.
+#[derive(Debug)]
+pub(crate) struct Backoff(Duration);
+
+impl Backoff {
+    const MIN: Duration = Duration::from_millis(20);
+    const MAX: Duration = Duration::from_secs(1);
+
+    /// The pace of a task that has not failed yet.
+    pub(crate) fn new() -> Self {
+        Self(Self::MIN)
+    }
+
+    /// A watch was set: the next failure pauses briefly again.
+    pub(crate) fn reset(&mut self) {
+        self.0 = Self::MIN;
+    }
+
+    /// Sleeps after a failure, and doubles the next pause.
+    pub(crate) async fn pause(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Self::MAX);
+    }
+}
+
+/// The backend behind `inner` and what `read` found on it; a failed read
+/// is tried again after a pause, during which the task keeps no hold of the
+/// backend (so a backend shut down meanwhile is let go). `None` once the
+/// backend is gone: the task ends.
+pub(crate) async fn read_until_answered<B, T, Fut>(
+    inner: &Weak<B>,
+    backoff: &mut Backoff,
+    mut read: impl FnMut(Arc<B>) -> Fut,
+) -> Option<(Arc<B>, T)>
+where
+    Fut: Future<Output = Result<T, ()>>,
+{
+    loop {
+        let backend = inner.upgrade()?;
+        match read(Arc::clone(&backend)).await {
+            Ok(found) => return Some((backend, found)),
+            Err(()) => {
+                drop(backend);
+                backoff.pause().await;
+            }
+        }
     }
 }
