@@ -15,7 +15,7 @@ use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
 use lock_tests::looked::at_once;
 use lock_tests::{
-    on_every_backend, redis, runtime_at, unique, until_queued, wait_until, FaultProxy, Kind,
+    behind_proxy, on_every_backend, redis, unique, until_queued, wait_until, FaultProxy, Kind,
 };
 
 on_every_backend!(
@@ -170,9 +170,8 @@ async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
 /// connection does, and frees the key for a peer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_returns_while_its_release_is_unanswered() {
-    let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("unanswered");
-    let runtime = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, runtime) = behind_proxy(&prefix).await;
     let peer = Kind::Redis.runtime(&prefix).await;
     let key = unique("unanswered-key");
     let started = Instant::now();

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use lock_runtime::{fence, with_lock, LockError, LockRuntime};
 use lock_tests::{
-    acquire_elsewhere, block_on, on_every_backend, redis, runtime_at, timing_turn, unique,
-    wait_until, FaultProxy, Kind, Unpark,
+    acquire_elsewhere, behind_proxy, block_on, on_every_backend, redis, runtime_at, timing_turn,
+    unique, wait_until, FaultProxy, Kind, Unpark,
 };
 use tokio::time::Instant;
 
@@ -121,8 +121,7 @@ async fn a_bounded_wait_makes_a_last_try_at_its_deadline() {
 async fn a_try_once_answers_within_the_try_timeout_when_the_network_stalls() {
     let _turn = timing_turn().await;
     let prefix = unique("try-once");
-    let proxy = FaultProxy::start(redis().port()).await;
-    let runtime = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, runtime) = behind_proxy(&prefix).await;
     let bound = lock_runtime::DEFAULT_TRY_TIMEOUT + SLACK;
 
     proxy.stall();
@@ -514,8 +513,7 @@ async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_the_gate_cannot_confirm_ends_by_its_deadline() {
     let _turn = timing_turn().await;
-    let proxy = lock_tests::FaultProxy::start(redis().port()).await;
-    let runtime = runtime_at(&proxy.url(), &unique("reenter-down")).await;
+    let (proxy, runtime) = behind_proxy(&unique("reenter-down")).await;
     let request = runtime.lock("k").lease(Duration::from_secs(20));
     let outer = request.acquire().await.unwrap();
     proxy.refuse(true);

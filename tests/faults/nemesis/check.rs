@@ -187,6 +187,23 @@ pub(super) fn check(
     coverage
 }
 
+/// When and how `call`'s acquire ended: `acquired`, the end's kind with
+/// its error (`error upgrade_refused`), or `nothing` by the end of its
+/// process's log.
+pub(super) fn outcome(history: &History, call: &Call) -> (u64, String) {
+    match (call.acquired, &call.ended) {
+        (Some(t), _) => (t, "acquired".to_owned()),
+        (None, Some((t, kind))) => (
+            *t,
+            match &call.error {
+                Some(what) => format!("{kind} {what}"),
+                None => kind.clone(),
+            },
+        ),
+        (None, None) => (history.ends[call.proc], "nothing".to_owned()),
+    }
+}
+
 /// A hold, for a report: process, task, call, token, lease, when it was
 /// asked for, entered and left, and whether it was told lost.
 pub(super) fn describe(history: &History, call: &Call) -> String {
@@ -679,17 +696,7 @@ pub(super) fn check_upgrades(
         if readers == 0 || writer || lost {
             continue;
         }
-        let (t, how) = match (call.acquired, &call.ended) {
-            (Some(t), _) => (t, "acquired".to_owned()),
-            (None, Some((t, kind))) => (
-                *t,
-                match &call.error {
-                    Some(what) => format!("{kind} {what}"),
-                    None => kind.clone(),
-                },
-            ),
-            (None, None) => (history.ends[call.proc], "nothing".to_owned()),
-        };
+        let (t, how) = outcome(history, call);
         let late = t.saturating_sub(call.begin)
             > ns(REFUSAL) + frozen_within(faults, call.proc, call.begin, t);
         let refused = how == "error upgrade_refused";
