@@ -2,8 +2,10 @@
 //! entry before them (etcd's keys, ZooKeeper's nodes): one task per (lock,
 //! holder id), started once, stopped when the place holds the lock or is
 //! given back, and all stopped with the backend. Also the pace a wait
-//! task keeps after a failed read or watch (`Backoff`), and its first step,
-//! a read retried until answered (`read_until_answered`).
+//! task keeps after a failed read or watch (`Backoff`), its first step, a
+//! read retried until answered (`read_until_answered`), and the waiters'
+//! side of such a backend (`PlaceWatches`): its places watch for
+//! themselves, so a lock's watch is ready at once.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,6 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
+
+use crate::backend::{Watched, Watches};
 
 /// The running wait tasks, by (lock, holder id).
 #[derive(Debug, Default)]
@@ -109,6 +113,46 @@ where
                 drop(backend);
                 backoff.pause().await;
             }
+        }
+    }
+}
+
+/// A backend whose queued places wait for their turn themselves (etcd,
+/// ZooKeeper): how it gives back a place nobody uses.
+pub(crate) trait GivesBackPlaces: Send + Sync + 'static {
+    /// Deletes `holder`'s place in `lock` in the background.
+    fn give_back(self: Arc<Self>, lock: String, holder: String);
+}
+
+/// The waiters' side of a [`GivesBackPlaces`] backend, which it holds
+/// weakly: each place's wait task started with the attempt that queued it,
+/// so a lock's watch is ready at once and there is nothing to stop; a place
+/// nobody uses is given back.
+pub(crate) struct PlaceWatches<I>(Weak<I>);
+
+impl<I: GivesBackPlaces> PlaceWatches<I> {
+    /// The waiters' side of the backend `inner`.
+    pub(crate) fn of(inner: &Arc<I>) -> Arc<dyn Watches> {
+        Arc::new(Self(Arc::downgrade(inner)))
+    }
+}
+
+impl<I> std::fmt::Debug for PlaceWatches<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PlaceWatches")
+    }
+}
+
+impl<I: GivesBackPlaces> Watches for PlaceWatches<I> {
+    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
+        watched.set_ready();
+    }
+
+    fn unwatch(&self, _lock: &str) {}
+
+    fn give_back_place(&self, lock: String, holder: String) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.give_back(lock, holder);
         }
     }
 }

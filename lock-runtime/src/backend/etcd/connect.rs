@@ -11,9 +11,9 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 
 use super::lease::Leases;
-use super::places::EtcdWatches;
 use super::releaser::releaser;
 use super::{tomb, wait, EtcdBackend, EtcdConfig, Inner};
+use crate::backend::place_tasks::PlaceWatches;
 use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::{BackendError, LockError};
@@ -164,8 +164,6 @@ pub(crate) async fn connect(
         jobs,
         backend.inner.releases.pending().clone(),
     ));
-    let watches: Arc<dyn Watches> = Arc::new(EtcdWatches {
-        backend: Arc::downgrade(&backend.inner),
-    });
+    let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }

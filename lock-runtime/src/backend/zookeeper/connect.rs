@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::lock_path;
-use super::places::ZookeeperWatches;
 use super::releaser::releaser;
 use super::sessions::Sessions;
 use super::{path, wait, Inner, ZookeeperBackend, ZookeeperConfig};
+use crate::backend::place_tasks::PlaceWatches;
 use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::LockError;
@@ -68,9 +68,7 @@ pub(crate) async fn connect(
         jobs,
         backend.inner.releases.pending().clone(),
     ));
-    let watches: Arc<dyn Watches> = Arc::new(ZookeeperWatches {
-        backend: Arc::downgrade(&backend.inner),
-    });
+    let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }
 
