@@ -11,7 +11,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 
 use super::lease::Leases;
-use super::releaser::releaser;
+use super::releaser::spawn_releaser;
 use super::{tomb, wait, EtcdBackend, EtcdConfig, Inner};
 use crate::backend::place_tasks::PlaceWatches;
 use crate::backend::releases::{ReleaseQueue, RetriedOutage};
@@ -159,11 +159,7 @@ pub(crate) async fn connect(
     .await
     .map_err(|_| unreachable(None))?
     .map_err(LockError::Backend)?;
-    tokio::spawn(releaser(
-        Arc::downgrade(&backend.inner),
-        jobs,
-        backend.inner.releases.pending().clone(),
-    ));
+    spawn_releaser(&backend.inner, jobs);
     let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }

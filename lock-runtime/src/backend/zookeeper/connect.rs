@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::lock_path;
-use super::releaser::releaser;
+use super::releaser::spawn_releaser;
 use super::sessions::Sessions;
 use super::{path, wait, Inner, ZookeeperBackend, ZookeeperConfig};
 use crate::backend::place_tasks::PlaceWatches;
@@ -63,11 +63,7 @@ pub(crate) async fn connect(
     });
     let backend = ZookeeperBackend { inner };
     backend.ping().await?;
-    tokio::spawn(releaser(
-        Arc::downgrade(&backend.inner),
-        jobs,
-        backend.inner.releases.pending().clone(),
-    ));
+    spawn_releaser(&backend.inner, jobs);
     let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }

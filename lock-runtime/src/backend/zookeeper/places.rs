@@ -31,15 +31,10 @@ impl ZookeeperBackend {
                 .iter()
                 .map(|p| self.inner.place(&p.lock_key, &p.holder))
                 .collect();
-            let mut reader = client.new_multi_reader();
-            for p in chunk {
-                reader
-                    .add_get_children(&p.lock_key)
-                    .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
-            }
+            let locks = chunk.iter().map(|p| p.lock_key.clone());
             let read = self
                 .inner
-                .within(reader.commit())
+                .read_each(&client, locks, true)
                 .await
                 .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
             for (place, result) in places.into_iter().zip(read) {
