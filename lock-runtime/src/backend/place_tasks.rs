@@ -1,11 +1,11 @@
-//! The wait tasks of queued places, for backends whose places watch the
-//! entry before them (etcd's keys, ZooKeeper's nodes): one task per (lock,
-//! holder id), started once, stopped when the place holds the lock or is
-//! given back, and all stopped with the backend. Also the pace a wait
-//! task keeps after a failed read or watch (`Backoff`), its first step, a
-//! read retried until answered (`read_until_answered`), and the waiters'
-//! side of such a backend (`PlaceWatches`): its places watch for
-//! themselves, so a lock's watch is ready at once.
+//! What the queued places of etcd and ZooKeeper share, backends whose
+//! places watch the entry before them (etcd's keys, ZooKeeper's nodes):
+//! their wait tasks, one per (lock, holder id), started once, stopped when
+//! the place holds the lock or is given back, and all stopped with the
+//! backend (`PlaceTasks`); a wait task's read, retried at a doubling pace
+//! until answered (`read_until_answered`, `Backoff`); and the waiters'
+//! side (`PlaceWatches`), which has nothing to watch, since each place
+//! watches for itself, and gives unused places back.
 
 use std::collections::HashMap;
 use std::future::Future;
