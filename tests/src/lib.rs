@@ -389,6 +389,15 @@ pub async fn runtime_at(url: &str, prefix: &str) -> LockRuntime {
         .expect("build the lock runtime")
 }
 
+/// A fault proxy of the test's own in front of the shared Redis, and a
+/// runtime (keys under `prefix`) that reaches Redis only through it: for a
+/// test that stalls, delays or cuts the network of this one client.
+pub async fn behind_proxy(prefix: &str) -> (FaultProxy, LockRuntime) {
+    let proxy = FaultProxy::start(redis().port()).await;
+    let runtime = runtime_at(&proxy.url(), prefix).await;
+    (proxy, runtime)
+}
+
 /// A fair-mode runtime on the Redis at `url` (another "process" of a test).
 pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
     builder_at(url, prefix)
@@ -402,8 +411,13 @@ pub async fn fair_runtime(url: &str, prefix: &str) -> LockRuntime {
 /// connect timeouts are 300 ms: for a test that takes the server away and
 /// wants the calls to find out soon.
 pub async fn impatient_runtime(url: &str) -> LockRuntime {
+    impatient(LockRuntime::builder().redis(url)).await
+}
+
+/// The runtime `builder` makes (of any backend), with response and connect
+/// timeouts of 300 ms, as [`impatient_runtime`]'s.
+pub async fn impatient(builder: LockRuntimeBuilder) -> LockRuntime {
     let timeout = Duration::from_millis(300);
-    let builder = LockRuntime::builder().redis(url);
     let builder = builder.response_timeout(timeout).connect_timeout(timeout);
     builder.build().await.expect("build the lock runtime")
 }

@@ -1,12 +1,13 @@
 //! Whether a key is held, as another client finds it: one try, given back
 //! at once, and bounded waits for a key to be taken or freed. For tests
 //! that check what a call holds from outside it (many keys at once), that
-//! take a key they know free (`at_once`), or wait for another client's place
-//! in a queue (`until_contenders`).
+//! take a key they know free (`at_once`) or just freed (`taken_within`), or
+//! wait for another client's place in a queue (`until_contenders`).
 
+use std::future::Future;
 use std::time::Duration;
 
-use lock_runtime::{LockGuard, LockRequest, LockRuntime};
+use lock_runtime::{LockError, LockGuard, LockRequest, LockRuntime};
 use tokio::time::Instant;
 
 /// Whether `runtime` finds `key` free now (and gives it back at once).
@@ -26,6 +27,25 @@ pub async fn free(runtime: &LockRuntime, key: &str) -> bool {
 pub async fn at_once(request: LockRequest, why: &str) -> LockGuard {
     let tried = request.try_acquire().await.unwrap();
     tried.unwrap_or_else(|| panic!("{why}"))
+}
+
+/// What `acquire` (of a key, or of keys, just freed) takes, which it must
+/// within `bound`: no place left by a call that gave up may be served
+/// first. `what` names the keys for the failure.
+pub async fn taken_within<G>(
+    acquire: impl Future<Output = Result<G, LockError>>,
+    bound: Duration,
+    what: &str,
+) -> G {
+    let started = Instant::now();
+    let taken = acquire.await;
+    let took = started.elapsed();
+    let guard = taken.unwrap_or_else(|e| panic!("{what} not taken: {e:?}"));
+    assert!(
+        took < bound,
+        "{what} went to a place given up first ({took:?})"
+    );
+    guard
 }
 
 /// Waits (bounded: 10 s) until `runtime` finds `key` held by someone else.

@@ -2,6 +2,9 @@
 //! freeze a server, move a slot) while they wait, and then see when and how
 //! each ended.
 
+use std::future::Future;
+use std::time::Duration;
+
 use lock_runtime::{LockError, LockGuard, LockRequest, LockRuntime};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -43,7 +46,7 @@ pub async fn spawn_waiting(
 
 /// Waits for every task of `tasks` to end, each without a panic, all
 /// within `limit`; `what` names a hang in the failure.
-pub async fn join_within(tasks: Vec<JoinHandle<()>>, limit: std::time::Duration, what: &str) {
+pub async fn join_within(tasks: Vec<JoinHandle<()>>, limit: Duration, what: &str) {
     let all = async {
         for task in tasks {
             task.await.unwrap();
@@ -52,4 +55,25 @@ pub async fn join_within(tasks: Vec<JoinHandle<()>>, limit: std::time::Duration,
     tokio::time::timeout(limit, all)
         .await
         .unwrap_or_else(|_| panic!("{what} hung"));
+}
+
+/// Spawns `count` tasks running `body(task, runtime)`, the even ones on
+/// `clients.0` and the odd ones on `clients.1` (two clients of one backend,
+/// so that contenders meet both in a process and across processes), and
+/// waits for them all as [`join_within`] does.
+pub async fn on_two_clients<Fut>(
+    clients: (&LockRuntime, &LockRuntime),
+    count: usize,
+    body: impl Fn(usize, LockRuntime) -> Fut,
+    (limit, what): (Duration, &str),
+) where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let tasks = (0..count)
+        .map(|task| {
+            let runtime = if task % 2 == 0 { clients.0 } else { clients.1 };
+            tokio::spawn(body(task, runtime.clone()))
+        })
+        .collect();
+    join_within(tasks, limit, what).await;
 }

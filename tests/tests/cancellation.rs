@@ -304,8 +304,7 @@ async fn shutdown_drains_at_once(runtime: &LockRuntime) {
 /// reading as a server that did not answer the try.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_behind_an_unanswered_release_of_its_key_says_so() {
-    let proxy = lock_tests::FaultProxy::start(redis().port()).await;
-    let runtime = lock_tests::runtime_at(&proxy.url(), &unique("behind-release")).await;
+    let (proxy, runtime) = lock_tests::behind_proxy(&unique("behind-release")).await;
     let guard = runtime.lock("k").acquire().await.unwrap();
     proxy.stall();
     drop(guard);

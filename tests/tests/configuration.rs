@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{with_lock, LockError, LockRuntime, LockRuntimeBuilder};
 use lock_testkit::{free_port, RedisServer};
-use lock_tests::{impatient_runtime, redis, unique, until_queued};
+use lock_tests::{impatient, impatient_runtime, redis, unique, until_queued};
 
 // ---------------------------------------------------------------------------
 // Refused before anything runs
@@ -680,14 +680,7 @@ async fn an_outage_ends_a_wait_in_a_timeout_naming(runtime: LockRuntime, named: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_outage_ends_a_wait_in_a_timeout_naming_the_endpoints() {
     let mut cluster = lock_testkit::etcd::EtcdCluster::start(1);
-    let timeout = Duration::from_millis(300);
-    let runtime = LockRuntime::builder()
-        .etcd(cluster.endpoints())
-        .response_timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-        .await
-        .unwrap();
+    let runtime = impatient(LockRuntime::builder().etcd(cluster.endpoints())).await;
     cluster.kill(0);
     let at = cluster.endpoints().join(",");
     an_outage_ends_a_wait_in_a_timeout_naming(runtime, &at).await;
@@ -696,14 +689,7 @@ async fn an_etcd_outage_ends_a_wait_in_a_timeout_naming_the_endpoints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_outage_ends_a_wait_in_a_timeout_naming_the_servers() {
     let mut server = lock_testkit::zookeeper::ZooKeeperServer::start();
-    let timeout = Duration::from_millis(300);
-    let runtime = LockRuntime::builder()
-        .zookeeper(server.connect_string())
-        .response_timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-        .await
-        .unwrap();
+    let runtime = impatient(LockRuntime::builder().zookeeper(server.connect_string())).await;
     let at = server.connect_string();
     server.kill();
     an_outage_ends_a_wait_in_a_timeout_naming(runtime, &at).await;

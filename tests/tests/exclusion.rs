@@ -165,7 +165,12 @@ async fn intruder_cannot_release_or_renew_a_lock_it_does_not_hold() {
 
     let release = redis::Script::new(include_str!("../../lock-runtime/src/scripts/release.lua"));
     let renew = redis::Script::new(include_str!("../../lock-runtime/src/scripts/renew.lua"));
-    let acquire = redis::Script::new(include_str!("../../lock-runtime/src/scripts/acquire.lua"));
+    // The runtime loads the acquire behind Redlock's boot check (a no-op
+    // without a marker key); the same here.
+    let acquire = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/redlock_boot_check.lua"),
+        include_str!("../../lock-runtime/src/scripts/acquire.lua"),
+    ));
     for guess in [
         "intruder",
         "0:1",

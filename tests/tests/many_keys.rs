@@ -8,8 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{fence, fences, with_lock, with_locks, LockError};
+use lock_runtime::{fence, fences, with_lock, with_locks, LockError, LockRuntime};
 use lock_tests::looked::{free, until_free, until_held};
+use lock_tests::spawn::on_two_clients;
 use lock_tests::{on_every_backend, unique, Kind, Occupancy};
 use tokio::time::Instant;
 
@@ -134,15 +135,9 @@ async fn calls_naming_shared_keys_in_any_order_never_deadlock(kind: Kind) {
         ["o:a", "o:c"],
     ];
     let inside: Arc<[Occupancy; 3]> = Arc::new(Default::default());
-    let mut tasks = Vec::new();
-    for task in 0..6usize {
-        let runtime = if task % 2 == 0 {
-            runtime.clone()
-        } else {
-            peer.clone()
-        };
+    let calls = |task: usize, runtime: LockRuntime| {
         let inside = inside.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             for round in 0..8usize {
                 let pair = pairs[(task + round) % pairs.len()];
                 let request = runtime.lock_many(pair).wait(Duration::from_secs(30));
@@ -154,14 +149,10 @@ async fn calls_naming_shared_keys_in_any_order_never_deadlock(kind: Kind) {
                 .await
                 .unwrap();
             }
-        }));
-    }
-    lock_tests::spawn::join_within(
-        tasks,
-        Duration::from_secs(60),
-        "calls naming shared keys in opposite orders",
-    )
-    .await;
+        }
+    };
+    let what = "calls naming shared keys in opposite orders";
+    on_two_clients((&runtime, &peer), 6, calls, (Duration::from_secs(60), what)).await;
     for (i, occupancy) in inside.iter().enumerate() {
         assert_eq!(occupancy.max(), 1, "two calls inside key {i} at once");
     }

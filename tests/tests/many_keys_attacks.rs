@@ -16,7 +16,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use lock_runtime::{fence, fences, inherit, with_lock, with_locks, LockError, LockRuntime, OnLost};
-use lock_tests::looked::{free, until_free, until_held};
+use lock_tests::looked::{free, taken_within, until_free, until_held};
+use lock_tests::spawn::on_two_clients;
 use lock_tests::{fair_runtime, on_every_backend, redis, unique, until_queued, Kind, Occupancy};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -123,19 +124,9 @@ async fn a_multi_key_acquire_cut_at_any_await_leaves_nothing_taken(kind: Kind) {
         settled(&runtime, usize::from(kind == Kind::Memory)).await;
     }
     blocker.release().await.unwrap();
-    let started = Instant::now();
-    let next = peer
-        .lock("x:3")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await;
-    assert!(next.is_ok(), "x:3 after the cut calls: {next:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "x:3 went to a cut call's place first ({:?})",
-        started.elapsed()
-    );
-    next.unwrap().release().await.unwrap();
+    let next = peer.lock("x:3").wait(Duration::from_secs(5)).acquire();
+    let next = taken_within(next, Duration::from_secs(2), "x:3 after the cut calls").await;
+    next.release().await.unwrap();
     let all = runtime.lock_many(keys).try_acquire().await.unwrap();
     all.expect("every key free at the end")
         .release()
@@ -485,55 +476,55 @@ impl Drop for InsideToken<'_> {
 async fn readers_writers_and_single_key_writers_exclude_per_key(kind: Kind) {
     let (runtime, peer) = kind.two("many-rw").await;
     let inside: Arc<[Inside; 2]> = Arc::new(Default::default());
-    let wait = Duration::from_secs(30);
-    let mut tasks = Vec::new();
-    for task in 0..6usize {
-        let runtime = if task % 2 == 0 {
-            runtime.clone()
-        } else {
-            peer.clone()
-        };
+    let calls = |task: usize, runtime: LockRuntime| {
         let inside = inside.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             for round in 0..6usize {
-                match (task + round) % 4 {
-                    0 | 1 => {
-                        let write = (task + round) % 4 == 1;
-                        let request = runtime.lock_many(["w:b", "w:a"]).wait(wait);
-                        let request = if write {
-                            request.write()
-                        } else {
-                            request.read()
-                        };
-                        with_locks(request, async {
-                            let _a = inside[0].enter(write);
-                            let _b = inside[1].enter(write);
-                            tokio::time::sleep(Duration::from_millis(3)).await;
-                            Ok::<_, LockError>(())
-                        })
-                        .await
-                        .unwrap();
-                    }
-                    which => {
-                        let key = if which == 2 { "w:a" } else { "w:b" };
-                        with_lock(runtime.lock(key).write().wait(wait), async {
-                            let _w = inside[which - 2].enter(true);
-                            tokio::time::sleep(Duration::from_millis(3)).await;
-                            Ok::<_, LockError>(())
-                        })
-                        .await
-                        .unwrap();
-                    }
-                }
+                call_on_w_keys(&runtime, &inside, (task + round) % 4).await;
             }
-        }));
-    }
-    lock_tests::spawn::join_within(tasks, Duration::from_secs(90), "readers and writers").await;
+        }
+    };
+    let limit = (Duration::from_secs(90), "readers and writers");
+    on_two_clients((&runtime, &peer), 6, calls, limit).await;
     for (key, inside) in ["w:a", "w:b"].iter().zip(inside.iter()) {
         assert!(
             !inside.broken.load(Ordering::SeqCst),
             "a writer of {key} had company"
         );
+    }
+}
+
+/// One call of [`readers_writers_and_single_key_writers_exclude_per_key`],
+/// by `which`: a multi-key read (0) or write (1) of `[w:b, w:a]`, or a
+/// single-key write of `w:a` (2) or of `w:b` (3); each marks itself inside
+/// the keys it holds for 3 ms.
+async fn call_on_w_keys(runtime: &LockRuntime, inside: &[Inside; 2], which: usize) {
+    let wait = Duration::from_secs(30);
+    if which < 2 {
+        let write = which == 1;
+        let request = runtime.lock_many(["w:b", "w:a"]).wait(wait);
+        let request = if write {
+            request.write()
+        } else {
+            request.read()
+        };
+        with_locks(request, async {
+            let _a = inside[0].enter(write);
+            let _b = inside[1].enter(write);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            Ok::<_, LockError>(())
+        })
+        .await
+        .unwrap();
+    } else {
+        let key = if which == 2 { "w:a" } else { "w:b" };
+        with_lock(runtime.lock(key).write().wait(wait), async {
+            let _w = inside[which - 2].enter(true);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            Ok::<_, LockError>(())
+        })
+        .await
+        .unwrap();
     }
 }
 
@@ -684,19 +675,10 @@ async fn fair_multi_key_waiters_that_give_up_leave_no_place_behind() {
         until_queued(&mut con, &hash, 0).await;
         settled(&waiter, 0).await;
         blocker.release().await.unwrap();
-        let started = Instant::now();
-        let next = third
-            .lock_many(keys)
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await;
-        assert!(next.is_ok(), "{keys:?}: {next:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "{keys:?} went to a ghost place first ({:?})",
-            started.elapsed()
-        );
-        next.unwrap().release().await.unwrap();
+        let next = third.lock_many(keys).wait(Duration::from_secs(5)).acquire();
+        let what = format!("{keys:?}");
+        let next = taken_within(next, Duration::from_secs(1), &what).await;
+        next.release().await.unwrap();
     }
 }
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use lock_runtime::{LockError, LockRuntime};
-use lock_tests::{redis, unique, wait_until, FaultProxy, Kind};
+use lock_runtime::LockError;
+use lock_tests::{builder_at, redis, unique, wait_until, FaultProxy, Kind};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
@@ -206,10 +206,9 @@ async fn acquires_holds_waiters_renewals_and_losses_are_counted() {
     // Renewals that get no answer (a stalled network) are failures; the
     // lock is lost at its lease end, and counted so.
     let proxy = FaultProxy::start(redis().port()).await;
-    let through = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(&prefix)
-        // Short, so that its stop does not wait long for the stalled releases.
+    let builder = builder_at(&proxy.url(), &prefix);
+    // Short, so that its stop does not wait long for the stalled releases.
+    let through = builder
         .response_timeout(Duration::from_millis(300))
         .build()
         .await

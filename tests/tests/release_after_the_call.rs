@@ -15,7 +15,8 @@ use lock_runtime::{with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
 use lock_tests::looked::at_once;
 use lock_tests::{
-    on_every_backend, redis, runtime_at, unique, until_queued, wait_until, FaultProxy, Kind,
+    behind_proxy, builder_at, on_every_backend, redis, unique, until_queued, wait_until,
+    FaultProxy, Kind,
 };
 
 on_every_backend!(
@@ -113,13 +114,7 @@ async fn a_hold_found_gone_at_its_release_is_counted_or_with_confirm_an_error(ki
 /// proxy that adds 40 ms each way, so that round trips dwarf the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
-    let proxy = FaultProxy::start(redis().port()).await;
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(unique("one-trip"))
-        .build()
-        .await
-        .unwrap();
+    let (proxy, runtime) = behind_proxy(&unique("one-trip")).await;
     proxy.slow(Some(Duration::from_millis(40)));
     let key = unique("one-trip-key");
     let mut rtt = Duration::MAX;
@@ -170,9 +165,8 @@ async fn calls_in_a_row_on_one_redis_server_cost_one_round_trip_each() {
 /// connection does, and frees the key for a peer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_returns_while_its_release_is_unanswered() {
-    let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("unanswered");
-    let runtime = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, runtime) = behind_proxy(&prefix).await;
     let peer = Kind::Redis.runtime(&prefix).await;
     let key = unique("unanswered-key");
     let started = Instant::now();
@@ -346,13 +340,9 @@ where
 async fn a_confirmed_call_whose_release_is_never_answered_does_not_return_ok() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(unique("confirm-stall"))
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let builder = builder_at(&proxy.url(), &unique("confirm-stall"));
+    let builder = builder.response_timeout(Duration::from_millis(300));
+    let runtime = builder.build().await.unwrap();
     let key = unique("confirm-stall-key");
     let outcome = with_lock(runtime.lock(&key).on_lost(OnLost::Confirm), async {
         proxy.stall();

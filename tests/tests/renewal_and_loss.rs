@@ -11,7 +11,7 @@ use lock_runtime::{with_lock, LockError, OnLost};
 use lock_testkit::pipes;
 use lock_tests::looked::at_once;
 use lock_tests::{
-    contender_bin, on_every_backend, redis, runtime_at, timing_turn, unique, FaultProxy, Kind,
+    behind_proxy, contender_bin, on_every_backend, redis, runtime_at, timing_turn, unique, Kind,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -415,8 +415,7 @@ async fn holder_killed_frees_lock_after_about_one_lease() {
 async fn every_hold_is_told_lost_by_its_own_lease_end_while_a_renewal_hangs() {
     let _turn = timing_turn().await;
     let prefix = unique("stuck-renewal");
-    let proxy = FaultProxy::start(redis().port()).await;
-    let stalled = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, stalled) = behind_proxy(&prefix).await;
     let other = runtime_at(&redis().url(), &prefix).await;
 
     let begun = Instant::now();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{fence, with_lock, LockError, LockRuntime, OnLost};
 use lock_testkit::RedisServer;
 use lock_tests::{
-    block_on, fair_runtime, on_every_backend, queue_len, redis, runtime_at, timing_turn, unique,
+    behind_proxy, block_on, fair_runtime, on_every_backend, queue_len, redis, timing_turn, unique,
     until_exists, until_queued, wait_until, FaultProxy, Kind,
 };
 use redis::AsyncCommands;
@@ -420,9 +420,8 @@ async fn shutdown_leaves_no_fair_place_behind() {
 /// after `shutdown().await`, the key stays locked for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_an_acquire_in_flight() {
-    let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("rv-inflight");
-    let runtime = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, runtime) = behind_proxy(&prefix).await;
     let hash = runtime.backend_key("k");
     let mut con = redis().connection().await;
     // Requests reach Redis 400 ms late, replies 400 ms after that.

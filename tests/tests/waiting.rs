@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 
-use lock_runtime::{fence, with_lock, LockError, LockRuntime};
+use lock_runtime::{fence, with_lock, LockError};
 use lock_tests::{
-    acquire_elsewhere, block_on, on_every_backend, redis, runtime_at, timing_turn, unique,
-    wait_until, FaultProxy, Kind, Unpark,
+    acquire_elsewhere, behind_proxy, block_on, builder_at, on_every_backend, redis, runtime_at,
+    spawn_acquire, timing_turn, unique, wait_until, FaultProxy, Kind, Unpark,
 };
 use tokio::time::Instant;
 
@@ -87,16 +87,7 @@ async fn a_bounded_wait_makes_a_last_try_at_its_deadline() {
     let waiter = runtime_at(&redis().url(), &prefix).await;
     let held = holder.lock("k").acquire().await.unwrap();
     let begun = Instant::now();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            waiter
-                .lock("k")
-                .wait(Duration::from_millis(600))
-                .acquire()
-                .await
-        }
-    });
+    let waiting = spawn_acquire(waiter.lock("k").wait(Duration::from_millis(600)));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut con = redis().connection().await;
     let _: () = redis::cmd("DEL")
@@ -104,8 +95,8 @@ async fn a_bounded_wait_makes_a_last_try_at_its_deadline() {
         .query_async(&mut con)
         .await
         .unwrap();
-    let got = waiting.await.unwrap();
-    let took = begun.elapsed();
+    let (ended, got) = waiting.await.unwrap();
+    let took = ended - begun;
     assert!(got.is_ok(), "{got:?}: no last try before the timeout");
     assert!(
         took >= Duration::from_millis(600),
@@ -121,8 +112,7 @@ async fn a_bounded_wait_makes_a_last_try_at_its_deadline() {
 async fn a_try_once_answers_within_the_try_timeout_when_the_network_stalls() {
     let _turn = timing_turn().await;
     let prefix = unique("try-once");
-    let proxy = FaultProxy::start(redis().port()).await;
-    let runtime = runtime_at(&proxy.url(), &prefix).await;
+    let (proxy, runtime) = behind_proxy(&prefix).await;
     let bound = lock_runtime::DEFAULT_TRY_TIMEOUT + SLACK;
 
     proxy.stall();
@@ -177,13 +167,8 @@ async fn a_try_once_answers_within_the_try_timeout_when_the_network_stalls() {
 async fn a_stuck_release_does_not_stretch_a_try_past_its_timeout() {
     let proxy = FaultProxy::start(redis().port()).await;
     let prefix = unique("rv-stuck");
-    let runtime = LockRuntime::builder()
-        .redis(proxy.url())
-        .key_prefix(&prefix)
-        .try_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let builder = builder_at(&proxy.url(), &prefix).try_timeout(Duration::from_millis(200));
+    let runtime = builder.build().await.unwrap();
     let guard = runtime.lock("k").acquire().await.unwrap();
     proxy.stall();
     drop(guard);
@@ -514,8 +499,7 @@ async fn a_tokio_runtime_without_timers_can_take_locks(kind: Kind) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_the_gate_cannot_confirm_ends_by_its_deadline() {
     let _turn = timing_turn().await;
-    let proxy = lock_tests::FaultProxy::start(redis().port()).await;
-    let runtime = runtime_at(&proxy.url(), &unique("reenter-down")).await;
+    let (proxy, runtime) = behind_proxy(&unique("reenter-down")).await;
     let request = runtime.lock("k").lease(Duration::from_secs(20));
     let outer = request.acquire().await.unwrap();
     proxy.refuse(true);

@@ -16,6 +16,7 @@ use crate::worker::Library;
 /// Our scripts: the commands they run inside Redis (not sent by a client).
 fn our_script_commands() -> Vec<String> {
     [
+        include_str!("../../../lock-runtime/src/scripts/redlock_boot_check.lua"),
         include_str!("../../../lock-runtime/src/scripts/acquire.lua"),
         include_str!("../../../lock-runtime/src/scripts/release.lua"),
         include_str!("../../../lock-runtime/src/scripts/renew.lua"),

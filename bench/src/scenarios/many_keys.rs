@@ -29,8 +29,12 @@ pub const TASKS: u64 = 64;
 pub const KEYS: u64 = 10_000;
 /// Upper bound on operations per task, whatever the duration.
 pub(super) const MAX_PER_TASK: u64 = 10_000_000;
-/// The runtime's acquire script.
-const ACQUIRE: &str = include_str!("../../../lock-runtime/src/scripts/acquire.lua");
+/// The runtime's acquire script, as it loads it: behind Redlock's boot check
+/// (a no-op without a marker key).
+const ACQUIRE: &str = concat!(
+    include_str!("../../../lock-runtime/src/scripts/redlock_boot_check.lua"),
+    include_str!("../../../lock-runtime/src/scripts/acquire.lua"),
+);
 /// The fence counter's TTL, ms (the runtime's default).
 const WINDOW_MS: u128 = lock_runtime::DEFAULT_FENCE_WINDOW.as_millis();
 /// The runtime's release script.

@@ -33,43 +33,11 @@
 --          {-2, left, 0, lease}  the same, found just now: the marker was
 --                                missing (and is created, quarantined)
 --
--- The boot marker (Redlock only). A master restarted without its data has
--- forgotten the holds it had, and a holder whose majority included it counts
--- on that hold until its lease ends: the master must not vote for anyone else
--- before then (the Redlock "delayed restart"). A runtime creates the marker
--- when it connects (redlock_boot.lua), so from then on a missing marker means
--- lost data: it is created here, quarantined from now for the caller's
--- quarantine. A caller that knows a longer lease (another master's marker
--- recorded it) extends the quarantine of a restarted master to it, for every
--- caller after it; a marker created open (until = since: a fresh fleet) is
--- never quarantined.
-local recorded
-if KEYS[3] then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local marker = redis.call('hmget', KEYS[3], 'since', 'until', 'lease')
-  local since, till = tonumber(marker[1]), tonumber(marker[2])
-  recorded = tonumber(marker[3]) or 0
-  local found = since == nil or till == nil
-  if found then
-    since, till, recorded = now, now + tonumber(ARGV[5]), tonumber(ARGV[6])
-    redis.call('hset', KEYS[3], 'since', string.format('%.0f', since),
-      'until', string.format('%.0f', till), 'lease', string.format('%.0f', recorded))
-  elseif till > since and since + tonumber(ARGV[5]) > till then
-    till = since + tonumber(ARGV[5])
-    redis.call('hset', KEYS[3], 'until', string.format('%.0f', till))
-  end
-  if now < till and ARGV[7] ~= '1' then
-    if found then
-      return {-2, till - now, 0, recorded}
-    end
-    return {-1, till - now, 0, recorded}
-  end
-  if recorded < tonumber(ARGV[2]) then
-    recorded = tonumber(ARGV[2])
-    redis.call('hset', KEYS[3], 'lease', ARGV[2])
-  end
-end
+-- The boot marker is checked before this script's first line:
+-- redlock_boot_check.lua is prepended to it at load (redis/scripts.rs); with
+-- KEYS[3] given it answers the two replies above itself, and otherwise
+-- leaves the marker's 'lease' in `recorded` (nil when no marker is given)
+-- for the replies below.
 
 -- Fencing tokens: every first acquisition takes max(counter + 1, server time
 -- in microseconds). Counting up alone is not enough: a Redis restored from an

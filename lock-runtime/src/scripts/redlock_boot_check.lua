@@ -1,10 +1,18 @@
--- redlock_boot_check: the boot-marker check of a Redlock vote, prepended to
--- a vote script at load (the Redlock read, redlock/read.rs) so that it runs
--- in the same call: a master that lost its data votes for no new holder, a
--- reader included, until the longest lease it may have held has passed.
--- Why and how: the boot marker part of acquire.lua's header, and
--- redlock_boot.lua. acquire.lua carries these same lines inline (a unit test
--- in redlock/read.rs keeps the two copies equal).
+-- redlock_boot_check: the boot-marker check of a Redlock vote, prepended at
+-- load to each vote script (acquire.lua by redis/scripts.rs, read.lua by
+-- redlock/read.rs) so that it runs in the same call. Without KEYS[3] (one
+-- Redis server, a cluster, a sentinel's primary) it does nothing.
+--
+-- Why: a master restarted without its data no longer knows the holds it
+-- granted, while a holder whose majority counted this master relies on its
+-- hold until the lease ends. Until then the master must vote for no new
+-- holder, a reader included (Redlock's "delayed restart"). Runtimes create
+-- the marker when they connect (redlock_boot.lua), so a marker missing here
+-- means the data was lost: it is created now, quarantined for the caller's
+-- quarantine. A caller that knows a longer lease (recorded on another
+-- master's marker) stretches a restarted master's quarantine to it, for all
+-- callers after it; a marker created open (until = since: a new fleet) is
+-- never quarantined.
 --
 -- KEYS[3]  the boot marker        (hash: 'since', 'until', 'lease'; no TTL)
 -- ARGV[2]  the lease asked, in milliseconds (the marker's 'lease' grows to it)

@@ -171,16 +171,37 @@ pub(super) fn check(
         coverage.guards_dropped += u64::from(call.dropped);
         coverage.cancelled += u64::from(call.ended.as_ref().is_some_and(|e| e.1 == "cancelled"));
     }
-    let by_key = outer_holds(history, &mut coverage);
-    check_fences(history, faults, &by_key, violations);
-    check_exclusion(history, faults, &by_key, violations, &mut coverage);
-    check_data(history, faults, &by_key, violations, &mut coverage);
+    let outer = Outer {
+        history,
+        faults,
+        by_key: outer_holds(history, &mut coverage),
+    };
+    check_fences(&outer, violations);
+    check_exclusion(&outer, violations, &mut coverage);
+    check_data(&outer, violations, &mut coverage);
     check_nesting(history, faults, violations, &mut coverage);
     check_upgrades(history, faults, violations, &mut coverage);
     check_many(history, faults, violations, &mut coverage);
     check_recorded(history, violations, &mut coverage);
     check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
+}
+
+/// When and how `call`'s acquire ended: `acquired`, the end's kind with
+/// its error (`error upgrade_refused`), or `nothing` by the end of its
+/// process's log.
+pub(super) fn outcome(history: &History, call: &Call) -> (u64, String) {
+    match (call.acquired, &call.ended) {
+        (Some(t), _) => (t, "acquired".to_owned()),
+        (None, Some((t, kind))) => (
+            *t,
+            match &call.error {
+                Some(what) => format!("{kind} {what}"),
+                None => kind.clone(),
+            },
+        ),
+        (None, None) => (history.ends[call.proc], "nothing".to_owned()),
+    }
 }
 
 /// A hold, for a report: process, task, call, token, lease, when it was
@@ -274,6 +295,14 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
     by_key
 }
 
+/// The outermost holds of each key (`outer_holds`), with what the checks
+/// of them read beside: the history they come from and the faults.
+struct Outer<'a> {
+    history: &'a History,
+    faults: &'a [Fault],
+    by_key: HashMap<usize, Vec<&'a Call>>,
+}
+
 /// Fencing tokens never go backwards: every write (or exclusive) hold of
 /// a key enters with a token larger than that of every hold that surely
 /// entered before it (its `acquired` line is older than the poll that
@@ -281,12 +310,8 @@ fn outer_holds<'h>(history: &'h History, coverage: &mut Coverage) -> HashMap<usi
 /// than that of every write hold that surely entered before it (tokens
 /// order nothing among readers), whatever faults came between — also
 /// after data loss, a stop or a stall.
-fn check_fences(
-    history: &History,
-    faults: &[Fault],
-    by_key: &HashMap<usize, Vec<&Call>>,
-    violations: &mut Vec<Violation>,
-) {
+fn check_fences(outer: &Outer<'_>, violations: &mut Vec<Violation>) {
+    let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
         // The largest token entered up to each position (in logged order),
         // of any hold and of write holds.
@@ -346,13 +371,8 @@ fn check_fences(
 /// earlier holder could not run (stopped, its executor blocked) when it
 /// should have learnt its hold was gone, and stopped acting within
 /// [`RESUME`] of running again.
-fn check_exclusion(
-    history: &History,
-    faults: &[Fault],
-    by_key: &HashMap<usize, Vec<&Call>>,
-    violations: &mut Vec<Violation>,
-    coverage: &mut Coverage,
-) {
+fn check_exclusion(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage: &mut Coverage) {
+    let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
         let ends: Vec<u64> = holds.iter().map(|c| history.hold_end(c)).collect();
         for j in 0..holds.len() {
@@ -489,13 +509,8 @@ fn frozen_past(faults: &[Fault], earlier: &Call, earlier_end: u64, later_acquire
 /// earlier one frozen); an overlap the exclusion check reports shows here
 /// too, seen through the data. A change with no writer inside the body at
 /// all is a violation as well (a write the log does not show).
-fn check_data(
-    history: &History,
-    faults: &[Fault],
-    by_key: &HashMap<usize, Vec<&Call>>,
-    violations: &mut Vec<Violation>,
-    coverage: &mut Coverage,
-) {
+fn check_data(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage: &mut Coverage) {
+    let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
         for &call in holds {
             let Some(data) = call.data else { continue };
@@ -651,10 +666,11 @@ pub(super) fn check_recorded(
     }
 }
 
-/// How long an upgrade refusal may take: none waits or goes to the
-/// backend, so only scheduling delays it (plus the time its process was
-/// frozen).
-const REFUSAL: Duration = Duration::from_millis(200);
+/// How long a refusal at once may take (an upgrade here, a key out of
+/// order in `many.rs`): it neither waits nor goes to the backend, so only
+/// scheduling delays it, plus the time its process was frozen (through
+/// [`act_by`]).
+pub(super) const REFUSAL: Duration = Duration::from_millis(200);
 
 /// A write (or exclusive) call nested inside read holds of its key and in
 /// no write hold of it (an upgrade) is refused at once with
@@ -680,17 +696,7 @@ pub(super) fn check_upgrades(
         if readers == 0 || writer || lost {
             continue;
         }
-        let (t, how) = match (call.acquired, &call.ended) {
-            (Some(t), _) => (t, "acquired".to_owned()),
-            (None, Some((t, kind))) => (
-                *t,
-                match &call.error {
-                    Some(what) => format!("{kind} {what}"),
-                    None => kind.clone(),
-                },
-            ),
-            (None, None) => (history.ends[call.proc], "nothing".to_owned()),
-        };
+        let (t, how) = outcome(history, call);
         let late = t.saturating_sub(call.begin)
             > ns(REFUSAL) + frozen_within(faults, call.proc, call.begin, t);
         let refused = how == "error upgrade_refused";

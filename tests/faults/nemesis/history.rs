@@ -10,11 +10,17 @@ use super::check::Violation;
 /// One locked call, as its process logged it.
 #[derive(Debug, Default)]
 pub(super) struct Call {
+    /// The worker process that made it (its index).
     pub(super) proc: usize,
+    /// The task of that process it ran in.
     pub(super) task: u32,
+    /// Its number in its process's log.
     pub(super) id: u64,
+    /// The call whose body it was made in (its `id`), 0 outside any body.
     pub(super) parent: u64,
+    /// The key it locked (its index).
     pub(super) key: usize,
+    /// When it began, on the events' clock (ns).
     pub(super) begin: u64,
     /// `None`: wait forever.
     pub(super) wait: Option<Duration>,

@@ -7,17 +7,10 @@
 //! (`many=` marks the call), so exclusion, data, tokens and waiting are
 //! checked key by key in `check`, as for single-key calls.
 
-use std::time::Duration;
-
-use super::check::{act_by, describe, Coverage, Violation};
+use super::check::{act_by, describe, outcome, Coverage, Violation, REFUSAL};
 use super::faults::Fault;
 use super::history::{Call, History};
 use super::ns;
-
-/// How long an order refusal may take: it neither waits nor goes to the
-/// backend, so only scheduling delays it (plus the time its process was
-/// frozen, through [`act_by`]).
-const REFUSAL: Duration = Duration::from_millis(200);
 
 /// Both checks, and the multi-key calls counted.
 pub(super) fn check_many(
@@ -112,17 +105,7 @@ fn check_order(
         let must = !held.contains(&call.key) && above.is_some();
         let refused = call.error.as_deref() == Some("order_refused");
         coverage.order_refused += u64::from(refused);
-        let (t, how) = match (call.acquired, &call.ended) {
-            (Some(t), _) => (t, "acquired".to_owned()),
-            (None, Some((t, kind))) => (
-                *t,
-                match &call.error {
-                    Some(what) => format!("{kind} {what}"),
-                    None => kind.clone(),
-                },
-            ),
-            (None, None) => (history.ends[call.proc], "nothing".to_owned()),
-        };
+        let (t, how) = outcome(history, call);
         if !must {
             if refused {
                 violations.push(Violation {

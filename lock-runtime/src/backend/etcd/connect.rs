@@ -11,9 +11,9 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 
 use super::lease::Leases;
-use super::places::EtcdWatches;
-use super::releaser::releaser;
+use super::releaser::spawn_releaser;
 use super::{tomb, wait, EtcdBackend, EtcdConfig, Inner};
+use crate::backend::place_tasks::PlaceWatches;
 use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::{BackendError, LockError};
@@ -159,13 +159,7 @@ pub(crate) async fn connect(
     .await
     .map_err(|_| unreachable(None))?
     .map_err(LockError::Backend)?;
-    tokio::spawn(releaser(
-        Arc::downgrade(&backend.inner),
-        jobs,
-        backend.inner.releases.pending().clone(),
-    ));
-    let watches: Arc<dyn Watches> = Arc::new(EtcdWatches {
-        backend: Arc::downgrade(&backend.inner),
-    });
+    spawn_releaser(&backend.inner, jobs);
+    let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }

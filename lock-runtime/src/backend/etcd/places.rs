@@ -5,7 +5,7 @@
 //!
 //! Owns no wait of a place (`wait.rs`) and no delete (`release.rs`).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use etcd_client::{Txn, TxnOp};
 use tokio::time::Instant;
@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use super::readers::{self, read_node};
 use super::txn::gets;
 use super::{first_of, node, EtcdBackend, Inner, TXN_OPS};
-use crate::backend::{PlaceRefresh, Refreshed, Watched, Watches};
+use crate::backend::place_tasks::GivesBackPlaces;
+use crate::backend::{PlaceRefresh, Refreshed};
 use crate::error::BackendError;
 
 impl EtcdBackend {
@@ -83,24 +84,10 @@ impl EtcdBackend {
     }
 }
 
-/// The waiters' side: the per-place watches start with the acquire that
-/// queued the place, so a lock's watch is ready at once; an unused place's
-/// key is deleted.
-#[derive(Debug)]
-pub(super) struct EtcdWatches {
-    pub(super) backend: Weak<Inner>,
-}
-
-impl Watches for EtcdWatches {
-    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
-        watched.set_ready();
-    }
-
-    fn unwatch(&self, _lock: &str) {}
-
-    fn give_back_place(&self, lock: String, holder: String) {
-        if let Some(inner) = self.backend.upgrade() {
-            EtcdBackend { inner }.release_in_background(lock, holder, true);
-        }
+/// The waiters' side (`PlaceWatches`): an unused place's keys are deleted
+/// in the background.
+impl GivesBackPlaces for Inner {
+    fn give_back(self: Arc<Self>, lock: String, holder: String) {
+        EtcdBackend { inner: self }.release_in_background(lock, holder, true);
     }
 }

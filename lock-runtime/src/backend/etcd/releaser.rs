@@ -102,6 +102,14 @@ pub(super) async fn releaser(
     }
 }
 
+/// Starts [`releaser`] on the runtime for `inner`'s background releases
+/// (`jobs`), counted where `inner` counts its pending releases; it holds
+/// the backend weakly, so it ends with it.
+pub(super) fn spawn_releaser(inner: &Arc<Inner>, jobs: mpsc::UnboundedReceiver<Job>) {
+    let pending = inner.releases.pending().clone();
+    tokio::spawn(releaser(Arc::downgrade(inner), jobs, pending));
+}
+
 /// How a background delete ended.
 #[derive(Clone, Copy)]
 enum Deleted {

@@ -22,6 +22,15 @@ async fn backend(cluster: &lock_testkit::etcd::EtcdCluster) -> EtcdBackend {
         .0
 }
 
+/// A write hold of `lock` for holder `h` on a renewed lease of [`LEASE`],
+/// as an attempt that may queue asks it: what the attempt answered.
+async fn write_hold(backend: &EtcdBackend, lock: &str) -> crate::backend::Acquire {
+    let join = crate::backend::Queue::Join(LEASE);
+    let write = crate::mode::LockMode::Write;
+    let ask = Ask::of(lock, "h", (LEASE, true), join, write);
+    backend.acquire(ask).await.unwrap()
+}
+
 /// What etcd holds under `key` now.
 async fn stands(backend: &EtcdBackend, key: &str) -> bool {
     let mut kv = backend.inner.client.kv_client();
@@ -75,16 +84,7 @@ async fn an_answered_put_leaves_no_tombstone() {
     let cluster = lock_testkit::etcd::EtcdCluster::start(1);
     let backend = backend(&cluster).await;
     let lock = "answered";
-    let acquired = backend
-        .acquire(Ask::of(
-            lock,
-            "h",
-            (LEASE, true),
-            crate::backend::Queue::Join(LEASE),
-            crate::mode::LockMode::Write,
-        ))
-        .await
-        .unwrap();
+    let acquired = write_hold(&backend, lock).await;
     assert!(matches!(acquired, crate::backend::Acquire::Held { .. }));
     backend.release(Holding::of(lock, "h", true)).await.unwrap();
     assert!(!stands(&backend, &node(lock, "h")).await);
@@ -184,22 +184,13 @@ async fn a_holder_id_never_serves_two_modes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_hold_whose_key_turned_reader_is_not_renewed() {
     use super::downgrade::downgrade_txn;
-    use crate::backend::{Acquire, Queue};
+    use crate::backend::Acquire;
     use crate::held::{HeldLock, Hold};
     use crate::mode::LockMode;
     let cluster = lock_testkit::etcd::EtcdCluster::start(1);
     let backend = backend(&cluster).await;
     let lock = "turned";
-    let held = backend
-        .acquire(Ask::of(
-            lock,
-            "h",
-            (LEASE, true),
-            Queue::Join(LEASE),
-            LockMode::Write,
-        ))
-        .await
-        .unwrap();
+    let held = write_hold(&backend, lock).await;
     let Acquire::Held { fence, .. } = held else {
         panic!("not held: {held:?}");
     };

@@ -24,17 +24,13 @@
 //! given back is `release.rs`'s).
 
 use std::sync::Weak;
-use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::readers::{self, read_node, Scan};
 use super::txn::gets;
 use super::{dir, node, Inner};
-
-/// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+use crate::backend::place_tasks::{read_until_answered, Backoff};
 
 /// The places being waited for, by (lock, holder id).
 pub(super) use crate::backend::place_tasks::PlaceTasks as Waits;
@@ -85,19 +81,14 @@ enum Found {
 /// Waits for the turn of `holder`'s key in `lock`, created at revision
 /// `mine`; tells the waiters when it comes, or when the key is gone.
 async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, renewed: bool) {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new();
+    let (lock_name, holder_id) = (lock.as_str(), holder.as_str());
     loop {
-        let Some(backend) = inner.upgrade() else {
+        let look = read_until_answered(&inner, &mut backoff, |backend| async move {
+            read(&backend, lock_name, holder_id, mine).await
+        });
+        let Some((backend, found)) = look.await else {
             return;
-        };
-        let found = match read(&backend, &lock, &holder, mine).await {
-            Ok(found) => found,
-            Err(()) => {
-                drop(backend);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
         };
         let (before, ours, read_at) = match found {
             Found::Gone => {
@@ -128,11 +119,10 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, mine: i64, 
         let (before, created, modded) = before;
         let ours = (ours.0.as_str(), mine, ours.1);
         match changed(&backend, (&before, created, modded), ours, read_at).await {
-            Ok(()) => backoff = BACKOFF_MIN,
+            Ok(()) => backoff.reset(),
             Err(()) => {
                 drop(backend);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff.pause().await;
             }
         }
     }

@@ -22,7 +22,7 @@ mod conn;
 mod connect;
 mod heard;
 mod recorded;
-mod scripts;
+pub(super) mod scripts;
 mod tasks;
 
 use std::sync::Arc;
@@ -69,8 +69,9 @@ fn ms(d: Duration) -> String {
     d.as_millis().max(1).to_string()
 }
 
-/// Redlock's boot-marker check, run by `acquire.lua` on one master in the
-/// same call as the acquire (KEYS[3], ARGV[4..6]; the script says why).
+/// Redlock's boot-marker check, run by `redlock_boot_check.lua` ahead of
+/// `acquire.lua` on one master, in the same call as the acquire (KEYS[3],
+/// ARGV[5..7]; the script says why).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BootCheck<'a> {
     /// The marker's name (`<prefix>redlock:boot`).

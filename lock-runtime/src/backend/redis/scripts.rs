@@ -50,6 +50,13 @@ impl LuaScript {
     }
 }
 
+/// The acquire script as it is loaded: Redlock's boot-marker check (which
+/// does nothing without a marker key), then `acquire.lua`.
+pub(crate) const ACQUIRE: &str = concat!(
+    include_str!("../../scripts/redlock_boot_check.lua"),
+    include_str!("../../scripts/acquire.lua"),
+);
+
 /// The lock scripts, compiled into the crate from `scripts/*.lua`.
 #[derive(Debug)]
 pub(super) struct Scripts {
@@ -74,7 +81,7 @@ impl Scripts {
     pub(super) fn new(sharded: bool) -> Self {
         let script = |source| LuaScript::new(source, sharded);
         Scripts {
-            acquire: script(include_str!("../../scripts/acquire.lua")),
+            acquire: script(ACQUIRE),
             read: script(include_str!("../../scripts/read.lua")),
             release: script(include_str!("../../scripts/release.lua")),
             downgrade: script(include_str!("../../scripts/downgrade.lua")),

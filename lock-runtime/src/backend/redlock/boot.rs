@@ -10,8 +10,8 @@
 //! remedy is a "delayed restart": such a master takes no new hold for one
 //! lease. We cannot configure the servers, so the clients do it: every
 //! master keeps a marker (`<prefix>redlock:boot`, no TTL), created when a
-//! runtime first finds the master's data set, and checked by `acquire.lua`
-//! in the same call as every acquire. A marker that is missing once a
+//! runtime first finds the master's data set, and checked by
+//! `redlock_boot_check.lua` in the same call as every acquire. A marker that is missing once a
 //! runtime has created it means the data is gone, and the script creates
 //! it again, quarantined: no new hold on that master until the longest
 //! lease known has passed (`quorum::quarantine`). A master restarted from

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::lock_path;
-use super::places::ZookeeperWatches;
-use super::releaser::releaser;
+use super::releaser::spawn_releaser;
 use super::sessions::Sessions;
 use super::{path, wait, Inner, ZookeeperBackend, ZookeeperConfig};
+use crate::backend::place_tasks::PlaceWatches;
 use crate::backend::releases::{ReleaseQueue, RetriedOutage};
 use crate::backend::{ConnectSettings, Wakeups, Watches};
 use crate::error::LockError;
@@ -65,14 +65,8 @@ pub(crate) async fn connect(
     });
     let backend = ZookeeperBackend { inner };
     backend.ping().await?;
-    tokio::spawn(releaser(
-        Arc::downgrade(&backend.inner),
-        jobs,
-        backend.inner.releases.pending().clone(),
-    ));
-    let watches: Arc<dyn Watches> = Arc::new(ZookeeperWatches {
-        backend: Arc::downgrade(&backend.inner),
-    });
+    spawn_releaser(&backend.inner, jobs);
+    let watches = PlaceWatches::of(&backend.inner);
     Ok((backend, watches))
 }
 

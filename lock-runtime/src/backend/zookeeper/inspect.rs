@@ -25,15 +25,10 @@ impl ZookeeperBackend {
         if sorted.is_empty() {
             return Ok(None);
         }
-        let mut reader = client.new_multi_reader();
-        for name in &sorted {
-            reader
-                .add_get_data(&path::child(lock, name))
-                .map_err(|e| self.inner.failed("inspect failed", e))?;
-        }
+        let paths = sorted.iter().map(|name| path::child(lock, name));
         let read = self
             .inner
-            .within(reader.commit())
+            .read_each(&client, paths, false)
             .await
             .map_err(|e| self.inner.failed("inspect failed", e))?;
         let (names, nodes): (Vec<String>, Vec<RecordedReader>) = sorted

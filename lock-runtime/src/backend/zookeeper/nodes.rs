@@ -1,5 +1,5 @@
 //! A holder's nodes: the children of a lock listed (as the leader has
-//! them, when it matters), a node created in Curator's protected mode
+//! them, when it matters), many nodes read in one call, a node created in Curator's protected mode
 //! (found again by its uuid after a create whose answer was lost, which
 //! keeps the holder unsettled until its release), and twins of such a
 //! create deleted.
@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult};
 
 use super::sessions::Session;
 use super::{path, Inner, Place};
@@ -28,6 +28,26 @@ impl Inner {
             Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
             Err(error) => Err(self.failed("listing a lock's contenders failed", error)),
         }
+    }
+
+    /// One multi-read on `client`, bounded by the response timeout: of each
+    /// path of `paths`, its data, or its children where `children`. The
+    /// answers come in the order of `paths`.
+    pub(super) async fn read_each(
+        &self,
+        client: &Client,
+        paths: impl IntoIterator<Item = String>,
+        children: bool,
+    ) -> Result<Vec<MultiReadResult>, zookeeper_client::Error> {
+        let mut reader = client.new_multi_reader();
+        for path in paths {
+            if children {
+                reader.add_get_children(&path)?;
+            } else {
+                reader.add_get_data(&path)?;
+            }
+        }
+        self.within(reader.commit()).await
     }
 
     /// The children of `lock` as the leader has them: a `sync` first,

@@ -5,12 +5,13 @@
 //!
 //! Owns no wait of a place (`wait.rs`) and no delete (`release.rs`).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use zookeeper_client::MultiReadResult;
 
 use super::{path, Inner, Place, ZookeeperBackend, MULTI_OPS};
-use crate::backend::{PlaceRefresh, Refreshed, Watched, Watches};
+use crate::backend::place_tasks::GivesBackPlaces;
+use crate::backend::{PlaceRefresh, Refreshed};
 use crate::error::BackendError;
 
 impl ZookeeperBackend {
@@ -30,15 +31,10 @@ impl ZookeeperBackend {
                 .iter()
                 .map(|p| self.inner.place(&p.lock_key, &p.holder))
                 .collect();
-            let mut reader = client.new_multi_reader();
-            for p in chunk {
-                reader
-                    .add_get_children(&p.lock_key)
-                    .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
-            }
+            let locks = chunk.iter().map(|p| p.lock_key.clone());
             let read = self
                 .inner
-                .within(reader.commit())
+                .read_each(&client, locks, true)
                 .await
                 .map_err(|e| self.inner.failed("fair place refresh failed", e))?;
             for (place, result) in places.into_iter().zip(read) {
@@ -72,24 +68,10 @@ impl ZookeeperBackend {
     }
 }
 
-/// The waiters' side: the per-place watches start with the acquire that
-/// queued the place, so a lock's watch is ready at once; an unused place's
-/// node is deleted.
-#[derive(Debug)]
-pub(super) struct ZookeeperWatches {
-    pub(super) backend: Weak<Inner>,
-}
-
-impl Watches for ZookeeperWatches {
-    fn watch(&self, _lock: &str, watched: Arc<dyn Watched>) {
-        watched.set_ready();
-    }
-
-    fn unwatch(&self, _lock: &str) {}
-
-    fn give_back_place(&self, lock: String, holder: String) {
-        if let Some(inner) = self.backend.upgrade() {
-            ZookeeperBackend { inner }.release_in_background(lock, holder, true);
-        }
+/// The waiters' side (`PlaceWatches`): an unused place's node is deleted
+/// in the background.
+impl GivesBackPlaces for Inner {
+    fn give_back(self: Arc<Self>, lock: String, holder: String) {
+        ZookeeperBackend { inner: self }.release_in_background(lock, holder, true);
     }
 }

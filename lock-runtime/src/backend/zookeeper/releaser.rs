@@ -57,6 +57,14 @@ pub(super) async fn releaser(
     }
 }
 
+/// Starts [`releaser`] on the runtime for `inner`'s background releases
+/// (`jobs`), counted where `inner` counts its pending releases; it holds
+/// the backend weakly, so it ends with it.
+pub(super) fn spawn_releaser(inner: &Arc<Inner>, jobs: mpsc::UnboundedReceiver<ReleaseJob>) {
+    let pending = inner.releases.pending().clone();
+    tokio::spawn(releaser(Arc::downgrade(inner), jobs, pending));
+}
+
 impl Inner {
     /// Whether a release of `holder` must go alone (not in a batch of the
     /// releaser, which deletes the node it knows): a downgrade of it is in

@@ -67,16 +67,10 @@ impl ZookeeperBackend {
     ) -> Vec<(usize, Option<bool>)> {
         let client = session.client();
         let id = client.session_id().0;
-        let mut reader = client.new_multi_reader();
-        for (i, place) in chunk {
-            if reader
-                .add_get_data(&path::child(&batch[*i].lock_key, &place.name))
-                .is_err()
-            {
-                return chunk.iter().map(|(i, _)| (*i, None)).collect();
-            }
-        }
-        let Ok(read) = self.inner.within(reader.commit()).await else {
+        let nodes = chunk
+            .iter()
+            .map(|(i, place)| path::child(&batch[*i].lock_key, &place.name));
+        let Ok(read) = self.inner.read_each(&client, nodes, false).await else {
             return chunk.iter().map(|(i, _)| (*i, None)).collect();
         };
         chunk

@@ -21,13 +21,9 @@
 //! Owns the wait task of each queued node; creates and deletes no node.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use super::{path, Inner};
-
-/// Pause after a failed read or watch (doubling up to [`BACKOFF_MAX`]).
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+use crate::backend::place_tasks::{read_until_answered, Backoff};
 
 /// The places being waited for, by (lock, holder id).
 pub(super) use crate::backend::place_tasks::PlaceTasks as Waits;
@@ -53,19 +49,14 @@ enum Found {
 /// Waits for the turn of `holder`'s node in `lock`; tells the waiters when
 /// it comes, or when the node is gone.
 async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new();
+    let (lock_name, holder_id) = (lock.as_str(), holder.as_str());
     loop {
-        let Some(backend) = inner.upgrade() else {
+        let look = read_until_answered(&inner, &mut backoff, |backend| async move {
+            read(&backend, lock_name, holder_id).await
+        });
+        let Some((backend, found)) = look.await else {
             return;
-        };
-        let found = match read(&backend, &lock, &holder).await {
-            Ok(found) => found,
-            Err(()) => {
-                drop(backend);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
         };
         let before = match found {
             Found::Gone => {
@@ -92,7 +83,7 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
         let watching = client.get_and_watch_data(&path::child(&lock, &before));
         match backend.within(watching).await {
             Ok((_, _, watcher)) => {
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 drop(backend);
                 // Deleted, changed, or the session broke: list again.
                 let _event = watcher.changed().await;
@@ -101,8 +92,7 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
             Err(zookeeper_client::Error::NoNode) => {}
             Err(_) => {
                 drop(backend);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff.pause().await;
             }
         }
     }
