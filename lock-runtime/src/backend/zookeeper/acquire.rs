@@ -189,8 +189,8 @@ impl ZookeeperBackend {
                         handed: !created,
                     });
                 }
-                path::Turn::Behind(_) if matches!(queue, Queue::Join(_)) => {
-                    wait::start(inner, lock, holder);
+                path::Turn::Behind(before) if matches!(queue, Queue::Join(_)) => {
+                    wait::start(inner, lock, holder, before);
                     return Ok(Acquire::Busy { ttl: None });
                 }
                 path::Turn::Behind(_) => {

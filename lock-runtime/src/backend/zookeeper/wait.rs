@@ -29,10 +29,13 @@ use crate::backend::place_tasks::{read_until_answered, Backoff};
 pub(super) use crate::backend::place_tasks::PlaceTasks as Waits;
 
 /// Starts watching for the turn of `holder`'s node in `lock`, unless that
-/// is watched already.
-pub(super) fn start(inner: &Arc<Inner>, lock: &str, holder: &str) {
+/// is watched already. `before`: the node it waits for, as the listing
+/// that just placed it found (watched at once, with no listing of its own:
+/// as Curator does, one request fewer per contended acquisition).
+pub(super) fn start(inner: &Arc<Inner>, lock: &str, holder: &str, before: &str) {
     inner.waits.start(&inner.handle, lock, holder, || {
-        wait_turn(Arc::downgrade(inner), lock.to_owned(), holder.to_owned())
+        let (lock, holder) = (lock.to_owned(), holder.to_owned());
+        wait_turn(Arc::downgrade(inner), lock, holder, Some(before.to_owned()))
     });
 }
 
@@ -48,14 +51,25 @@ enum Found {
 
 /// Waits for the turn of `holder`'s node in `lock`; tells the waiters when
 /// it comes, or when the node is gone.
-async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String) {
+///
+/// `known`: the node it waits for, found by the listing that placed it:
+/// the first look is then that listing's (the node may be gone by now:
+/// its watch then finds no node, and the place lists again).
+async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, known: Option<String>) {
     let mut backoff = Backoff::new();
     let (lock_name, holder_id) = (lock.as_str(), holder.as_str());
+    let mut known = known;
     loop {
-        let look = read_until_answered(&inner, &mut backoff, |backend| async move {
-            read(&backend, lock_name, holder_id).await
-        });
-        let Some((backend, found)) = look.await else {
+        let found = match known.take() {
+            Some(before) => inner.upgrade().map(|backend| (backend, Found::Behind(before))),
+            None => {
+                let look = read_until_answered(&inner, &mut backoff, |backend| async move {
+                    read(&backend, lock_name, holder_id).await
+                });
+                look.await
+            }
+        };
+        let Some((backend, found)) = found else {
             return;
         };
         let before = match found {
