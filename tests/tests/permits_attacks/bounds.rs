@@ -1,0 +1,102 @@
+//! How long a permit acquire of a full key takes: a bounded wait ends
+//! between its wait and its wait plus the try timeout, whatever N and
+//! whatever the network does, and says how long it waited.
+
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockRuntime};
+use lock_tests::{builder_at, on_every_backend, redis, timing_turn, unique, FaultProxy, Kind};
+use tokio::time::Instant;
+
+use super::{block_all, release_all};
+
+on_every_backend!(a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout);
+
+/// The try timeout of the runtimes that wait here.
+const TRY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Slack for a loaded machine (two cores, other builds beside the tests).
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// "A bounded wait returns at its deadline ... by the deadline plus
+/// `try_timeout` at the latest", for permits: with every permit of a key
+/// held by another client, a wait of 800 ms for one of N = 1, 8, 64 ends
+/// in `Timeout` naming the key, not before the wait, within the wait plus
+/// the try timeout (and slack), and says it waited at least the wait.
+async fn a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout(kind: Kind) {
+    let prefix = unique("pa-bound");
+    let runtime = kind
+        .builder(&prefix)
+        .try_timeout(TRY_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let peer = kind.peer(&runtime, &prefix).await;
+    let wait = Duration::from_millis(800);
+    for n in [1u32, 8, 64] {
+        let key = format!("full{n}");
+        let blockers = block_all(&peer, &key, n).await;
+        let turn = timing_turn().await;
+        let started = Instant::now();
+        let request = runtime.lock(&key).permits(n).wait(wait).acquire();
+        let outcome = tokio::spawn(request).await.unwrap();
+        let took = started.elapsed();
+        drop(turn);
+        match &outcome {
+            Err(LockError::Timeout {
+                key: named, waited, ..
+            }) => {
+                assert_eq!(named, &key);
+                assert!(*waited >= wait, "N = {n}: says it waited {waited:?}");
+            }
+            other => panic!("N = {n}: {:?}", other.as_ref().map(|g| g.permit())),
+        }
+        assert!(took >= wait, "N = {n}: ended early, after {took:?}");
+        let bound = wait + TRY_TIMEOUT + SLACK;
+        assert!(took < bound, "N = {n}: took {took:?}, bound {bound:?}");
+        release_all(blockers).await;
+    }
+}
+
+/// A runtime on the shared Redis through a proxy of its own, warmed up
+/// (connected, its script loaded), with the try timeout `try_timeout`.
+async fn behind_a_proxy(try_timeout: Duration) -> (FaultProxy, LockRuntime) {
+    let proxy = FaultProxy::start(redis().port()).await;
+    let runtime = builder_at(&proxy.url(), &unique("pa-stall"))
+        .try_timeout(try_timeout)
+        .build()
+        .await
+        .unwrap();
+    let warm = runtime.lock("warm").permits(2).acquire().await.unwrap();
+    warm.release().await.unwrap();
+    (proxy, runtime)
+}
+
+/// The same bound when the server does not answer at all (the network to
+/// it stalls), for a wait shorter than the try timeout: no try of a
+/// permit may run past the deadline and then start the tries of every
+/// permit anew. The wait ends by the wait plus the try timeout (and
+/// slack), as a `Timeout` naming the key and the backend's failure, as a
+/// single key's wait in an outage does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_wait_for_permits_on_a_stalled_server_ends_within_its_wait_plus_the_try_timeout() {
+    let try_timeout = Duration::from_secs(2);
+    let (proxy, runtime) = behind_a_proxy(try_timeout).await;
+    let wait = Duration::from_millis(200);
+    proxy.stall();
+    let started = Instant::now();
+    let request = runtime.lock("stalled").permits(4).wait(wait).acquire();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), request).await;
+    let took = started.elapsed();
+    proxy.resume();
+    let outcome = outcome.expect("a bounded wait hung on a stalled server");
+    match &outcome {
+        Err(LockError::Timeout { key, cause, .. }) => {
+            assert_eq!(key, "stalled");
+            assert!(cause.backend_error().is_some(), "{outcome:?}");
+        }
+        other => panic!("after {took:?}: {:?}", other.as_ref().map(|g| g.permit())),
+    }
+    let bound = wait + try_timeout + Duration::from_millis(1200);
+    assert!(took < bound, "took {took:?}, bound {bound:?}");
+}

@@ -1,0 +1,71 @@
+//! Fair mode with permits: a waiter stands in every permit's queue, so a
+//! process whose tasks keep taking the permits does not starve a waiter of
+//! another process.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{with_lock, LockError};
+use lock_tests::spawn::{join_within, spawn_acquire};
+use lock_tests::{on_every_backend, poll_until, Kind};
+use tokio::time::Instant;
+
+on_every_backend!(
+    a_waiter_of_another_process_gets_a_permit_while_one_process_keeps_taking_them
+        skip(
+            redlock = "Redlock has no fair mode: a plain waiter has no place to keep",
+            memory = "the embedded store is one process: there is no other to starve"
+        ),
+);
+
+/// "In fair mode a waiter stands in every permit's queue ... across
+/// processes, waiters are served close to arrival order": six tasks of one
+/// process take the two permits of a key over and over (each call short,
+/// the next always waiting); a waiter of another process, arriving while
+/// both are held, gets a permit within its bounded wait (10 s), long
+/// before the busy process is done.
+async fn a_waiter_of_another_process_gets_a_permit_while_one_process_keeps_taking_them(kind: Kind) {
+    let (busy, other) = kind.two("pa-fair").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (busy, stop) = (busy.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            // (Bounded: the test stops it long before.)
+            for _ in 0..5000 {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let request = busy.lock("f").permits(2).wait(Duration::from_secs(60));
+                with_lock(request, async {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    poll_until(
+        "the busy process holds both permits",
+        Duration::from_secs(10),
+        async || {
+            let seen = other.inspect_permits("f", 2).await.unwrap();
+            seen.iter().all(Option::is_some)
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let waiter = spawn_acquire(other.lock("f").permits(2).wait(Duration::from_secs(10)));
+    let (got_at, got) = waiter.await.unwrap();
+    let got = got.unwrap_or_else(|e| panic!("starved for {:?}: {e}", started.elapsed()));
+    eprintln!(
+        "{kind:?}: the other process's waiter got permit {:?} after {:?}",
+        got.permit(),
+        got_at - started
+    );
+    got.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    join_within(tasks, Duration::from_secs(60), "the busy process's callers").await;
+}
