@@ -64,7 +64,7 @@ async fn a_permit_acquire_cut_at_any_poll_takes_no_permit_and_keeps_no_place(kin
     let others = if kind == Kind::Memory { N as usize } else { 0 };
     let waits_for_all = || runtime.stats().waiting_keys == N as usize;
     let mut asleep = false;
-    for polls in 0..=120 {
+    for polls in 0..=400 {
         let acquire = runtime
             .lock("c")
             .permits(N)
@@ -73,12 +73,17 @@ async fn a_permit_acquire_cut_at_any_poll_takes_no_permit_and_keeps_no_place(kin
         let patience = Duration::from_millis(700);
         match cut_after(acquire, polls, patience, waits_for_all).await {
             Polled::Done(done) => panic!("every permit is held: {:?}", done.map(|g| g.permit())),
-            Polled::Cut | Polled::Idle(false) => {}
+            Polled::Cut => {}
+            Polled::Idle(false) => eprintln!(
+                "{kind:?}: idle after {polls} polls, not waiting for all: {:?}",
+                runtime.stats()
+            ),
             Polled::Idle(true) => asleep = true,
         }
         settled(&runtime, others).await;
         no_place_left(&peer, "c", N).await;
         if asleep {
+            eprintln!("{kind:?}: asleep on all {N} permits after {polls} polls");
             break;
         }
     }
