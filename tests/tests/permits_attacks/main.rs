@@ -20,6 +20,7 @@ use tokio::time::Instant;
 mod bounds;
 mod cut;
 mod fair;
+mod handoff;
 mod loss;
 mod mixed;
 mod nesting;

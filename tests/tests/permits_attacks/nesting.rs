@@ -141,7 +141,8 @@ async fn a_sibling_that_runs_out_of_wait_for_the_body_s_permit_names_the_key(kin
 /// A wait for permits that guards of the waiting task hold (every one of
 /// them) cannot end by a release: it ends at its deadline (plus the try
 /// timeout and slack), never hangs, with a `Timeout` naming the key that
-/// says this process holds it; a try finds none.
+/// says this process holds it; a try finds none, and says so too (as one
+/// key's try-once does).
 async fn a_wait_for_permits_that_guards_of_its_own_task_hold_ends_at_its_deadline_saying_so(
     kind: Kind,
 ) {
@@ -159,6 +160,19 @@ async fn a_wait_for_permits_that_guards_of_its_own_task_hold_ends_at_its_deadlin
         "a fourth permit: {:?}",
         tried.map(|g| g.permit())
     );
+    let once = runtime
+        .lock("d")
+        .permits(N)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    match &once {
+        Err(LockError::Timeout { key, cause, .. }) => {
+            assert_eq!(key, "d");
+            assert!(cause.held_by_this_process(), "a try-once: {once:?}");
+        }
+        other => panic!("a try-once: {:?}", other.as_ref().map(|g| g.permit())),
+    }
     let wait = Duration::from_millis(800);
     let started = Instant::now();
     let request = runtime.lock("d").permits(N).wait(wait).acquire();
