@@ -106,7 +106,8 @@ pub(crate) async fn acquire(
     match tried {
         Ok(Some(guard)) => return Ok(guard),
         Ok(None) if only => {
-            let cause = TimeoutCause::default();
+            // As one key's try-once says: whether this process holds any.
+            let cause = TimeoutCause::new(None, taking.held_here(permits));
             let waited = started.elapsed();
             return Err(LockError::Timeout { key, waited, cause });
         }
@@ -145,6 +146,19 @@ impl Taking<'_> {
                 .backend()
                 .lock_name(prefix, &permit_key(self.key, permit));
             table.holds_in(&name, self.scope) > 0
+        })
+    }
+
+    /// Whether this runtime holds any permit below `permits` (in any scope).
+    fn held_here(&self, permits: u32) -> bool {
+        let table = self.runtime.table();
+        let prefix = self.runtime.prefix();
+        (0..permits).any(|permit| {
+            let name = self
+                .runtime
+                .backend()
+                .lock_name(prefix, &permit_key(self.key, permit));
+            table.holds(&name)
         })
     }
 
