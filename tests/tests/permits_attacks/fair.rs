@@ -58,7 +58,8 @@ async fn a_waiter_of_another_process_gets_a_permit_while_one_process_keeps_takin
     .await;
     let started = Instant::now();
     let waiter = spawn_acquire(other.lock("f").permits(2).wait(Duration::from_secs(10)));
-    let (got_at, got) = waiter.await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiter).await;
+    let (got_at, got) = waited.expect("the waiter outlived its wait").unwrap();
     let got = got.unwrap_or_else(|e| panic!("starved for {:?}: {e}", started.elapsed()));
     eprintln!(
         "{kind:?}: the other process's waiter got permit {:?} after {:?}",

@@ -45,7 +45,8 @@ async fn a_permit_forced_free_under_its_body_ends_that_call_lost_and_no_other(ki
     }
     let mut tokens = [0u64; N as usize];
     for _ in 0..N {
-        let (mine, token) = inside_rx.recv().await.unwrap();
+        let inside = tokio::time::timeout(Duration::from_secs(20), inside_rx.recv()).await;
+        let (mine, token) = inside.expect("not every permit's body ran").unwrap();
         assert_eq!(tokens[mine as usize], 0, "two bodies on permit {mine}");
         tokens[mine as usize] = token;
     }
