@@ -39,7 +39,8 @@ async fn a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout
         let turn = timing_turn().await;
         let started = Instant::now();
         let request = runtime.lock(&key).permits(n).wait(wait).acquire();
-        let outcome = tokio::spawn(request).await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(30), tokio::spawn(request)).await;
+        let outcome = outcome.expect("a bounded wait hung").unwrap();
         let took = started.elapsed();
         drop(turn);
         match &outcome {

@@ -18,6 +18,7 @@ on_every_backend!(
     calls_giving_different_counts_never_share_an_index_and_stay_below_their_count,
     readers_of_a_key_exclude_its_permit_zero_and_only_it,
     permit_calls_inside_multi_key_calls_follow_the_order_rule_of_one_key,
+    a_permit_call_inside_a_read_body_of_its_key_is_refused_at_once_as_an_upgrade,
 );
 
 /// "Calls that give different counts share the low permits: for every n
@@ -139,6 +140,40 @@ async fn permit_calls_inside_multi_key_calls_follow_the_order_rule_of_one_key(ki
         }
         (single, permits) => panic!("one key: {single:?}; permits: {permits:?}"),
     }
+}
+
+/// Upgrades are refused "as for one key": a permit call on a key inside a
+/// read body of that key (whose hold is permit 0's lock, read) is refused
+/// at once with `UpgradeRefused` naming the key, as the single-key write
+/// is, never left waiting for itself.
+async fn a_permit_call_inside_a_read_body_of_its_key_is_refused_at_once_as_an_upgrade(kind: Kind) {
+    let runtime = kind.runtime(&unique("pa-upgrade")).await;
+    let wait = Duration::from_secs(10);
+    let checked = with_lock(runtime.lock("u").read(), async {
+        let started = Instant::now();
+        let single = with_lock(runtime.lock("u").wait(wait), async {
+            Ok::<_, LockError>(())
+        });
+        let single = single.await;
+        let permits = with_lock(runtime.lock("u").permits(2).wait(wait), async {
+            Ok::<_, LockError>(())
+        });
+        let permits = permits.await;
+        Ok::<_, LockError>((single, permits, started.elapsed()))
+    });
+    let (single, permits, took) = tokio::time::timeout(Duration::from_secs(30), checked)
+        .await
+        .expect("a write asked inside a read hung")
+        .unwrap();
+    assert!(
+        matches!(&single, Err(LockError::UpgradeRefused { key }) if key == "u"),
+        "one key: {single:?}"
+    );
+    assert!(
+        matches!(&permits, Err(LockError::UpgradeRefused { key }) if key == "u"),
+        "permits: {permits:?}"
+    );
+    assert!(took < Duration::from_secs(3), "refused after {took:?}");
 }
 
 /// A call on `key` (with `permits`, or an ordinary lock) whose body makes a

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::{permit, with_lock, LockError, LockRuntime, MAX_PERMITS};
-use lock_tests::spawn::join_within;
-use lock_tests::{on_every_backend, unique, Kind, Occupancy};
+use lock_tests::spawn::{join_within, spawn_acquire};
+use lock_tests::{on_every_backend, poll_until, unique, Kind, Occupancy};
+use tokio::time::Instant;
 
 use super::settled;
 
@@ -89,4 +90,51 @@ async fn max_permits_under_contention_on_the_embedded_store_hold_at_most_n_each_
     .await;
     assert!(most > 1, "the permits were used one at a time");
     settled(&runtime, 0).await;
+}
+
+/// `MAX_PERMITS` on Redis, where each wait for a permit is a waiting key
+/// of its own (a subscription, a fair place): every permit held by another
+/// client, four callers wait for all 1024 at once; four permits freed
+/// (spread over the range) go one to each waiter, within a bound, and
+/// then nothing of the waiters is left waiting, nor queued in any
+/// permit's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_permits_on_redis_freed_one_by_one_go_one_to_each_waiter_and_leave_no_place() {
+    let (runtime, peer) = Kind::Redis.two("pa-max-redis").await;
+    let n = MAX_PERMITS;
+    let mut held = super::block_all(&peer, "all", n).await;
+    let wait = Duration::from_secs(120);
+    let waiters: Vec<_> = (0..4)
+        .map(|_| spawn_acquire(runtime.lock("all").permits(n).wait(wait)))
+        .collect();
+    let all_waiting = 4 * n as usize;
+    poll_until(
+        "four waits for every permit",
+        Duration::from_secs(90),
+        async || runtime.stats().waiting == all_waiting,
+    )
+    .await;
+    let started = Instant::now();
+    let mut freed = Vec::new();
+    for index in [1023, 700, 5, 0] {
+        freed.push(index);
+        held.remove(index as usize).release().await.unwrap();
+    }
+    let mut got = Vec::new();
+    for waiter in waiters {
+        let ended = tokio::time::timeout(Duration::from_secs(30), waiter).await;
+        let guard = ended.expect("a waiter hung").unwrap().1.unwrap();
+        got.push(guard.permit().unwrap());
+        held.push(guard);
+    }
+    eprintln!(
+        "four waiters of 1024 permits served in {:?}",
+        started.elapsed()
+    );
+    got.sort_unstable();
+    freed.sort_unstable();
+    assert_eq!(got, freed, "the waiters' permits are not the freed ones");
+    settled(&runtime, 4).await;
+    super::no_place_left(&peer, "all", n).await;
+    super::release_all(held).await;
 }
