@@ -8,7 +8,7 @@ use lock_runtime::{LockError, LockRuntime};
 use lock_tests::{builder_at, on_every_backend, redis, timing_turn, unique, FaultProxy, Kind};
 use tokio::time::Instant;
 
-use super::{block_all, release_all};
+use super::{block_all, no_place_left, release_all, settled};
 
 on_every_backend!(a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout);
 
@@ -22,7 +22,8 @@ const SLACK: Duration = Duration::from_millis(1500);
 /// `try_timeout` at the latest", for permits: with every permit of a key
 /// held by another client, a wait of 800 ms for one of N = 1, 8, 64 ends
 /// in `Timeout` naming the key, not before the wait, within the wait plus
-/// the try timeout (and slack), and says it waited at least the wait.
+/// the try timeout (and slack), says it waited at least the wait, and
+/// leaves no place in any permit's queue and nothing waiting.
 async fn a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout(kind: Kind) {
     let prefix = unique("pa-bound");
     let runtime = kind
@@ -55,6 +56,8 @@ async fn a_bounded_wait_for_a_full_key_ends_within_its_wait_plus_the_try_timeout
         assert!(took >= wait, "N = {n}: ended early, after {took:?}");
         let bound = wait + TRY_TIMEOUT + SLACK;
         assert!(took < bound, "N = {n}: took {took:?}, bound {bound:?}");
+        no_place_left(&peer, &key, n).await;
+        settled(&runtime, if kind == Kind::Memory { n as usize } else { 0 }).await;
         release_all(blockers).await;
     }
 }
