@@ -15,6 +15,7 @@ on_every_backend!(
     siblings_and_inherited_tasks_in_a_permit_body_reenter_its_permit_in_turn,
     a_sibling_that_runs_out_of_wait_for_the_body_s_permit_names_the_key,
     a_wait_for_permits_that_guards_of_its_own_task_hold_ends_at_its_deadline_saying_so,
+    a_plain_call_nested_in_a_permit_body_keeps_the_body_s_permit_and_its_token,
 );
 
 /// How many permits the key has.
@@ -193,4 +194,50 @@ async fn a_wait_for_permits_that_guards_of_its_own_task_hold_ends_at_its_deadlin
     for guard in guards {
         guard.release().await.unwrap();
     }
+}
+
+/// "A nested call on the same key, at any depth, keeps its caller's index
+/// and token", and "pass [the token] to the storage that permit guards
+/// (the counter `permit()` names)": an ordinary call on the key nested in
+/// a permit body (a `#[distributed_lock(key = ..)]` helper called from a
+/// `permits = N` fn) sees the body's permit in `permit()`, so its
+/// `fence()` must be that permit's token, and the body must hold one
+/// permit, not two. Fails today: the nested call takes permit 0 (the key's
+/// ordinary lock) beside the body's permit, and its `fence()` is permit
+/// 0's token while `permit()` names the body's.
+async fn a_plain_call_nested_in_a_permit_body_keeps_the_body_s_permit_and_its_token(kind: Kind) {
+    let runtime = kind.runtime(&unique("pa-plain-in")).await;
+    // Permit 0 held by a guard of no body while the body takes its permit,
+    // so that the body's is 1 or 2; let go before the nested call.
+    let zero = runtime.lock("o").acquire().await.unwrap();
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let body = tokio::spawn({
+        let runtime = runtime.clone();
+        with_lock(runtime.clone().lock("o").permits(N), async move {
+            let outer = (permit().unwrap(), fence().unwrap());
+            inside_tx.send(()).unwrap();
+            go_rx.await.unwrap();
+            let request = runtime.lock("o").wait(Duration::from_secs(5));
+            let nested = with_lock(request, async {
+                let held = held_permits(&runtime, "o", N).await;
+                Ok::<_, LockError>((permit(), fence(), held))
+            });
+            Ok::<_, LockError>((outer, nested.await))
+        })
+    });
+    inside_rx.await.unwrap();
+    zero.release().await.unwrap();
+    go_tx.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), body).await;
+    let (outer, nested) = ended.expect("a nested call hung").unwrap().unwrap();
+    let (nested_permit, nested_fence, held) = nested.expect("the nested call failed");
+    assert_eq!(nested_permit, Some(outer.0));
+    assert_eq!(
+        nested_fence,
+        Some(outer.1),
+        "permit() names permit {} but fence() is another lock's token",
+        outer.0
+    );
+    assert_eq!(held, 1, "one body holds {held} permits");
 }
