@@ -11,7 +11,7 @@ use lock_tests::{on_every_backend, Kind};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{all_free_at_once, permit_key};
+use super::{all_free_soon, permit_key};
 
 on_every_backend!(
     a_permit_forced_free_under_its_body_ends_that_call_lost_and_no_other,
@@ -93,7 +93,7 @@ async fn a_permit_forced_free_under_its_body_ends_that_call_lost_and_no_other(ki
     }
     ended.sort_unstable();
     assert_eq!(ended, [0, 2]);
-    all_free_at_once(&peer, "l", N).await;
+    all_free_soon(&peer, "l", N).await;
 }
 
 /// "Everything else is one key's", fixed leases included: every permit is

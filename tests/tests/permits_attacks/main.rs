@@ -73,6 +73,15 @@ async fn all_free_at_once(runtime: &LockRuntime, key: &str, n: u32) {
     release_all(taken).await;
 }
 
+/// Waits (bounded: 5 s each) until `runtime` finds every permit of `key`
+/// below `n` free: after calls of another client, whose releases may
+/// follow their return (released behind the call).
+async fn all_free_soon(runtime: &LockRuntime, key: &str, n: u32) {
+    for permit in permit_keys(key, n) {
+        lock_tests::looked::until_free(runtime, &permit).await;
+    }
+}
+
 /// Waits (bounded: 10 s) until no permit of `key` below `n` has a place in
 /// its fair queue, as `runtime` sees it (`inspect` shows a queue only while
 /// the permit is held: the caller holds them all).

@@ -12,7 +12,7 @@ use lock_tests::spawn::{acquire_elsewhere, join_within};
 use lock_tests::{on_every_backend, unique, Kind};
 use tokio::time::Instant;
 
-use super::all_free_at_once;
+use super::{all_free_at_once, all_free_soon};
 
 on_every_backend!(
     calls_giving_different_counts_never_share_an_index_and_stay_below_their_count,
@@ -57,7 +57,7 @@ async fn calls_giving_different_counts_never_share_an_index_and_stay_below_their
     join_within(tasks, Duration::from_secs(120), "callers of mixed counts").await;
     for n in [1, 2, 3, 5] {
         super::settled(&runtime, 0).await;
-        all_free_at_once(&peer, "mix", n).await;
+        all_free_soon(&peer, "mix", n).await;
     }
 }
 
