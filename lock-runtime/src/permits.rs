@@ -97,23 +97,35 @@ pub(crate) async fn acquire(
         scope: &scope,
     };
     if let Some(held) = taking.held_by_scope(permits) {
-        return taking.one(held, wait).await;
+        let reentered = taking.one(held, wait).await;
+        return reentered.map_err(|e| as_key(e, &key, started));
     }
     let deadline = wait.and_then(|w| started.checked_add(w));
     let only = wait.is_some_and(|w| w.is_zero());
     let tried = taking.each_once(permits, only, deadline).await;
     match tried {
         Ok(Some(guard)) => return Ok(guard),
-        Ok(None) if wait.is_some_and(|w| w.is_zero()) => {
-            let cause = TimeoutCause::default();
+        Ok(None) if only => {
+            // As one key's try-once says: whether this process holds any.
+            let cause = TimeoutCause::new(None, taking.held_here(permits));
             let waited = started.elapsed();
             return Err(LockError::Timeout { key, waited, cause });
         }
+        Err(error) if only => return Err(as_key(error, &key, started)),
         Ok(None) | Err(_) => {}
     }
-    let left = wait.map(|w| w.saturating_sub(started.elapsed()));
-    taking.any(permits, left).await.map_err(|e| as_key(e, &key))
+    // A bounded wait whose deadline passed during the tries still waits
+    // (for a moment): each permit then gets the one last try of a wait
+    // past its deadline, and an outage ends as a timeout that names it,
+    // as one key's wait does (a try-once would return the bare error).
+    let left = wait.map(|w| w.saturating_sub(started.elapsed()).max(PAST_DEADLINE));
+    let taken = taking.any(permits, left).await;
+    taken.map_err(|e| as_key(e, &key, started))
 }
+
+/// The wait left to a bounded wait whose deadline passed: not zero (a
+/// try-once), the least a wait can be.
+const PAST_DEADLINE: Duration = Duration::from_nanos(1);
 
 /// One permit acquire under way: what each permit's acquire is made of.
 struct Taking<'a> {
@@ -137,6 +149,19 @@ impl Taking<'_> {
         })
     }
 
+    /// Whether this runtime holds any permit below `permits` (in any scope).
+    fn held_here(&self, permits: u32) -> bool {
+        let table = self.runtime.table();
+        let prefix = self.runtime.prefix();
+        (0..permits).any(|permit| {
+            let name = self
+                .runtime
+                .backend()
+                .lock_name(prefix, &permit_key(self.key, permit));
+            table.holds(&name)
+        })
+    }
+
     /// Permit `permit`, waiting `wait` (`None`: as long as it takes).
     async fn one(&self, permit: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
         let request = self.request.permit_lock(permit_key(self.key, permit), wait);
@@ -147,7 +172,10 @@ impl Taking<'_> {
     /// Tries each permit once, from a rotating start: the first taken, or
     /// `None` when every one is busy. An error ends the tries: returned
     /// when `only` (the call tries once), else left to the wait. A wait's
-    /// tries stop at its `deadline` (a try-once tries every permit).
+    /// tries stop at its `deadline`, a try under way too (dropped, as any
+    /// cancelled acquire: what it may yet take is given back), so that no
+    /// try outlasts the deadline by its own bound, the try timeout (a
+    /// try-once tries every permit).
     async fn each_once(
         &self,
         permits: u32,
@@ -160,10 +188,17 @@ impl Taking<'_> {
                 break;
             }
             let permit = (start + step) % permits;
-            match self.one(permit, Some(Duration::ZERO)).await {
+            let one = self.one(permit, Some(Duration::ZERO));
+            let tried = match deadline.filter(|_| !only) {
+                Some(deadline) => match tokio::time::timeout_at(deadline, one).await {
+                    Ok(tried) => tried,
+                    Err(_) => break,
+                },
+                None => one.await,
+            };
+            match tried {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(LockError::Timeout { .. }) => {}
-                Err(error) if only => return Err(as_key(error, self.key)),
                 Err(error) => return Err(error),
             }
         }
@@ -241,13 +276,19 @@ impl LockRuntime {
     }
 }
 
-/// `error` naming the key the caller asked for, not one permit's.
-fn as_key(error: LockError, key: &str) -> LockError {
+/// `error` naming the key the caller asked for, not one permit's, and (a
+/// timeout) the whole wait of the call that `started` then, its tries
+/// included.
+fn as_key(error: LockError, key: &str, started: Instant) -> LockError {
     match error {
-        LockError::Timeout { waited, cause, .. } => LockError::Timeout {
+        LockError::Timeout { cause, .. } => LockError::Timeout {
             key: key.to_owned(),
-            waited,
+            waited: started.elapsed(),
             cause,
+        },
+        LockError::OrderRefused { held, .. } => LockError::OrderRefused {
+            key: key.to_owned(),
+            held,
         },
         other => other,
     }
