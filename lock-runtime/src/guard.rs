@@ -18,7 +18,7 @@ use crate::error::LockError;
 use crate::gate::{self, Evidence, Verdict, Way};
 use crate::held::{HeldLock, Released};
 use crate::mode::LockMode;
-use crate::owner::{self, Node, Scope};
+use crate::owner::{self, HeldPermit, Node, Scope};
 use crate::runtime::LockRuntime;
 use crate::waiters::Passed;
 
@@ -137,6 +137,17 @@ impl LockGuard {
         self.permit
     }
 
+    /// This hold as a body's permit: the key asked (the permit's lock's key
+    /// without its `#i`) and the index.
+    pub(crate) fn held_permit(&self) -> Option<HeldPermit> {
+        let index = self.permit?;
+        let key = crate::permits::asked_key(self.key(), index);
+        Some(HeldPermit {
+            key: key.into(),
+            index,
+        })
+    }
+
     pub(crate) fn runtime(&self) -> &LockRuntime {
         &self.runtime
     }
@@ -208,7 +219,7 @@ impl LockGuard {
             node: Node::child_of(Some(&self.scope)),
             fence: Some(self.fence()),
             fences: None,
-            permit: self.permit,
+            permit: self.held_permit(),
         };
         owner::enter(scope, fut)
     }

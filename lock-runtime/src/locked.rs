@@ -70,7 +70,7 @@ where
         node,
         fence: Some(guard.fence()),
         fences: outer.as_ref().and_then(|s| s.fences.clone()),
-        permit: guard.permit().or(outer.and_then(|s| s.permit)),
+        permit: guard.held_permit().or(outer.and_then(|s| s.permit)),
     };
     // The body runs in a span of the hold: the user's own spans nest in it.
     let hold = tracing::debug_span!("lock_hold", key = %guard.key(), fence = guard.fence());

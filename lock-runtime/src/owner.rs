@@ -114,8 +114,17 @@ pub(crate) struct Scope {
     pub(crate) fence: Option<u64>,
     /// Every key and token of the innermost multi-key call around, if any.
     pub(crate) fences: Option<Arc<[(String, u64)]>>,
-    /// The permit index of the innermost permit call around, if any.
-    pub(crate) permit: Option<u32>,
+    /// The key and permit index of the innermost permit call around, if
+    /// any.
+    pub(crate) permit: Option<HeldPermit>,
+}
+
+/// A permit a locked body holds: its key (as asked, not the permit's
+/// lock's) and its index.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldPermit {
+    pub(crate) key: Arc<str>,
+    pub(crate) index: u32,
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -193,7 +202,7 @@ pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
         node: Node::child_of(Some(&scope.node)),
         fence: scope.fence,
         fences: scope.fences,
-        permit: scope.permit,
+        permit: scope.permit.clone(),
     });
     SCOPE.scope(child, fut)
 }
@@ -274,5 +283,19 @@ pub fn fences() -> Vec<(String, u64)> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```
 pub fn permit() -> Option<u32> {
-    current().and_then(|s| s.permit)
+    SCOPE
+        .try_with(|scope| Some(scope.as_ref()?.permit.as_ref()?.index))
+        .ok()
+        .flatten()
+}
+
+/// The permit of `key` that the innermost permit call around the running
+/// code holds, if it is one of `key`'s: an ordinary call on `key` nested
+/// in it re-enters that permit (see `permits.rs`).
+pub(crate) fn permit_held_of(key: &str) -> Option<u32> {
+    let held = |scope: &Option<Scope>| {
+        let permit = scope.as_ref()?.permit.as_ref()?;
+        (&*permit.key == key).then_some(permit.index)
+    };
+    SCOPE.try_with(held).ok().flatten()
 }

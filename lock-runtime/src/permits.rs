@@ -11,9 +11,11 @@
 //! holder of that permit. `permits = 1` is the ordinary exclusive lock.
 //!
 //! **Taking one.** A call whose scope's ancestry holds a permit of the key
-//! re-enters it (nesting). Otherwise it tries each permit once, starting
-//! at a rotating index so that callers spread over the permits, and keeps
-//! the first it gets. When every permit is busy and it may wait, it waits
+//! re-enters it (nesting); an ordinary call on the key nested in a permit
+//! body does too ([`reenter`], from `request.rs`). Otherwise it tries each
+//! permit once: the one at a rotating index first (callers spread over the
+//! permits), then all the others at once (two round trips, whatever the
+//! count), and keeps the first it gets. When every permit is busy and it may wait, it waits
 //! for all N at once and keeps the first it is given: the other waits are
 //! dropped as any cancelled acquire is (their queue places go; a permit
 //! given to one of them at that moment is given back in the background).
@@ -55,6 +57,37 @@ pub(crate) fn permit_key(key: &str, permit: u32) -> String {
         key.to_owned()
     } else {
         format!("{key}#{permit}")
+    }
+}
+
+/// The key a caller asked for, from the key of its permit `permit`'s lock
+/// (`permit_key`'s inverse).
+pub(crate) fn asked_key(lock_key: &str, permit: u32) -> &str {
+    match permit {
+        0 => lock_key,
+        _ => lock_key
+            .strip_suffix(permit.to_string().as_str())
+            .and_then(|k| k.strip_suffix('#'))
+            .unwrap_or(lock_key),
+    }
+}
+
+/// An ordinary call on a key whose permit `permit` the body around it
+/// holds: it re-enters that permit (same index, same token), as a nested
+/// permit call does, instead of taking permit 0 beside it.
+pub(crate) async fn reenter(
+    request: LockRequest,
+    permit: u32,
+    scope: Option<Arc<Node>>,
+) -> Result<LockGuard, LockError> {
+    let runtime = request.runtime()?;
+    let wait = request.wait_on(runtime);
+    let key = request.key().to_owned();
+    let started = Instant::now();
+    let reentry = request.permit_lock(permit_key(&key, permit), wait);
+    match reentry.acquire_lock(scope).await {
+        Ok(guard) => Ok(guard.with_permit(permit)),
+        Err(error) => Err(as_key(error, &key, started)),
     }
 }
 
@@ -119,7 +152,7 @@ pub(crate) async fn acquire(
     // past its deadline, and an outage ends as a timeout that names it,
     // as one key's wait does (a try-once would return the bare error).
     let left = wait.map(|w| w.saturating_sub(started.elapsed()).max(PAST_DEADLINE));
-    let taken = taking.any(permits, left).await;
+    let taken = taking.first_of((0..permits).collect(), left).await;
     taken.map_err(|e| as_key(e, &key, started))
 }
 
@@ -170,12 +203,14 @@ impl Taking<'_> {
     }
 
     /// Tries each permit once, from a rotating start: the first taken, or
-    /// `None` when every one is busy. An error ends the tries: returned
-    /// when `only` (the call tries once), else left to the wait. A wait's
-    /// tries stop at its `deadline`, a try under way too (dropped, as any
-    /// cancelled acquire: what it may yet take is given back), so that no
-    /// try outlasts the deadline by its own bound, the try timeout (a
-    /// try-once tries every permit).
+    /// `None` when every one is busy. The start permit first, alone (where
+    /// callers spread out, usually free), then every other one at once: two
+    /// round trips, whatever the count (more than one free then: the first
+    /// answer is kept, the others given back as a cancelled acquire's are).
+    /// An error ends the tries: returned when `only` (the call tries once),
+    /// else left to the wait. A try-once's tries end within the try timeout
+    /// (past it: no answer in time, as one key's try); a wait's stop at its
+    /// `deadline`, a try under way too.
     async fn each_once(
         &self,
         permits: u32,
@@ -183,34 +218,68 @@ impl Taking<'_> {
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>, LockError> {
         let start = rotating_start(permits);
-        for step in 0..permits {
-            if !only && deadline.is_some_and(|d| Instant::now() >= d) {
-                break;
-            }
-            let permit = (start + step) % permits;
-            let one = self.one(permit, Some(Duration::ZERO));
-            let tried = match deadline.filter(|_| !only) {
-                Some(deadline) => match tokio::time::timeout_at(deadline, one).await {
-                    Ok(tried) => tried,
-                    Err(_) => break,
-                },
-                None => one.await,
-            };
-            match tried {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(LockError::Timeout { .. }) => {}
-                Err(error) => return Err(error),
-            }
+        let bound = match only {
+            true => Instant::now().checked_add(self.runtime.try_timeout()),
+            false => deadline,
+        };
+        if let Some(guard) = self.try_wave(vec![start], bound, only).await? {
+            return Ok(Some(guard));
         }
-        Ok(None)
+        let rest: Vec<u32> = (1..permits).map(|step| (start + step) % permits).collect();
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        self.try_wave(rest, bound, only).await
     }
 
-    /// Waits for every permit at once, `wait` at most, and keeps the first
-    /// given; the other waits are dropped (cancelled). When all of them
-    /// fail, the first error that is not a plain timeout, else the first.
-    async fn any(&self, permits: u32, wait: Option<Duration>) -> Result<LockGuard, LockError> {
+    /// Tries `permits` at once, until `bound`: the first taken, `None` when
+    /// each was busy (or a wait's bound passed).
+    async fn try_wave(
+        &self,
+        permits: Vec<u32>,
+        bound: Option<Instant>,
+        only: bool,
+    ) -> Result<Option<LockGuard>, LockError> {
+        if !only && bound.is_some_and(|b| Instant::now() >= b) {
+            return Ok(None);
+        }
+        let wave = self.first_of(permits, Some(Duration::ZERO));
+        let tried = match bound {
+            Some(bound) => match tokio::time::timeout_at(bound, wave).await {
+                Ok(tried) => tried,
+                Err(_) if only => return Err(self.no_answer()),
+                Err(_) => return Ok(None),
+            },
+            None => wave.await,
+        };
+        match tried {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A try-once whose tries outlasted the try timeout.
+    fn no_answer(&self) -> LockError {
+        let timeout = self.runtime.try_timeout();
+        let message = format!(
+            "no answer from the lock backend for every permit within the try timeout ({timeout:?})"
+        );
+        crate::error::BackendError::msg(message).into()
+    }
+
+    /// Waits for each of `permits` at once, `wait` at most, and keeps the
+    /// first given; the other waits are dropped (cancelled). When all of
+    /// them fail, the first error that is not a plain timeout, else the
+    /// first.
+    async fn first_of(
+        &self,
+        permits: Vec<u32>,
+        wait: Option<Duration>,
+    ) -> Result<LockGuard, LockError> {
         type Waiting<'w> = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send + 'w>>;
-        let mut waits: Vec<Option<Waiting<'_>>> = (0..permits)
+        let mut waits: Vec<Option<Waiting<'_>>> = permits
+            .into_iter()
             .map(|permit| Some(Box::pin(self.one(permit, wait)) as Waiting<'_>))
             .collect();
         let mut first_error: Option<LockError> = None;
@@ -314,11 +383,14 @@ mod tests {
     use super::*;
 
     /// Permit 0 is the key itself (so `permits = 1` is the ordinary lock);
-    /// the others carry their index.
+    /// the others carry their index, which `asked_key` takes off again.
     #[test]
     fn permit_zero_is_the_key_and_the_others_carry_their_index() {
         assert_eq!(permit_key("stock:7", 0), "stock:7");
         assert_eq!(permit_key("stock:7", 3), "stock:7#3");
+        for (key, permit) in [("stock:7", 0), ("stock:7", 3), ("a#1", 12), ("#", 1)] {
+            assert_eq!(asked_key(&permit_key(key, permit), permit), key);
+        }
     }
 
     /// Zero permits, too many, and permits with a read or write mode are

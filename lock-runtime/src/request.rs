@@ -5,6 +5,7 @@
 //! (`locked.rs`) runs a body under it.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use futures_util::future::Either;
 
@@ -362,14 +363,20 @@ impl LockRequest {
         self,
         scope: Option<Arc<Node>>,
     ) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
-        match self.permits {
-            // (Boxed: kept out of every ordinary acquire's state.)
-            Some(permits) => Either::Left(Box::pin(async move {
+        type Boxed = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+        // (The permit paths boxed: kept out of every ordinary acquire's state.)
+        let permits: Boxed = match self.permits {
+            Some(permits) => Box::pin(async move {
                 let scope = scope.unwrap_or_else(owner::current_or_root);
                 crate::permits::acquire(self, permits, scope).await
-            })),
-            None => Either::Right(self.acquire_lock(scope)),
-        }
+            }),
+            // In a permit body of the same key: that permit (`permits.rs`).
+            None => match owner::permit_held_of(&self.key) {
+                Some(permit) => Box::pin(crate::permits::reenter(self, permit, scope)),
+                None => return Either::Right(self.acquire_lock(scope)),
+            },
+        };
+        Either::Left(permits)
     }
 
     /// [`acquire_as`](Self::acquire_as) for an ordinary lock (a permit's
