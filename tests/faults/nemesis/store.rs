@@ -80,7 +80,9 @@ impl Store {
     /// etcd: no key under the prefix (a lock's holder and queue are keys).
     /// ZooKeeper: no ephemeral node under the prefix (a lock's holder and
     /// queue are its contenders' nodes; the lock paths are containers, which
-    /// the server reaps in its own time).
+    /// the server reaps in its own time). A runtime's published identity
+    /// (`layout::client_identity`) is no lock: it lives its TTL, or its
+    /// session, after its process, on every backend, and is not counted.
     pub(super) async fn leftovers(
         &self,
         prefix: &str,
@@ -178,10 +180,10 @@ impl Store {
                     .collect();
                 Ok((left, channels(&mut con, &format!("{prefix}*")).await))
             }
-            Store::Cluster(Cluster::ZooKeeper(ensemble)) => Ok((
-                tokio::task::block_in_place(|| ensemble.ephemerals(prefix))?,
-                Vec::new(),
-            )),
+            Store::Cluster(Cluster::ZooKeeper(ensemble)) => {
+                let nodes = tokio::task::block_in_place(|| ensemble.ephemerals(prefix))?;
+                Ok((locks_only(prefix, nodes), Vec::new()))
+            }
             Store::Cluster(Cluster::Etcd(cluster)) => {
                 let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
                 let only_keys = etcd_client::GetOptions::new()
@@ -193,10 +195,18 @@ impl Store {
                     .iter()
                     .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
                     .collect();
-                Ok((left, Vec::new()))
+                Ok((locks_only(prefix, left), Vec::new()))
             }
         }
     }
+}
+
+/// `names` under `prefix` without the runtimes' published identities.
+fn locks_only(prefix: &str, names: Vec<String>) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|name| !lock_runtime::layout::is_client_identity(prefix, name))
+        .collect()
 }
 
 /// How much longer than the limit leftover etcd keys on leases are waited
