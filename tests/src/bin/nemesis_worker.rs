@@ -17,15 +17,18 @@
 //!       or `<name>:rw-fair` (a read-write lock: each call asks a read hold
 //!       (70 %), a write hold or an exclusive one, which is the same lock)
 //!       or `<name>:mix-plain` or `<name>:mix-fair` (the same with a quarter
-//!       of the calls readers),
+//!       of the calls readers) or `<name>:permits<N>-plain` or
+//!       `<name>:permits<N>-fair` (every call exclusive, asking one of `<N>`
+//!       permits: `permits.rs`),
 //!       `<data-dir>` holds one file per key, `<name>`, with the key's
-//!       shared counter (created when missing), and `<executor>` is
+//!       shared counter (created when missing; a permit key has one per
+//!       permit, `<name>#<i>` for permit `i > 0`), and `<executor>` is
 //!       `current` (the tasks run on a `current_thread` tokio runtime: one
 //!       blocked poll stops them all) or `multi` (two worker threads).
 //!
-//! The data: every outermost hold reads its key's counter when its body
-//! begins and again when it ends; a write or exclusive hold then writes
-//! the counter plus one. A reader beside a writer, or two writers at once,
+//! The data: every outermost hold reads its key's counter (a permit
+//! call's: its permit's) when its body begins and again when it ends; a
+//! write or exclusive hold then writes the counter plus one. A reader beside a writer, or two writers at once,
 //! see the counter change under them (`data` event).
 //!
 //! It builds a lock runtime (connect and response timeouts of
@@ -77,7 +80,9 @@
 //! Event lines: `ev <t> <task> <call> <parent> <key> <kind> [<name>=<value>...]`
 //! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
 //! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
-//! key's index, and `<kind>` one of:
+//! key's index (a permit call's: `<key>#<permit>`, the permit it got, or
+//! one drawn at random when it got none; its `begin` line comes once that
+//! is known, with its own time: `permits.rs`), and `<kind>` one of:
 //!   begin     the request goes out; `api=with|guard|try wait=<ms>|forever
 //!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue
 //!             mode=exclusive|read|write cut=acquire:<ms>|body:<ms>|-
@@ -87,19 +92,25 @@
 //!             `try`: `try_acquire()`, `wait=0`); a multi-key call (one
 //!             top-level call in six, `many.rs`) logs one call per key, each
 //!             `begin` adding `many=<id> keys=<k>,<k>` (`<id>`: its first
-//!             key's call id; `api=with` is `with_locks`)
+//!             key's call id; `api=with` is `with_locks`; never on a
+//!             permit key); a permit call adds `permits=<N>`
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
 //!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between;
 //!             a multi-key call's keys before its last: `polled` is when
-//!             the call began, `lease_from=<t>` the poll that entered)
+//!             the call began, `lease_from=<t>` the poll that entered; a
+//!             permit call: `permit=<i>|none permits=<N>`, the index the
+//!             library said (`permit()` in a `with_lock` body, a guard's
+//!             `permit()`), and a guard's `lock=<key>`, the key of the lock
+//!             it holds)
 //!   body_enter, body_exit `how=done|dropped`
 //!   recorded  `mode=read|write|free own=writer|reader|-`: for half of
 //!             the outermost write (or exclusive) holds, right after
-//!             `body_enter`, what `inspect` says of the key: whether the
-//!             hold's token is the recorded writer's or a reader's
+//!             `body_enter`, what `inspect` says of the key (of a permit
+//!             call's permit's lock): whether the hold's token is the
+//!             recorded writer's or a reader's
 //!   data      `seen=<n> then=<n> wrote=<n>|-`: an outermost hold's counter
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
@@ -1695,8 +1706,8 @@ async fn run(args: Vec<String>) {
     else {
         panic!(
             "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> \
-             <key:fair|plain|rw-plain|rw-fair|mix-plain|mix-fair,...> <data-dir> \
-             <current|multi>"
+             <key:fair|plain|rw-plain|rw-fair|mix-plain|mix-fair|permits<N>-plain|\
+             permits<N>-fair,...> <data-dir> <current|multi>"
         );
     };
     let seed: u64 = seed.parse().expect("seed");
