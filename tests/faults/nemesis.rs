@@ -167,6 +167,8 @@ mod history;
 mod many;
 mod many_tests;
 mod members;
+mod permits;
+mod permits_tests;
 mod releases;
 mod report;
 mod store;
@@ -428,7 +430,14 @@ enum KeyKind {
     /// The same with a quarter of the calls readers: readers mostly meet
     /// writers.
     WriteMostly,
+    /// Every call asks one of [`PERMITS`] permits (`permits(N)`): up to N
+    /// holders at once, one per permit.
+    Permits,
 }
+
+/// The permits of a [`KeyKind::Permits`] key: enough for several holders
+/// at once, few enough that the 24 tasks often find them all taken.
+const PERMITS: u32 = 3;
 
 /// How one process takes one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -438,25 +447,38 @@ struct KeySpec {
 }
 
 impl KeySpec {
+    /// Its count of permits: 0 but for a permit key.
+    fn permits(self) -> u32 {
+        match self.kind {
+            KeyKind::Permits => PERMITS,
+            KeyKind::Exclusive | KeyKind::ReadWrite | KeyKind::WriteMostly => 0,
+        }
+    }
+
     /// The worker's word for it (`nk0:<word>`).
-    fn word(self) -> &'static str {
-        match (self.kind, self.fair) {
-            (KeyKind::Exclusive, false) => "plain",
-            (KeyKind::Exclusive, true) => "fair",
-            (KeyKind::ReadWrite, false) => "rw-plain",
-            (KeyKind::ReadWrite, true) => "rw-fair",
-            (KeyKind::WriteMostly, false) => "mix-plain",
-            (KeyKind::WriteMostly, true) => "mix-fair",
+    fn word(self) -> String {
+        let mode = if self.fair { "fair" } else { "plain" };
+        match self.kind {
+            KeyKind::Exclusive => mode.to_owned(),
+            KeyKind::ReadWrite => format!("rw-{mode}"),
+            KeyKind::WriteMostly => format!("mix-{mode}"),
+            KeyKind::Permits => format!("permits{PERMITS}-{mode}"),
         }
     }
 }
 
 /// The keys' kinds: `nk0` exclusive, `nk1` read-write (mostly readers),
-/// `nk2` read-write with a quarter readers, so that every run checks
-/// exclusive locks, readers sharing a key, and readers and writers of
-/// several processes taking turns on one.
+/// `nk2` read-write with a quarter readers, `nk3` of [`PERMITS`] permits,
+/// so that every run checks exclusive locks, readers sharing a key,
+/// readers and writers of several processes taking turns on one, and
+/// several holders of one key, each on a permit of its own.
 fn key_kinds() -> Vec<KeyKind> {
-    vec![KeyKind::Exclusive, KeyKind::ReadWrite, KeyKind::WriteMostly]
+    vec![
+        KeyKind::Exclusive,
+        KeyKind::ReadWrite,
+        KeyKind::WriteMostly,
+        KeyKind::Permits,
+    ]
 }
 
 /// How each process takes each key: `[process][key]`, fair or plain as
@@ -484,7 +506,7 @@ fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>>
             (0..key_count)
                 .map(|i| match mode {
                     Mode::Plain => false,
-                    Mode::Fair => !(key_count == 3 && i == 2),
+                    Mode::Fair => !(key_count >= 3 && i == 2),
                     Mode::Mixed => plain_process[i] != p as u64,
                 })
                 .collect()
@@ -687,6 +709,17 @@ async fn run(backend: Backend, mode: Mode) {
             ),
         ));
     }
+    // Permits must be held side by side, or "at most N, one on each"
+    // went untested beyond one holder at a time.
+    if coverage.permit_holds > 0 && coverage.permits_at_once < 2 {
+        violations.push(Violation::plain(
+            "permits never side by side",
+            format!(
+                "{} permit holds, never two of one key at once",
+                coverage.permit_holds
+            ),
+        ));
+    }
     println!(
         "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, \
          {} read holds ({} beside another process's reader), {} write holds, {} data checks, \
@@ -715,6 +748,14 @@ async fn run(backend: Backend, mode: Mode) {
         "nemesis: {} multi-key calls ({} entered their body, {} key holds), {} nested calls \
          refused as out of their order",
         coverage.many_calls, coverage.many_entered, coverage.many_holds, coverage.order_refused
+    );
+    println!(
+        "nemesis: {} permit holds (at most {} of one key at once; {} moments over {PERMITS} that \
+         the faults excuse), {} nested permit calls re-entered their caller's permit",
+        coverage.permit_holds,
+        coverage.permits_at_once,
+        coverage.permits_over_n_excused,
+        coverage.permit_reentries
     );
     match backend {
         Backend::Redis => println!(
