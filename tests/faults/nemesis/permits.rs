@@ -95,75 +95,58 @@ pub(super) fn check_permits(
     violations: &mut Vec<Violation>,
     coverage: &mut Coverage,
 ) {
-    check_index(history, violations);
-    check_reentry(history, faults, violations, coverage);
-    check_at_most(history, faults, violations, coverage);
+    violations.extend(wrong_indices(history));
+    violations.extend(not_reentered(history, faults, coverage));
+    violations.extend(more_than_n(history, faults, coverage));
 }
 
 /// A permit call that holds a permit was told the index of the slot it is
-/// logged under, below its count, and a guard holds that permit's lock.
-fn check_index(history: &History, violations: &mut Vec<Violation>) {
+/// logged under, below its count, and a guard holds that permit's lock:
+/// the calls that were not.
+fn wrong_indices(history: &History) -> Vec<Violation> {
     let held = history
         .calls
         .iter()
         .filter(|c| c.permits > 0 && c.acquired.is_some());
-    for call in held {
+    let wrong = held.filter(|call| {
         let permit = permit_of(call.key);
-        let name = key_name(call.key);
-        let lock_matches = call.lock.as_ref().is_none_or(|l| *l == name);
-        if call.permit == Some(permit) && permit < call.permits && lock_matches {
-            continue;
-        }
-        let said = call.permit.map_or("none".to_owned(), |p| p.to_string());
-        violations.push(Violation {
+        let lock_matches = call.lock.as_ref().is_none_or(|l| *l == key_name(call.key));
+        call.permit != Some(permit) || permit >= call.permits || !lock_matches
+    });
+    wrong
+        .map(|call| Violation {
             class: "permit index wrong",
             detail: format!(
-                "key {name}: {} was told permit {said} of {}{}",
+                "key {}: {} was told permit {} of {}{}",
+                key_name(call.key),
                 describe(history, call),
+                call.permit.map_or("none".to_owned(), |p| p.to_string()),
                 call.permits,
                 call.lock
                     .as_ref()
                     .map_or(String::new(), |l| format!(", holding the lock {l}"))
             ),
             at: Some((call.key, call.acquired.unwrap_or(0))),
-        });
-    }
+        })
+        .collect()
 }
 
 /// A permit call nested (at any depth) in a call holding a permit of its
 /// key re-enters that permit: the same slot and token, no hold of its own.
 /// Unless the outer hold ended, or was told lost, before the nested call
-/// got its permit (a lost hold is not re-entered).
-fn check_reentry(
-    history: &History,
-    faults: &[Fault],
-    violations: &mut Vec<Violation>,
-    coverage: &mut Coverage,
-) {
-    let nested = history
-        .calls
-        .iter()
-        .filter(|c| c.permits > 0 && c.parent != 0);
-    for call in nested {
-        let Some(acquired) = call.acquired else {
+/// got its permit (a lost hold is not re-entered). The calls that did not.
+fn not_reentered(history: &History, faults: &[Fault], coverage: &mut Coverage) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for call in history.calls.iter().filter(|c| c.permits > 0) {
+        let Some(outer) = holder_around(history, faults, call) else {
             continue;
         };
-        let key = base_key(call.key);
-        let outer = history.ancestors(call).into_iter().find(|a| {
-            a.permits > 0 && base_key(a.key) == key && a.acquired.is_some_and(|t| t <= acquired)
-        });
-        let Some(outer) = outer else { continue };
-        let due = act_by(faults, call.proc, acquired + ns(SLACK));
-        let gone = history.hold_end(outer) < acquired
-            || history.told_lost(outer).is_some_and(|lost| lost <= due);
-        if gone {
+        let reentered = call.key == outer.key && call.fence == outer.fence && !call.outer;
+        coverage.permit_reentries += u64::from(reentered);
+        if reentered {
             continue;
         }
-        if call.key == outer.key && call.fence == outer.fence && !call.outer {
-            coverage.permit_reentries += 1;
-            continue;
-        }
-        violations.push(Violation {
+        found.push(Violation {
             class: "permit not re-entered",
             detail: format!(
                 "key {}: {} got {} inside {}, which held {}",
@@ -173,21 +156,32 @@ fn check_reentry(
                 describe(history, outer),
                 key_name(outer.key)
             ),
-            at: Some((call.key, acquired)),
+            at: Some((call.key, call.acquired.unwrap_or(0))),
         });
     }
+    found
+}
+
+/// The innermost call around `call`, a permit call that got a permit,
+/// holding a permit of `call`'s key when `call` got one, and not told it
+/// was lost by then.
+fn holder_around<'h>(history: &'h History, faults: &[Fault], call: &Call) -> Option<&'h Call> {
+    let acquired = call.acquired?;
+    let key = base_key(call.key);
+    let outer = history.ancestors(call).into_iter().find(|a| {
+        a.permits > 0 && base_key(a.key) == key && a.acquired.is_some_and(|t| t <= acquired)
+    })?;
+    let due = act_by(faults, call.proc, acquired + ns(SLACK));
+    let gone = history.hold_end(outer) < acquired
+        || history.told_lost(outer).is_some_and(|lost| lost <= due);
+    (!gone).then_some(outer)
 }
 
 /// At most N outermost holds of a key's permits overlap, unless two of
 /// the overlapping holds on one permit overlap as the faults excuse (lock
 /// data lost between their entries, or the earlier holder frozen when it
-/// should have learnt its hold was gone).
-fn check_at_most(
-    history: &History,
-    faults: &[Fault],
-    violations: &mut Vec<Violation>,
-    coverage: &mut Coverage,
-) {
+/// should have learnt its hold was gone): each entry that made more.
+fn more_than_n(history: &History, faults: &[Fault], coverage: &mut Coverage) -> Vec<Violation> {
     let mut by_key: HashMap<usize, Vec<&Call>> = HashMap::new();
     for call in &history.calls {
         if call.permits > 0 && call.outer && call.acquired.is_some() {
@@ -195,6 +189,7 @@ fn check_at_most(
             by_key.entry(base_key(call.key)).or_default().push(call);
         }
     }
+    let mut found = Vec::new();
     for (key, mut holds) in by_key {
         holds.sort_by_key(|c| (c.acquired, c.proc, c.id));
         let ends: Vec<u64> = holds.iter().map(|c| history.hold_end(c)).collect();
@@ -206,27 +201,36 @@ fn check_at_most(
                 .chain([later])
                 .collect();
             coverage.permits_at_once = coverage.permits_at_once.max(open.len() as u64);
-            let most = later.permits as usize;
-            if open.len() <= most {
+            if open.len() <= later.permits as usize {
                 continue;
             }
-            if excused(history, faults, &open) {
-                coverage.permits_over_n_excused += 1;
-                continue;
+            let excuse = excused(history, faults, &open);
+            coverage.permits_over_n_excused += u64::from(excuse);
+            if !excuse {
+                found.push(too_many(history, key, &open));
             }
-            let all: Vec<String> = open.iter().map(|c| describe(history, c)).collect();
-            violations.push(Violation {
-                class: "more than N permit holders",
-                detail: format!(
-                    "key {}: {} holds of its {most} permits at once at {:.3} s: {}",
-                    key_name(key),
-                    open.len(),
-                    history.secs(acquired),
-                    all.join("; ")
-                ),
-                at: Some((later.key, acquired)),
-            });
         }
+    }
+    found
+}
+
+/// The violation of `open`, more holds of key `key`'s permits at once than
+/// it has, the last of them entered last.
+fn too_many(history: &History, key: usize, open: &[&Call]) -> Violation {
+    let last = open[open.len() - 1];
+    let acquired = last.acquired.unwrap_or(0);
+    let all: Vec<String> = open.iter().map(|c| describe(history, c)).collect();
+    Violation {
+        class: "more than N permit holders",
+        detail: format!(
+            "key {}: {} holds of its {} permits at once at {:.3} s: {}",
+            key_name(key),
+            open.len(),
+            last.permits,
+            history.secs(acquired),
+            all.join("; ")
+        ),
+        at: Some((last.key, acquired)),
     }
 }
 
