@@ -56,22 +56,34 @@
 //! call of it cut short (a process's waiters of both modes giving up around
 //! its place in the key's queue, the other processes' readers around).
 //! One top-level call in six takes two of the keys at once (`lock_many`,
-//! a random pair, a read pair only when both are read-write keys) by
+//! a random pair, never the permit key, a read pair only when both are
+//! read-write keys) by
 //! `with_locks`, `acquire()` or `try_acquire()`, cut as the others; its
 //! body nests calls that re-enter its keys, take a key sorting past both,
 //! or ask one sorting before them (refused). Each key of it is logged as a
 //! hold of its own, so every per-key promise below covers it.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. A run has three keys ([`KeyKind`]):
+//! while the others take it fair. A run has four keys ([`KeyKind`]):
 //! `nk0` is an exclusive lock, `nk1` a read-write lock whose calls ask a
 //! read hold (70 %), a write hold or an exclusive one (the same lock as a
-//! write), `nk2` the same with a quarter readers, each plain, fair or mixed
-//! as the test's mode says.
+//! write), `nk2` the same with a quarter readers, `nk3` a key of
+//! [`PERMITS`] permits (`permits(3)`: up to three holders at once, each on
+//! a permit of its own, the lock `nk3#i`, permit 0 being `nk3` itself),
+//! each plain, fair or mixed as the test's mode says. Calls on `nk3` meet
+//! every fault, cut and burst the others do; nested ones re-enter their
+//! caller's permit, and a wait for a permit waits for all three at once
+//! and drops the others (a cancellation at every wait that succeeds).
+//! The checker sees each permit as a key of its own (a slot, `nk3#i`): a
+//! permit call is logged under the permit it got (its `begin` line with
+//! it, stamped with its own time), a call that got none under one drawn at
+//! random (sound for the waiting checks: it waited for every permit), so
+//! every per-key promise below holds permit by permit (`permits`).
 //! Every outermost hold's body reads its key's counter (a file shared by
-//! the processes, out of the faults' reach) when it begins and when it
-//! ends, and a write or exclusive hold then writes it plus one: a reader
-//! beside a writer, or two writers at once, see it change.
+//! the processes, out of the faults' reach; one per permit of `nk3`) when
+//! it begins and when it ends, and a write or exclusive hold then writes
+//! it plus one: a reader beside a writer, or two writers at once, see it
+//! change.
 //! Everything is chosen from one seed
 //! (`LOCK_NEMESIS_SEED`, else the clock; printed), which replays the same
 //! choices — though not the same timing — and every event of every process
@@ -122,6 +134,15 @@
 //!   call so; a multi-key call's key counts as held (not free, for the
 //!   waiters) from the call's start, since it may be taken before the
 //!   later key is waited for;
+//! - permits: a permit call was told (`permit()`, a guard's `permit()`)
+//!   the permit whose slot it is under, below N, and a guard holds that
+//!   permit's lock; a permit call nested (at any depth) in one holding a
+//!   permit of its key re-enters that permit (same token, no hold of its
+//!   own) unless the outer hold was told lost first; no more than N
+//!   outermost holds of the key overlap but as the faults excuse on one
+//!   permit (implied by the rest: a sanity check of the slots); a bounded
+//!   wait for a permit may end N times [`LATE_SLACK`] past its deadline (a
+//!   try-once tries the permits in turn);
 //! - records: a write (or exclusive) hold whose record the worker reads
 //!   inside its body (`inspect`, half of them) is recorded as a write
 //!   hold, its token not among the readers' (a write hold recorded as a
@@ -131,8 +152,8 @@
 //!   it in ZooKeeper) and every worker's runtime reports nothing held,
 //!   waiting or tracked;
 //! - what was tested: on Redis some hold was passed between tasks (lock
-//!   cohorting), and read holds of two processes overlapped (readers
-//!   shared a key).
+//!   cohorting), read holds of two processes overlapped (readers shared a
+//!   key), and two permits of the key were held at once.
 //!
 //! The promises are the same on every backend; only the time a lock may
 //! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
@@ -158,6 +179,8 @@
 //! | `report` | a failing run's message, and the history dump |
 //! | `checker_tests` | the checker on made-up histories |
 //! | `many_tests` | the multi-key checks on made-up histories |
+//! | `permits` | the permits as keys of their own (slots), and the promises of permit calls |
+//! | `permits_tests` | the permit checks on made-up histories |
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod check;
