@@ -28,8 +28,9 @@
 //!
 //! The data: every outermost hold reads its key's counter (a permit
 //! call's: its permit's) when its body begins and again when it ends; a
-//! write or exclusive hold then writes the counter plus one. A reader beside a writer, or two writers at once,
-//! see the counter change under them (`data` event).
+//! write or exclusive hold then writes the counter plus one. A reader
+//! beside a writer, or two writers at once, see the counter change under
+//! them (`data` event).
 //!
 //! It builds a lock runtime (connect and response timeouts of
 //! `<timeout-ms>`), prints `ready <id>` (`<id>`: the process part of its
