@@ -732,17 +732,7 @@ async fn run(backend: Backend, mode: Mode) {
             ),
         ));
     }
-    // Permits must be held side by side, or "at most N, one on each"
-    // went untested beyond one holder at a time.
-    if coverage.permit_holds > 0 && coverage.permits_at_once < 2 {
-        violations.push(Violation::plain(
-            "permits never side by side",
-            format!(
-                "{} permit holds, never two of one key at once",
-                coverage.permit_holds
-            ),
-        ));
-    }
+    permits::side_by_side(&coverage, &mut violations);
     println!(
         "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, \
          {} read holds ({} beside another process's reader), {} write holds, {} data checks, \
@@ -772,14 +762,7 @@ async fn run(backend: Backend, mode: Mode) {
          refused as out of their order",
         coverage.many_calls, coverage.many_entered, coverage.many_holds, coverage.order_refused
     );
-    println!(
-        "nemesis: {} permit holds (at most {} of one key at once; {} moments over {PERMITS} that \
-         the faults excuse), {} nested permit calls re-entered their caller's permit",
-        coverage.permit_holds,
-        coverage.permits_at_once,
-        coverage.permits_over_n_excused,
-        coverage.permit_reentries
-    );
+    permits::print_coverage(&coverage);
     match backend {
         Backend::Redis => println!(
             "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \

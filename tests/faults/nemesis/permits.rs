@@ -34,7 +34,7 @@ use std::time::Duration;
 use super::check::{act_by, data_lost_between, describe, frozen_past, Coverage, Violation};
 use super::faults::Fault;
 use super::history::{Call, History};
-use super::{ns, LATE_SLACK, SLACK};
+use super::{ns, LATE_SLACK, PERMITS, SLACK};
 
 /// Slot numbers: permit `i` of key `k` is slot `k + i * SLOTS` (permit 0
 /// is the key's own number).
@@ -86,6 +86,33 @@ pub(super) fn lock_keys(key: usize, permits: u32) -> Vec<String> {
 /// one-key wait's last ([`LATE_SLACK`]).
 pub(super) fn late_slack(call: &Call) -> Duration {
     LATE_SLACK * call.permits.max(1)
+}
+
+/// Permits must be held side by side, or "at most N, one on each" went
+/// untested beyond one holder at a time: a violation when no two permits
+/// of a key were ever held at once.
+pub(super) fn side_by_side(coverage: &Coverage, violations: &mut Vec<Violation>) {
+    if coverage.permit_holds > 0 && coverage.permits_at_once < 2 {
+        violations.push(Violation::plain(
+            "permits never side by side",
+            format!(
+                "{} permit holds, never two of one key at once",
+                coverage.permit_holds
+            ),
+        ));
+    }
+}
+
+/// The run's line on its permit calls.
+pub(super) fn print_coverage(coverage: &Coverage) {
+    println!(
+        "nemesis: {} permit holds (at most {} of one key at once; {} moments over {PERMITS} that \
+         the faults excuse), {} nested permit calls re-entered their caller's permit",
+        coverage.permit_holds,
+        coverage.permits_at_once,
+        coverage.permits_over_n_excused,
+        coverage.permit_reentries
+    );
 }
 
 /// Every check of this module, and the permit calls counted.

@@ -145,7 +145,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use lock_runtime::{fence, permit, with_lock, LockError, LockMode, LockRuntime, OnLost};
+use lock_runtime::{fence, permit, with_lock, LockError, LockGuard, LockMode, LockRuntime, OnLost};
 use tokio::time::Instant;
 
 /// A top-level call still running after this is cancelled (and logged so).
@@ -508,6 +508,14 @@ impl Rec {
                 let permit = slot.permit();
                 println!("ev {t} {task} {id} {parent} {key}#{permit} {kind} {extra}");
             }
+        }
+    }
+
+    /// A permit call holds a permit of `key`: `said`, the index the library
+    /// says, and `lock`, a guard's lock's key (`permits::Slot::got`).
+    fn got_permit(&self, cx: &Cx, key: usize, said: Option<u32>, lock: Option<&str>) {
+        if let Some(slot) = &self.slot {
+            slot.got(&cx.ctx.keys[key].name, said, lock);
         }
     }
 
@@ -988,9 +996,7 @@ fn locked_body(
     async move {
         let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
-        if let Some(slot) = &rec.slot {
-            slot.got(&cx.ctx.keys[key].name, permit(), None);
-        }
+        rec.got_permit(&cx, key, permit(), None);
         let outer = rec.entered(&cx, key, token, entered, fixed);
         let data = Data::begin(&cx.ctx, key, rec.permit(), outer);
         let mut exit = BodyExit {
@@ -1003,33 +1009,14 @@ fn locked_body(
         }
         let mut inner = cx.clone();
         inner.parent = rec.id;
-        let permit = rec.permit();
-        inner.frames.push(Frame {
+        let frame = Frame {
             key,
-            permit,
+            permit: rec.permit(),
             fence: token,
-        });
+        };
+        inner.frames.push(frame.clone());
         let probe = if watch {
-            let spec = &cx.ctx.keys[key];
-            let request = cx
-                .runtime
-                .lock(spec.name.as_str())
-                .fair(spec.fair)
-                .mode(mode)
-                .wait(Duration::ZERO);
-            let probe = permits::asking(request, spec).acquire().await;
-            match probe {
-                // (A permit call's probe re-enters its permit.)
-                Ok(guard) if guard.fence() == token && guard.permit().unwrap_or(0) == permit => {
-                    Some(guard)
-                }
-                // Not re-entered: the hold is lost already (a lost hold is
-                // never re-entered); a fresh hold the probe took is released.
-                _ => {
-                    rec.emit("lost", "probe=1");
-                    None
-                }
-            }
+            probe(&cx, &rec, frame, mode).await
         } else {
             None
         };
@@ -1068,6 +1055,33 @@ fn locked_body(
             Err(BodyError::User)
         } else {
             Ok(())
+        }
+    }
+}
+
+/// With `OnLost::Continue`: a re-entry of the body's own hold, `frame`
+/// (a permit call's: of its permit), whose `lost()` the body watches
+/// beside its steps; `None`, logged `lost probe=1`, when the hold is lost
+/// already (a lost hold is never re-entered; a fresh hold the probe took
+/// is released).
+async fn probe(cx: &Cx, rec: &Rec, frame: Frame, mode: LockMode) -> Option<LockGuard> {
+    let spec = &cx.ctx.keys[frame.key];
+    let request = cx
+        .runtime
+        .lock(spec.name.as_str())
+        .fair(spec.fair)
+        .mode(mode)
+        .wait(Duration::ZERO);
+    let probe = permits::asking(request, spec).acquire().await;
+    match probe {
+        Ok(guard)
+            if guard.fence() == frame.fence && guard.permit().unwrap_or(0) == frame.permit =>
+        {
+            Some(guard)
+        }
+        _ => {
+            rec.emit("lost", "probe=1");
+            None
         }
     }
 }
@@ -1179,9 +1193,7 @@ async fn guarded(
     };
     let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
-    if let Some(slot) = &rec.slot {
-        slot.got(&cx.ctx.keys[key].name, guard.permit(), Some(guard.key()));
-    }
+    rec.got_permit(&cx, key, guard.permit(), Some(guard.key()));
     let fixed = (!plan.renew).then_some(plan.lease);
     let outer = rec.entered(&cx, key, token, polled, fixed);
     let data = Data::begin(&cx.ctx, key, rec.permit(), outer);
