@@ -159,12 +159,13 @@ pub(super) struct Coverage {
     pub(super) order_refused: u64,
     /// Outermost holds of permits, nested permit calls that re-entered
     /// their caller's permit, the most permit holds of one key seen at
-    /// once, and moments more than N overlapped as the faults excuse
-    /// (`permits`).
+    /// once, moments more than N overlapped as the faults excuse, and
+    /// permit calls that timed out (`permits`).
     pub(super) permit_holds: u64,
     pub(super) permit_reentries: u64,
     pub(super) permits_at_once: u64,
     pub(super) permits_over_n_excused: u64,
+    pub(super) permit_timeouts: u64,
 }
 
 pub(super) fn check(

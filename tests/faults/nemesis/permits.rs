@@ -107,11 +107,13 @@ pub(super) fn side_by_side(coverage: &Coverage, violations: &mut Vec<Violation>)
 pub(super) fn print_coverage(coverage: &Coverage) {
     println!(
         "nemesis: {} permit holds (at most {} of one key at once; {} moments over {PERMITS} that \
-         the faults excuse), {} nested permit calls re-entered their caller's permit",
+         the faults excuse), {} nested permit calls re-entered their caller's permit, {} \
+         permit calls timed out (their waits checked under a permit drawn at random)",
         coverage.permit_holds,
         coverage.permits_at_once,
         coverage.permits_over_n_excused,
-        coverage.permit_reentries
+        coverage.permit_reentries,
+        coverage.permit_timeouts
     );
 }
 
@@ -122,6 +124,11 @@ pub(super) fn check_permits(
     violations: &mut Vec<Violation>,
     coverage: &mut Coverage,
 ) {
+    coverage.permit_timeouts = history
+        .calls
+        .iter()
+        .filter(|c| c.permits > 0 && c.ended.as_ref().is_some_and(|e| e.1 == "timeout"))
+        .count() as u64;
     violations.extend(wrong_indices(history));
     violations.extend(not_reentered(history, faults, coverage));
     violations.extend(more_than_n(history, faults, coverage));

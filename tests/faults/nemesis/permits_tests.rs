@@ -1,6 +1,6 @@
 //! The permit checks on made-up histories: two holders on one permit at
-//! once are seen, N holders on N permits at once are not, and a permit
-//! told wrong or not re-entered is seen.
+//! once are seen, N holders on N permits at once are not, a permit told
+//! wrong or not re-entered is seen, and a try-once may take N tries' time.
 
 use super::checker_tests::verdict;
 
@@ -81,4 +81,20 @@ fn checker_sees_a_nested_permit_call_that_does_not_reenter() {
     let mut another = outer_hold(1, 10, (100, 500));
     another.extend(hold((2, 1), (2, 2, 10), (200, 300), true));
     assert_eq!(verdict(vec![another], &[]), ["permit not re-entered"]);
+}
+
+#[test]
+fn checker_lets_a_permit_try_take_a_try_per_permit() {
+    // A try-once that found every permit busy, 1.5 s after it began: one
+    // key's try may end 750 ms late, one of three permits' 2250 ms.
+    let tried = |fields: &str| {
+        let at = (1, 0, "3#2");
+        vec![
+            ev(100, at, "begin", &fields.replace("wait=5000", "wait=0")),
+            ev(1600, at, "timeout", "waited=0 busy=1"),
+        ]
+    };
+    assert!(verdict(vec![tried(ASK)], &[]).is_empty());
+    let one_key = ASK.replace(" permits=3", "");
+    assert_eq!(verdict(vec![tried(&one_key)], &[]), ["waiter overslept"]);
 }
