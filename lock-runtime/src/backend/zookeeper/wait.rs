@@ -61,9 +61,7 @@ async fn wait_turn(inner: Weak<Inner>, lock: String, holder: String, known: Opti
     let mut known = known;
     loop {
         let found = match known.take() {
-            Some(before) => inner
-                .upgrade()
-                .map(|backend| (backend, Found::Behind(before))),
+            Some(before) => inner.upgrade().map(|backend| (backend, Found::Behind(before))),
             None => {
                 let look = read_until_answered(&inner, &mut backoff, |backend| async move {
                     read(&backend, lock_name, holder_id).await
