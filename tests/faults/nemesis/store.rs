@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{layout, LockRuntime};
+use lock_runtime::LockRuntime;
 use lock_testkit::{EtcdCluster, RedisServer, ZooKeeperEnsemble};
 use lock_tests::FaultProxy;
 use tokio::time::Instant;
@@ -80,9 +80,7 @@ impl Store {
     /// etcd: no key under the prefix (a lock's holder and queue are keys).
     /// ZooKeeper: no ephemeral node under the prefix (a lock's holder and
     /// queue are its contenders' nodes; the lock paths are containers, which
-    /// the server reaps in its own time). A runtime's published identity
-    /// (`layout::is_client_identity`) is no lock's: it lives on its own TTL
-    /// or session (the inspector's, still open, too), as Redis's does.
+    /// the server reaps in its own time).
     pub(super) async fn leftovers(
         &self,
         prefix: &str,
@@ -180,14 +178,10 @@ impl Store {
                     .collect();
                 Ok((left, channels(&mut con, &format!("{prefix}*")).await))
             }
-            Store::Cluster(Cluster::ZooKeeper(ensemble)) => {
-                let nodes = tokio::task::block_in_place(|| ensemble.ephemerals(prefix))?;
-                let left = nodes
-                    .into_iter()
-                    .filter(|n| !layout::is_client_identity(prefix, n))
-                    .collect();
-                Ok((left, Vec::new()))
-            }
+            Store::Cluster(Cluster::ZooKeeper(ensemble)) => Ok((
+                tokio::task::block_in_place(|| ensemble.ephemerals(prefix))?,
+                Vec::new(),
+            )),
             Store::Cluster(Cluster::Etcd(cluster)) => {
                 let mut client = etcd_client::Client::connect(cluster.endpoints(), None).await?;
                 let only_keys = etcd_client::GetOptions::new()
@@ -198,7 +192,6 @@ impl Store {
                     .kvs()
                     .iter()
                     .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-                    .filter(|k| !layout::is_client_identity(prefix, k))
                     .collect();
                 Ok((left, Vec::new()))
             }
