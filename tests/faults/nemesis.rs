@@ -70,7 +70,9 @@
 //! write), `nk2` the same with a quarter readers, `nk3` a key of
 //! [`PERMITS`] permits (`permits(3)`: up to three holders at once, each on
 //! a permit of its own, the lock `nk3#i`, permit 0 being `nk3` itself),
-//! each plain, fair or mixed as the test's mode says. Calls on `nk3` meet
+//! each plain, fair or mixed as the test's mode says (in mixed mode one
+//! process asks two permits of `nk3`: calls giving different counts share
+//! the low permits). Calls on `nk3` meet
 //! every fault, cut and burst the others do; nested ones re-enter their
 //! caller's permit, and a wait for a permit waits for all three at once
 //! and drops the others (a cancellation at every wait that succeeds).
@@ -139,7 +141,8 @@
 //!   permit's lock; a permit call nested (at any depth) in one holding a
 //!   permit of its key re-enters that permit (same token, no hold of its
 //!   own) unless the outer hold was told lost first; no more than N
-//!   outermost holds of the key overlap but as the faults excuse on one
+//!   outermost holds of the key overlap, nor more than n on the permits
+//!   below n for each count n in use, but as the faults excuse on one
 //!   permit (implied by the rest: a sanity check of the slots); a bounded
 //!   wait for a permit may end N times [`LATE_SLACK`] past its deadline (a
 //!   try-once tries the permits in turn);
@@ -467,15 +470,16 @@ const PERMITS: u32 = 3;
 struct KeySpec {
     kind: KeyKind,
     fair: bool,
+    /// The permits a [`KeyKind::Permits`] key's calls ask (0 for the other
+    /// kinds): [`PERMITS`], or one fewer for one process in mixed mode
+    /// ([`permits_asked`]).
+    permits: u32,
 }
 
 impl KeySpec {
     /// Its count of permits: 0 but for a permit key.
     fn permits(self) -> u32 {
-        match self.kind {
-            KeyKind::Permits => PERMITS,
-            KeyKind::Exclusive | KeyKind::ReadWrite | KeyKind::WriteMostly => 0,
-        }
+        self.permits
     }
 
     /// The worker's word for it (`nk0:<word>`).
@@ -485,7 +489,7 @@ impl KeySpec {
             KeyKind::Exclusive => mode.to_owned(),
             KeyKind::ReadWrite => format!("rw-{mode}"),
             KeyKind::WriteMostly => format!("mix-{mode}"),
-            KeyKind::Permits => format!("permits{PERMITS}-{mode}"),
+            KeyKind::Permits => format!("permits{}-{mode}", self.permits),
         }
     }
 }
@@ -505,18 +509,37 @@ fn key_kinds() -> Vec<KeyKind> {
 }
 
 /// How each process takes each key: `[process][key]`, fair or plain as
-/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind.
+/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind, and
+/// with how many permits ([`permits_asked`]).
 fn key_specs(mode: Mode, kinds: &[KeyKind], rng: &mut XorShift) -> Vec<Vec<KeySpec>> {
     key_modes(mode, kinds.len(), rng)
         .into_iter()
-        .map(|fair| {
+        .enumerate()
+        .map(|(p, fair)| {
             kinds
                 .iter()
                 .zip(fair)
-                .map(|(&kind, fair)| KeySpec { kind, fair })
+                .map(|(&kind, fair)| KeySpec {
+                    kind,
+                    fair,
+                    permits: permits_asked(mode, kind, p),
+                })
                 .collect()
         })
         .collect()
+}
+
+/// The permits process `p` asks on a key of `kind`: [`PERMITS`] on a
+/// permit key, but in mixed mode (the etcd and ZooKeeper runs' too)
+/// process 0 asks one fewer, so that calls giving different counts share
+/// the low permits (docs/guarantees.md: at most n of them below n, for
+/// each n in use).
+fn permits_asked(mode: Mode, kind: KeyKind, p: usize) -> u32 {
+    match kind {
+        KeyKind::Permits if mode == Mode::Mixed && p == 0 => PERMITS - 1,
+        KeyKind::Permits => PERMITS,
+        KeyKind::Exclusive | KeyKind::ReadWrite | KeyKind::WriteMostly => 0,
+    }
 }
 
 /// Which keys each process takes in fair mode: `[process][key]`.

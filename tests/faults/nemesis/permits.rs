@@ -24,9 +24,11 @@
 //!   permit of the same key re-enters that permit (same slot, same token,
 //!   no hold of its own), unless the outer hold was told lost first;
 //! - at most N: no more than N outermost holds of a key's permits
-//!   overlap (beyond [`SLACK`]) unless two of them on one permit overlap
-//!   as the faults excuse. Given the two checks above and per-permit
-//!   exclusion this cannot fail; it is kept as a sanity check of the slots.
+//!   overlap (beyond [`SLACK`]), and for each count n in use no more than
+//!   n on the permits below n (one process asks one permit fewer in mixed
+//!   mode), unless two of them on one permit overlap as the faults excuse.
+//!   Given the two checks above and per-permit exclusion this cannot fail;
+//!   it is kept as a sanity check of the slots.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -211,10 +213,12 @@ fn holder_around<'h>(history: &'h History, faults: &[Fault], call: &Call) -> Opt
     (!gone).then_some(outer)
 }
 
-/// At most N outermost holds of a key's permits overlap, unless two of
-/// the overlapping holds on one permit overlap as the faults excuse (lock
-/// data lost between their entries, or the earlier holder frozen when it
-/// should have learnt its hold was gone): each entry that made more.
+/// At most N outermost holds of a key's permits overlap, and for each
+/// count n its calls give, at most n on the permits below n (calls giving
+/// different counts share the low permits), unless two of the overlapping
+/// holds on one permit overlap as the faults excuse (lock data lost
+/// between their entries, or the earlier holder frozen when it should
+/// have learnt its hold was gone): each entry that made more.
 fn more_than_n(history: &History, faults: &[Fault], coverage: &mut Coverage) -> Vec<Violation> {
     let mut by_key: HashMap<usize, Vec<&Call>> = HashMap::new();
     for call in &history.calls {
@@ -226,6 +230,9 @@ fn more_than_n(history: &History, faults: &[Fault], coverage: &mut Coverage) -> 
     let mut found = Vec::new();
     for (key, mut holds) in by_key {
         holds.sort_by_key(|c| (c.acquired, c.proc, c.id));
+        let mut counts: Vec<u32> = holds.iter().map(|c| c.permits).collect();
+        counts.sort_unstable();
+        counts.dedup();
         let ends: Vec<u64> = holds.iter().map(|c| history.hold_end(c)).collect();
         for (j, &later) in holds.iter().enumerate() {
             let acquired = later.acquired.unwrap_or(0);
@@ -235,32 +242,42 @@ fn more_than_n(history: &History, faults: &[Fault], coverage: &mut Coverage) -> 
                 .chain([later])
                 .collect();
             coverage.permits_at_once = coverage.permits_at_once.max(open.len() as u64);
-            if open.len() <= later.permits as usize {
+            // For each count n in use, at most n on the permits below n
+            // (for the largest: at most that many at all).
+            let below = |n: u32| -> Vec<&Call> {
+                let under = open.iter().filter(|c| permit_of(c.key) < n);
+                under.copied().collect()
+            };
+            let Some(n) = counts
+                .iter()
+                .copied()
+                .find(|&n| below(n).len() > n as usize)
+            else {
                 continue;
-            }
-            let excuse = excused(history, faults, &open);
+            };
+            let over = below(n);
+            let excuse = excused(history, faults, &over);
             coverage.permits_over_n_excused += u64::from(excuse);
             if !excuse {
-                found.push(too_many(history, key, &open));
+                found.push(too_many(history, key, n, &over));
             }
         }
     }
     found
 }
 
-/// The violation of `open`, more holds of key `key`'s permits at once than
-/// it has, the last of them entered last.
-fn too_many(history: &History, key: usize, open: &[&Call]) -> Violation {
+/// The violation of `open`, more holds of key `key`'s permits below `n`
+/// at once than `n`, the last of them entered last.
+fn too_many(history: &History, key: usize, n: u32, open: &[&Call]) -> Violation {
     let last = open[open.len() - 1];
     let acquired = last.acquired.unwrap_or(0);
     let all: Vec<String> = open.iter().map(|c| describe(history, c)).collect();
     Violation {
         class: "more than N permit holders",
         detail: format!(
-            "key {}: {} holds of its {} permits at once at {:.3} s: {}",
+            "key {}: {} holds of its permits below {n} at once at {:.3} s: {}",
             key_name(key),
             open.len(),
-            last.permits,
             history.secs(acquired),
             all.join("; ")
         ),

@@ -98,3 +98,23 @@ fn checker_lets_a_permit_try_take_a_try_per_permit() {
     let one_key = ASK.replace(" permits=3", "");
     assert_eq!(verdict(vec![tried(&one_key)], &[]), ["waiter overslept"]);
 }
+
+#[test]
+fn checker_holds_calls_giving_fewer_permits_to_the_low_ones() {
+    // A call of two permits on permit 2 (past its count) is seen, as any
+    // permit told past its count; three holders of three permits, one of
+    // them a call of two on permit 1, are not.
+    let of_two = |permit: u32, from: u64| {
+        hold((1, 0), (permit, permit, 10), (from, 400), true)
+            .into_iter()
+            .map(|l| l.replace("permits=3", "permits=2"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(verdict(vec![of_two(2, 100)], &[]), ["permit index wrong"]);
+    let shared = vec![
+        outer_hold(0, 10, (100, 400)),
+        of_two(1, 150),
+        outer_hold(2, 10, (200, 400)),
+    ];
+    assert!(verdict(shared, &[]).is_empty());
+}
