@@ -108,9 +108,10 @@ pub(super) fn side_by_side(coverage: &Coverage, violations: &mut Vec<Violation>)
 /// The run's line on its permit calls.
 pub(super) fn print_coverage(coverage: &Coverage) {
     println!(
-        "nemesis: {} permit holds (at most {} of one key at once; {} moments over {PERMITS} that \
-         the faults excuse), {} nested permit calls re-entered their caller's permit, {} \
-         permit calls timed out (their waits checked under a permit drawn at random)",
+        "nemesis: {} permit holds (at most {} of one key at once; {} moments over a count, \
+         {PERMITS} or n below n, that the faults excuse), {} nested permit calls re-entered their \
+         caller's permit, {} permit calls timed out (their waits checked under a permit drawn \
+         at random)",
         coverage.permit_holds,
         coverage.permits_at_once,
         coverage.permits_over_n_excused,
