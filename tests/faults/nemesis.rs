@@ -56,22 +56,36 @@
 //! call of it cut short (a process's waiters of both modes giving up around
 //! its place in the key's queue, the other processes' readers around).
 //! One top-level call in six takes two of the keys at once (`lock_many`,
-//! a random pair, a read pair only when both are read-write keys) by
+//! a random pair, never the permit key, a read pair only when both are
+//! read-write keys) by
 //! `with_locks`, `acquire()` or `try_acquire()`, cut as the others; its
 //! body nests calls that re-enter its keys, take a key sorting past both,
 //! or ask one sorting before them (refused). Each key of it is logged as a
 //! hold of its own, so every per-key promise below covers it.
 //!
 //! Keys are plain or fair, and in one test one process takes a key plain
-//! while the others take it fair. A run has three keys ([`KeyKind`]):
+//! while the others take it fair. A run has four keys ([`KeyKind`]):
 //! `nk0` is an exclusive lock, `nk1` a read-write lock whose calls ask a
 //! read hold (70 %), a write hold or an exclusive one (the same lock as a
-//! write), `nk2` the same with a quarter readers, each plain, fair or mixed
-//! as the test's mode says.
+//! write), `nk2` the same with a quarter readers, `nk3` a key of
+//! [`PERMITS`] permits (`permits(3)`: up to three holders at once, each on
+//! a permit of its own, the lock `nk3#i`, permit 0 being `nk3` itself),
+//! each plain, fair or mixed as the test's mode says (in mixed mode one
+//! process asks two permits of `nk3`: calls giving different counts share
+//! the low permits). Calls on `nk3` meet
+//! every fault, cut and burst the others do; nested ones re-enter their
+//! caller's permit, and a wait for a permit waits for all three at once
+//! and drops the others (a cancellation at every wait that succeeds).
+//! The checker sees each permit as a key of its own (a slot, `nk3#i`): a
+//! permit call is logged under the permit it got (its `begin` line with
+//! it, stamped with its own time), a call that got none under one drawn at
+//! random (sound for the waiting checks: it waited for every permit), so
+//! every per-key promise below holds permit by permit (`permits`).
 //! Every outermost hold's body reads its key's counter (a file shared by
-//! the processes, out of the faults' reach) when it begins and when it
-//! ends, and a write or exclusive hold then writes it plus one: a reader
-//! beside a writer, or two writers at once, see it change.
+//! the processes, out of the faults' reach; one per permit of `nk3`) when
+//! it begins and when it ends, and a write or exclusive hold then writes
+//! it plus one: a reader beside a writer, or two writers at once, see it
+//! change.
 //! Everything is chosen from one seed
 //! (`LOCK_NEMESIS_SEED`, else the clock; printed), which replays the same
 //! choices — though not the same timing — and every event of every process
@@ -122,6 +136,16 @@
 //!   call so; a multi-key call's key counts as held (not free, for the
 //!   waiters) from the call's start, since it may be taken before the
 //!   later key is waited for;
+//! - permits: a permit call was told (`permit()`, a guard's `permit()`)
+//!   the permit whose slot it is under, below N, and a guard holds that
+//!   permit's lock; a permit call nested (at any depth) in one holding a
+//!   permit of its key re-enters that permit (same token, no hold of its
+//!   own) unless the outer hold was told lost first; no more than N
+//!   outermost holds of the key overlap, nor more than n on the permits
+//!   below n for each count n in use, but as the faults excuse on one
+//!   permit (implied by the rest: a sanity check of the slots); a bounded
+//!   wait for a permit may end N times [`LATE_SLACK`] past its deadline (a
+//!   try-once tries the permits in turn);
 //! - records: a write (or exclusive) hold whose record the worker reads
 //!   inside its body (`inspect`, half of them) is recorded as a write
 //!   hold, its token not among the readers' (a write hold recorded as a
@@ -131,8 +155,8 @@
 //!   it in ZooKeeper) and every worker's runtime reports nothing held,
 //!   waiting or tracked;
 //! - what was tested: on Redis some hold was passed between tasks (lock
-//!   cohorting), and read holds of two processes overlapped (readers
-//!   shared a key).
+//!   cohorting), read holds of two processes overlapped (readers shared a
+//!   key), and two permits of the key were held at once.
 //!
 //! The promises are the same on every backend; only the time a lock may
 //! outlive its holder differs ([`Backend`]: etcd ends a lease in whole
@@ -158,6 +182,8 @@
 //! | `report` | a failing run's message, and the history dump |
 //! | `checker_tests` | the checker on made-up histories |
 //! | `many_tests` | the multi-key checks on made-up histories |
+//! | `permits` | the permits as keys of their own (slots), and the promises of permit calls |
+//! | `permits_tests` | the permit checks on made-up histories |
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod check;
@@ -167,6 +193,8 @@ mod history;
 mod many;
 mod many_tests;
 mod members;
+mod permits;
+mod permits_tests;
 mod releases;
 mod report;
 mod store;
@@ -428,50 +456,90 @@ enum KeyKind {
     /// The same with a quarter of the calls readers: readers mostly meet
     /// writers.
     WriteMostly,
+    /// Every call asks one of [`PERMITS`] permits (`permits(N)`): up to N
+    /// holders at once, one per permit.
+    Permits,
 }
+
+/// The permits of a [`KeyKind::Permits`] key: enough for several holders
+/// at once, few enough that the 24 tasks often find them all taken.
+const PERMITS: u32 = 3;
 
 /// How one process takes one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct KeySpec {
     kind: KeyKind,
     fair: bool,
+    /// The permits a [`KeyKind::Permits`] key's calls ask (0 for the other
+    /// kinds): [`PERMITS`], or one fewer for one process in mixed mode
+    /// ([`permits_asked`]).
+    permits: u32,
 }
 
 impl KeySpec {
+    /// Its count of permits: 0 but for a permit key.
+    fn permits(self) -> u32 {
+        self.permits
+    }
+
     /// The worker's word for it (`nk0:<word>`).
-    fn word(self) -> &'static str {
-        match (self.kind, self.fair) {
-            (KeyKind::Exclusive, false) => "plain",
-            (KeyKind::Exclusive, true) => "fair",
-            (KeyKind::ReadWrite, false) => "rw-plain",
-            (KeyKind::ReadWrite, true) => "rw-fair",
-            (KeyKind::WriteMostly, false) => "mix-plain",
-            (KeyKind::WriteMostly, true) => "mix-fair",
+    fn word(self) -> String {
+        let mode = if self.fair { "fair" } else { "plain" };
+        match self.kind {
+            KeyKind::Exclusive => mode.to_owned(),
+            KeyKind::ReadWrite => format!("rw-{mode}"),
+            KeyKind::WriteMostly => format!("mix-{mode}"),
+            KeyKind::Permits => format!("permits{}-{mode}", self.permits),
         }
     }
 }
 
 /// The keys' kinds: `nk0` exclusive, `nk1` read-write (mostly readers),
-/// `nk2` read-write with a quarter readers, so that every run checks
-/// exclusive locks, readers sharing a key, and readers and writers of
-/// several processes taking turns on one.
+/// `nk2` read-write with a quarter readers, `nk3` of [`PERMITS`] permits,
+/// so that every run checks exclusive locks, readers sharing a key,
+/// readers and writers of several processes taking turns on one, and
+/// several holders of one key, each on a permit of its own.
 fn key_kinds() -> Vec<KeyKind> {
-    vec![KeyKind::Exclusive, KeyKind::ReadWrite, KeyKind::WriteMostly]
+    vec![
+        KeyKind::Exclusive,
+        KeyKind::ReadWrite,
+        KeyKind::WriteMostly,
+        KeyKind::Permits,
+    ]
 }
 
 /// How each process takes each key: `[process][key]`, fair or plain as
-/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind.
+/// the test's [`Mode`] says ([`key_modes`]), whatever the key's kind, and
+/// with how many permits ([`permits_asked`]).
 fn key_specs(mode: Mode, kinds: &[KeyKind], rng: &mut XorShift) -> Vec<Vec<KeySpec>> {
     key_modes(mode, kinds.len(), rng)
         .into_iter()
-        .map(|fair| {
+        .enumerate()
+        .map(|(p, fair)| {
             kinds
                 .iter()
                 .zip(fair)
-                .map(|(&kind, fair)| KeySpec { kind, fair })
+                .map(|(&kind, fair)| KeySpec {
+                    kind,
+                    fair,
+                    permits: permits_asked(mode, kind, p),
+                })
                 .collect()
         })
         .collect()
+}
+
+/// The permits process `p` asks on a key of `kind`: [`PERMITS`] on a
+/// permit key, but in mixed mode (the etcd and ZooKeeper runs' too)
+/// process 0 asks one fewer, so that calls giving different counts share
+/// the low permits (docs/guarantees.md: at most n of them below n, for
+/// each n in use).
+fn permits_asked(mode: Mode, kind: KeyKind, p: usize) -> u32 {
+    match kind {
+        KeyKind::Permits if mode == Mode::Mixed && p == 0 => PERMITS - 1,
+        KeyKind::Permits => PERMITS,
+        KeyKind::Exclusive | KeyKind::ReadWrite | KeyKind::WriteMostly => 0,
+    }
 }
 
 /// Which keys each process takes in fair mode: `[process][key]`.
@@ -484,7 +552,7 @@ fn key_modes(mode: Mode, key_count: usize, rng: &mut XorShift) -> Vec<Vec<bool>>
             (0..key_count)
                 .map(|i| match mode {
                     Mode::Plain => false,
-                    Mode::Fair => !(key_count == 3 && i == 2),
+                    Mode::Fair => !(key_count >= 3 && i == 2),
                     Mode::Mixed => plain_process[i] != p as u64,
                 })
                 .collect()
@@ -687,6 +755,7 @@ async fn run(backend: Backend, mode: Mode) {
             ),
         ));
     }
+    permits::side_by_side(&coverage, &mut violations);
     println!(
         "nemesis on {backend:?}: seed {seed}, {ops} ops, {} faults, {} holds passed locally, \
          {} read holds ({} beside another process's reader), {} write holds, {} data checks, \
@@ -716,6 +785,7 @@ async fn run(backend: Backend, mode: Mode) {
          refused as out of their order",
         coverage.many_calls, coverage.many_entered, coverage.many_holds, coverage.order_refused
     );
+    permits::print_coverage(&coverage);
     match backend {
         Backend::Redis => println!(
             "nemesis: {} restarts timed at a release (of {} tries), {} with the key taken on \

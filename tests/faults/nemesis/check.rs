@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::faults::Fault;
 use super::history::{Call, History};
 use super::many::check_many;
+use super::permits::{check_permits, key_name, late_slack};
 use super::{ns, Backend, FREE_BASE, LATE_SLACK, RESUME, SLACK, STUCK, TIMEOUT};
 
 pub(super) struct Violation {
@@ -156,6 +157,15 @@ pub(super) struct Coverage {
     pub(super) many_holds: u64,
     /// Calls nested in a multi-key call refused as out of order.
     pub(super) order_refused: u64,
+    /// Outermost holds of permits, nested permit calls that re-entered
+    /// their caller's permit, the most permit holds of one key seen at
+    /// once, moments more than N overlapped as the faults excuse, and
+    /// permit calls that timed out (`permits`).
+    pub(super) permit_holds: u64,
+    pub(super) permit_reentries: u64,
+    pub(super) permits_at_once: u64,
+    pub(super) permits_over_n_excused: u64,
+    pub(super) permit_timeouts: u64,
 }
 
 pub(super) fn check(
@@ -182,6 +192,7 @@ pub(super) fn check(
     check_nesting(history, faults, violations, &mut coverage);
     check_upgrades(history, faults, violations, &mut coverage);
     check_many(history, faults, violations, &mut coverage);
+    check_permits(history, faults, violations, &mut coverage);
     check_recorded(history, violations, &mut coverage);
     check_waiters(history, faults, backend, violations, &mut coverage);
     coverage
@@ -313,6 +324,7 @@ struct Outer<'a> {
 fn check_fences(outer: &Outer<'_>, violations: &mut Vec<Violation>) {
     let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
+        let name = key_name(key);
         // The largest token entered up to each position (in logged order),
         // of any hold and of write holds.
         let mut largest: Vec<&Call> = Vec::with_capacity(holds.len());
@@ -350,7 +362,7 @@ fn check_fences(outer: &Outer<'_>, violations: &mut Vec<Violation>) {
             violations.push(Violation {
                 class: "fence went backwards",
                 detail: format!(
-                    "key nk{key}: {} entered with token {} after {} had entered with token {}; \
+                    "key {name}: {} entered with token {} after {} had entered with token {}; \
                      {}",
                     describe(history, later),
                     later.fence,
@@ -374,6 +386,7 @@ fn check_fences(outer: &Outer<'_>, violations: &mut Vec<Violation>) {
 fn check_exclusion(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage: &mut Coverage) {
     let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
+        let name = key_name(key);
         let ends: Vec<u64> = holds.iter().map(|c| history.hold_end(c)).collect();
         for j in 0..holds.len() {
             let later = holds[j];
@@ -395,7 +408,7 @@ fn check_exclusion(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage:
                         violations.push(Violation {
                             class: "fence not larger after data loss",
                             detail: format!(
-                                "key nk{key}: {} overlaps {}; {}",
+                                "key {name}: {} overlaps {}; {}",
                                 describe(history, later),
                                 describe(history, earlier),
                                 around()
@@ -408,7 +421,7 @@ fn check_exclusion(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage:
                         violations.push(Violation {
                             class: "stale holder not told after data loss",
                             detail: format!(
-                                "key nk{key}: {} still held {} ms after {} entered (bound {} ms); {}",
+                                "key {name}: {} still held {} ms after {} entered (bound {} ms); {}",
                                 describe(history, earlier),
                                 (ends[i] - acquired) / 1_000_000,
                                 describe(history, later),
@@ -453,7 +466,7 @@ fn check_exclusion(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage:
                 violations.push(Violation {
                     class,
                     detail: format!(
-                        "key nk{key}: {}{timer} and {} both held it, for {} ms from {:.3} s; {}",
+                        "key {name}: {}{timer} and {} both held it, for {} ms from {:.3} s; {}",
                         describe(history, earlier),
                         describe(history, later),
                         both / 1_000_000,
@@ -487,7 +500,7 @@ fn told_as_its_executor_ran(earlier: &Call, end: u64, later_acquired: u64) -> bo
 /// Whether lock data was lost (a restart) between `earlier`'s entry and an
 /// entry at `later_acquired`: then the two holds may overlap for a while
 /// ([`stale_bound`]).
-fn data_lost_between(faults: &[Fault], earlier: &Call, later_acquired: u64) -> bool {
+pub(super) fn data_lost_between(faults: &[Fault], earlier: &Call, later_acquired: u64) -> bool {
     faults
         .iter()
         .any(|f| f.loses_data && f.start < later_acquired && f.end > earlier.acquired.unwrap_or(0))
@@ -497,7 +510,12 @@ fn data_lost_between(faults: &[Fault], earlier: &Call, later_acquired: u64) -> b
 /// `later_acquired` only because its process could not run (stopped, its
 /// executor blocked) when it should have learnt its hold was gone, and it
 /// stopped within [`RESUME`] of running again.
-fn frozen_past(faults: &[Fault], earlier: &Call, earlier_end: u64, later_acquired: u64) -> bool {
+pub(super) fn frozen_past(
+    faults: &[Fault],
+    earlier: &Call,
+    earlier_end: u64,
+    later_acquired: u64,
+) -> bool {
     earlier_end <= act_by(faults, earlier.proc, later_acquired + ns(SLACK))
 }
 
@@ -512,6 +530,7 @@ fn frozen_past(faults: &[Fault], earlier: &Call, earlier_end: u64, later_acquire
 fn check_data(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage: &mut Coverage) {
     let (history, faults, by_key) = (outer.history, outer.faults, &outer.by_key);
     for (&key, holds) in by_key {
+        let name = key_name(key);
         for &call in holds {
             let Some(data) = call.data else { continue };
             coverage.data_checks += 1;
@@ -548,7 +567,7 @@ fn check_data(outer: &Outer<'_>, violations: &mut Vec<Violation>, coverage: &mut
             violations.push(Violation {
                 class: "data changed under a holder",
                 detail: format!(
-                    "key nk{key}: {} found the counter at {} when its body began and at {} when \
+                    "key {name}: {} found the counter at {} when its body began and at {} when \
                      it ended; writers inside: {}; {}",
                     describe(history, call),
                     data.seen,
@@ -588,6 +607,7 @@ pub(super) fn check_nesting(
         }
     }
     for ((proc, _, key), mut bodies) in groups {
+        let name = key_name(key);
         bodies.sort_by_key(|c| (c.body_enter, c.id));
         let exit = |c: &Call| c.body_exit.unwrap_or(history.ends[proc]);
         for j in 0..bodies.len() {
@@ -617,7 +637,7 @@ pub(super) fn check_nesting(
                 violations.push(Violation {
                     class,
                     detail: format!(
-                        "key nk{key}: body of p{proc} call {} ({}) entered at {:.3} s while call \
+                        "key {name}: body of p{proc} call {} ({}) entered at {:.3} s while call \
                          {} ({}, not its ancestor) was inside since {:.3} s, until {:.3} s",
                         b.id,
                         b.mode_word(),
@@ -654,10 +674,10 @@ pub(super) fn check_recorded(
         violations.push(Violation {
             class: "write hold recorded as a read",
             detail: format!(
-                "key nk{}: {} was recorded by the backend as a reader's (its token among the \
+                "key {}: {} was recorded by the backend as a reader's (its token among the \
                  readers') at {:.3} s, inside its body: readers of other processes may enter \
                  beside it",
-                call.key,
+                key_name(call.key),
                 describe(history, call),
                 history.secs(t)
             ),
@@ -711,9 +731,9 @@ pub(super) fn check_upgrades(
         violations.push(Violation {
             class: "upgrade not refused at once",
             detail: format!(
-                "key nk{}: p{} call {} asked a {} hold inside {readers} read hold(s) of its key; \
+                "key {}: p{} call {} asked a {} hold inside {readers} read hold(s) of its key; \
                  {} ms after it asked: {how}",
-                call.key,
+                key_name(call.key),
                 call.proc,
                 call.id,
                 call.mode_word(),
@@ -759,7 +779,7 @@ fn multi_key_hold(history: &History, call: &Call) -> Option<u64> {
     if timed_out(call) {
         return None;
     }
-    let name = |c: &Call| format!("nk{}", c.key);
+    let name = |c: &Call| key_name(c.key);
     let untried = history
         .group_mates(call)
         .any(|m| timed_out(m) && name(m) < name(call));
@@ -819,7 +839,7 @@ pub(super) fn check_waiters(
         // gives back what it took, waiting for the answers up to the try
         // bound (250 ms).
         let slack = match call.group {
-            0 => ns(LATE_SLACK),
+            0 => ns(late_slack(call)),
             _ => {
                 let keys = history.group_mates(call).count() as u64 + 1;
                 keys * ns(LATE_SLACK) + ns(Duration::from_millis(250))
@@ -829,8 +849,8 @@ pub(super) fn check_waiters(
             violations.push(Violation {
                 class: "waiter overslept",
                 detail: format!(
-                    "key nk{}: p{} call {} with wait {} ms ended ({kind}) {} ms after it began",
-                    call.key,
+                    "key {}: p{} call {} with wait {} ms ended ({kind}) {} ms after it began",
+                    key_name(call.key),
                     call.proc,
                     call.id,
                     wait.as_millis(),
@@ -871,10 +891,10 @@ pub(super) fn check_waiters(
             violations.push(Violation {
                 class: "free key stuck",
                 detail: format!(
-                    "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
+                    "key {}: p{} call {} (wait {} ms) timed out at {:.3} s; no hold of the key \
                      was open (nor its lock lingering) since {:.3} s, {} ms of it away from any \
                      fault's window; {}",
-                    call.key,
+                    key_name(call.key),
                     call.proc,
                     call.id,
                     wait.as_millis(),
@@ -905,8 +925,8 @@ pub(super) fn check_waiters(
         violations.push(Violation {
             class: "timed out on a free key",
             detail: format!(
-                "key nk{}: p{} call {} (wait {} ms) timed out at {:.3} s; the key was free since {:.3} s (bound {} ms)",
-                call.key,
+                "key {}: p{} call {} (wait {} ms) timed out at {:.3} s; the key was free since {:.3} s (bound {} ms)",
+                key_name(call.key),
                 call.proc,
                 call.id,
                 wait.as_millis(),

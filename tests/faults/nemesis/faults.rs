@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::members::{self, Cluster};
+use super::permits::lock_keys;
 use super::releases::ReleaseWatch;
 use super::store::{Link, Store};
 use super::workers::{Control, Executor};
@@ -746,7 +747,8 @@ async fn restart_after_send(
         Backend::Redis => ANSWER_WAIT,
         Backend::Etcd | Backend::ZooKeeper => CLUSTER_ANSWER_WAIT,
     };
-    if !holds(&inspector, key, &holder, stalled_at + answer_wait).await {
+    let locks = lock_keys(key, worker.permits[key]);
+    if !holds(&inspector, &locks, &holder, stalled_at + answer_wait).await {
         unstall_and_hear(stage, &worker, stall).await;
         return None;
     }
@@ -814,19 +816,21 @@ async fn taken_by_another(
     .await
 }
 
-/// Whether the servers record a holder of `nk<key>` (a writer or one of
+/// Whether the servers record a holder of one of `locks` (a key's lock,
+/// or each permit's of a permit key: [`lock_keys`]; a writer or one of
 /// the readers) whose id starts with `holder`, by `limit` (asked every few
 /// ms).
-async fn holds(inspector: &LockRuntime, key: usize, holder: &str, limit: Instant) -> bool {
-    let name = format!("nk{key}");
+async fn holds(inspector: &LockRuntime, locks: &[String], holder: &str, limit: Instant) -> bool {
     // Bounded by `limit`, and by count.
     for _ in 0..1000 {
-        let left = limit.saturating_duration_since(Instant::now());
-        if let Ok(Ok(Some(info))) = tokio::time::timeout(left, inspector.inspect(&name)).await {
-            if info.holder.starts_with(holder)
-                || info.readers.iter().any(|r| r.holder.starts_with(holder))
-            {
-                return true;
+        for name in locks {
+            let left = limit.saturating_duration_since(Instant::now());
+            if let Ok(Ok(Some(info))) = tokio::time::timeout(left, inspector.inspect(name)).await {
+                if info.holder.starts_with(holder)
+                    || info.readers.iter().any(|r| r.holder.starts_with(holder))
+                {
+                    return true;
+                }
             }
         }
         if Instant::now() >= limit {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lock_runtime::LockMode;
 
 use super::check::Violation;
+use super::permits::slot_of;
 
 /// One locked call, as its process logged it.
 #[derive(Debug, Default)]
@@ -18,7 +19,8 @@ pub(super) struct Call {
     pub(super) id: u64,
     /// The call whose body it was made in (its `id`), 0 outside any body.
     pub(super) parent: u64,
-    /// The key it locked (its index).
+    /// The key it locked (its index), or for a permit call the permit it
+    /// got, as a key of its own (a slot: `permits.rs`).
     pub(super) key: usize,
     /// When it began, on the events' clock (ns).
     pub(super) begin: u64,
@@ -67,6 +69,12 @@ pub(super) struct Call {
     /// the body: that poll's start (`lease_from=`), the latest its lease
     /// can have started counting (`polled` is then the call's start).
     pub(super) lease_from: Option<u64>,
+    /// A permit call's count of permits (`permits=`), 0 for any other.
+    pub(super) permits: u32,
+    /// The permit index the library told a permit call (`permit=`).
+    pub(super) permit: Option<u32>,
+    /// The key of the lock a permit call's guard held (`lock=`).
+    pub(super) lock: Option<String>,
 }
 
 /// A `shutdown()` of a process's lock runtime, called at `from`, which
@@ -250,7 +258,7 @@ impl History {
         };
         let t: u64 = t.parse().expect("event time");
         let id: u64 = id.parse().expect("call id");
-        let key: usize = key.parse().expect("key index");
+        let key = slot_of(key).expect("key index");
         let field = |name: &str| -> Option<&str> {
             fields
                 .iter()
@@ -286,6 +294,7 @@ impl History {
                 call.tried = field("api") == Some("try");
                 call.cut = field("cut").is_some_and(|c| c != "-");
                 call.group = field("many").and_then(|v| v.parse().ok()).unwrap_or(0);
+                call.permits = field("permits").and_then(|v| v.parse().ok()).unwrap_or(0);
             }
             "data" => {
                 let number = |name: &str| field(name).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -301,6 +310,8 @@ impl History {
                 call.polled = field("polled").and_then(|v| v.parse().ok());
                 call.outer = field("outer") == Some("1");
                 call.lease_from = field("lease_from").and_then(|v| v.parse().ok());
+                call.permit = field("permit").and_then(|v| v.parse().ok());
+                call.lock = field("lock").map(str::to_owned);
             }
             "body_enter" => call.body_enter = Some(t),
             "recorded" => {

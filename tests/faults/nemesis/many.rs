@@ -11,6 +11,7 @@ use super::check::{act_by, describe, outcome, Coverage, Violation, REFUSAL};
 use super::faults::Fault;
 use super::history::{Call, History};
 use super::ns;
+use super::permits::key_name;
 
 /// Both checks, and the multi-key calls counted.
 pub(super) fn check_many(
@@ -51,9 +52,9 @@ fn check_together(history: &History, violations: &mut Vec<Violation>, coverage: 
             .iter()
             .map(|c| {
                 if c.body_enter.is_some() {
-                    format!("nk{}: {}", c.key, describe(history, c))
+                    format!("{}: {}", key_name(c.key), describe(history, c))
                 } else {
-                    format!("nk{}: not entered", c.key)
+                    format!("{}: not entered", key_name(c.key))
                 }
             })
             .collect();
@@ -94,7 +95,7 @@ fn check_order(
     violations: &mut Vec<Violation>,
     coverage: &mut Coverage,
 ) {
-    let name = |key: usize| format!("nk{key}");
+    let name = key_name;
     for call in history.calls.iter().filter(|c| c.parent != 0) {
         let held = held_around(history, call);
         let above = held
@@ -111,9 +112,9 @@ fn check_order(
                 violations.push(Violation {
                     class: "order refused without cause",
                     detail: format!(
-                        "key nk{}: p{} call {} was refused as out of order, though the \
+                        "key {}: p{} call {} was refused as out of order, though the \
                          multi-key calls around it hold {:?}",
-                        call.key,
+                        key_name(call.key),
                         call.proc,
                         call.id,
                         held.iter().map(|&k| name(k)).collect::<Vec<_>>()
@@ -133,14 +134,14 @@ fn check_order(
         violations.push(Violation {
             class: "order not refused at once",
             detail: format!(
-                "key nk{}: p{} call {} ({}) asked inside a multi-key call holding {} and not \
-                 nk{}; {} ms after it asked: {how}",
-                call.key,
+                "key {}: p{} call {} ({}) asked inside a multi-key call holding {} and not \
+                 {}; {} ms after it asked: {how}",
+                key_name(call.key),
                 call.proc,
                 call.id,
                 call.mode_word(),
                 above.map(name).unwrap_or_default(),
-                call.key,
+                key_name(call.key),
                 t.saturating_sub(call.begin) / 1_000_000
             ),
             at: Some((call.key, t)),

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::check::{Coverage, Violation};
 use super::faults::Fault;
 use super::history::{Event, History};
+use super::permits::key_name;
 use super::{ns, PER_CLASS, WINDOW};
 
 /// Writes the whole merged history and the faults to `path`
@@ -21,7 +22,13 @@ pub(super) fn dump(history: &History, faults: &[Fault], coverage: &Coverage, pat
         );
     }
     for e in &history.events {
-        let _ = writeln!(out, "{:>8.3} k{} {}", history.secs(e.t), e.key, e.text);
+        let _ = writeln!(
+            out,
+            "{:>8.3} {} {}",
+            history.secs(e.t),
+            key_name(e.key),
+            e.text
+        );
     }
     std::fs::write(path, out).expect("write LOCK_NEMESIS_DUMP");
 }
@@ -79,7 +86,8 @@ pub(super) fn report(
         let (from, to) = (at.saturating_sub(ns(WINDOW)), at + ns(WINDOW));
         let _ = writeln!(
             out,
-            "history of key nk{key} from {:.3} to {:.3} s ({}):",
+            "history of key {} from {:.3} to {:.3} s ({}):",
+            key_name(key),
             rel(from),
             rel(to),
             class

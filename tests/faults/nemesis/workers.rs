@@ -49,6 +49,8 @@ pub(super) struct Control {
     pub(super) executor: Executor,
     /// Whether it takes each key in fair mode.
     pub(super) fair: Vec<bool>,
+    /// Each key's count of permits (0: not a permit key).
+    pub(super) permits: Vec<u32>,
     pub(super) live: Arc<Live>,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
 }
@@ -232,6 +234,8 @@ impl Live {
         let ["ev", t, _task, call, _parent, key, kind, ..] = words.as_slice() else {
             return;
         };
+        // (A permit call's key column is `<key>#<permit>`: its key counts.)
+        let key = key.split('#').next().unwrap_or_default();
         let (Ok(t), Ok(call), Ok(key)) = (t.parse::<u64>(), call.parse::<u64>(), key.parse())
         else {
             return;
@@ -373,6 +377,7 @@ pub(super) async fn spawn_worker(
             pid,
             executor,
             fair: keys.iter().map(|(_, spec)| spec.fair).collect(),
+            permits: keys.iter().map(|(_, spec)| spec.permits()).collect(),
             live,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
         }),

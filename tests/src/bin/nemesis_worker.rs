@@ -17,16 +17,20 @@
 //!       or `<name>:rw-fair` (a read-write lock: each call asks a read hold
 //!       (70 %), a write hold or an exclusive one, which is the same lock)
 //!       or `<name>:mix-plain` or `<name>:mix-fair` (the same with a quarter
-//!       of the calls readers),
+//!       of the calls readers) or `<name>:permits<N>-plain` or
+//!       `<name>:permits<N>-fair` (every call exclusive, asking one of `<N>`
+//!       permits: `permits.rs`),
 //!       `<data-dir>` holds one file per key, `<name>`, with the key's
-//!       shared counter (created when missing), and `<executor>` is
+//!       shared counter (created when missing; a permit key has one per
+//!       permit, `<name>#<i>` for permit `i > 0`), and `<executor>` is
 //!       `current` (the tasks run on a `current_thread` tokio runtime: one
 //!       blocked poll stops them all) or `multi` (two worker threads).
 //!
-//! The data: every outermost hold reads its key's counter when its body
-//! begins and again when it ends; a write or exclusive hold then writes
-//! the counter plus one. A reader beside a writer, or two writers at once,
-//! see the counter change under them (`data` event).
+//! The data: every outermost hold reads its key's counter (a permit
+//! call's: its permit's) when its body begins and again when it ends; a
+//! write or exclusive hold then writes the counter plus one. A reader
+//! beside a writer, or two writers at once, see the counter change under
+//! them (`data` event).
 //!
 //! It builds a lock runtime (connect and response timeouts of
 //! `<timeout-ms>`), prints `ready <id>` (`<id>`: the process part of its
@@ -77,7 +81,9 @@
 //! Event lines: `ev <t> <task> <call> <parent> <key> <kind> [<name>=<value>...]`
 //! where `<t>` is CLOCK_MONOTONIC in ns, `<call>` a process-unique call id,
 //! `<parent>` the enclosing call (0 for a task's top-level call), `<key>` the
-//! key's index, and `<kind>` one of:
+//! key's index (a permit call's: `<key>#<permit>`, the permit it got, or
+//! one drawn at random when it got none; its `begin` line comes once that
+//! is known, with its own time: `permits.rs`), and `<kind>` one of:
 //!   begin     the request goes out; `api=with|guard|try wait=<ms>|forever
 //!             bound=<ms> lease=<ms> renew=0|1 fair=0|1 lost=abort|continue
 //!             mode=exclusive|read|write cut=acquire:<ms>|body:<ms>|-
@@ -87,19 +93,25 @@
 //!             `try`: `try_acquire()`, `wait=0`); a multi-key call (one
 //!             top-level call in six, `many.rs`) logs one call per key, each
 //!             `begin` adding `many=<id> keys=<k>,<k>` (`<id>`: its first
-//!             key's call id; `api=with` is `with_locks`)
+//!             key's call id; `api=with` is `with_locks`; never on a
+//!             permit key); a permit call adds `permits=<N>`
 //!   acquired  `fence=<n> outer=0|1 polled=<t>` (outer: a hold of its own
 //!             in the backend, not a re-entry of an enclosing call's hold; polled:
 //!             when the poll began in which the library handed the hold over,
 //!             the earliest moment the entry can have happened — the line
 //!             itself may be late when the process was stopped in between;
 //!             a multi-key call's keys before its last: `polled` is when
-//!             the call began, `lease_from=<t>` the poll that entered)
+//!             the call began, `lease_from=<t>` the poll that entered; a
+//!             permit call: `permit=<i>|none permits=<N>`, the index the
+//!             library said (`permit()` in a `with_lock` body, a guard's
+//!             `permit()`), and a guard's `lock=<key>`, the key of the lock
+//!             it holds)
 //!   body_enter, body_exit `how=done|dropped`
 //!   recorded  `mode=read|write|free own=writer|reader|-`: for half of
 //!             the outermost write (or exclusive) holds, right after
-//!             `body_enter`, what `inspect` says of the key: whether the
-//!             hold's token is the recorded writer's or a reader's
+//!             `body_enter`, what `inspect` says of the key (of a permit
+//!             call's permit's lock): whether the hold's token is the
+//!             recorded writer's or a reader's
 //!   data      `seen=<n> then=<n> wrote=<n>|-`: an outermost hold's counter
 //!             when its body began and when it ended (and what a writer
 //!             wrote then); logged right after, before `released`, and
@@ -123,6 +135,8 @@
 // (The crate root: its modules are found beside it, not under its name.)
 #[path = "nemesis_worker/many.rs"]
 mod many;
+#[path = "nemesis_worker/permits.rs"]
+mod permits;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -131,7 +145,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use lock_runtime::{fence, with_lock, LockError, LockMode, LockRuntime, OnLost};
+use lock_runtime::{fence, permit, with_lock, LockError, LockGuard, LockMode, LockRuntime, OnLost};
 use tokio::time::Instant;
 
 /// A top-level call still running after this is cancelled (and logged so).
@@ -194,56 +208,72 @@ struct Key {
     /// lock (every call exclusive); a read-write lock's other calls ask a
     /// write hold (two in three) or an exclusive one (the same lock).
     readers: u64,
-    /// The key's shared counter (in `<data-dir>/<name>`).
-    data: std::fs::File,
+    /// Its count of permits (`permits<N>-…`: every call on it asks one of
+    /// N permits, `permits.rs`); 0 for an ordinary lock.
+    permits: u32,
+    /// The key's shared counters (in `<data-dir>/<name>`), one per permit
+    /// for a permit key (`<name>#<i>` for permit `i > 0`).
+    data: Vec<std::fs::File>,
 }
 
 impl Key {
     /// `<name>:<kind>` from the command line, its counter file in `dir`.
     fn parse(arg: &str, dir: &std::path::Path) -> Key {
         let (name, kind) = arg.rsplit_once(':').expect("key:kind");
-        let (readers, fair) = match kind {
-            "plain" => (0, false),
-            "fair" => (0, true),
-            "rw-plain" => (70, false),
-            "rw-fair" => (70, true),
-            "mix-plain" => (25, false),
-            "mix-fair" => (25, true),
-            other => {
-                panic!("key kind {other:?}: plain, fair, rw-plain, rw-fair, mix-plain or mix-fair")
+        let (readers, fair, permits) = if let Some((permits, fair)) = permits::kind(kind) {
+            (0, fair, permits)
+        } else {
+            match kind {
+                "plain" => (0, false, 0),
+                "fair" => (0, true, 0),
+                "rw-plain" => (70, false, 0),
+                "rw-fair" => (70, true, 0),
+                "mix-plain" => (25, false, 0),
+                "mix-fair" => (25, true, 0),
+                other => {
+                    panic!(
+                        "key kind {other:?}: plain, fair, rw-plain, rw-fair, mix-plain, mix-fair, \
+                         permits<N>-plain or permits<N>-fair"
+                    )
+                }
             }
         };
-        let data = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(name))
-            .expect("open the key's counter file");
+        let data = (0..permits.max(1))
+            .map(|permit| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(dir.join(permits::permit_key(name, permit)))
+                    .expect("open the key's counter file")
+            })
+            .collect();
         Key {
             name: name.to_owned(),
             fair,
             readers,
+            permits,
             data,
         }
     }
 
-    /// The counter (0 before the first write). One `pread` of 8 bytes
-    /// from offset 0: it sees a `pwrite` of the same bytes whole or not
-    /// at all.
-    fn read(&self) -> u64 {
+    /// The counter of `permit` (0 for an ordinary key; 0 before the
+    /// first write). One `pread` of 8 bytes from offset 0: it sees a
+    /// `pwrite` of the same bytes whole or not at all.
+    fn read(&self, permit: u32) -> u64 {
         use std::os::unix::fs::FileExt;
         let mut bytes = [0u8; 8];
-        match self.data.read_exact_at(&mut bytes, 0) {
+        match self.data[permit as usize].read_exact_at(&mut bytes, 0) {
             Ok(()) => u64::from_le_bytes(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
             Err(e) => panic!("read the counter of {}: {e}", self.name),
         }
     }
 
-    fn write(&self, value: u64) {
+    fn write(&self, permit: u32, value: u64) {
         use std::os::unix::fs::FileExt;
-        self.data
+        self.data[permit as usize]
             .write_all_at(&value.to_le_bytes(), 0)
             .unwrap_or_else(|e| panic!("write the counter of {}: {e}", self.name));
     }
@@ -284,15 +314,21 @@ impl Ctx {
 /// The data of an outermost hold: the counter as its body found it.
 struct Data {
     key: usize,
+    /// The permit held (its counter is read), 0 for an ordinary key.
+    permit: u32,
     seen: u64,
 }
 
 impl Data {
-    /// Reads the counter at the body's start, for an outermost hold.
-    fn begin(ctx: &Ctx, key: usize, outer: bool) -> Option<Data> {
-        outer.then(|| Data {
+    /// Reads the counter (of `permit`) at the body's start, for an
+    /// outermost hold; none for a permit the key does not have (the
+    /// checker reports that permit).
+    fn begin(ctx: &Ctx, key: usize, permit: u32, outer: bool) -> Option<Data> {
+        let known = (permit as usize) < ctx.keys[key].data.len();
+        (outer && known).then(|| Data {
             key,
-            seen: ctx.keys[key].read(),
+            permit,
+            seen: ctx.keys[key].read(permit),
         })
     }
 
@@ -307,11 +343,11 @@ impl Data {
             return;
         }
         let key = &cx.ctx.keys[self.key];
-        let then = key.read();
+        let then = key.read(self.permit);
         let wrote = if mode == LockMode::Read {
             "-".to_owned()
         } else {
-            key.write(then + 1);
+            key.write(self.permit, then + 1);
             (then + 1).to_string()
         };
         rec.emit(
@@ -325,6 +361,9 @@ impl Data {
 #[derive(Clone)]
 struct Frame {
     key: usize,
+    /// The permit it holds, 0 for an ordinary key (each permit's tokens
+    /// are a sequence of their own).
+    permit: u32,
     fence: u64,
 }
 
@@ -421,21 +460,68 @@ struct Rec {
     /// A fixed lease's hold: when a plain timer of the executor, set for
     /// the latest its client-side lease can end, fired (0: not yet).
     lease_timer: Arc<AtomicU64>,
+    /// A permit call's: its lines go under the permit it got, its `begin`
+    /// held back until that is known (`permits.rs`).
+    slot: Option<permits::Slot>,
 }
 
 impl Rec {
+    /// The record of call `id` on `key`, asking (a permit call's when
+    /// `slot` is given).
+    fn new(cx: &Cx, id: u64, key: usize, slot: Option<permits::Slot>) -> Rec {
+        Rec {
+            task: cx.task,
+            id,
+            parent: cx.parent,
+            key,
+            phase: Mutex::new(Phase::Asking),
+            lease_timer: Arc::new(AtomicU64::new(0)),
+            slot,
+        }
+    }
+
     fn emit(&self, kind: &str, extra: &str) {
         let now = now_ns();
+        if let Some(slot) = &self.slot {
+            if kind == "begin" {
+                return slot.hold_back(now, extra);
+            }
+            if let Some((t, fields)) = slot.take_begin() {
+                self.print(t, "begin", &fields);
+            }
+        }
         let timer = self.lease_timer.load(Ordering::Relaxed);
         let timer = if kind == "lost" && timer != 0 {
             format!(" lease_timer={timer}")
         } else {
             String::new()
         };
-        println!(
-            "ev {now} {} {} {} {} {kind} {extra}{timer}",
-            self.task, self.id, self.parent, self.key
-        );
+        self.print(now, kind, &format!("{extra}{timer}"));
+    }
+
+    /// An event line at `t`; a permit call's key column is `<key>#<permit>`.
+    fn print(&self, t: u64, kind: &str, extra: &str) {
+        let (task, id, parent, key) = (self.task, self.id, self.parent, self.key);
+        match &self.slot {
+            None => println!("ev {t} {task} {id} {parent} {key} {kind} {extra}"),
+            Some(slot) => {
+                let permit = slot.permit();
+                println!("ev {t} {task} {id} {parent} {key}#{permit} {kind} {extra}");
+            }
+        }
+    }
+
+    /// A permit call holds a permit of `key`: `said`, the index the library
+    /// says, and `lock`, a guard's lock's key (`permits::Slot::got`).
+    fn got_permit(&self, cx: &Cx, key: usize, said: Option<u32>, lock: Option<&str>) {
+        if let Some(slot) = &self.slot {
+            slot.got(&cx.ctx.keys[key].name, said, lock);
+        }
+    }
+
+    /// The permit its lines go under: 0 for an ordinary key.
+    fn permit(&self) -> u32 {
+        self.slot.as_ref().map_or(0, permits::Slot::permit)
     }
 
     /// For a hold of a fixed `lease` handed over in the poll that began at
@@ -465,11 +551,16 @@ impl Rec {
         polled: u64,
         fixed: Option<Duration>,
     ) -> bool {
-        let outer = outer(&cx.frames, key, token);
+        let outer = outer(&cx.frames, (key, self.permit()), token);
         self.set(Phase::Holding);
+        let said = self.slot.as_ref().map(permits::Slot::said);
         self.emit(
             "acquired",
-            &format!("fence={token} outer={} polled={polled}", u8::from(outer)),
+            &format!(
+                "fence={token} outer={} polled={polled}{}",
+                u8::from(outer),
+                said.unwrap_or_default()
+            ),
         );
         self.emit("body_enter", "");
         if let (Some(lease), true) = (fixed, outer) {
@@ -787,14 +878,9 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
                 Cut::Body(rng.millis(0, 60))
             });
         }
-        let rec = Arc::new(Rec {
-            task: cx.task,
-            id: ctx.next_call.fetch_add(1, Ordering::Relaxed),
-            parent: cx.parent,
-            key,
-            phase: Mutex::new(Phase::Asking),
-            lease_timer: Arc::new(AtomicU64::new(0)),
-        });
+        let slot = (spec.permits > 0).then(|| permits::Slot::new(spec.permits, &mut rng));
+        let id = ctx.next_call.fetch_add(1, Ordering::Relaxed);
+        let rec = Arc::new(Rec::new(&cx, id, key, slot));
         let mut request = cx
             .runtime
             .lock(spec.name.as_str())
@@ -807,7 +893,12 @@ fn call_as(cx: Cx, mut rng: Rng, key: usize, depth: u32, sibling: bool) -> Boxed
             Some(wait) => request.wait(wait),
             None => request.wait_forever(),
         };
-        rec.emit("begin", &plan.describe(spec.fair));
+        request = permits::asking(request, spec);
+        let permits = match spec.permits {
+            0 => String::new(),
+            n => format!(" permits={n}"),
+        };
+        rec.emit("begin", &format!("{}{permits}", plan.describe(spec.fair)));
         let polled = Arc::new(AtomicU64::new(0));
         let arm = if depth == 0 { cx.arm } else { None };
         match plan.api {
@@ -878,9 +969,12 @@ fn one_word(error: &LockError) -> String {
         .collect()
 }
 
-/// Whether a hold with `fence` on `key` is one of the enclosing holds.
-fn outer(frames: &[Frame], key: usize, fence: u64) -> bool {
-    !frames.iter().any(|f| f.key == key && f.fence == fence)
+/// Whether a hold with `fence` on `key` (on its permit, 0 for an ordinary
+/// key) is not one of the enclosing holds.
+fn outer(frames: &[Frame], (key, permit): (usize, u32), fence: u64) -> bool {
+    !frames
+        .iter()
+        .any(|f| f.key == key && f.permit == permit && f.fence == fence)
 }
 
 /// The body of a `with_lock` call: logs the hold, runs random steps, logs
@@ -902,8 +996,9 @@ fn locked_body(
     async move {
         let entered = polled.load(Ordering::Relaxed);
         let token = fence().expect("a locked body has a fence");
+        rec.got_permit(&cx, key, permit(), None);
         let outer = rec.entered(&cx, key, token, entered, fixed);
-        let data = Data::begin(&cx.ctx, key, outer);
+        let data = Data::begin(&cx.ctx, key, rec.permit(), outer);
         let mut exit = BodyExit {
             rec: rec.clone(),
             done: false,
@@ -914,26 +1009,14 @@ fn locked_body(
         }
         let mut inner = cx.clone();
         inner.parent = rec.id;
-        inner.frames.push(Frame { key, fence: token });
+        let frame = Frame {
+            key,
+            permit: rec.permit(),
+            fence: token,
+        };
+        inner.frames.push(frame.clone());
         let probe = if watch {
-            let spec = &cx.ctx.keys[key];
-            let probe = cx
-                .runtime
-                .lock(spec.name.as_str())
-                .fair(spec.fair)
-                .mode(mode)
-                .wait(Duration::ZERO)
-                .acquire()
-                .await;
-            match probe {
-                Ok(guard) if guard.fence() == token => Some(guard),
-                // Not re-entered: the hold is lost already (a lost hold is
-                // never re-entered); a fresh hold the probe took is released.
-                _ => {
-                    rec.emit("lost", "probe=1");
-                    None
-                }
-            }
+            probe(&cx, &rec, frame, mode).await
         } else {
             None
         };
@@ -972,6 +1055,33 @@ fn locked_body(
             Err(BodyError::User)
         } else {
             Ok(())
+        }
+    }
+}
+
+/// With `OnLost::Continue`: a re-entry of the body's own hold, `frame`
+/// (a permit call's: of its permit), whose `lost()` the body watches
+/// beside its steps; `None`, logged `lost probe=1`, when the hold is lost
+/// already (a lost hold is never re-entered; a fresh hold the probe took
+/// is released).
+async fn probe(cx: &Cx, rec: &Rec, frame: Frame, mode: LockMode) -> Option<LockGuard> {
+    let spec = &cx.ctx.keys[frame.key];
+    let request = cx
+        .runtime
+        .lock(spec.name.as_str())
+        .fair(spec.fair)
+        .mode(mode)
+        .wait(Duration::ZERO);
+    let probe = permits::asking(request, spec).acquire().await;
+    match probe {
+        Ok(guard)
+            if guard.fence() == frame.fence && guard.permit().unwrap_or(0) == frame.permit =>
+        {
+            Some(guard)
+        }
+        _ => {
+            rec.emit("lost", "probe=1");
+            None
         }
     }
 }
@@ -1017,8 +1127,9 @@ async fn steps(cx: Cx, mut rng: Rng, key: usize, depth: u32) {
 /// or one of the readers' (a write hold recorded as a read: readers of
 /// other processes may enter beside it).
 async fn recorded(cx: &Cx, rec: &Rec, key: usize, token: u64) {
-    let name = cx.ctx.keys[key].name.as_str();
-    let asked = tokio::time::timeout(Duration::from_millis(500), cx.runtime.inspect(name));
+    // (A permit call's record is its permit's lock's.)
+    let name = permits::permit_key(&cx.ctx.keys[key].name, rec.permit());
+    let asked = tokio::time::timeout(Duration::from_millis(500), cx.runtime.inspect(&name));
     let Ok(Ok(info)) = asked.await else { return };
     let (mode, own) = match info {
         None => ("free", "-"),
@@ -1082,9 +1193,10 @@ async fn guarded(
     };
     let polled = polled.load(Ordering::Relaxed);
     let token = guard.fence();
+    rec.got_permit(&cx, key, guard.permit(), Some(guard.key()));
     let fixed = (!plan.renew).then_some(plan.lease);
     let outer = rec.entered(&cx, key, token, polled, fixed);
-    let data = Data::begin(&cx.ctx, key, outer);
+    let data = Data::begin(&cx.ctx, key, rec.permit(), outer);
     let mut exit = BodyExit {
         rec: rec.clone(),
         done: false,
@@ -1166,7 +1278,7 @@ async fn task(ctx: Arc<Ctx>, index: u32, mut rng: Rng, end: Instant) {
         let cx = Cx::top_level(&ctx, runtime, index, passes.clone());
         let key = rng.below(ctx.keys.len() as u64) as usize;
         // One call in six takes two keys at once.
-        let op = if ctx.keys.len() > 1 && rng.chance(17) {
+        let op = if many::ordinary_keys(&ctx).len() > 1 && rng.chance(17) {
             many::many_call(cx, rng.fork())
         } else {
             call(cx, rng.fork(), key, 0)
@@ -1313,11 +1425,11 @@ async fn armer(ctx: Arc<Ctx>, mut orders: Orders<Arm>, task: u32, mut rng: Rng) 
     // Until the run's end (bounded: each call by `OP_LIMIT`).
     while let Some(arm) = orders.next().await {
         let runtime = ctx.runtime();
-        let name = ctx.keys[arm.key].name.as_str();
+        let key = &ctx.keys[arm.key];
         let free_by = Instant::now() + ARM_FREE_WAIT;
         // Bounded by `free_by`, and by count.
         for _ in 0..1000 {
-            let free = matches!(runtime.inspect(name).await, Ok(None));
+            let free = permits::looks_free(&runtime, key).await;
             if free || Instant::now() >= free_by || UNSTALLED.load(Ordering::Acquire) >= arm.id {
                 break;
             }
@@ -1607,8 +1719,8 @@ async fn run(args: Vec<String>) {
     else {
         panic!(
             "usage: nemesis_worker <url> <prefix> <seed> <secs> <tasks> <timeout-ms> \
-             <key:fair|plain|rw-plain|rw-fair|mix-plain|mix-fair,...> <data-dir> \
-             <current|multi>"
+             <key:fair|plain|rw-plain|rw-fair|mix-plain|mix-fair|permits<N>-plain|\
+             permits<N>-fair,...> <data-dir> <current|multi>"
         );
     };
     let seed: u64 = seed.parse().expect("seed");

@@ -1,5 +1,6 @@
 //! The worker's multi-key calls: a top-level call on a random pair of the
-//! run's keys (`lock_many`), taken all or none in sorted order, by
+//! run's keys but its permit keys (`lock_many`; permits and key lists do
+//! not combine), taken all or none in sorted order, by
 //! `with_locks`, `acquire()` or `try_acquire()`, with the same random
 //! options and cancellation cuts as a single-key call ([`Plan`]).
 //!
@@ -26,7 +27,7 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ use lock_runtime::{fences, with_locks, LockError, LockGuard, LockMode, ManyGuard
 
 use super::{
     call, call_as, finish_error, hold, now_ns, one_word, recorded, within, Api, BodyError,
-    BodyExit, Boxed, Cx, Data, End, Frame, Phase, Plan, Rec, Rng, Stamped, PANIC_PAYLOAD,
+    BodyExit, Boxed, Ctx, Cx, Data, End, Frame, Phase, Plan, Rec, Rng, Stamped, PANIC_PAYLOAD,
 };
 
 /// One key of a multi-key call: its index and its record.
@@ -58,11 +59,13 @@ struct Held {
 pub(super) fn many_call(cx: Cx, mut rng: Rng) -> Boxed {
     Box::pin(async move {
         let ctx = cx.ctx.clone();
-        let count = ctx.keys.len();
+        // Never a permit key: permits and key lists do not combine.
+        let plain = ordinary_keys(&ctx);
+        let count = plain.len();
         let a = rng.below(count as u64) as usize;
         let b = (a + 1 + rng.below(count as u64 - 1) as usize) % count;
         // In the order they are taken: sorted by name.
-        let mut keys = [a, b];
+        let mut keys = [plain[a], plain[b]];
         keys.sort_by(|&x, &y| ctx.keys[x].name.cmp(&ctx.keys[y].name));
         // A read pair only when both keys are read-write keys.
         let readers = keys.iter().map(|&k| ctx.keys[k].readers).min().unwrap_or(0);
@@ -75,18 +78,16 @@ pub(super) fn many_call(cx: Cx, mut rng: Rng) -> Boxed {
             .enumerate()
             .map(|(i, &key)| Part {
                 key,
-                rec: Arc::new(Rec {
-                    task: cx.task,
-                    id: if i == 0 {
+                rec: Arc::new(Rec::new(
+                    &cx,
+                    if i == 0 {
                         first
                     } else {
                         ctx.next_call.fetch_add(1, Ordering::Relaxed)
                     },
-                    parent: cx.parent,
                     key,
-                    phase: Mutex::new(Phase::Asking),
-                    lease_timer: Arc::new(AtomicU64::new(0)),
-                }),
+                    None,
+                )),
             })
             .collect();
         let names: Vec<&str> = keys.iter().map(|&k| ctx.keys[k].name.as_str()).collect();
@@ -160,6 +161,13 @@ pub(super) fn many_call(cx: Cx, mut rng: Rng) -> Boxed {
     })
 }
 
+/// The keys a multi-key call may take: every key but the permit keys.
+pub(super) fn ordinary_keys(ctx: &Ctx) -> Vec<usize> {
+    (0..ctx.keys.len())
+        .filter(|&k| ctx.keys[k].permits == 0)
+        .collect()
+}
+
 /// Logs the final event of each key of a request that did not get them: a
 /// timeout on the key that was still busy (the others `error
 /// what=other_key`: given back, or never tried), any other error on all.
@@ -216,7 +224,7 @@ async fn enter(
         held.push(Held {
             part: i,
             token,
-            data: Data::begin(&cx.ctx, part.key, true),
+            data: Data::begin(&cx.ctx, part.key, 0, true),
             exit: BodyExit {
                 rec: rec.clone(),
                 done: false,
@@ -242,6 +250,7 @@ fn inner_cx(cx: &Cx, parts: &[Part], held: &[Held]) -> Cx {
     for h in held {
         inner.frames.push(Frame {
             key: parts[h.part].key,
+            permit: 0,
             fence: h.token,
         });
     }
