@@ -15,6 +15,7 @@ pub mod curator;
 pub mod handoff;
 pub mod idle;
 pub mod keys;
+pub mod overlaps;
 pub mod read_write;
 pub mod report;
 pub mod scenarios;

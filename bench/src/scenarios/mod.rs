@@ -30,6 +30,7 @@ pub mod figures;
 pub mod handoff;
 pub mod limit;
 pub mod many_keys;
+pub mod measured;
 pub mod memory;
 pub mod read_write;
 pub mod reentry;

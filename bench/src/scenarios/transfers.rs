@@ -27,13 +27,13 @@
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::{commands, contention, workers, Ctx, Output};
+use super::measured::{Measured, COUNTED};
+use super::{workers, Ctx, Output};
 use crate::config::Shape;
 use crate::report::{Row, Target};
 use crate::stats::median_of;
 use crate::transfers::{TransferAnalysis, TransferRecord};
 use crate::worker::transfers::{balance_key, Variant};
-use crate::worker::{self, Library};
 
 /// Accounts.
 pub const ACCOUNTS: u32 = 100;
@@ -143,56 +143,30 @@ async fn balances(ctx: &Ctx, prefix: &str) -> Result<Vec<i64>> {
 pub async fn contend(ctx: &Ctx, variant: Variant, shape: Shape, run: usize) -> Result<TransferRun> {
     let prefix = format!("s15:{run}:{}:", variant.name());
     open_accounts(ctx, &prefix).await?;
-    let mut started = Vec::new();
-    for p in 0..shape.processes {
-        let args = [
-            "transfers".to_owned(),
-            variant.name().to_owned(),
-            ctx.lock_server.url(),
-            prefix.clone(),
-            shape.tasks.to_string(),
-            (p * shape.tasks).to_string(),
-            shape.duration.as_millis().to_string(),
-            SEED.to_string(),
-            ACCOUNTS.to_string(),
-        ];
-        started.push(worker::start(&ctx.config.worker_exe, &args)?);
-    }
-    workers::ready(&mut started).await?;
-    let mut info = ctx.plain.clone();
-    let cpu_before = contention::redis_cpu(&mut info).await?;
-    let stats_before = contention::command_stats(&mut info).await?;
-    workers::go(&mut started)?;
-    let lines = workers::collect(&mut started, shape.duration).await?;
-    let mut delta = contention::command_stats(&mut info)
-        .await?
-        .since(&stats_before);
-    let cpu_after = contention::redis_cpu(&mut info).await?;
-    drop(started);
-
-    let mut records = Vec::new();
-    let counted = ["timeouts", "errors", "passed", "cpu_us"];
-    let counts = workers::tally(&lines, &counted, |line| {
-        Ok(match TransferRecord::parse(line) {
-            Some(record) => {
-                records.push(record?);
-                true
-            }
-            None => false,
+    let processes: Vec<Vec<String>> = (0..shape.processes)
+        .map(|p| {
+            vec![
+                "transfers".to_owned(),
+                variant.name().to_owned(),
+                ctx.lock_server.url(),
+                prefix.clone(),
+                shape.tasks.to_string(),
+                (p * shape.tasks).to_string(),
+                shape.duration.as_millis().to_string(),
+                SEED.to_string(),
+                ACCOUNTS.to_string(),
+            ]
         })
-    })?;
+        .collect();
+    let mut measured = Measured::run(ctx, &processes, shape.duration).await?;
+
+    let (records, counts) = workers::records(&measured.lines, &COUNTED, TransferRecord::parse)?;
     let analysis = TransferAnalysis::of(&records, START);
     // The bodies' two GETs and two SETs per recorded transfer, taken out
     // so that the rest is lock traffic (as S3 shared does).
     let bodies = 2 * analysis.total as u64;
-    for name in ["get", "set"] {
-        if let Some(c) = delta.0.get_mut(name) {
-            c.calls = c.calls.saturating_sub(bodies);
-        }
-    }
-    let total = analysis.total.max(1) as f64;
-    let lock_commands = commands::sent(Library::OursDefault, &delta, 0) as f64 / total;
-    let busy = commands::failed_attempts(Library::OursDefault, &delta, analysis.total) as f64;
+    let (lock_commands, busy_attempts) =
+        measured.lock_traffic(&[("get", bodies), ("set", bodies)], analysis.total);
     let balances = balances(ctx, &prefix).await?;
     let off_accounts = (0..ACCOUNTS)
         .filter(|n| {
@@ -207,9 +181,9 @@ pub async fn contend(ctx: &Ctx, variant: Variant, shape: Shape, run: usize) -> R
         errors: counts.get("errors"),
         passed_locally: counts.get("passed"),
         lock_commands,
-        busy_attempts: busy / total,
+        busy_attempts,
         worker_cpu_us: counts.get("cpu_us"),
-        redis_cpu_us: (cpu_after - cpu_before).max(0.0) * 1e6,
+        redis_cpu_us: measured.redis_cpu_us,
         analysis,
     })
 }

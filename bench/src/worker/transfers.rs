@@ -28,7 +28,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::contend::WAIT_LIMIT;
-use super::tasks::{self, cpu_seconds, now_us};
+use super::tasks::{self, now_us};
 use crate::keys::Rng;
 use crate::transfers::TransferRecord;
 
@@ -191,37 +191,28 @@ pub(super) async fn run(args: Args) -> Result<()> {
         })
         .collect();
     let accounts = std::sync::Arc::new(accounts);
-    super::emit(["ready".to_owned()])?;
-    super::wait_for_go().await?;
-    let passed_before = runtime.stats().passed_locally;
-    let cpu_before = cpu_seconds();
-    let end = Instant::now() + args.duration;
-    let mut running = tokio::task::JoinSet::new();
-    for id in args.first_id..args.first_id + args.tasks {
-        let (runtime, accounts) = (runtime.clone(), accounts.clone());
-        let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
-        let (variant, mut rng, n) = (args.variant, pairs(args.seed, id), args.accounts);
-        running.spawn(async move {
-            let mut result = TaskResult::default();
-            for _ in 0..MAX_PER_TASK {
-                if Instant::now() >= end {
-                    break;
+    let (variant, seed, n) = (args.variant, args.seed, args.accounts);
+    let line = TransferRecord::to_line;
+    tasks::measured(runtime.clone(), args.duration, line, |end, running| {
+        for id in args.first_id..args.first_id + args.tasks {
+            let (runtime, accounts) = (runtime.clone(), accounts.clone());
+            let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
+            let mut rng = pairs(seed, id);
+            running.spawn(async move {
+                let mut result = TaskResult::default();
+                for _ in 0..MAX_PER_TASK {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let (from, to) = next_pair(&mut rng, n);
+                    let pair = (&accounts[from as usize], &accounts[to as usize]);
+                    once(&runtime, variant, pair, &data, id, &mut result, false).await?;
                 }
-                let (from, to) = next_pair(&mut rng, n);
-                let pair = (&accounts[from as usize], &accounts[to as usize]);
-                once(&runtime, variant, pair, &data, id, &mut result, false).await?;
-            }
-            anyhow::Ok(result)
-        });
-    }
-    let mut lines = tasks::lines_of(running, TransferRecord::to_line).await?;
-    let passed = runtime.stats().passed_locally.saturating_sub(passed_before);
-    lines.push(format!("passed {passed}"));
-    lines.push(tasks::cpu_line(cpu_before));
-    lines.push("done".to_owned());
-    // (The last releases go out before the process exits: see `contend`.)
-    runtime.shutdown().await?;
-    super::emit(lines)
+                anyhow::Ok(result)
+            });
+        }
+    })
+    .await
 }
 
 /// The body: moves 1 from `from` to `to`: `(acquired, released)`.
