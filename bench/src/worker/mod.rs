@@ -31,15 +31,23 @@
 //!     global (one lock `bank`) or nested-sorted (two nested `with_lock`,
 //!     keys sorted by hand). Prints `tx` lines, then `timeouts`, `errors`,
 //!     `passed` and `cpu_us`.
+//! --worker flashsale <locking> <lock-url> <prefix> <tasks> <first-id> <millis> <segments>
+//!     S16: <tasks> workers buy one unit at a time from a stock split into
+//!     <segments> counters on the lock server until every segment is empty
+//!     (or <millis> after `go`); <locking> is permits (under
+//!     `lock("stock").permits(<segments>)`, on segment `permit()`) or
+//!     unlocked (the limit). Prints `sale` lines, then `timeouts`,
+//!     `errors`, `passed` and `cpu_us`.
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
 //!
-//! All print `ready` once set up (contend, read-write and transfers then
+//! All print `ready` once set up (all but memory then
 //! wait for `go` on stdin), and `done` at the end; [`start`] is the
 //! parent's side.
 
 mod contend;
+pub mod flash_sale;
 mod memory;
 pub mod read_write;
 mod tasks;
@@ -72,7 +80,12 @@ pub async fn main(args: &[String]) -> Result<()> {
         [mode, rest @ ..] if mode == "transfers" => {
             transfers::run(transfers::Args::parse(rest)?).await
         }
-        _ => bail!("usage: lock-bench --worker (contend|memory|read-write|transfers) ..."),
+        [mode, rest @ ..] if mode == "flashsale" => {
+            flash_sale::run(flash_sale::Args::parse(rest)?).await
+        }
+        _ => {
+            bail!("usage: lock-bench --worker (contend|memory|read-write|transfers|flashsale) ...")
+        }
     }
 }
 
