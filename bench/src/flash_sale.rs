@@ -76,26 +76,40 @@ impl SaleRecord {
 
     /// Parses [`to_line`](Self::to_line)'s format; `None` for other lines.
     pub fn parse(line: &str) -> Option<Result<SaleRecord>> {
-        let rest = line.strip_prefix("sale ")?;
-        let parse = || -> Result<SaleRecord> {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let [worker, segment, count, sold_out, requested, acquired, released] = f[..] else {
-                bail!("bad record {line:?}");
-            };
-            let number = |s: &str| s.parse::<u64>().with_context(|| format!("bad {line:?}"));
-            let small = |s: &str| -> Result<u32> { Ok(u32::try_from(number(s)?)?) };
-            Ok(SaleRecord {
-                worker: small(worker)?,
-                segment: small(segment)?,
-                count: count.parse().with_context(|| format!("bad {line:?}"))?,
-                sold_out: sold_out == "1",
-                requested: number(requested)?,
-                acquired: number(acquired)?,
-                released: number(released)?,
-            })
-        };
-        Some(parse())
+        let fields = numbers(line, "sale")?;
+        Some(
+            fields.and_then(|[worker, segment, count, over, asked, start, end]| {
+                Ok(SaleRecord {
+                    worker: u32::try_from(worker)?,
+                    segment: u32::try_from(segment)?,
+                    count,
+                    sold_out: over == 1,
+                    requested: u64::try_from(asked)?,
+                    acquired: u64::try_from(start)?,
+                    released: u64::try_from(end)?,
+                })
+            }),
+        )
     }
+}
+
+/// The `N` numbers of `line` if it is a record tagged `tag` (`None` for a
+/// line of another kind); an error names the line when it has another
+/// count of fields or one is not a whole number.
+fn numbers<const N: usize>(line: &str, tag: &str) -> Option<Result<[i64; N]>> {
+    let rest = line.strip_prefix(tag)?.strip_prefix(' ')?;
+    let read = || -> Result<[i64; N]> {
+        let fields: Vec<i64> = rest
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("bad record {line:?}"))?;
+        match <[i64; N]>::try_from(fields) {
+            Ok(fields) => Ok(fields),
+            Err(_) => bail!("bad record {line:?}: {N} fields expected"),
+        }
+    };
+    Some(read())
 }
 
 /// What the records of one flash-sale run show.
@@ -207,6 +221,19 @@ mod tests {
             acquired,
             released: acquired + 10,
         }
+    }
+
+    #[test]
+    fn a_record_of_its_tag_is_read_and_other_lines_are_left() -> Result<()> {
+        assert_eq!(
+            numbers::<3>("tx 1 -2 3", "tx").transpose()?,
+            Some([1, -2, 3])
+        );
+        assert!(numbers::<3>("txn 1 2 3", "tx").is_none());
+        assert!(numbers::<3>("done", "tx").is_none());
+        assert!(numbers::<3>("tx 1 2", "tx").is_some_and(|r| r.is_err()));
+        assert!(numbers::<2>("tx 1 x", "tx").is_some_and(|r| r.is_err()));
+        Ok(())
     }
 
     #[test]

@@ -24,7 +24,7 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 
-use super::measured::{Measured, COUNTED};
+use super::measured::{cost_rows, Costs, Measured, COUNTED};
 use super::{workers, Ctx, Output};
 use crate::config::Shape;
 use crate::flash_sale::{shares, SaleAnalysis, SaleRecord};
@@ -100,21 +100,8 @@ pub struct SaleRun {
     pub left: i64,
     /// Segments whose count is below 0 at the end.
     pub below_zero_at_end: usize,
-    /// Calls that gave up after [`crate::worker::WAIT_LIMIT`].
-    pub timeouts: u64,
-    /// Other failures the workers reported.
-    pub errors: u64,
-    /// Holds passed between tasks of a process without a round trip.
-    pub passed_locally: u64,
-    /// Commands sent to the server for the locks (the bodies' commands
-    /// taken out), per sale.
-    pub lock_commands: f64,
-    /// Acquire attempts that found a permit taken, per sale.
-    pub busy_attempts: f64,
-    /// CPU time of the worker processes during the run, µs.
-    pub worker_cpu_us: u64,
-    /// CPU time of the Redis server during the run, µs.
-    pub redis_cpu_us: f64,
+    /// What the run cost, and its timeouts and errors.
+    pub costs: Costs,
 }
 
 impl SaleRun {
@@ -145,30 +132,29 @@ impl SaleRun {
 
     /// Timeouts, errors, and workers that stopped before the end.
     pub fn failures(&self) -> f64 {
-        (self.timeouts + self.errors + self.unfinished()) as f64
-    }
-
-    /// Per sale, of a count over the run.
-    fn per_sale(&self, count: f64) -> f64 {
-        count / self.analysis.sold.max(1) as f64
+        (self.costs.timeouts + self.costs.errors + self.unfinished()) as f64
     }
 
     /// As JSON, for the results file.
     pub fn to_json(&self) -> Value {
         let a = &self.analysis;
-        let ms = |v: f64| finite(v / 1e3);
-        json!({
-            "sold": a.sold, "bodies": a.bodies, "misses": a.misses, "closing_bodies": a.closing,
-            "per_second": finite(a.per_second),
-            "wait_ms": { "p50": ms(a.waits.p50()), "p99": ms(a.waits.p99()), "max": ms(a.waits.max()) },
-            "negative_reads": a.negative, "below_zero_at_end": self.below_zero_at_end,
-            "out_of_sequence": a.out_of_sequence, "overlaps": a.overlaps, "left": self.left,
-            "unfinished_workers": self.unfinished(),
-            "timeouts": self.timeouts, "errors": self.errors, "passed_locally": self.passed_locally,
-            "lock_commands_per_sale": finite(self.lock_commands),
-            "busy_attempts_per_sale": finite(self.busy_attempts),
-            "worker_cpu_us": self.worker_cpu_us, "redis_cpu_us": self.redis_cpu_us,
-        })
+        let mut fields = self.costs.to_json("sale", &a.waits);
+        for (name, value) in [
+            ("sold", json!(a.sold)),
+            ("bodies", json!(a.bodies)),
+            ("misses", json!(a.misses)),
+            ("closing_bodies", json!(a.closing)),
+            ("per_second", finite(a.per_second)),
+            ("negative_reads", json!(a.negative)),
+            ("below_zero_at_end", json!(self.below_zero_at_end)),
+            ("out_of_sequence", json!(a.out_of_sequence)),
+            ("overlaps", json!(a.overlaps)),
+            ("left", json!(self.left)),
+            ("unfinished_workers", json!(self.unfinished())),
+        ] {
+            fields.insert(name.to_owned(), value);
+        }
+        Value::Object(fields)
     }
 }
 
@@ -235,20 +221,14 @@ pub async fn sell(
         ("sadd", analysis.last_units as u64),
         ("scard", bodies - sold),
     ];
-    let (lock_commands, busy_attempts) = measured.lock_traffic(&body_commands, analysis.sold);
+    let costs = measured.costs(&counts, &body_commands, analysis.sold);
     let left = counts_left(ctx, &prefix, variant.segments).await?;
     Ok(SaleRun {
         units,
         workers: shape.workers(),
         left: left.iter().sum(),
         below_zero_at_end: left.iter().filter(|&&n| n < 0).count(),
-        timeouts: counts.get("timeouts"),
-        errors: counts.get("errors"),
-        passed_locally: counts.get("passed"),
-        lock_commands,
-        busy_attempts,
-        worker_cpu_us: counts.get("cpu_us"),
-        redis_cpu_us: measured.redis_cpu_us,
+        costs,
         analysis,
     })
 }
@@ -256,9 +236,7 @@ pub async fn sell(
 /// The rows of one variant.
 fn variant_rows(variant: Variant, these: &[SaleRun], units: u32) -> Vec<Row> {
     let g = variant.group();
-    let ms = |q: fn(&SaleAnalysis) -> f64| move |r: &SaleRun| q(&r.analysis) / 1e3;
     let worst = |f: &dyn Fn(&SaleRun) -> f64| these.iter().map(f).fold(0.0, f64::max);
-    let median = |f: &dyn Fn(&SaleRun) -> f64| median_of(these, f);
     let exact = |metric: String, f: &dyn Fn(&SaleRun) -> f64| {
         let row = Row::new(g, metric, worst(f));
         if variant.locks() {
@@ -267,36 +245,16 @@ fn variant_rows(variant: Variant, these: &[SaleRun], units: u32) -> Vec<Row> {
             row
         }
     };
-    vec![
-        Row::new(g, "units sold/s", median(&SaleRun::rate)),
-        Row::new(g, "wait p50 (ms)", median(&ms(|a| a.waits.p50()))),
-        Row::new(g, "wait p99 (ms)", median(&ms(|a| a.waits.p99()))),
-        Row::new(g, "wait max (ms)", median(&ms(|a| a.waits.max()))),
+    let mut rows = vec![Row::new(g, "units sold/s", median_of(these, SaleRun::rate))];
+    rows.extend(cost_rows(g, "sale", these, |r| {
+        (&r.analysis.waits, &r.costs)
+    }));
+    let misses = median_of(these, |r| r.analysis.misses as f64);
+    rows.extend([
         Row::new(
             g,
             "misses per run (segment empty, units left elsewhere)",
-            median(&|r| r.analysis.misses as f64),
-        ),
-        Row::new(g, "lock commands per sale", median(&|r| r.lock_commands)),
-        Row::new(
-            g,
-            "busy acquire attempts per sale",
-            median(&|r| r.busy_attempts),
-        ),
-        Row::new(
-            g,
-            "holds passed within the process per sale",
-            median(&|r| r.per_sale(r.passed_locally as f64)),
-        ),
-        Row::new(
-            g,
-            "worker CPU (us per sale)",
-            median(&|r| r.per_sale(r.worker_cpu_us as f64)),
-        ),
-        Row::new(
-            g,
-            "Redis CPU (us per sale)",
-            median(&|r| r.per_sale(r.redis_cpu_us)),
+            misses,
         ),
         exact(
             format!("|units sold - {units}|, worst run"),
@@ -318,7 +276,8 @@ fn variant_rows(variant: Variant, these: &[SaleRun], units: u32) -> Vec<Row> {
             "timeouts + errors + workers stopped before the end, worst run".to_owned(),
             &SaleRun::failures,
         ),
-    ]
+    ]);
+    rows
 }
 
 /// The rows that set the variants side by side: each N against N = 1 (the

@@ -5,14 +5,20 @@
 //! that what is left is lock traffic.
 //!
 //! These workers end with the count lines of [`COUNTED`] (see
-//! `worker::tasks::measured`), read here by [`workers::tally`].
+//! `worker::tasks::measured`), read here by [`workers::tally`]. What a run
+//! cost ([`Costs`]) is reported alike for each scenario ([`cost_rows`]),
+//! per operation of its own (a transfer, a sale).
 
 use std::time::Duration;
 
 use anyhow::Result;
 use lock_testkit::Delta;
+use serde_json::{json, Map, Value};
 
+use super::workers::Counts;
 use super::{commands, contention, workers, Ctx};
+use crate::report::{finite, Row};
+use crate::stats::{median_of, Samples};
 use crate::worker::{self, Library};
 
 /// The count lines these workers print after their records.
@@ -56,11 +62,11 @@ impl Measured {
         })
     }
 
-    /// Takes the bodies' commands out of the counts (`(name, calls)`, as
-    /// the records say the bodies sent them), then answers the lock
-    /// commands (as S4 counts them) and the busy acquire attempts, both
-    /// per one of `ops` operations.
-    pub fn lock_traffic(&mut self, bodies: &[(&str, u64)], ops: usize) -> (f64, f64) {
+    /// What the run cost, from the workers' `counts` and the server's
+    /// counters, per one of `ops` operations: the bodies' commands
+    /// (`(name, calls)`, as the records say the bodies sent them) are taken
+    /// out of the counters first, so that the rest is lock traffic.
+    pub fn costs(&mut self, counts: &Counts, bodies: &[(&str, u64)], ops: usize) -> Costs {
         for &(name, calls) in bodies {
             if let Some(c) = self.delta.0.get_mut(name) {
                 c.calls = c.calls.saturating_sub(calls);
@@ -70,6 +76,115 @@ impl Measured {
         let total = ops.max(1) as f64;
         let sent = commands::sent(ours, &self.delta, 0) as f64;
         let busy = commands::failed_attempts(ours, &self.delta, ops) as f64;
-        (sent / total, busy / total)
+        Costs {
+            ops,
+            timeouts: counts.get("timeouts"),
+            errors: counts.get("errors"),
+            passed_locally: counts.get("passed"),
+            lock_commands: sent / total,
+            busy_attempts: busy / total,
+            worker_cpu_us: counts.get("cpu_us"),
+            redis_cpu_us: self.redis_cpu_us,
+        }
     }
+}
+
+/// What one run cost, and what went wrong in it, from the workers' count
+/// lines and the lock server's counters.
+#[derive(Clone, Debug, Default)]
+pub struct Costs {
+    /// Operations the figures below are per (transfers, sales).
+    pub ops: usize,
+    /// Calls that gave up after [`crate::worker::WAIT_LIMIT`].
+    pub timeouts: u64,
+    /// Other failures the workers reported.
+    pub errors: u64,
+    /// Holds passed between tasks of a process without a round trip.
+    pub passed_locally: u64,
+    /// Commands sent to the server for the locks (as S4 counts them, the
+    /// bodies' commands taken out), per operation.
+    pub lock_commands: f64,
+    /// Acquire attempts that found a key taken (our scripts' PTTL calls),
+    /// per operation.
+    pub busy_attempts: f64,
+    /// CPU time of the worker processes during the run, µs.
+    pub worker_cpu_us: u64,
+    /// CPU time of the Redis server during the run, µs.
+    pub redis_cpu_us: f64,
+}
+
+impl Costs {
+    /// Per operation, of a count over the run.
+    pub fn per_op(&self, count: f64) -> f64 {
+        count / self.ops.max(1) as f64
+    }
+
+    /// The figures as JSON fields, the per-operation ones named after `op`,
+    /// beside the run's `waits` (µs, given in ms).
+    pub fn to_json(&self, op: &str, waits: &Samples) -> Map<String, Value> {
+        let ms = |v: f64| finite(v / 1e3);
+        let mut fields = Map::new();
+        let waits =
+            json!({ "p50": ms(waits.p50()), "p99": ms(waits.p99()), "max": ms(waits.max()) });
+        fields.insert("wait_ms".to_owned(), waits);
+        for (name, value) in [
+            ("timeouts", json!(self.timeouts)),
+            ("errors", json!(self.errors)),
+            ("passed_locally", json!(self.passed_locally)),
+            ("worker_cpu_us", json!(self.worker_cpu_us)),
+            ("redis_cpu_us", json!(self.redis_cpu_us)),
+        ] {
+            fields.insert(name.to_owned(), value);
+        }
+        let lock_commands = finite(self.lock_commands);
+        fields.insert(format!("lock_commands_per_{op}"), lock_commands);
+        fields.insert(
+            format!("busy_attempts_per_{op}"),
+            finite(self.busy_attempts),
+        );
+        fields
+    }
+}
+
+/// The rows of a group's costs over its runs (medians): the wait (p50,
+/// p99, max, from each run's `waits`, µs), then lock commands, busy
+/// attempts, local passes and CPU per `op` (`transfer`, `sale`).
+pub fn cost_rows<T>(
+    group: &'static str,
+    op: &str,
+    runs: &[T],
+    of: impl Fn(&T) -> (&Samples, &Costs),
+) -> Vec<Row> {
+    let ms = |q: fn(&Samples) -> f64| median_of(runs, |r| q(of(r).0) / 1e3);
+    let median = |f: fn(&Costs) -> f64| median_of(runs, |r| f(of(r).1));
+    vec![
+        Row::new(group, "wait p50 (ms)", ms(Samples::p50)),
+        Row::new(group, "wait p99 (ms)", ms(Samples::p99)),
+        Row::new(group, "wait max (ms)", ms(Samples::max)),
+        Row::new(
+            group,
+            format!("lock commands per {op}"),
+            median(|c| c.lock_commands),
+        ),
+        Row::new(
+            group,
+            format!("busy acquire attempts per {op}"),
+            median(|c| c.busy_attempts),
+        ),
+        Row::new(
+            group,
+            format!("holds passed within the process per {op}"),
+            median(|c| c.per_op(c.passed_locally as f64)),
+        ),
+        Row::new(
+            group,
+            format!("worker CPU (us per {op})"),
+            median(|c| c.per_op(c.worker_cpu_us as f64)),
+        ),
+        Row::new(
+            group,
+            format!("Redis CPU (us per {op})"),
+            median(|c| c.per_op(c.redis_cpu_us)),
+        ),
+    ]
 }

@@ -45,7 +45,6 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use lock_runtime::{permit, with_lock, LockRuntime};
@@ -55,6 +54,7 @@ use tokio::time::Instant;
 
 use super::contend::WAIT_LIMIT;
 use super::tasks::{self, now_us};
+use super::OnLockServer;
 use crate::flash_sale::SaleRecord;
 
 /// Upper bound on bodies per task, whatever the stock.
@@ -99,11 +99,7 @@ pub fn empty_key(prefix: &str) -> String {
 /// `flashsale` arguments.
 pub struct Args {
     locking: Locking,
-    lock_url: String,
-    prefix: String,
-    tasks: u32,
-    first_id: u32,
-    duration: Duration,
+    run: OnLockServer,
     segments: u32,
 }
 
@@ -120,11 +116,7 @@ impl Args {
         }
         Ok(Args {
             locking,
-            lock_url: lock_url.clone(),
-            prefix: prefix.clone(),
-            tasks: super::parse("tasks", tasks)?,
-            first_id: super::parse("first id", first_id)?,
-            duration: Duration::from_millis(super::parse("millis", millis)?),
+            run: OnLockServer::parse([lock_url, prefix, tasks, first_id, millis])?,
             segments,
         })
     }
@@ -161,18 +153,12 @@ struct Seller {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    // The stock lives on the lock server: one data connection for the
-    // process's tasks, as the transfer workers have.
-    let data = tasks::data_connections(&args.lock_url, 1, args.tasks).await?;
-    let runtime = LockRuntime::builder()
-        .redis(args.lock_url.as_str())
-        .key_prefix(args.prefix.as_str())
-        .build()
-        .await?;
-    let next = Arc::new(AtomicU32::new(args.first_id));
+    let (data, runtime) =
+        tasks::on_lock_server(&args.run.lock_url, &args.run.prefix, args.run.tasks).await?;
+    let next = Arc::new(AtomicU32::new(args.run.first_id));
     // Warm up (connections, script cache) on a stock of this process's own
     // (one unit per segment), which the parent never counts.
-    let warm_prefix = format!("{}warmup:{}:", args.prefix, args.first_id);
+    let warm_prefix = format!("{}warmup:{}:", args.run.prefix, args.run.first_id);
     let warm = Stock::under(&warm_prefix, args.segments);
     let mut con = data[0].clone();
     for key in &warm.segments {
@@ -185,18 +171,18 @@ pub(super) async fn run(args: Args) -> Result<()> {
         data: data[0].clone(),
         next: next.clone(),
     };
-    let lock = format!("warmup:{}", args.first_id);
+    let lock = format!("warmup:{}", args.run.first_id);
     warm_seller.once(&lock, args.segments, 0).await?;
 
-    let stock = Arc::new(Stock::under(&args.prefix, args.segments));
+    let stock = Arc::new(Stock::under(&args.run.prefix, args.segments));
     let line = SaleRecord::to_line;
-    tasks::measured(runtime.clone(), args.duration, line, |end, running| {
-        for id in args.first_id..args.first_id + args.tasks {
+    tasks::measured(runtime.clone(), args.run.duration, line, |end, running| {
+        for id in args.run.first_id..args.run.first_id + args.run.tasks {
             let seller = Seller {
                 locking: args.locking,
                 runtime: runtime.clone(),
                 stock: stock.clone(),
-                data: tasks::connection_of(&data, id - args.first_id, args.tasks),
+                data: tasks::connection_of(&data, id - args.run.first_id, args.run.tasks),
                 next: next.clone(),
             };
             running.spawn(seller.until_sold_out(id, end));

@@ -138,6 +138,31 @@ impl Run {
     }
 }
 
+/// What the workers whose data lives on the lock server (transfers,
+/// flashsale) are given after their variant, in this order: the server,
+/// the key prefix, how many tasks from which task id, and how long they
+/// run after `go`.
+struct OnLockServer {
+    lock_url: String,
+    prefix: String,
+    tasks: u32,
+    first_id: u32,
+    duration: Duration,
+}
+
+impl OnLockServer {
+    /// Parses `<lock-url> <prefix> <tasks> <first-id> <millis>`.
+    fn parse([lock_url, prefix, tasks, first_id, millis]: [&String; 5]) -> Result<Self> {
+        Ok(OnLockServer {
+            lock_url: lock_url.clone(),
+            prefix: prefix.clone(),
+            tasks: parse("tasks", tasks)?,
+            first_id: parse("first id", first_id)?,
+            duration: Duration::from_millis(parse("millis", millis)?),
+        })
+    }
+}
+
 fn parse<T: std::str::FromStr>(what: &str, s: &str) -> Result<T> {
     s.parse().map_err(|_| anyhow::anyhow!("bad {what}: {s:?}"))
 }

@@ -88,6 +88,24 @@ pub(super) async fn data_connections(
     Ok(data)
 }
 
+/// What a worker whose data lives on the lock server at `url` starts with:
+/// one data connection for the process's tasks (as the contention workers
+/// have), and its runtime, the builder as it comes with the run's key
+/// `prefix`.
+pub(super) async fn on_lock_server(
+    url: &str,
+    prefix: &str,
+    tasks: u32,
+) -> Result<(Vec<MultiplexedConnection>, LockRuntime)> {
+    let data = data_connections(url, 1, tasks).await?;
+    let runtime = LockRuntime::builder()
+        .redis(url)
+        .key_prefix(prefix)
+        .build()
+        .await?;
+    Ok((data, runtime))
+}
+
 /// The data connection of the `nth` of `tasks` tasks: they are spread
 /// over the connections in order, as they are over the processes.
 pub(super) fn connection_of(

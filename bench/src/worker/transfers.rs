@@ -19,8 +19,6 @@
 //! body with no lock at all: the ceiling of this machine, which loses
 //! updates.
 
-use std::time::Duration;
-
 use anyhow::{bail, Context, Result};
 use lock_runtime::{with_lock, with_locks, LockRuntime};
 use redis::aio::MultiplexedConnection;
@@ -29,6 +27,7 @@ use tokio::time::Instant;
 
 use super::contend::WAIT_LIMIT;
 use super::tasks::{self, now_us};
+use super::OnLockServer;
 use crate::keys::Rng;
 use crate::transfers::TransferRecord;
 
@@ -109,11 +108,7 @@ fn next_pair(rng: &mut Rng, accounts: u32) -> (u32, u32) {
 /// `transfers` arguments.
 pub struct Args {
     variant: Variant,
-    lock_url: String,
-    prefix: String,
-    tasks: u32,
-    first_id: u32,
-    duration: Duration,
+    run: OnLockServer,
     seed: u64,
     accounts: u32,
 }
@@ -128,11 +123,7 @@ impl Args {
         };
         Ok(Args {
             variant,
-            lock_url: lock_url.clone(),
-            prefix: prefix.clone(),
-            tasks: super::parse("tasks", tasks)?,
-            first_id: super::parse("first id", first_id)?,
-            duration: Duration::from_millis(super::parse("millis", millis)?),
+            run: OnLockServer::parse([lock_url, prefix, tasks, first_id, millis])?,
             seed: super::parse("seed", seed)?,
             accounts: super::parse("accounts", accounts)?,
         })
@@ -151,20 +142,17 @@ struct Account {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    // The balances live on the lock server: one data connection for the
-    // process's tasks, as the contention workers have.
-    let data = tasks::data_connections(&args.lock_url, 1, args.tasks).await?;
-    let runtime = LockRuntime::builder()
-        .redis(args.lock_url.as_str())
-        .key_prefix(args.prefix.as_str())
-        .build()
-        .await?;
+    let (data, runtime) =
+        tasks::on_lock_server(&args.run.lock_url, &args.run.prefix, args.run.tasks).await?;
     // Warm up (connections, script cache) before the measured part, on
     // two accounts of this process's own, which the parent never counts.
     let warm = |side: &str| Account {
         n: u32::MAX,
-        lock: format!("warmup:{}:{side}", args.first_id),
-        balance: format!("{}warmup:{}:{side}:balance", args.prefix, args.first_id),
+        lock: format!("warmup:{}:{side}", args.run.first_id),
+        balance: format!(
+            "{}warmup:{}:{side}:balance",
+            args.run.prefix, args.run.first_id
+        ),
     };
     let mut con = data[0].clone();
     for side in ["a", "b"] {
@@ -187,16 +175,16 @@ pub(super) async fn run(args: Args) -> Result<()> {
         .map(|n| Account {
             n,
             lock: account_lock(n),
-            balance: balance_key(&args.prefix, n),
+            balance: balance_key(&args.run.prefix, n),
         })
         .collect();
     let accounts = std::sync::Arc::new(accounts);
     let (variant, seed, n) = (args.variant, args.seed, args.accounts);
     let line = TransferRecord::to_line;
-    tasks::measured(runtime.clone(), args.duration, line, |end, running| {
-        for id in args.first_id..args.first_id + args.tasks {
+    tasks::measured(runtime.clone(), args.run.duration, line, |end, running| {
+        for id in args.run.first_id..args.run.first_id + args.run.tasks {
             let (runtime, accounts) = (runtime.clone(), accounts.clone());
-            let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
+            let data = tasks::connection_of(&data, id - args.run.first_id, args.run.tasks);
             let mut rng = pairs(seed, id);
             running.spawn(async move {
                 let mut result = TaskResult::default();
