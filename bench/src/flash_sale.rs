@@ -138,6 +138,14 @@ pub struct SaleAnalysis {
     pub out_of_sequence: usize,
     /// Bodies that ran at the same time as another on their segment.
     pub overlaps: usize,
+    /// The share of the time from the first request to the last sale that
+    /// the segments spent in a body, over all segments: 1 when every
+    /// segment always had a body on it (the rest is handoffs and idle
+    /// permits).
+    pub occupancy: f64,
+    /// When the first segment sold its last unit, as a share of the time
+    /// from the first request to the last sale (misses start then).
+    pub first_empty: f64,
 }
 
 impl SaleAnalysis {
@@ -176,7 +184,47 @@ impl SaleAnalysis {
             negative: records.iter().filter(|r| r.count < 0).count(),
             out_of_sequence: out_of_sequence(records, shares),
             overlaps: overlapping(records.len(), bodies),
+            occupancy: occupancy(records, shares.len()),
+            first_empty: first_empty(records),
         }
+    }
+}
+
+/// The first request, and the end of the last sale (`None` without sales).
+fn selling_time(records: &[SaleRecord]) -> Option<(u64, u64)> {
+    let start = records.iter().map(|r| r.requested).min()?;
+    let end = records
+        .iter()
+        .filter(|r| r.sold())
+        .map(|r| r.released)
+        .max()?;
+    Some((start, end)).filter(|(a, b)| b > a)
+}
+
+/// The time `segments` segments spent in the bodies that ran before the
+/// last sale ended, over `segments` times the selling time.
+fn occupancy(records: &[SaleRecord], segments: usize) -> f64 {
+    let Some((start, end)) = selling_time(records) else {
+        return f64::NAN;
+    };
+    let in_bodies: u64 = records
+        .iter()
+        .filter(|r| r.released <= end)
+        .map(|r| r.released.saturating_sub(r.acquired))
+        .sum();
+    in_bodies as f64 / ((end - start) as f64 * segments.max(1) as f64)
+}
+
+/// When the first segment sold its last unit, as a share of the selling
+/// time.
+fn first_empty(records: &[SaleRecord]) -> f64 {
+    let Some((start, end)) = selling_time(records) else {
+        return f64::NAN;
+    };
+    let last_units = records.iter().filter(|r| r.count == 1);
+    match last_units.map(|r| r.released).min() {
+        Some(first) => first.saturating_sub(start) as f64 / (end - start) as f64,
+        None => f64::NAN,
     }
 }
 
@@ -270,6 +318,10 @@ mod tests {
         assert_eq!((a.sold, a.last_units, a.misses, a.closing), (3, 2, 1, 1));
         assert_eq!((a.out_of_sequence, a.overlaps, a.negative), (0, 0, 0));
         assert_eq!((a.bodies, a.finished_workers), (5, 1));
+        // Selling from 0 - 5 = 0 (saturating) to 30 (the last sale's end):
+        // three sales of 10 us on two segments; segment 1 empty at 15.
+        assert_eq!(a.occupancy, 30.0 / (30.0 * 2.0));
+        assert_eq!(a.first_empty, 15.0 / 30.0);
     }
 
     #[test]

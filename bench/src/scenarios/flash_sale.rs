@@ -149,6 +149,8 @@ impl SaleRun {
             ("below_zero_at_end", json!(self.below_zero_at_end)),
             ("out_of_sequence", json!(a.out_of_sequence)),
             ("overlaps", json!(a.overlaps)),
+            ("occupancy", finite(a.occupancy)),
+            ("first_empty", finite(a.first_empty)),
             ("left", json!(self.left)),
             ("unfinished_workers", json!(self.unfinished())),
         ] {
