@@ -258,6 +258,16 @@ fn variant_rows(variant: Variant, these: &[SaleRun], units: u32) -> Vec<Row> {
             "misses per run (segment empty, units left elsewhere)",
             misses,
         ),
+        Row::new(
+            g,
+            "first segment sold out (% of the selling time)",
+            median_of(these, |r| 100.0 * r.analysis.first_empty),
+        ),
+        Row::new(
+            g,
+            "segments in a body (% of the selling time)",
+            median_of(these, |r| 100.0 * r.analysis.occupancy),
+        ),
         exact(
             format!("|units sold - {units}|, worst run"),
             &SaleRun::sold_error,
