@@ -51,11 +51,14 @@ impl Variant {
         Variant::permits(2),
         Variant::permits(4),
         Variant::permits(8),
-        Variant {
-            locking: Locking::Unlocked,
-            segments: 8,
-        },
+        Variant::LIMIT,
     ];
+
+    /// The limit: the body with no lock, over 8 segments.
+    const LIMIT: Variant = Variant {
+        locking: Locking::Unlocked,
+        segments: 8,
+    };
 
     /// `n` segments behind `n` permits.
     const fn permits(n: u32) -> Variant {
@@ -311,7 +314,7 @@ fn summary_rows(rate: impl Fn(Variant) -> f64) -> Vec<Row> {
             }
         })
         .into();
-    let limit = rate(Variant::ALL[4]);
+    let limit = rate(Variant::LIMIT);
     for n in [8, 1] {
         rows.push(
             Row::new(
