@@ -25,17 +25,19 @@
 //! sold. (2) A segment reaches 0 only in the sale of its last unit, which
 //! adds it to the empty set before its permit is released (the parent puts
 //! segments that start with nothing in the set itself); entries are never
-//! removed. So the set is full exactly when every unit is sold. (3) A
-//! worker stops at its first body that finds its segment empty and the set
-//! full: after the last sale, every worker's next body finds that (each
-//! segment is empty, whichever permit it gets), so each worker runs at
-//! most one body after the last sale. (4) Before it, a permit whose
-//! segment still has units is not left idle: 32 workers wait for n ≤ 8
-//! permits, so a released permit is handed or passed to a waiter, whose
-//! body sells from it; misses happen only on segments already empty, while
-//! others drain. The run's time limit bounds the rest: a worker that
-//! reaches it stops without having seen the end, which the parent counts
-//! as a failure.
+//! removed. So the set is full once the body of the last unit sold has
+//! ended, and not before. (3) A worker stops at its first body that finds
+//! its segment empty and the set full: a body that starts after the last
+//! sale's body ended finds exactly that (every segment is empty, whichever
+//! permit it holds), so each worker starts at most one body after it.
+//! (4) Before it, every body either sells a unit (at most the stock) or
+//! misses, and a permit whose segment still has units is not left idle:
+//! 32 workers wait for n ≤ 8 permits, so a released permit is handed or
+//! passed to a waiter, whose body sells from it. How many misses happen
+//! meanwhile depends on which permits the runtime hands out (the run
+//! reports them); the run's time limit bounds them: a worker that reaches
+//! it stops without having seen the end, which the parent counts as a
+//! failure.
 //!
 //! The limit ([`Locking::Unlocked`]) runs the same body without any lock,
 //! each call on the next segment of a counter of the process: it loses
@@ -98,8 +100,11 @@ pub fn empty_key(prefix: &str) -> String {
 
 /// `flashsale` arguments.
 pub struct Args {
+    /// How bodies keep to their segment.
     locking: Locking,
+    /// Server, prefix, tasks and duration.
     run: OnLockServer,
+    /// Segments, and permits.
     segments: u32,
 }
 
@@ -127,7 +132,9 @@ type TaskResult = tasks::TaskResult<SaleRecord>;
 
 /// The stock's keys: each segment's count and the set of empty segments.
 struct Stock {
+    /// Each segment's count key, in segment order.
     segments: Vec<String>,
+    /// The key of the set of empty segments.
     empty: String,
 }
 
@@ -145,13 +152,21 @@ impl Stock {
 /// data connection and, for the limit, the process's segment counter.
 #[derive(Clone)]
 struct Seller {
+    /// How bodies keep to their segment.
     locking: Locking,
+    /// The process's runtime.
     runtime: LockRuntime,
+    /// Where the units are.
     stock: Arc<Stock>,
+    /// The task's data connection (to the lock server).
     data: MultiplexedConnection,
+    /// The limit's next segment, shared by the process's tasks.
     next: Arc<AtomicU32>,
 }
 
+/// Runs the worker: its runtime and data connection, one warm-up call on a
+/// stock of its own, then the tasks' calls from `go` until each has seen
+/// the sale over (or the run's bound), their records and counts printed.
 pub(super) async fn run(args: Args) -> Result<()> {
     let (data, runtime) =
         tasks::on_lock_server(&args.run.lock_url, &args.run.prefix, args.run.tasks).await?;

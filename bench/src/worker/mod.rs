@@ -143,10 +143,15 @@ impl Run {
 /// the key prefix, how many tasks from which task id, and how long they
 /// run after `go`.
 struct OnLockServer {
+    /// The lock server, which holds the data too.
     lock_url: String,
+    /// The run's key prefix.
     prefix: String,
+    /// Tasks in this process.
     tasks: u32,
+    /// The number of its first task (unique across processes).
     first_id: u32,
+    /// How long the tasks run after `go` (at most).
     duration: Duration,
 }
 
