@@ -49,11 +49,14 @@ pub enum Scenario {
     /// multi-key lock on both accounts, against one global lock and two
     /// nested single-key locks.
     S15,
+    /// A flash sale: a stock split into N segments behind N permits of one
+    /// lock, 32 workers in 2 processes buying until it is sold out.
+    S16,
 }
 
 impl Scenario {
     /// All of them, in order.
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -69,12 +72,15 @@ impl Scenario {
         Scenario::S13,
         Scenario::S14,
         Scenario::S15,
+        Scenario::S16,
     ];
 
     fn parse(name: &str) -> Option<Scenario> {
-        // The one scenario with a name too (issue 38 calls it so).
-        if name == "transfers" {
-            return Some(Scenario::S15);
+        // Scenarios with a name too (their issues call them so).
+        match name {
+            "transfers" => return Some(Scenario::S15),
+            "flashsale" => return Some(Scenario::S16),
+            _ => {}
         }
         let n = name.trim_start_matches(['s', 'S']);
         Scenario::ALL
@@ -149,6 +155,12 @@ pub struct Scale {
     /// S15: the transfer workers (16 in 2 processes; the key choice is
     /// theirs, not the shape's), per variant and run.
     pub s15: Shape,
+    /// S16: the buyers (32 in 2 processes; each call's segment is its
+    /// permit's), per variant and run; the duration only bounds a run,
+    /// which ends when the stock is sold out.
+    pub s16: Shape,
+    /// S16: units on sale per run.
+    pub s16_units: u32,
 }
 
 impl Scale {
@@ -212,6 +224,13 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_secs(5),
         },
+        s16: Shape {
+            processes: 2,
+            tasks: 16,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(60),
+        },
+        s16_units: 20_000,
     };
 
     /// The quick variant (`--quick`, and the `cargo test` smoke test).
@@ -274,6 +293,13 @@ impl Scale {
             keys: KeyChoice::One,
             duration: Duration::from_millis(300),
         },
+        s16: Shape {
+            processes: 2,
+            tasks: 16,
+            keys: KeyChoice::One,
+            duration: Duration::from_secs(20),
+        },
+        s16_units: 1000,
     };
 }
 
@@ -293,9 +319,10 @@ pub struct Config {
 }
 
 /// Usage text.
-pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s15] [--quick] [--runs N] [--out DIR]\n\
+pub const USAGE: &str = "usage: lock-bench [s1 s2 s3 ... s16] [--quick] [--runs N] [--out DIR]\n\
     \n  no scenario named: run all of them (s3 and s4 share their runs)\
     \n  transfers another name for s15 (multi-key locks)\
+    \n  flashsale another name for s16 (permits)\
     \n  --quick   small counts, one run (seconds instead of minutes)\
     \n  --runs N  repetitions per scenario, medians reported (default 3; quick 1)\
     \n  --out DIR results.json and handoff.svg (default <workspace>/target/bench)";
@@ -383,8 +410,10 @@ mod tests {
         assert_eq!(c.scenarios, [Scenario::S1, Scenario::S3]);
         assert!(c.quick);
         assert_eq!(c.runs, 2);
-        assert!(Config::from_args(&["s16".to_owned()]).is_err());
-        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 15);
+        assert!(Config::from_args(&["s17".to_owned()]).is_err());
+        assert_eq!(Config::from_args(&[]).unwrap().scenarios.len(), 16);
+        let s16 = Config::from_args(&["flashsale".to_owned()]).unwrap();
+        assert_eq!(s16.scenarios, [Scenario::S16]);
         let s15 = Config::from_args(&["s15".to_owned()]).unwrap();
         assert_eq!(s15.scenarios, [Scenario::S15]);
         let named = Config::from_args(&["transfers".to_owned()]).unwrap();

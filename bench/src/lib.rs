@@ -2,7 +2,7 @@
 //! limit (Redis round trips) and against a polling peer (rslock), measured
 //! side by side in one run on a private `redis-server`.
 //!
-//! `cargo run --release -p lock-bench -- [s1 .. s15] [--quick]` runs the
+//! `cargo run --release -p lock-bench -- [s1 .. s16] [--quick]` runs the
 //! scenarios of BENCHMARKS.md, prints one table, and writes
 //! `target/bench/results.json` and the charts `target/bench/handoff.svg`,
 //! `target/bench/waits.svg` (S3) and `target/bench/limits.svg` (S3, S8, S9
@@ -12,9 +12,11 @@
 pub mod charts;
 pub mod config;
 pub mod curator;
+pub mod flash_sale;
 pub mod handoff;
 pub mod idle;
 pub mod keys;
+pub mod overlaps;
 pub mod read_write;
 pub mod report;
 pub mod scenarios;
@@ -97,6 +99,7 @@ pub async fn run(config: Config) -> Result<Summary> {
             Scenario::S13 => scenarios::zookeeper::run(&ctx).await,
             Scenario::S14 => scenarios::read_write::run(&ctx).await,
             Scenario::S15 => scenarios::transfers::run(&ctx).await,
+            Scenario::S16 => scenarios::flash_sale::run(&ctx).await,
         }
         .with_context(|| format!("scenario {name}"))?;
         eprintln!(

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
 
+use crate::overlaps::{overlapping, Body};
 use crate::stats::Samples;
 
 /// One transfer, as a worker reports it.
@@ -116,33 +117,17 @@ impl TransferAnalysis {
 }
 
 /// Transfers whose body overlaps another body on one of its accounts,
-/// each counted once: per account, the bodies ordered by start, a body
-/// overlaps when it starts before the latest end among the earlier ones.
+/// each counted once.
 fn overlaps(records: &[TransferRecord]) -> usize {
-    let mut by_account: BTreeMap<u32, Vec<(u64, u64, usize)>> = BTreeMap::new();
-    for (i, r) in records.iter().enumerate() {
-        for account in [r.from, r.to] {
-            let bodies = by_account.entry(account).or_default();
-            bodies.push((r.acquired, r.released, i));
-        }
-    }
-    let mut bad = vec![false; records.len()];
-    for bodies in by_account.values_mut() {
-        bodies.sort_unstable();
-        let mut latest: Option<(u64, usize)> = None;
-        for &(start, end, i) in bodies.iter() {
-            if let Some((latest_end, j)) = latest {
-                if latest_end > start {
-                    bad[i] = true;
-                    bad[j] = true;
-                }
-            }
-            if latest.is_none_or(|(e, _)| end > e) {
-                latest = Some((end, i));
-            }
-        }
-    }
-    bad.iter().filter(|&&b| b).count()
+    let bodies = records.iter().enumerate().flat_map(|(i, r)| {
+        [r.from, r.to].map(|on| Body {
+            on,
+            start: r.acquired,
+            end: r.released,
+            record: i,
+        })
+    });
+    overlapping(records.len(), bodies)
 }
 
 #[cfg(test)]

@@ -105,6 +105,11 @@ fn every_scenario_runs_in_its_quick_form() {
         ("S15 global", "transfers/s"),
         ("S15 nested-sorted", "transfers/s"),
         ("S15 multi", "lock commands per transfer"),
+        ("S16", "permits = 8: units sold/s"),
+        ("S16 N=1", "units sold/s"),
+        ("S16 N=8", "units sold/s"),
+        ("S16 N=8", "lock commands per sale"),
+        ("S16 unlocked", "units sold/s"),
     ] {
         let row = find(rows, scenario, metric);
         assert!(row.value > 0.0, "{scenario} {metric} = {}", row.value);

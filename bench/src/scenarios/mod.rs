@@ -16,7 +16,9 @@
 //! `zookeeper_keys`), S14 `read_write` (a read-heavy key under read-write
 //! locks, the exclusive lock and an in-process read-write lock), S15
 //! `transfers` (two accounts a transfer under a multi-key lock, one global
-//! lock, or two nested locks);
+//! lock, or two nested locks), S16 `flash_sale` (a stock split into
+//! segments behind the permits of one lock); `measured` is the run of
+//! worker processes on the lock server that S15 and S16 share;
 //! `baseline` measures the round-trip limit, and `limit` holds S3's, S8's
 //! and S9's contenders against their limit (the body alone, with no lock).
 
@@ -27,9 +29,11 @@ pub mod contention;
 pub mod crowd;
 pub mod etcd;
 pub mod figures;
+pub mod flash_sale;
 pub mod handoff;
 pub mod limit;
 pub mod many_keys;
+pub mod measured;
 pub mod memory;
 pub mod read_write;
 pub mod reentry;

@@ -27,13 +27,13 @@
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::{commands, contention, workers, Ctx, Output};
+use super::measured::{cost_rows, Costs, Measured, COUNTED};
+use super::{workers, Ctx, Output};
 use crate::config::Shape;
 use crate::report::{Row, Target};
 use crate::stats::median_of;
 use crate::transfers::{TransferAnalysis, TransferRecord};
 use crate::worker::transfers::{balance_key, Variant};
-use crate::worker::{self, Library};
 
 /// Accounts.
 pub const ACCOUNTS: u32 = 100;
@@ -56,21 +56,8 @@ pub struct TransferRun {
     pub sum: i64,
     /// Accounts whose balance differs from what the records say.
     pub off_accounts: usize,
-    /// Transfers that gave up after [`crate::worker::WAIT_LIMIT`].
-    pub timeouts: u64,
-    /// Other failures the workers reported.
-    pub errors: u64,
-    /// Holds passed between tasks of a process without a round trip.
-    pub passed_locally: u64,
-    /// Commands sent to the server for the locks (the bodies' GETs and
-    /// SETs taken out), per transfer.
-    pub lock_commands: f64,
-    /// Acquire attempts that found a key taken, per transfer.
-    pub busy_attempts: f64,
-    /// CPU time of the worker processes during the run, µs.
-    pub worker_cpu_us: u64,
-    /// CPU time of the Redis server during the run, µs.
-    pub redis_cpu_us: f64,
+    /// What the run cost, and its timeouts and errors.
+    pub costs: Costs,
 }
 
 impl TransferRun {
@@ -87,33 +74,23 @@ impl TransferRun {
     /// Balances off the records, overlapping bodies, timeouts and errors.
     pub fn failures(&self) -> f64 {
         let wrong = self.off_accounts + self.analysis.overlaps;
-        (wrong as u64 + self.timeouts + self.errors) as f64
-    }
-
-    /// Per transfer, of a count over the run.
-    fn per_transfer(&self, count: f64) -> f64 {
-        count / self.analysis.total.max(1) as f64
+        (wrong as u64 + self.costs.timeouts + self.costs.errors) as f64
     }
 
     /// As JSON, for the results file.
     pub fn to_json(&self) -> Value {
         let a = &self.analysis;
-        let ms = |v: f64| crate::report::finite(v / 1e3);
-        json!({
-            "transfers": a.total,
-            "per_second": crate::report::finite(a.per_second),
-            "wait_ms": { "p50": ms(a.waits.p50()), "p99": ms(a.waits.p99()), "max": ms(a.waits.max()) },
-            "sum_of_balances": self.sum,
-            "off_accounts": self.off_accounts,
-            "overlaps": a.overlaps,
-            "timeouts": self.timeouts,
-            "errors": self.errors,
-            "passed_locally": self.passed_locally,
-            "lock_commands_per_transfer": crate::report::finite(self.lock_commands),
-            "busy_attempts_per_transfer": crate::report::finite(self.busy_attempts),
-            "worker_cpu_us": self.worker_cpu_us,
-            "redis_cpu_us": self.redis_cpu_us,
-        })
+        let mut fields = self.costs.to_json("transfer", &a.waits);
+        for (name, value) in [
+            ("transfers", json!(a.total)),
+            ("per_second", crate::report::finite(a.per_second)),
+            ("sum_of_balances", json!(self.sum)),
+            ("off_accounts", json!(self.off_accounts)),
+            ("overlaps", json!(a.overlaps)),
+        ] {
+            fields.insert(name.to_owned(), value);
+        }
+        Value::Object(fields)
     }
 }
 
@@ -143,56 +120,30 @@ async fn balances(ctx: &Ctx, prefix: &str) -> Result<Vec<i64>> {
 pub async fn contend(ctx: &Ctx, variant: Variant, shape: Shape, run: usize) -> Result<TransferRun> {
     let prefix = format!("s15:{run}:{}:", variant.name());
     open_accounts(ctx, &prefix).await?;
-    let mut started = Vec::new();
-    for p in 0..shape.processes {
-        let args = [
-            "transfers".to_owned(),
-            variant.name().to_owned(),
-            ctx.lock_server.url(),
-            prefix.clone(),
-            shape.tasks.to_string(),
-            (p * shape.tasks).to_string(),
-            shape.duration.as_millis().to_string(),
-            SEED.to_string(),
-            ACCOUNTS.to_string(),
-        ];
-        started.push(worker::start(&ctx.config.worker_exe, &args)?);
-    }
-    workers::ready(&mut started).await?;
-    let mut info = ctx.plain.clone();
-    let cpu_before = contention::redis_cpu(&mut info).await?;
-    let stats_before = contention::command_stats(&mut info).await?;
-    workers::go(&mut started)?;
-    let lines = workers::collect(&mut started, shape.duration).await?;
-    let mut delta = contention::command_stats(&mut info)
-        .await?
-        .since(&stats_before);
-    let cpu_after = contention::redis_cpu(&mut info).await?;
-    drop(started);
-
-    let mut records = Vec::new();
-    let counted = ["timeouts", "errors", "passed", "cpu_us"];
-    let counts = workers::tally(&lines, &counted, |line| {
-        Ok(match TransferRecord::parse(line) {
-            Some(record) => {
-                records.push(record?);
-                true
-            }
-            None => false,
+    let processes: Vec<Vec<String>> = (0..shape.processes)
+        .map(|p| {
+            vec![
+                "transfers".to_owned(),
+                variant.name().to_owned(),
+                ctx.lock_server.url(),
+                prefix.clone(),
+                shape.tasks.to_string(),
+                (p * shape.tasks).to_string(),
+                shape.duration.as_millis().to_string(),
+                SEED.to_string(),
+                ACCOUNTS.to_string(),
+            ]
         })
-    })?;
+        .collect();
+    let mut measured = Measured::run(ctx, &processes, shape.duration).await?;
+
+    let (records, counts) = workers::records(&measured.lines, &COUNTED, TransferRecord::parse)?;
     let analysis = TransferAnalysis::of(&records, START);
     // The bodies' two GETs and two SETs per recorded transfer, taken out
     // so that the rest is lock traffic (as S3 shared does).
     let bodies = 2 * analysis.total as u64;
-    for name in ["get", "set"] {
-        if let Some(c) = delta.0.get_mut(name) {
-            c.calls = c.calls.saturating_sub(bodies);
-        }
-    }
-    let total = analysis.total.max(1) as f64;
-    let lock_commands = commands::sent(Library::OursDefault, &delta, 0) as f64 / total;
-    let busy = commands::failed_attempts(Library::OursDefault, &delta, analysis.total) as f64;
+    let body_commands = [("get", bodies), ("set", bodies)];
+    let costs = measured.costs(&counts, &body_commands, analysis.total);
     let balances = balances(ctx, &prefix).await?;
     let off_accounts = (0..ACCOUNTS)
         .filter(|n| {
@@ -203,13 +154,7 @@ pub async fn contend(ctx: &Ctx, variant: Variant, shape: Shape, run: usize) -> R
     Ok(TransferRun {
         sum: balances.iter().sum(),
         off_accounts,
-        timeouts: counts.get("timeouts"),
-        errors: counts.get("errors"),
-        passed_locally: counts.get("passed"),
-        lock_commands,
-        busy_attempts: busy / total,
-        worker_cpu_us: counts.get("cpu_us"),
-        redis_cpu_us: (cpu_after - cpu_before).max(0.0) * 1e6,
+        costs,
         analysis,
     })
 }
@@ -227,9 +172,7 @@ fn group(variant: Variant) -> &'static str {
 /// The rows of one variant.
 fn variant_rows(variant: Variant, these: &[TransferRun]) -> Vec<Row> {
     let g = group(variant);
-    let ms = |q: fn(&TransferAnalysis) -> f64| move |r: &TransferRun| q(&r.analysis) / 1e3;
     let worst = |f: fn(&TransferRun) -> f64| these.iter().map(f).fold(0.0, f64::max);
-    let median = |f: &dyn Fn(&TransferRun) -> f64| median_of(these, f);
     let exact = |row: Row| {
         if variant.locks() {
             row.target(Target::Exactly(0.0))
@@ -237,36 +180,12 @@ fn variant_rows(variant: Variant, these: &[TransferRun]) -> Vec<Row> {
             row
         }
     };
-    vec![
-        Row::new(g, "transfers/s, 100 accounts", median(&TransferRun::rate)),
-        Row::new(g, "wait p50 (ms)", median(&ms(|a| a.waits.p50()))),
-        Row::new(g, "wait p99 (ms)", median(&ms(|a| a.waits.p99()))),
-        Row::new(g, "wait max (ms)", median(&ms(|a| a.waits.max()))),
-        Row::new(
-            g,
-            "lock commands per transfer",
-            median(&|r| r.lock_commands),
-        ),
-        Row::new(
-            g,
-            "busy acquire attempts per transfer",
-            median(&|r| r.busy_attempts),
-        ),
-        Row::new(
-            g,
-            "holds passed within the process per transfer",
-            median(&|r| r.per_transfer(r.passed_locally as f64)),
-        ),
-        Row::new(
-            g,
-            "worker CPU (us per transfer)",
-            median(&|r| r.per_transfer(r.worker_cpu_us as f64)),
-        ),
-        Row::new(
-            g,
-            "Redis CPU (us per transfer)",
-            median(&|r| r.per_transfer(r.redis_cpu_us)),
-        ),
+    let rate = median_of(these, TransferRun::rate);
+    let mut rows = vec![Row::new(g, "transfers/s, 100 accounts", rate)];
+    rows.extend(cost_rows(g, "transfer", these, |r| {
+        (&r.analysis.waits, &r.costs)
+    }));
+    rows.extend([
         exact(Row::new(
             g,
             "|sum of balances - 100,000|, worst run",
@@ -277,7 +196,8 @@ fn variant_rows(variant: Variant, these: &[TransferRun]) -> Vec<Row> {
             "balances off the records + overlaps + timeouts + errors, worst run",
             worst(TransferRun::failures),
         )),
-    ]
+    ]);
+    rows
 }
 
 /// Runs S15.

@@ -90,6 +90,26 @@ pub fn tally(
     Ok(counts)
 }
 
+/// Reads the workers' `lines` as records of one kind (the lines `parse`
+/// knows) and count lines of the names in `counted` ([`tally`]).
+pub fn records<R>(
+    lines: &[String],
+    counted: &[&'static str],
+    parse: fn(&str) -> Option<Result<R>>,
+) -> Result<(Vec<R>, Counts)> {
+    let mut records = Vec::new();
+    let counts = tally(lines, counted, |line| {
+        Ok(match parse(line) {
+            Some(record) => {
+                records.push(record?);
+                true
+            }
+            None => false,
+        })
+    })?;
+    Ok((records, counts))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

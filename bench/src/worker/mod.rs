@@ -31,15 +31,23 @@
 //!     global (one lock `bank`) or nested-sorted (two nested `with_lock`,
 //!     keys sorted by hand). Prints `tx` lines, then `timeouts`, `errors`,
 //!     `passed` and `cpu_us`.
+//! --worker flashsale <locking> <lock-url> <prefix> <tasks> <first-id> <millis> <segments>
+//!     S16: <tasks> workers buy one unit at a time from a stock split into
+//!     <segments> counters on the lock server until every segment is empty
+//!     (or <millis> after `go`); <locking> is permits (under
+//!     `lock("stock").permits(<segments>)`, on segment `permit()`) or
+//!     unlocked (the limit). Prints `sale` lines, then `timeouts`,
+//!     `errors`, `passed` and `cpu_us`.
 //! --worker memory <held|waiting> <lock-url> <prefix> <n>
 //!     S7: resident bytes before/after holding n locks or parking n waiters.
 //! ```
 //!
-//! All print `ready` once set up (contend, read-write and transfers then
+//! All print `ready` once set up (all but memory then
 //! wait for `go` on stdin), and `done` at the end; [`start`] is the
 //! parent's side.
 
 mod contend;
+pub mod flash_sale;
 mod memory;
 pub mod read_write;
 mod tasks;
@@ -72,7 +80,12 @@ pub async fn main(args: &[String]) -> Result<()> {
         [mode, rest @ ..] if mode == "transfers" => {
             transfers::run(transfers::Args::parse(rest)?).await
         }
-        _ => bail!("usage: lock-bench --worker (contend|memory|read-write|transfers) ..."),
+        [mode, rest @ ..] if mode == "flashsale" => {
+            flash_sale::run(flash_sale::Args::parse(rest)?).await
+        }
+        _ => {
+            bail!("usage: lock-bench --worker (contend|memory|read-write|transfers|flashsale) ...")
+        }
     }
 }
 
@@ -117,6 +130,36 @@ impl Run {
         Ok(Run {
             lock_url: lock_url.clone(),
             data_url: data_url.clone(),
+            prefix: prefix.clone(),
+            tasks: parse("tasks", tasks)?,
+            first_id: parse("first id", first_id)?,
+            duration: Duration::from_millis(parse("millis", millis)?),
+        })
+    }
+}
+
+/// What the workers whose data lives on the lock server (transfers,
+/// flashsale) are given after their variant, in this order: the server,
+/// the key prefix, how many tasks from which task id, and how long they
+/// run after `go`.
+struct OnLockServer {
+    /// The lock server, which holds the data too.
+    lock_url: String,
+    /// The run's key prefix.
+    prefix: String,
+    /// Tasks in this process.
+    tasks: u32,
+    /// The number of its first task (unique across processes).
+    first_id: u32,
+    /// How long the tasks run after `go` (at most).
+    duration: Duration,
+}
+
+impl OnLockServer {
+    /// Parses `<lock-url> <prefix> <tasks> <first-id> <millis>`.
+    fn parse([lock_url, prefix, tasks, first_id, millis]: [&String; 5]) -> Result<Self> {
+        Ok(OnLockServer {
+            lock_url: lock_url.clone(),
             prefix: prefix.clone(),
             tasks: parse("tasks", tasks)?,
             first_id: parse("first id", first_id)?,

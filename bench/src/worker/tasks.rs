@@ -4,12 +4,13 @@
 //! to for the parent (records, then `timeouts`, `errors`, and later
 //! `cpu_us`).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use lock_runtime::LockError;
+use lock_runtime::{LockError, LockRuntime};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// The one of `all` whose name is `name`, else an error naming the `what`.
 pub(super) fn named<T: Copy>(
@@ -87,6 +88,24 @@ pub(super) async fn data_connections(
     Ok(data)
 }
 
+/// What a worker whose data lives on the lock server at `url` starts with:
+/// one data connection for the process's tasks (as the contention workers
+/// have), and its runtime, the builder as it comes with the run's key
+/// `prefix`.
+pub(super) async fn on_lock_server(
+    url: &str,
+    prefix: &str,
+    tasks: u32,
+) -> Result<(Vec<MultiplexedConnection>, LockRuntime)> {
+    let data = data_connections(url, 1, tasks).await?;
+    let runtime = LockRuntime::builder()
+        .redis(url)
+        .key_prefix(prefix)
+        .build()
+        .await?;
+    Ok((data, runtime))
+}
+
 /// The data connection of the `nth` of `tasks` tasks: they are spread
 /// over the connections in order, as they are over the processes.
 pub(super) fn connection_of(
@@ -115,6 +134,34 @@ pub(super) async fn lines_of<R: 'static>(
     lines.push(format!("timeouts {timeouts}"));
     lines.push(format!("errors {errors}"));
     Ok(lines)
+}
+
+/// The measured part of a worker whose setup and warm-up are done: says
+/// `ready`, waits for `go`, runs the tasks `spawn` starts (given when the
+/// run must end, `duration` from `go`), and prints their records (by
+/// `line`), the `timeouts`, `errors`, `passed` (holds `runtime` passed
+/// between tasks without a round trip) and `cpu_us` lines, and `done`.
+/// The runtime is shut down before `done` goes out, so the last releases
+/// are on the server when the parent reads its counters.
+pub(super) async fn measured<R: 'static>(
+    runtime: LockRuntime,
+    duration: Duration,
+    line: fn(&R) -> String,
+    spawn: impl FnOnce(Instant, &mut JoinSet<Result<TaskResult<R>>>),
+) -> Result<()> {
+    super::emit(["ready".to_owned()])?;
+    super::wait_for_go().await?;
+    let passed_before = runtime.stats().passed_locally;
+    let cpu_before = cpu_seconds();
+    let mut running = JoinSet::new();
+    spawn(Instant::now() + duration, &mut running);
+    let mut lines = lines_of(running, line).await?;
+    let passed = runtime.stats().passed_locally.saturating_sub(passed_before);
+    lines.push(format!("passed {passed}"));
+    lines.push(cpu_line(cpu_before));
+    lines.push("done".to_owned());
+    runtime.shutdown().await?;
+    super::emit(lines)
 }
 
 /// CPU time of this process so far (all threads, user + system), seconds;

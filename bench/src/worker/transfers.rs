@@ -19,8 +19,6 @@
 //! body with no lock at all: the ceiling of this machine, which loses
 //! updates.
 
-use std::time::Duration;
-
 use anyhow::{bail, Context, Result};
 use lock_runtime::{with_lock, with_locks, LockRuntime};
 use redis::aio::MultiplexedConnection;
@@ -28,7 +26,8 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::contend::WAIT_LIMIT;
-use super::tasks::{self, cpu_seconds, now_us};
+use super::tasks::{self, now_us};
+use super::OnLockServer;
 use crate::keys::Rng;
 use crate::transfers::TransferRecord;
 
@@ -109,11 +108,7 @@ fn next_pair(rng: &mut Rng, accounts: u32) -> (u32, u32) {
 /// `transfers` arguments.
 pub struct Args {
     variant: Variant,
-    lock_url: String,
-    prefix: String,
-    tasks: u32,
-    first_id: u32,
-    duration: Duration,
+    run: OnLockServer,
     seed: u64,
     accounts: u32,
 }
@@ -128,11 +123,7 @@ impl Args {
         };
         Ok(Args {
             variant,
-            lock_url: lock_url.clone(),
-            prefix: prefix.clone(),
-            tasks: super::parse("tasks", tasks)?,
-            first_id: super::parse("first id", first_id)?,
-            duration: Duration::from_millis(super::parse("millis", millis)?),
+            run: OnLockServer::parse([lock_url, prefix, tasks, first_id, millis])?,
             seed: super::parse("seed", seed)?,
             accounts: super::parse("accounts", accounts)?,
         })
@@ -151,20 +142,17 @@ struct Account {
 }
 
 pub(super) async fn run(args: Args) -> Result<()> {
-    // The balances live on the lock server: one data connection for the
-    // process's tasks, as the contention workers have.
-    let data = tasks::data_connections(&args.lock_url, 1, args.tasks).await?;
-    let runtime = LockRuntime::builder()
-        .redis(args.lock_url.as_str())
-        .key_prefix(args.prefix.as_str())
-        .build()
-        .await?;
+    let (data, runtime) =
+        tasks::on_lock_server(&args.run.lock_url, &args.run.prefix, args.run.tasks).await?;
     // Warm up (connections, script cache) before the measured part, on
     // two accounts of this process's own, which the parent never counts.
     let warm = |side: &str| Account {
         n: u32::MAX,
-        lock: format!("warmup:{}:{side}", args.first_id),
-        balance: format!("{}warmup:{}:{side}:balance", args.prefix, args.first_id),
+        lock: format!("warmup:{}:{side}", args.run.first_id),
+        balance: format!(
+            "{}warmup:{}:{side}:balance",
+            args.run.prefix, args.run.first_id
+        ),
     };
     let mut con = data[0].clone();
     for side in ["a", "b"] {
@@ -187,41 +175,32 @@ pub(super) async fn run(args: Args) -> Result<()> {
         .map(|n| Account {
             n,
             lock: account_lock(n),
-            balance: balance_key(&args.prefix, n),
+            balance: balance_key(&args.run.prefix, n),
         })
         .collect();
     let accounts = std::sync::Arc::new(accounts);
-    super::emit(["ready".to_owned()])?;
-    super::wait_for_go().await?;
-    let passed_before = runtime.stats().passed_locally;
-    let cpu_before = cpu_seconds();
-    let end = Instant::now() + args.duration;
-    let mut running = tokio::task::JoinSet::new();
-    for id in args.first_id..args.first_id + args.tasks {
-        let (runtime, accounts) = (runtime.clone(), accounts.clone());
-        let data = tasks::connection_of(&data, id - args.first_id, args.tasks);
-        let (variant, mut rng, n) = (args.variant, pairs(args.seed, id), args.accounts);
-        running.spawn(async move {
-            let mut result = TaskResult::default();
-            for _ in 0..MAX_PER_TASK {
-                if Instant::now() >= end {
-                    break;
+    let (variant, seed, n) = (args.variant, args.seed, args.accounts);
+    let line = TransferRecord::to_line;
+    tasks::measured(runtime.clone(), args.run.duration, line, |end, running| {
+        for id in args.run.first_id..args.run.first_id + args.run.tasks {
+            let (runtime, accounts) = (runtime.clone(), accounts.clone());
+            let data = tasks::connection_of(&data, id - args.run.first_id, args.run.tasks);
+            let mut rng = pairs(seed, id);
+            running.spawn(async move {
+                let mut result = TaskResult::default();
+                for _ in 0..MAX_PER_TASK {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let (from, to) = next_pair(&mut rng, n);
+                    let pair = (&accounts[from as usize], &accounts[to as usize]);
+                    once(&runtime, variant, pair, &data, id, &mut result, false).await?;
                 }
-                let (from, to) = next_pair(&mut rng, n);
-                let pair = (&accounts[from as usize], &accounts[to as usize]);
-                once(&runtime, variant, pair, &data, id, &mut result, false).await?;
-            }
-            anyhow::Ok(result)
-        });
-    }
-    let mut lines = tasks::lines_of(running, TransferRecord::to_line).await?;
-    let passed = runtime.stats().passed_locally.saturating_sub(passed_before);
-    lines.push(format!("passed {passed}"));
-    lines.push(tasks::cpu_line(cpu_before));
-    lines.push("done".to_owned());
-    // (The last releases go out before the process exits: see `contend`.)
-    runtime.shutdown().await?;
-    super::emit(lines)
+                anyhow::Ok(result)
+            });
+        }
+    })
+    .await
 }
 
 /// The body: moves 1 from `from` to `to`: `(acquired, released)`.
